@@ -1,0 +1,182 @@
+package provider
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Capability is something a provider can enforce or do.
+type Capability string
+
+// Capabilities a provider may declare. The first five are the ones seeds/001 shows on the
+// sandbox handle; the rest gate create options and conformance cases.
+const (
+	CapPause         Capability = "pause"          // Pauser
+	CapSnapshot      Capability = "snapshot"       // Snapshotter; CreateSpec.From
+	CapTerminal      Capability = "terminal"       // Terminaler
+	CapNetworkPolicy Capability = "network-policy" // NetworkAllow is enforced
+	CapSize          Capability = "size"           // CreateSpec.Size is enforced
+
+	CapNetworkNone   Capability = "network-none"   // NetworkNone is enforced
+	CapNetworkAll    Capability = "network-all"    // NetworkAll gives real egress
+	CapTimeout       Capability = "timeout"        // CreateSpec.Timeout is enforced
+	CapIdleTimeout   Capability = "idle-timeout"   // CreateSpec.IdleTimeout is enforced
+	CapExactKey      Capability = "exact-key"      // KeyedCreator is atomic
+	CapPreview       Capability = "preview"        // PreviewURL works and ports are reachable
+	CapShell         Capability = "shell"          // a full POSIX shell with coreutils, /proc and signals
+	CapGit           Capability = "git"            // git is installed in the sandbox
+	CapUsers         Capability = "users"          // ExecRequest.User selects a real OS user
+	CapPersistent    Capability = "persistent"     // sandboxes outlive the creating process
+	CapResourceLimit Capability = "resource-limit" // memory, pids and disk are bounded
+)
+
+// Capabilities is a set of capabilities.
+type Capabilities map[Capability]bool
+
+// NewCapabilities returns a set holding caps.
+func NewCapabilities(caps ...Capability) Capabilities {
+	s := make(Capabilities, len(caps))
+	for _, c := range caps {
+		s[c] = true
+	}
+	return s
+}
+
+// Has reports whether c is in the set.
+func (s Capabilities) Has(c Capability) bool { return s[c] }
+
+// List returns the set's members, sorted.
+func (s Capabilities) List() []Capability {
+	out := make([]Capability, 0, len(s))
+	for c, ok := range s {
+		if ok {
+			out = append(out, c)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (s Capabilities) String() string {
+	parts := make([]string, 0, len(s))
+	for _, c := range s.List() {
+		parts = append(parts, string(c))
+	}
+	return strings.Join(parts, ",")
+}
+
+// FileType is the type of a file system entry.
+type FileType string
+
+// File types.
+const (
+	TypeFile    FileType = "file"
+	TypeDir     FileType = "dir"
+	TypeSymlink FileType = "symlink"
+	TypeOther   FileType = "other"
+)
+
+// FileInfo describes one file system entry.
+type FileInfo struct {
+	Path       string // absolute
+	Type       FileType
+	Size       int64
+	Mode       uint32 // permission bits
+	ModifiedAt time.Time
+	Target     string // symlink target, for TypeSymlink
+}
+
+// FileSystem is the optional native file API of an instance. Without it, the core runs
+// commands in the sandbox (find, stat, rm, mkdir, mv) and needs CapShell.
+type FileSystem interface {
+	// Stat describes path without following a final symlink. Missing: CodeNotFound.
+	Stat(ctx context.Context, path string) (FileInfo, error)
+	// ListDir lists dir; with recursive, everything below it (not following symlinks).
+	// Missing: CodeNotFound; not a directory: CodeInvalidArgument.
+	ListDir(ctx context.Context, dir string, recursive bool) ([]FileInfo, error)
+	// Remove removes path; a non-empty directory needs recursive. Missing: CodeNotFound.
+	Remove(ctx context.Context, path string, recursive bool) error
+	// MakeDir creates dir and its parents; an existing directory is not an error.
+	MakeDir(ctx context.Context, dir string) error
+	// Rename moves from to to, replacing a file there.
+	Rename(ctx context.Context, from, to string) error
+}
+
+// SearchMatch is one line that contains a search query.
+type SearchMatch struct {
+	Path string // absolute
+	Line int    // 1-based
+	Text string // the line, without its newline
+}
+
+// Searcher is an optional native text search. Without it, the core runs grep in the sandbox.
+type Searcher interface {
+	// Search finds lines that contain query (a literal string) in regular files below dir
+	// whose base name matches glob (all files if glob is ""), skipping binary files and
+	// stopping after max matches.
+	Search(ctx context.Context, query, dir, glob string, max int) ([]SearchMatch, error)
+}
+
+// Changes is what changed in a directory tree since a checkpoint.
+type Changes struct {
+	Added    []string // absolute paths, sorted
+	Modified []string
+	Removed  []string
+	Patch    string // unified diff
+}
+
+// ChangeTracker is an optional native change tracker. Without it, the core keeps checkpoints
+// in a hidden git index inside the sandbox (needs CapGit).
+type ChangeTracker interface {
+	// Mark records a checkpoint of dir's tree under name, replacing one of the same name.
+	Mark(ctx context.Context, dir, name string) error
+	// Changes compares dir's tree now against checkpoint name; CodeInvalidArgument when there
+	// is no such checkpoint.
+	Changes(ctx context.Context, dir, name string) (Changes, error)
+}
+
+// ActivityReporter is optional. Busy reports whether a command the core started (a run or a
+// background process) is still running. Without it, the core looks for processes carrying
+// SANDBOX_SDK_RUN=1 with a command (needs CapShell); a sandbox it cannot inspect counts as busy.
+type ActivityReporter interface {
+	Busy(ctx context.Context) (bool, error)
+}
+
+// KeyedCreator is optional: an atomic get-or-create by CreateSpec.Key. Providers that
+// declare CapExactKey implement it; the core uses it for exact keys when the caller gives no
+// locator lock.
+type KeyedCreator interface {
+	GetOrCreate(ctx context.Context, spec CreateSpec) (inst Instance, created bool, err error)
+}
+
+// Pauser is optional (CapPause): freeze and thaw every process of a sandbox.
+type Pauser interface {
+	Pause(ctx context.Context) error
+	Resume(ctx context.Context) error
+}
+
+// Snapshotter is optional (CapSnapshot): capture a sandbox so CreateSpec.From can start from it.
+type Snapshotter interface {
+	// Snapshot returns the new snapshot's id. expires 0 keeps it until it is deleted.
+	Snapshot(ctx context.Context, expires time.Duration) (string, error)
+}
+
+// Terminal is an interactive PTY.
+type Terminal interface {
+	Write(p []byte) (int, error)
+	Read(p []byte) (int, error)
+	Resize(ctx context.Context, cols, rows int) error
+	Close() error
+}
+
+// Terminaler is optional (CapTerminal).
+type Terminaler interface {
+	Terminal(ctx context.Context, cols, rows int) (Terminal, error)
+}
+
+// TimeoutSetter is optional (CapTimeout): move the hard lifetime deadline, counted from now.
+type TimeoutSetter interface {
+	SetTimeout(ctx context.Context, d time.Duration) error
+}

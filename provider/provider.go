@@ -1,0 +1,231 @@
+// Package provider is the contract between Tupper's core (package sandbox) and the isolation
+// backends that run sandboxes.
+//
+// # Vocabulary
+//
+// A Provider makes and finds sandboxes; an Instance is one sandbox. The core (package sandbox)
+// owns every behaviour users see — timeouts, output caps, streaming, shell quoting, background
+// processes, file editing, search, change tracking, git, redaction, errors — and turns each
+// call into a few primitives that an adapter implements:
+//
+//   - on a Provider: Create, FindByKey, Connect, List, Destroy, Capabilities, Available;
+//   - on an Instance: Exec (one shell command, streamed, with stdin, env, cwd and a deadline,
+//     or detached), ReadFile, WriteFile, PreviewURL.
+//
+// Everything else is an optional interface the core discovers with a type assertion, in the
+// manner of database/sql/driver: FileSystem for native listing, stat, remove and mkdir;
+// Searcher; ChangeTracker; ActivityReporter; Pauser; Snapshotter; Terminaler; TimeoutSetter;
+// KeyedCreator. Each one's doc says what the core does when it is absent — usually it runs a
+// command in the sandbox instead.
+//
+// # Capabilities
+//
+// A provider declares a Capabilities set, probed on the real host when the provider is built.
+// The core fails closed with it: an option the provider cannot enforce (a network mode, a
+// size, a timeout) fails with CodeUnsupported before anything is created. The conformance
+// suite (package sandboxtest) tests every declared capability, so a declaration is a promise.
+//
+// # Errors
+//
+// Every method returns errors as *Error with one of the fixed codes (wrap native errors with
+// Wrap or Errorf). A sandbox that does not exist is CodeNotFound. Messages never hold
+// credentials: pass them through StripCredentials.
+//
+// # Concurrency
+//
+// Every method of a Provider and an Instance may be called concurrently from many goroutines.
+// No method stores its ctx.
+package provider
+
+import (
+	"context"
+	"io"
+	"time"
+)
+
+// Provider makes, finds and destroys sandboxes of one backend.
+type Provider interface {
+	// Name is the registry name, e.g. "local" or "memory".
+	Name() string
+
+	// Capabilities is what the provider can enforce or do, probed when it was constructed.
+	Capabilities() Capabilities
+
+	// Available returns nil when the provider can create sandboxes here, or a CodeUnavailable
+	// error whose message says what to install or configure.
+	Available(ctx context.Context) error
+
+	// Create makes a new sandbox. The core has validated spec and checked it against
+	// Capabilities. When ctx is done before the sandbox is ready, Create undoes what it did.
+	// Create does not look at spec.Key beyond storing it; get-or-create is the core's job
+	// (see FindByKey and KeyedCreator).
+	Create(ctx context.Context, spec CreateSpec) (Instance, error)
+
+	// FindByKey returns the live sandbox created with key, or CodeNotFound.
+	FindByKey(ctx context.Context, key string) (Instance, error)
+
+	// Connect returns a handle to the sandbox with this id, or CodeNotFound. It runs no
+	// command in the sandbox.
+	Connect(ctx context.Context, id string) (Instance, error)
+
+	// List returns the sandboxes whose labels include every pair of filter.Labels.
+	List(ctx context.Context, filter ListFilter) ([]Info, error)
+
+	// Destroy stops the sandbox and removes everything it left. Destroying a sandbox that is
+	// already gone returns CodeNotFound.
+	Destroy(ctx context.Context, id string) error
+}
+
+// Instance is one sandbox. Close releases client-side resources only; the sandbox lives on
+// until it is destroyed or its deadline passes.
+type Instance interface {
+	// Info returns the sandbox's identity as recorded by the provider. It need not run a command.
+	Info(ctx context.Context) (Info, error)
+
+	// Exec runs req.Command with /bin/sh -c in a fresh shell.
+	//
+	// Unless req.Detach is set, Exec streams the command's output to req.Stdout and req.Stderr
+	// (either may be nil: discard), feeds req.Stdin (nil: stdin is closed at once), and returns
+	// when the command has exited and its output has been written. The environment is the
+	// sandbox's (CreateSpec.Env and Secrets) overlaid with req.Env. req.Cwd is absolute.
+	//
+	// When ctx is done first, the provider kills the command's whole process group and
+	// returns an error that wraps ctx.Err(); the core turns that into a timed-out or aborted
+	// result. A command that exits non-zero is a result, not an error.
+	//
+	// With req.Detach, the command starts in its own session and process group with stdin,
+	// stdout and stderr on /dev/null, Exec returns as soon as it has started, and
+	// ExecResult.PID is its process id (also its process group id), which `kill -SIG -PID`
+	// inside the sandbox reaches. A detached command lives until it exits or the sandbox ends,
+	// whatever happens to ctx or to the calling process.
+	Exec(ctx context.Context, req ExecRequest) (ExecResult, error)
+
+	// ReadFile opens the file at the absolute path for reading. Missing: CodeNotFound; a
+	// directory: CodeInvalidArgument.
+	ReadFile(ctx context.Context, path string) (io.ReadCloser, error)
+
+	// WriteFile writes r to the absolute path, creating parent directories and replacing any
+	// file there. Mode, when not nil, sets the file's permission bits (0 to 0o7777).
+	WriteFile(ctx context.Context, path string, r io.Reader, mode *uint32) error
+
+	// PreviewURL returns a URL on which the host reaches port inside the sandbox.
+	// CodeUnsupported when the provider has no preview.
+	PreviewURL(ctx context.Context, port int) (string, error)
+
+	// Close releases client resources. It is idempotent.
+	Close() error
+}
+
+// ExecRequest is one command for Instance.Exec.
+type ExecRequest struct {
+	Command string            // a shell script, run with /bin/sh -c
+	Cwd     string            // absolute working directory
+	Env     map[string]string // added to the sandbox's environment
+	User    string            // the user to run as; "" is the sandbox's default (root)
+	Stdin   io.Reader         // nil: closed
+	Stdout  io.Writer         // nil: discarded
+	Stderr  io.Writer         // nil: discarded
+	Detach  bool              // start in the background and return at once
+}
+
+// ExecResult is how a command ended, or for a detached command how it started.
+type ExecResult struct {
+	ExitCode int    // the exit status; 128+n when killed by signal n
+	Signal   string // the signal that killed it, e.g. "SIGKILL", or ""
+	PID      int    // the process (and process group) id, set for detached commands
+}
+
+// CreateSpec is everything a provider needs to make a sandbox. Zero values are defaults.
+type CreateSpec struct {
+	Key         string            // get-or-create key, stored so FindByKey finds it
+	Labels      map[string]string // stored and returned by List and Info
+	Env         map[string]string // the environment of every command
+	Secrets     map[string]string // set as environment variables too; the core redacts them
+	Size        Size              // zero: the provider's default (still bounded)
+	Network     Network           // zero: NetworkAll
+	Ports       []int             // ports to preview; providers that route all ports ignore it
+	IdleTimeout time.Duration     // stop after this long without activity; 0: never
+	Timeout     time.Duration     // hard lifetime; 0: none
+	From        string            // a snapshot id to start from (CapSnapshot)
+	Template    string            // provider-specific template name; "" is the default
+	Runtime     string            // provider-specific runtime, e.g. "runc" or "runsc"
+}
+
+// Size is a machine size: a named preset or custom figures.
+type Size struct {
+	Name     string  // "small", "medium", "large", or "" for custom/default
+	CPU      float64 // cores
+	MemoryMB int
+	DiskGB   int
+}
+
+// IsZero reports whether no size was asked for.
+func (s Size) IsZero() bool { return s == Size{} }
+
+// The named sizes.
+var Sizes = map[string]Size{
+	"small":  {Name: "small", CPU: 1, MemoryMB: 1024, DiskGB: 5},
+	"medium": {Name: "medium", CPU: 2, MemoryMB: 4096, DiskGB: 10},
+	"large":  {Name: "large", CPU: 4, MemoryMB: 8192, DiskGB: 20},
+}
+
+// Resolved returns s with a named preset's figures filled in.
+func (s Size) Resolved() Size {
+	if p, ok := Sizes[s.Name]; ok {
+		return p
+	}
+	return s
+}
+
+// NetworkMode is how much network a sandbox has.
+type NetworkMode string
+
+// Network modes.
+const (
+	NetworkAll   NetworkMode = "all"   // full egress
+	NetworkNone  NetworkMode = "none"  // loopback only
+	NetworkAllow NetworkMode = "allow" // egress only to Network.Allow
+)
+
+// Network is a sandbox's network policy.
+type Network struct {
+	Mode  NetworkMode // "" means NetworkAll
+	Allow []string    // hosts or CIDRs, with NetworkAllow
+}
+
+// State is a sandbox's lifecycle state.
+type State string
+
+// States.
+const (
+	StateRunning State = "running"
+	StatePaused  State = "paused"
+	StateStopped State = "stopped"
+)
+
+// Info identifies a sandbox.
+type Info struct {
+	ID        string
+	Key       string
+	Labels    map[string]string
+	State     State
+	CreatedAt time.Time
+	Template  string
+	Runtime   string
+	Deadline  time.Time // the hard lifetime deadline; zero: none
+}
+
+// ListFilter selects sandboxes for List.
+type ListFilter struct {
+	Labels map[string]string // every pair must match
+}
+
+// Matches reports whether labels include every pair of f.Labels.
+func (f ListFilter) Matches(labels map[string]string) bool {
+	for k, v := range f.Labels {
+		if got, ok := labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}

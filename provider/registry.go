@@ -1,0 +1,151 @@
+package provider
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// Factory builds a provider from its default configuration (environment variables and the
+// like). It is called by Resolve, not at registration.
+type Factory func() (Provider, error)
+
+// Registration is one registered provider.
+type Registration struct {
+	Name    string
+	Factory Factory
+	// Install says what to install when the provider is unavailable, e.g.
+	// "apt-get install runc". Shown in Resolve's error.
+	Install string
+}
+
+var (
+	regMu    sync.RWMutex
+	registry = map[string]Registration{}
+)
+
+// Register makes a provider available by name. Providers call it from init, so importing a
+// provider's package is all it takes. Register panics if the name is empty, the factory is
+// nil, or the name is already registered, in the manner of database/sql.Register.
+func Register(r Registration) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	if r.Name == "" {
+		panic("provider: Register with an empty name")
+	}
+	if r.Factory == nil {
+		panic("provider: Register of " + r.Name + " with a nil factory")
+	}
+	if _, dup := registry[r.Name]; dup {
+		panic("provider: Register called twice for " + r.Name)
+	}
+	registry[r.Name] = r
+}
+
+// Lookup returns the registration of name.
+func Lookup(name string) (Registration, bool) {
+	regMu.RLock()
+	defer regMu.RUnlock()
+	r, ok := registry[name]
+	return r, ok
+}
+
+// List returns the registered names, sorted.
+func List() []string {
+	regMu.RLock()
+	defer regMu.RUnlock()
+	names := make([]string, 0, len(registry))
+	for n := range registry {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// PlatformDefault is the default provider for an operating system: local on Linux, docker on
+// macOS and Windows.
+func PlatformDefault(goos string) string {
+	if goos == "linux" {
+		return "local"
+	}
+	return "docker"
+}
+
+// ResolveOptions tunes Resolve.
+type ResolveOptions struct {
+	// Name picks a provider explicitly. Empty means: any registered provider that reports
+	// itself available, else the platform default.
+	Name string
+	// Skip lists providers never picked implicitly, e.g. "memory", which isolates nothing.
+	// Zero value: memory and remote are skipped unless named.
+	Skip []string
+}
+
+// Resolve picks a provider in the order of seeds/000:
+//
+//  1. an explicit name: that provider, or an error if it is not registered or unavailable;
+//  2. the platform default, when registered and available;
+//  3. any other registered provider that reports itself available (in name order, except those
+//     in Skip, which isolate less than a real sandbox or need configuration);
+//  4. otherwise a CodeUnavailable error that says what to install.
+//
+// Resolve never falls back to a provider less isolated than the one asked for: an explicit
+// name that is unavailable is an error, not a reason to pick another.
+func Resolve(ctx context.Context, opts ResolveOptions) (Provider, error) {
+	if opts.Name != "" {
+		r, ok := Lookup(opts.Name)
+		if !ok {
+			return nil, Errorf(CodeUnavailable, "provider %q is not registered (registered: %s); import its package",
+				opts.Name, strings.Join(List(), ", "))
+		}
+		return build(ctx, r)
+	}
+	skip := opts.Skip
+	if skip == nil {
+		skip = []string{"memory", "remote", "e2b"}
+	}
+	var reasons []string
+	def := PlatformDefault(runtime.GOOS)
+	if r, ok := Lookup(def); ok {
+		p, err := build(ctx, r)
+		if err == nil {
+			return p, nil
+		}
+		reasons = append(reasons, err.Error())
+	} else {
+		reasons = append(reasons, fmt.Sprintf("the platform default %q is not registered (import github.com/tupper-dev/tupper/providers/%s)", def, def))
+	}
+	for _, name := range List() {
+		if name == def || slices.Contains(skip, name) {
+			continue
+		}
+		r, _ := Lookup(name)
+		p, err := build(ctx, r)
+		if err == nil {
+			return p, nil
+		}
+		reasons = append(reasons, err.Error())
+	}
+	return nil, Errorf(CodeUnavailable, "no sandbox provider is available: %s", strings.Join(reasons, "; "))
+}
+
+func build(ctx context.Context, r Registration) (Provider, error) {
+	p, err := r.Factory()
+	if err != nil {
+		return nil, withInstall(Wrap(err, CodeUnavailable, "provider "+r.Name), r)
+	}
+	if err := p.Available(ctx); err != nil {
+		return nil, withInstall(Wrap(err, CodeUnavailable, "provider "+r.Name), r)
+	}
+	return p, nil
+}
+
+func withInstall(err error, r Registration) error {
+	if r.Install == "" || strings.Contains(err.Error(), r.Install) {
+		return err
+	}
+	return &Error{Code: CodeOf(err), Message: fmt.Sprintf("%v (install: %s)", err, r.Install), Err: err}
+}
