@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"io"
 	"slices"
 	"strings"
 	"time"
@@ -179,4 +180,12 @@ type Terminaler interface {
 // TimeoutSetter is optional (CapTimeout): move the hard lifetime deadline, counted from now.
 type TimeoutSetter interface {
 	SetTimeout(ctx context.Context, d time.Duration) error
+}
+
+// RangeReader is optional: read part of a file. Without it, the core reads the whole file
+// and skips to offset (used for log cursors and ranged downloads).
+type RangeReader interface {
+	// ReadFileRange returns up to length bytes from offset (length < 0: to the end). An
+	// offset past the end gives an empty reader.
+	ReadFileRange(ctx context.Context, path string, offset, length int64) (io.ReadCloser, error)
 }
