@@ -1,0 +1,646 @@
+// Package sandbox is Tupper's Go SDK: disposable Linux machines for AI agents to run code in,
+// with one API over many isolation backends.
+//
+// Create a sandbox on a provider, run commands in it, move files, start background
+// processes, use git, and destroy it:
+//
+//	prov, _ := provider.Resolve(ctx, provider.ResolveOptions{}) // local on Linux
+//	box, err := sandbox.Create(ctx, prov, sandbox.CreateOptions{Network: sandbox.NetworkNone})
+//	if err != nil { … }
+//	defer box.Destroy(context.Background())
+//	res, err := box.Run(ctx, "echo hi", sandbox.RunOptions{})
+//	fmt.Print(res.Stdout) // hi
+//
+// The core in this package owns every behaviour that must be the same on every provider:
+// timeouts, output caps, streaming, shell quoting (Sh), background processes with readiness
+// and log cursors, Files.Edit, search, change tracking, git helpers, secret redaction, the
+// error format, keys and locators, and fail-closed option checks. Providers (package provider)
+// implement only a few primitives.
+//
+// # Results and errors
+//
+// A command that exits non-zero, times out or is cancelled is a RunResult with OK false, not an
+// error. Methods return an error only when the sandbox, the provider or the request fails, and
+// that error is always a *Error with a Code (see errors.go).
+//
+// # State
+//
+// Nothing important lives in the caller's memory: keys and labels live in the provider,
+// background process records and logs inside the sandbox under /tmp/.sandbox-sdk/, log cursors
+// are strings the caller stores, and change checkpoints live inside the sandbox. Any process
+// with access to the provider can find a sandbox by key, list its processes and keep reading
+// logs from a stored cursor.
+//
+// # Concurrency
+//
+// A *Sandbox and its Files, Git and *Process handles may be used from many goroutines at once.
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tupper-dev/tupper/provider"
+)
+
+// sdkDir is where the SDK keeps its state inside a sandbox.
+const sdkDir = "/tmp/.sandbox-sdk"
+
+// secretsFile holds the names of the secrets set at creation, one per line.
+const secretsFile = sdkDir + "/secrets"
+
+// Sandbox is a handle to one sandbox. Destroy ends the sandbox; Close only drops the handle.
+type Sandbox struct {
+	ID       string            // the provider's id
+	Key      string            // the get-or-create key, if any
+	Provider string            // the provider's name
+	Created  bool              // false when Create found an existing sandbox by key
+	Labels   map[string]string // including SDKLabel
+
+	// Capabilities is what the provider declares: the sandbox has Pause, Snapshot and
+	// Terminal only with "pause", "snapshot" and "terminal".
+	Capabilities provider.Capabilities
+
+	// Native is the provider's own handle, for what the SDK does not cover.
+	Native provider.Instance
+
+	Files *Files // file operations
+	Git   *Git   // git helpers
+
+	prov provider.Provider
+	inst provider.Instance
+
+	red *redactor
+
+	secMu      sync.Mutex
+	secPending bool // secrets still to be read back from the sandbox
+
+	closeOnce sync.Once
+}
+
+// Info describes a sandbox in List.
+type Info struct {
+	ID        string
+	Key       string
+	Labels    map[string]string
+	State     provider.State // running, paused or stopped
+	CreatedAt time.Time
+}
+
+func newHandle(p provider.Provider, inst provider.Instance, info provider.Info, created bool) *Sandbox {
+	b := &Sandbox{
+		ID:           info.ID,
+		Key:          info.Key,
+		Provider:     p.Name(),
+		Created:      created,
+		Labels:       maps.Clone(info.Labels),
+		Capabilities: p.Capabilities(),
+		Native:       inst,
+		prov:         p,
+		inst:         inst,
+		red:          newRedactor(),
+	}
+	if b.Labels == nil {
+		b.Labels = map[string]string{}
+	}
+	b.Files = &Files{b: b}
+	b.Git = &Git{b: b}
+	return b
+}
+
+// Create makes a sandbox on p, or with opts.Key finds the one made earlier with that key.
+//
+// Options the provider cannot enforce fail with CodeUnsupported before anything is created.
+// When ctx is cancelled and the provider still delivers a sandbox, Create destroys it and
+// returns CodeAborted.
+func Create(ctx context.Context, p provider.Provider, opts CreateOptions) (*Sandbox, error) {
+	const op = "create"
+	if p == nil {
+		return nil, errorf(CodeInvalidArgument, op, "provider is nil")
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if err := failClosed(p, opts); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, errorf(CodeAborted, op, "%v", err)
+	}
+	labels := maps.Clone(opts.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[SDKLabel] = "true"
+	spec := provider.CreateSpec{
+		Key:         opts.Key,
+		Labels:      labels,
+		Env:         maps.Clone(opts.Env),
+		Secrets:     maps.Clone(opts.Secrets),
+		Size:        opts.Size.Resolved(),
+		Network:     opts.Network,
+		Ports:       append([]int(nil), opts.Ports...),
+		IdleTimeout: opts.IdleTimeout,
+		Timeout:     opts.Timeout,
+		From:        opts.From,
+		Template:    opts.Template,
+		Runtime:     opts.Runtime,
+	}
+	if spec.Network.Mode == "" {
+		spec.Network.Mode = provider.NetworkAll
+	}
+
+	inst, created, err := getOrCreate(ctx, p, opts, spec)
+	if err != nil {
+		return nil, wrapProvider(err, op)
+	}
+	if ctx.Err() != nil {
+		// The sandbox arrived after the caller gave up: destroy what we made.
+		if created {
+			destroyQuietly(p, inst)
+		}
+		inst.Close()
+		return nil, errorf(CodeAborted, op, "cancelled while creating: %v", ctx.Err())
+	}
+	info, err := inst.Info(ctx)
+	if err != nil {
+		if created {
+			destroyQuietly(p, inst)
+		}
+		inst.Close()
+		return nil, wrapProvider(err, op)
+	}
+	b := newHandle(p, inst, info, created)
+	b.red.add(opts.Secrets)
+	if created {
+		if err := b.initialize(ctx, opts); err != nil {
+			destroyQuietly(p, inst)
+			inst.Close()
+			return nil, err
+		}
+	} else if len(opts.Secrets) > 0 {
+		// An existing sandbox keeps the secrets it was made with; recover them too.
+		b.secPending = true
+	}
+	return b, nil
+}
+
+// initialize does the SDK's own setup of a new sandbox: the secret names file and the
+// change-tracking checkpoint.
+func (b *Sandbox) initialize(ctx context.Context, opts CreateOptions) error {
+	if len(opts.Secrets) > 0 {
+		names := make([]string, 0, len(opts.Secrets))
+		for k := range opts.Secrets {
+			names = append(names, k)
+		}
+		if err := b.inst.WriteFile(ctx, secretsFile, strings.NewReader(strings.Join(names, "\n")+"\n"), ptr(uint32(0o600))); err != nil {
+			return wrapProvider(err, "create")
+		}
+	}
+	if opts.TrackChanges {
+		if _, err := b.Files.Mark(ctx, "start"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func failClosed(p provider.Provider, opts CreateOptions) error {
+	const op = "create"
+	caps := p.Capabilities()
+	need := func(c provider.Capability, what string) error {
+		if !caps.Has(c) {
+			return errorf(CodeUnsupported, op, "provider %s cannot enforce %s", p.Name(), what)
+		}
+		return nil
+	}
+	if !opts.Size.IsZero() {
+		if err := need(provider.CapSize, "a machine size"); err != nil {
+			return err
+		}
+	}
+	switch opts.Network.Mode {
+	case provider.NetworkNone:
+		if err := need(provider.CapNetworkNone, `network "none"`); err != nil {
+			return err
+		}
+	case provider.NetworkAllow:
+		if err := need(provider.CapNetworkPolicy, "a network allow list"); err != nil {
+			return err
+		}
+	}
+	if opts.Timeout > 0 {
+		if err := need(provider.CapTimeout, "a lifetime timeout"); err != nil {
+			return err
+		}
+	}
+	if opts.IdleTimeout > 0 {
+		if err := need(provider.CapIdleTimeout, "an idle timeout"); err != nil {
+			return err
+		}
+	}
+	if opts.From != "" {
+		if err := need(provider.CapSnapshot, "starting from a snapshot"); err != nil {
+			return err
+		}
+	}
+	if opts.KeyMode == KeyExact {
+		_, locks := opts.Locator.(LocatorLocker)
+		_, keyed := p.(provider.KeyedCreator)
+		if !locks && !(keyed && caps.Has(provider.CapExactKey)) {
+			return errorf(CodeUnsupported, op, "provider %s has no exact get-or-create; pass a Locator with WithLock", p.Name())
+		}
+	}
+	return nil
+}
+
+func getOrCreate(ctx context.Context, p provider.Provider, opts CreateOptions, spec provider.CreateSpec) (provider.Instance, bool, error) {
+	if opts.Key == "" {
+		inst, err := p.Create(ctx, spec)
+		return inst, err == nil, err
+	}
+	if opts.Locator != nil {
+		var (
+			inst    provider.Instance
+			created bool
+		)
+		find := func(ctx context.Context) error {
+			var err error
+			inst, created, err = viaLocator(ctx, p, opts.Locator, spec)
+			return err
+		}
+		if l, ok := opts.Locator.(LocatorLocker); ok && opts.KeyMode == KeyExact {
+			err := l.WithLock(ctx, opts.Key, find)
+			return inst, created, err
+		}
+		err := find(ctx)
+		return inst, created, err
+	}
+	if opts.KeyMode == KeyExact {
+		return p.(provider.KeyedCreator).GetOrCreate(ctx, spec)
+	}
+	inst, err := p.FindByKey(ctx, opts.Key)
+	if err == nil {
+		return inst, false, nil
+	}
+	if !errors.Is(err, provider.CodeNotFound) {
+		return nil, false, err
+	}
+	inst, err = p.Create(ctx, spec)
+	return inst, err == nil, err
+}
+
+func viaLocator(ctx context.Context, p provider.Provider, l Locator, spec provider.CreateSpec) (provider.Instance, bool, error) {
+	id, err := l.Get(ctx, spec.Key)
+	if err != nil {
+		return nil, false, provider.Wrap(err, provider.CodeProvider, "locator get")
+	}
+	if id != "" {
+		inst, err := p.Connect(ctx, id)
+		if err == nil {
+			return inst, false, nil
+		}
+		if !errors.Is(err, provider.CodeNotFound) {
+			return nil, false, err
+		}
+		if d, ok := l.(LocatorDeleter); ok {
+			if err := d.Delete(ctx, spec.Key); err != nil {
+				return nil, false, provider.Wrap(err, provider.CodeProvider, "locator delete")
+			}
+		}
+	}
+	inst, err := p.Create(ctx, spec)
+	if err != nil {
+		return nil, false, err
+	}
+	info, err := inst.Info(ctx)
+	if err == nil {
+		err = l.Set(ctx, spec.Key, info.ID)
+	}
+	if err != nil {
+		destroyQuietly(p, inst)
+		inst.Close()
+		return nil, false, provider.Wrap(err, provider.CodeProvider, "locator set")
+	}
+	return inst, true, nil
+}
+
+func destroyQuietly(p provider.Provider, inst provider.Instance) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if info, err := inst.Info(ctx); err == nil {
+		_ = p.Destroy(ctx, info.ID)
+	}
+}
+
+// Connect attaches to the sandbox id on p. It runs no command in the sandbox, so a handle
+// that only cleans up works even when the sandbox cannot run commands. CodeNotFound when
+// there is no such sandbox.
+func Connect(ctx context.Context, p provider.Provider, id string, opts ConnectOptions) (*Sandbox, error) {
+	const op = "connect"
+	if p == nil {
+		return nil, errorf(CodeInvalidArgument, op, "provider is nil")
+	}
+	if id == "" {
+		return nil, errorf(CodeInvalidArgument, op, "sandbox id is empty")
+	}
+	inst, err := p.Connect(ctx, id)
+	if err != nil {
+		return nil, wrapProvider(err, op)
+	}
+	info, err := inst.Info(ctx)
+	if err != nil {
+		inst.Close()
+		return nil, wrapProvider(err, op)
+	}
+	b := newHandle(p, inst, info, false)
+	b.red.add(opts.Secrets)
+	b.secPending = !opts.SkipRecoverSecrets
+	return b, nil
+}
+
+// List returns the sandboxes this SDK created on p whose labels include opts.Labels.
+func List(ctx context.Context, p provider.Provider, opts ListOptions) ([]Info, error) {
+	if p == nil {
+		return nil, errorf(CodeInvalidArgument, "list", "provider is nil")
+	}
+	filter := provider.ListFilter{Labels: maps.Clone(opts.Labels)}
+	if filter.Labels == nil {
+		filter.Labels = map[string]string{}
+	}
+	filter.Labels[SDKLabel] = "true"
+	infos, err := p.List(ctx, filter)
+	if err != nil {
+		return nil, wrapProvider(err, "list")
+	}
+	out := make([]Info, 0, len(infos))
+	for _, in := range infos {
+		if !filter.Matches(in.Labels) {
+			continue
+		}
+		out = append(out, Info{ID: in.ID, Key: in.Key, Labels: in.Labels, State: in.State, CreatedAt: in.CreatedAt})
+	}
+	return out, nil
+}
+
+// Reap destroys the SDK's sandboxes on p that match opts and returns how many it destroyed.
+func Reap(ctx context.Context, p provider.Provider, opts ReapOptions) (int, error) {
+	infos, err := List(ctx, p, ListOptions{Labels: opts.Labels})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	now := time.Now()
+	var errs []error
+	for _, in := range infos {
+		if opts.OlderThan > 0 && now.Sub(in.CreatedAt) < opts.OlderThan {
+			continue
+		}
+		if opts.IdleOnly && in.State == provider.StateRunning {
+			busy, err := busy(ctx, p, in.ID)
+			if err != nil && errors.Is(err, provider.CodeNotFound) {
+				continue // gone meanwhile
+			}
+			if busy || err != nil {
+				continue // unreadable counts as busy
+			}
+		}
+		if err := p.Destroy(ctx, in.ID); err != nil {
+			if errors.Is(err, provider.CodeNotFound) {
+				continue
+			}
+			errs = append(errs, err)
+			continue
+		}
+		n++
+	}
+	if len(errs) > 0 {
+		return n, wrapProvider(errors.Join(errs...), "reap")
+	}
+	return n, nil
+}
+
+// busy reports whether the sandbox has an SDK command in flight or an SDK background process
+// running.
+func busy(ctx context.Context, p provider.Provider, id string) (bool, error) {
+	inst, err := p.Connect(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	defer inst.Close()
+	if ar, ok := inst.(provider.ActivityReporter); ok {
+		return ar.Busy(ctx)
+	}
+	if !p.Capabilities().Has(provider.CapShell) {
+		return true, errorf(CodeUnsupported, "reap", "provider %s cannot report activity", p.Name())
+	}
+	// Look for processes that carry the SDK's marker variable. The check itself does not.
+	res, err := inst.Exec(ctx, provider.ExecRequest{
+		Command: `cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep -qx ` + envSDKRun + `=1`,
+		Cwd:     "/",
+	})
+	if err != nil {
+		return true, err
+	}
+	switch res.ExitCode {
+	case 0:
+		return true, nil
+	case 1:
+		return false, nil
+	}
+	return true, errorf(CodeProvider, "reap", "activity check exited %d", res.ExitCode)
+}
+
+// Destroy ends the sandbox and removes everything it left. Destroying a sandbox that is
+// already gone is not an error.
+func (b *Sandbox) Destroy(ctx context.Context) error {
+	err := b.prov.Destroy(ctx, b.ID)
+	b.Close()
+	if err != nil && !errors.Is(err, provider.CodeNotFound) {
+		return wrapProvider(err, "destroy")
+	}
+	return nil
+}
+
+// Close releases the handle's client resources; the sandbox keeps running. Idempotent.
+func (b *Sandbox) Close() error {
+	var err error
+	b.closeOnce.Do(func() { err = b.inst.Close() })
+	return err
+}
+
+// Info returns the sandbox's current identity and state.
+func (b *Sandbox) Info(ctx context.Context) (Info, error) {
+	in, err := b.inst.Info(ctx)
+	if err != nil {
+		return Info{}, wrapProvider(err, "info")
+	}
+	return Info{ID: in.ID, Key: in.Key, Labels: in.Labels, State: in.State, CreatedAt: in.CreatedAt}, nil
+}
+
+// Pause freezes every process in the sandbox. CodeUnsupported without the "pause" capability.
+func (b *Sandbox) Pause(ctx context.Context) error {
+	p, ok := b.inst.(provider.Pauser)
+	if !ok || !b.Capabilities.Has(provider.CapPause) {
+		return errorf(CodeUnsupported, "pause", "provider %s cannot pause", b.Provider)
+	}
+	return wrapProvider(p.Pause(ctx), "pause")
+}
+
+// Resume thaws a paused sandbox. CodeUnsupported without the "pause" capability.
+func (b *Sandbox) Resume(ctx context.Context) error {
+	p, ok := b.inst.(provider.Pauser)
+	if !ok || !b.Capabilities.Has(provider.CapPause) {
+		return errorf(CodeUnsupported, "resume", "provider %s cannot pause", b.Provider)
+	}
+	return wrapProvider(p.Resume(ctx), "resume")
+}
+
+// Snapshot captures the sandbox; pass the id as CreateOptions.From. CodeUnsupported without
+// the "snapshot" capability.
+func (b *Sandbox) Snapshot(ctx context.Context, opts SnapshotOptions) (string, error) {
+	if err := opts.validate(); err != nil {
+		return "", err
+	}
+	s, ok := b.inst.(provider.Snapshotter)
+	if !ok || !b.Capabilities.Has(provider.CapSnapshot) {
+		return "", errorf(CodeUnsupported, "snapshot", "provider %s cannot snapshot", b.Provider)
+	}
+	id, err := s.Snapshot(ctx, opts.ExpiresIn)
+	return id, wrapProvider(err, "snapshot")
+}
+
+// Terminal opens an interactive PTY. CodeUnsupported without the "terminal" capability.
+func (b *Sandbox) Terminal(ctx context.Context, cols, rows int) (provider.Terminal, error) {
+	t, ok := b.inst.(provider.Terminaler)
+	if !ok || !b.Capabilities.Has(provider.CapTerminal) {
+		return nil, errorf(CodeUnsupported, "terminal", "provider %s has no terminal", b.Provider)
+	}
+	if cols < 1 || rows < 1 || cols > 1000 || rows > 1000 {
+		return nil, errorf(CodeInvalidArgument, "terminal", "terminal size %dx%d is out of range", cols, rows)
+	}
+	if err := b.ensureSecrets(ctx); err != nil {
+		return nil, err
+	}
+	term, err := t.Terminal(ctx, cols, rows)
+	return term, wrapProvider(err, "terminal")
+}
+
+// SetTimeout moves the sandbox's hard lifetime deadline to d from now (keep-alive).
+// CodeUnsupported without the "timeout" capability.
+func (b *Sandbox) SetTimeout(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return errorf(CodeInvalidArgument, "set_timeout", "timeout must be positive, got %v", d)
+	}
+	t, ok := b.inst.(provider.TimeoutSetter)
+	if !ok || !b.Capabilities.Has(provider.CapTimeout) {
+		return errorf(CodeUnsupported, "set_timeout", "provider %s cannot change the lifetime", b.Provider)
+	}
+	return wrapProvider(t.SetTimeout(ctx, d), "set_timeout")
+}
+
+// PreviewURL returns a URL on which port inside the sandbox is reachable from here.
+func (b *Sandbox) PreviewURL(ctx context.Context, port int) (string, error) {
+	if port < 1 || port > 65535 {
+		return "", errorf(CodeInvalidArgument, "preview", "port %d is out of range", port)
+	}
+	u, err := b.inst.PreviewURL(ctx, port)
+	return u, wrapProvider(err, "preview")
+}
+
+// AddSecrets adds values to redact from everything this handle returns.
+func (b *Sandbox) AddSecrets(secrets map[string]string) { b.red.add(secrets) }
+
+// ensureSecrets reads back the secrets set at creation (RecoverSecrets), once. A failure is
+// CodeProvider and the next call tries again.
+func (b *Sandbox) ensureSecrets(ctx context.Context) error {
+	b.secMu.Lock()
+	defer b.secMu.Unlock()
+	if !b.secPending {
+		return nil
+	}
+	vals, err := b.recoverSecrets(ctx)
+	if err != nil {
+		return err
+	}
+	b.red.add(vals)
+	b.secPending = false
+	return nil
+}
+
+func (b *Sandbox) recoverSecrets(ctx context.Context) (map[string]string, error) {
+	const op = "recover_secrets"
+	rc, err := b.inst.ReadFile(ctx, secretsFile)
+	if errors.Is(err, provider.CodeNotFound) {
+		return nil, nil // no secrets were set
+	}
+	if err != nil {
+		return nil, errorf(CodeProvider, op, "reading secret names: %v", err)
+	}
+	data, err := readAllLimit(rc, 64<<10)
+	rc.Close()
+	if err != nil {
+		return nil, errorf(CodeProvider, op, "reading secret names: %v", err)
+	}
+	var names []string
+	for _, n := range strings.Split(string(data), "\n") {
+		if shellName.MatchString(n) {
+			names = append(names, n)
+		}
+	}
+	if len(names) == 0 {
+		return nil, nil
+	}
+	var script strings.Builder
+	script.WriteString("printf '%s\\0'")
+	for _, n := range names {
+		script.WriteString(` "${` + n + `-}"`)
+	}
+	var out limitedBuffer
+	out.limit = 1 << 20
+	res, err := b.inst.Exec(ctx, provider.ExecRequest{Command: script.String(), Cwd: "/", Stdout: &out})
+	if err != nil {
+		return nil, errorf(CodeProvider, op, "reading secret values: %v", err)
+	}
+	if res.ExitCode != 0 {
+		return nil, errorf(CodeProvider, op, "reading secret values exited %d", res.ExitCode)
+	}
+	parts := strings.Split(out.String(), "\x00")
+	vals := map[string]string{}
+	for i, n := range names {
+		if i < len(parts) && parts[i] != "" {
+			vals[n] = parts[i]
+		}
+	}
+	return vals, nil
+}
+
+// wrapProvider gives err an op and the provider code unless it already has a code, and
+// redacts nothing (provider errors are stripped of credentials when printed).
+func wrapProvider(err error, op string) error {
+	if err == nil {
+		return nil
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		if e.Op == "" {
+			c := *e
+			c.Op = op
+			return &c
+		}
+		return err
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return &Error{Code: CodeTimeout, Op: op, Message: err.Error(), Err: err}
+	}
+	if errors.Is(err, context.Canceled) {
+		return &Error{Code: CodeAborted, Op: op, Message: err.Error(), Err: err}
+	}
+	return &Error{Code: CodeProvider, Op: op, Message: err.Error(), Err: err}
+}
+
+func ptr[T any](v T) *T { return &v }
