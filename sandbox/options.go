@@ -84,12 +84,12 @@ func NetworkAllowList(hosts ...string) Network {
 
 // CreateOptions configures Create. The zero value creates a default sandbox.
 type CreateOptions struct {
-	Key     string   // get-or-create key; Sandbox.Created tells which happened
-	KeyMode KeyMode  // "" is KeyBestEffort
-	Locator Locator  // your own key store; optional
-	Size    Size     // zero: the provider's default; unsupported unless the provider declares "size"
-	Network Network  // zero: NetworkAll; a mode the provider cannot enforce is unsupported
-	Ports   []int    // ports to preview; providers that route every port ignore it
+	Key     string  // get-or-create key; Sandbox.Created tells which happened
+	KeyMode KeyMode // "" is KeyBestEffort
+	Locator Locator // your own key store; optional
+	Size    Size    // zero: the provider's default; unsupported unless the provider declares "size"
+	Network Network // zero: NetworkAll; a mode the provider cannot enforce is unsupported
+	Ports   []int   // ports to preview; providers that route every port ignore it
 	Labels  map[string]string
 	Env     map[string]string // environment for every command
 	// Secrets are set as environment variables and redacted from all output, logs and errors.

@@ -808,4 +808,5 @@ func (p *Process) Lines(ctx context.Context, after string) iter.Seq2[LogLine, er
 		}
 	}
 }
+
 var randReader = rand.Reader

@@ -10,7 +10,7 @@ import (
 )
 
 // Quote returns s as one shell word: single-quoted, with embedded single quotes written as
-// '\''. The shell reads it back as exactly s, whatever s holds.
+// '\”. The shell reads it back as exactly s, whatever s holds.
 func Quote(s string) string {
 	if s == "" {
 		return "''"
