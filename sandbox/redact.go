@@ -75,21 +75,21 @@ func (r *redactor) Err(err error) error {
 	return &Error{Code: CodeInternal, Message: clean}
 }
 
-// streamRedactor redacts a byte stream whose secrets may be split across writes. It holds
-// back the longest suffix that could still become a secret, so output is delayed by at most
-// the longest secret's length minus one byte.
+// streamRedactor redacts a byte stream whose secrets may be split across writes. It scans
+// left to right, replacing the longest secret that starts at each position, and holds back a
+// tail that could still grow into a secret, so output is delayed by less than the longest
+// secret's length.
 type streamRedactor struct {
-	values [][]byte
-	maxLen int
+	values [][]byte // longest first
+	first  [256]bool
 	held   []byte
 }
 
 func (r *redactor) stream() *streamRedactor {
-	vals := r.snapshot()
 	s := &streamRedactor{}
-	for _, v := range vals {
+	for _, v := range r.snapshot() {
 		s.values = append(s.values, []byte(v))
-		s.maxLen = max(s.maxLen, len(v))
+		s.first[v[0]] = true
 	}
 	return s
 }
@@ -100,35 +100,48 @@ func (s *streamRedactor) write(p []byte) []byte {
 		return p
 	}
 	buf := append(s.held, p...)
-	out := s.replace(buf)
-	// Hold back a tail that is a prefix of some secret.
-	keep := 0
-	for _, v := range s.values {
-		for n := min(len(v)-1, len(out)); n > keep; n-- {
-			if bytes.HasSuffix(out, v[:n]) {
-				keep = n
-				break
+	s.held = nil
+	return s.scan(buf, false)
+}
+
+// flush returns what is held back, redacted; call it when the stream ends.
+func (s *streamRedactor) flush() []byte {
+	buf := s.held
+	s.held = nil
+	return s.scan(buf, true)
+}
+
+func (s *streamRedactor) scan(buf []byte, final bool) []byte {
+	out := make([]byte, 0, len(buf))
+	i := 0
+	for i < len(buf) {
+		if !s.first[buf[i]] {
+			out = append(out, buf[i])
+			i++
+			continue
+		}
+		rest := buf[i:]
+		matched, pending := 0, false
+		for _, v := range s.values {
+			if bytes.HasPrefix(rest, v) {
+				matched = max(matched, len(v))
+			} else if !final && len(rest) < len(v) && bytes.HasPrefix(v, rest) {
+				pending = true // more input may complete this longer secret
 			}
 		}
-	}
-	s.held = append([]byte(nil), out[len(out)-keep:]...)
-	return out[:len(out)-keep]
-}
-
-// flush returns what is held back; call it when the stream ends.
-func (s *streamRedactor) flush() []byte {
-	out := s.held
-	s.held = nil
-	return out
-}
-
-func (s *streamRedactor) replace(b []byte) []byte {
-	for _, v := range s.values {
-		if bytes.Contains(b, v) {
-			b = bytes.ReplaceAll(b, v, []byte(Redacted))
+		if pending {
+			s.held = append([]byte(nil), rest...)
+			return out
 		}
+		if matched > 0 {
+			out = append(out, Redacted...)
+			i += matched
+			continue
+		}
+		out = append(out, buf[i])
+		i++
 	}
-	return b
+	return out
 }
 
 // limitedBuffer keeps the first limit bytes written to it and counts the rest.

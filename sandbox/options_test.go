@@ -1,0 +1,148 @@
+package sandbox
+
+import (
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/tupper-dev/tupper/provider"
+)
+
+func TestCreateOptionsValidate(t *testing.T) {
+	bad := map[string]CreateOptions{
+		"keyMode":         {Key: "k", KeyMode: "strict"},
+		"exactWithoutKey": {KeyMode: KeyExact},
+		"sizeName":        {Size: Size{Name: "huge"}},
+		"sizeMixed":       {Size: Size{Name: "small", CPU: 2}},
+		"sizeCPU":         {Size: Size{CPU: -1, MemoryMB: 512, DiskGB: 1}},
+		"sizeMem":         {Size: Size{CPU: 1, MemoryMB: 1, DiskGB: 1}},
+		"network":         {Network: Network{Mode: "some"}},
+		"allowEmpty":      {Network: Network{Mode: provider.NetworkAllow}},
+		"allowWithNone":   {Network: Network{Mode: provider.NetworkNone, Allow: []string{"x"}}},
+		"port":            {Ports: []int{70000}},
+		"label":           {Labels: map[string]string{"bad key!": "v"}},
+		"envName":         {Env: map[string]string{"1X": "v"}},
+		"envNUL":          {Env: map[string]string{"X": "a\x00"}},
+		"secretName":      {Secrets: map[string]string{"A-B": "v"}},
+		"negTimeout":      {Timeout: -time.Second},
+		"longKey":         {Key: string(make([]byte, 300))},
+	}
+	for name, o := range bad {
+		if err := o.Validate(); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%s: Validate() = %v, want invalid_argument", name, err)
+		}
+	}
+	good := []CreateOptions{
+		{},
+		{Key: "user:1", KeyMode: KeyExact, Size: SizeSmall, Network: NetworkNone, Ports: []int{3000},
+			Labels: map[string]string{"team": "a"}, Env: map[string]string{"A": "1"}, Secrets: map[string]string{"TOKEN": "x"}},
+		{Size: Size{CPU: 0.5, MemoryMB: 256, DiskGB: 1}, Network: NetworkAllowList("example.com")},
+	}
+	for i, o := range good {
+		if err := o.Validate(); err != nil {
+			t.Errorf("good[%d]: %v", i, err)
+		}
+	}
+}
+
+func TestSnapshotExpiryValidation(t *testing.T) {
+	for _, d := range []time.Duration{-time.Millisecond, 1500 * time.Microsecond, 1} {
+		if err := (SnapshotOptions{ExpiresIn: d}).validate(); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("ExpiresIn %v: %v, want invalid_argument", d, err)
+		}
+	}
+	for _, d := range []time.Duration{0, time.Millisecond, time.Hour} {
+		if err := (SnapshotOptions{ExpiresIn: d}).validate(); err != nil {
+			t.Errorf("ExpiresIn %v: %v", d, err)
+		}
+	}
+}
+
+func TestWriteModeValidation(t *testing.T) {
+	for _, m := range []int{-1, 0o10000, 1 << 30} {
+		if _, err := (WriteOptions{Mode: Mode(m)}).mode("w"); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("mode %o: %v, want invalid_argument", m, err)
+		}
+	}
+	for _, m := range []int{0, 0o600, 0o7777} {
+		got, err := (WriteOptions{Mode: Mode(m)}).mode("w")
+		if err != nil || *got != uint32(m) {
+			t.Errorf("mode %o: %v %v", m, got, err)
+		}
+	}
+}
+
+func TestErrorsAndHTTPStatuses(t *testing.T) {
+	for _, c := range provider.Codes() {
+		err := error(errorf(c, "op", "with a token ghp_abcdefghijklmnopqrstuvwxyz0123"))
+		var se *Error
+		if !errors.As(err, &se) || se.Code != c || !errors.Is(err, c) {
+			t.Errorf("%s: errors.As/Is failed for %v", c, err)
+		}
+		if got := c.StatusCode(); got < 400 {
+			t.Errorf("%s maps to status %d", c, got)
+		}
+		if back := provider.CodeFromStatus(c.StatusCode()); !back.Valid() || (uniqueStatus(c) && back != c) {
+			t.Errorf("%s: status %d maps back to %s", c, c.StatusCode(), back)
+		}
+		if got := err.Error(); contains(got, "ghp_abcdefghij") {
+			t.Errorf("%s: credential in message %q", c, got)
+		}
+	}
+	if provider.CodeNotFound.StatusCode() != http.StatusNotFound || provider.CodeFromStatus(404) != CodeNotFound {
+		t.Fatal("not_found is not 404")
+	}
+}
+
+func uniqueStatus(c Code) bool {
+	n := 0
+	for _, o := range provider.Codes() {
+		if o.StatusCode() == c.StatusCode() {
+			n++
+		}
+	}
+	return n == 1
+}
+
+func contains(s, sub string) bool { return len(sub) > 0 && len(s) >= len(sub) && (s == sub || indexOf(s, sub) >= 0) }
+
+func indexOf(s, sub string) int {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return i
+		}
+	}
+	return -1
+}
+
+func TestCursorRoundTrip(t *testing.T) {
+	c := cursor{gen: "abc", out: 10, err: 7}
+	got, err := parseCursor(c.String(), "abc")
+	if err != nil || got != c {
+		t.Fatalf("round trip: %+v %v", got, err)
+	}
+	if got, _ := parseCursor(c.String(), "other"); got.out != 0 || got.err != 0 {
+		t.Fatalf("a cursor of an earlier generation should restart: %+v", got)
+	}
+	for _, bad := range []string{"!!", "YQ", c.String() + "$$"} {
+		if _, err := parseCursor(bad, "abc"); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("cursor %q: %v", bad, err)
+		}
+	}
+}
+
+func TestDefaultProcName(t *testing.T) {
+	a := defaultProcName("npm run dev")
+	if a != defaultProcName("npm run dev") || !procName.MatchString(a) || a[:4] != "npm-" {
+		t.Fatalf("unstable or invalid default name %q", a)
+	}
+	if a == defaultProcName("npm run build") {
+		t.Fatal("different commands got one name")
+	}
+	for _, cmd := range []string{"", "   ", "/usr/bin/python3 -m http.server", "$(weird) cmd", string(make([]byte, 200))} {
+		if n := defaultProcName(cmd); !procName.MatchString(n) {
+			t.Errorf("default name %q of %q is invalid", n, cmd)
+		}
+	}
+}
