@@ -1,0 +1,20 @@
+# Thin wrappers around the scripts and plain go commands. `make help` lists them.
+.PHONY: help demo build test bench fuzz
+
+help: ## list the targets
+	@grep -E '^[a-z]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+demo: ## install what is needed and run one command in a sandbox
+	scripts/demo.sh
+
+build: ## build the static tupper binary into bin/
+	CGO_ENABLED=0 go build -o bin/tupper ./cmd/tupper
+
+test: ## install what is needed and run every test
+	scripts/test.sh
+
+bench: ## run the benchmarks
+	go test -run '^$$' -bench . -benchtime 20x ./...
+
+fuzz: ## fuzz the shell quoting for a minute
+	go test -run '^$$' -fuzz '^FuzzSh$$' -fuzztime 60s ./sandbox
