@@ -1,0 +1,146 @@
+package local
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tupper-dev/tupper/internal/testenv"
+	"github.com/tupper-dev/tupper/provider"
+)
+
+// The agent is the tupper binary itself. A test binary is not tupper, so the tests build
+// ./cmd/tupper once (static, CGO_ENABLED=0) into a temporary directory and point
+// Config.AgentPath at it. TUPPER_AGENT names a prebuilt binary instead.
+var (
+	agentOnce sync.Once
+	agentBin  string
+	agentErr  error
+	agentTmp  string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if agentTmp != "" {
+		os.RemoveAll(agentTmp)
+	}
+	os.Exit(code)
+}
+
+func buildAgent(t testing.TB) string {
+	t.Helper()
+	agentOnce.Do(func() {
+		if p := os.Getenv("TUPPER_AGENT"); p != "" {
+			agentBin = p
+			return
+		}
+		_, file, _, _ := runtime.Caller(0)
+		root := filepath.Join(filepath.Dir(file), "..", "..")
+		agentTmp, agentErr = os.MkdirTemp("", "tupper-agent-")
+		if agentErr != nil {
+			return
+		}
+		os.Chmod(agentTmp, 0o711)
+		agentBin = filepath.Join(agentTmp, "tupper")
+		cmd := exec.Command("go", "build", "-o", agentBin, "./cmd/tupper")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			agentErr = fmt.Errorf("go build ./cmd/tupper: %v: %s", err, out)
+		}
+	})
+	if agentErr != nil {
+		t.Fatal(agentErr)
+	}
+	return agentBin
+}
+
+// newTestProvider returns a provider with its own Home, subnet and bridge, for rt, after
+// checking the host can run it.
+func newTestProvider(t testing.TB, rt string) *Provider {
+	t.Helper()
+	testenv.RequireRoot(t)
+	testenv.RequireBinary(t, rt)
+	home := t.TempDir()
+	// t.TempDir's parent is private; a user namespace's root must traverse it.
+	if err := os.Chmod(filepath.Dir(home), 0o711); err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(Config{
+		Home:      home,
+		Runtime:   rt,
+		AgentPath: buildAgent(t),
+		// A test subnet and bridge, so tests never touch a real installation's.
+		Subnet: "10.214.0.0/24",
+		Bridge: "tuppertest0",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Available(context.Background()); err != nil {
+		testenv.Skip(t, err.Error())
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		ids, _ := p.lay.ids()
+		for _, id := range ids {
+			if err := p.Destroy(ctx, id); err != nil {
+				t.Errorf("cleanup: destroy %s: %v", id, err)
+			}
+		}
+		p.Close()
+	})
+	return p
+}
+
+func create(t testing.TB, p *Provider, spec provider.CreateSpec) *Instance {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	inst, err := p.Create(ctx, spec)
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	t.Cleanup(func() { inst.Close() })
+	return inst.(*Instance)
+}
+
+// run runs a command and returns its stdout, failing t on an error or a non-zero exit.
+func run(t testing.TB, inst provider.Instance, cmd string) string {
+	t.Helper()
+	out, errOut, code := runCode(t, inst, cmd)
+	if code != 0 {
+		t.Fatalf("%q: exit %d\nstdout: %s\nstderr: %s", cmd, code, out, errOut)
+	}
+	return out
+}
+
+func runCode(t testing.TB, inst provider.Instance, cmd string) (stdout, stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var o, e bytes.Buffer
+	res, err := inst.Exec(ctx, provider.ExecRequest{Command: cmd, Stdout: &o, Stderr: &e})
+	if err != nil {
+		t.Fatalf("exec %q: %v", cmd, err)
+	}
+	return strings.TrimSpace(o.String()), strings.TrimSpace(e.String()), res.ExitCode
+}
+
+// runtimes are the runtimes a test runs under.
+var runtimes = []string{RuntimeRunc, RuntimeRunsc}
+
+func forRuntimes(t *testing.T, f func(t *testing.T, rt string)) {
+	for _, rt := range runtimes {
+		t.Run(rt, func(t *testing.T) { f(t, rt) })
+	}
+}

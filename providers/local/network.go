@@ -1,0 +1,281 @@
+package local
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Network "all" is a veth pair per sandbox: one end (eth0) in the sandbox's network
+// namespace with an address from Config.Subnet, the other on a host bridge whose address is
+// the sandbox's gateway; iptables masquerades the subnet's traffic leaving through any other
+// interface. Bridge ports are isolated from each other, so sandboxes reach the host and the
+// outside but not one another. The bridge and the iptables rules exist while at least one
+// sandbox uses them: the last sandbox's teardown removes them.
+type network struct {
+	subnet  netip.Prefix
+	gateway netip.Addr
+	bridge  string
+	lay     layout
+	ipPath  string
+	iptPath string
+	nsenter string
+}
+
+func newNetwork(lay layout, subnet, bridge string) (*network, error) {
+	p, err := netip.ParsePrefix(subnet)
+	if err != nil || !p.Addr().Is4() || p.Bits() < 8 || p.Bits() > 28 {
+		return nil, fmt.Errorf("subnet %q: want an IPv4 prefix between /8 and /28", subnet)
+	}
+	p = p.Masked()
+	n := &network{subnet: p, gateway: p.Addr().Next(), bridge: bridge, lay: lay}
+	if len(bridge) == 0 || len(bridge) > 15 {
+		return nil, fmt.Errorf("bridge name %q: want 1 to 15 characters", bridge)
+	}
+	return n, nil
+}
+
+// probe reports why network "all" cannot work here, or nil. It checks the tools and that the
+// kernel lets us make a veth pair (created and deleted at once) and read the nat table.
+func (n *network) probe(ctx context.Context) error {
+	var err error
+	if n.ipPath, err = findBinary("ip"); err != nil {
+		return errors.New("ip (iproute2) not found")
+	}
+	if n.iptPath, err = findBinary("iptables"); err != nil {
+		return errors.New("iptables not found")
+	}
+	if n.nsenter, err = findBinary("nsenter"); err != nil {
+		return errors.New("nsenter (util-linux) not found")
+	}
+	name := fmt.Sprintf("tpprobe%d", os.Getpid()%100000)
+	if err := n.ip(ctx, "", "link add "+name+" type veth peer name "+name+"p"); err != nil {
+		return fmt.Errorf("veth: %w", err)
+	}
+	n.ip(ctx, "", "link del "+name)
+	if _, err := n.iptables(ctx, "-t", "nat", "-S", "POSTROUTING"); err != nil {
+		return fmt.Errorf("iptables nat: %w", err)
+	}
+	return nil
+}
+
+// ip runs `ip -batch -` with the given lines, inside the network namespace at nsPath when it
+// is not empty.
+func (n *network) ip(ctx context.Context, nsPath string, lines ...string) error {
+	var cmd *exec.Cmd
+	if nsPath == "" {
+		cmd = exec.CommandContext(ctx, n.ipPath, "-batch", "-")
+	} else {
+		cmd = exec.CommandContext(ctx, n.nsenter, "--net="+nsPath, n.ipPath, "-batch", "-")
+	}
+	cmd.Stdin = strings.NewReader(strings.Join(lines, "\n") + "\n")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ip %q: %w: %s", lines, err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+func (n *network) iptables(ctx context.Context, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, n.iptPath, append([]string{"-w", "5"}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return out, fmt.Errorf("iptables %s: %w: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return out, nil
+}
+
+// rules are the iptables rules of the bridge: [table, chain, rule...].
+func (n *network) rules() [][]string {
+	comment := []string{"-m", "comment", "--comment", "tupper " + n.bridge}
+	return [][]string{
+		append([]string{"nat", "POSTROUTING", "-s", n.subnet.String(), "!", "-o", n.bridge, "-j", "MASQUERADE"}, comment...),
+		append([]string{"filter", "FORWARD", "-i", n.bridge, "!", "-o", n.bridge, "-j", "ACCEPT"}, comment...),
+		append([]string{"filter", "FORWARD", "-o", n.bridge, "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"}, comment...),
+	}
+}
+
+// ensureBridge creates the bridge and the NAT rules if they are missing. Call with the
+// network lock held.
+func (n *network) ensureBridge(ctx context.Context) error {
+	if _, err := os.Stat("/sys/class/net/" + n.bridge); err != nil {
+		gw := netip.PrefixFrom(n.gateway, n.subnet.Bits())
+		if err := n.ip(ctx, "",
+			"link add "+n.bridge+" type bridge",
+			"addr add "+gw.String()+" dev "+n.bridge,
+			"link set "+n.bridge+" up",
+		); err != nil {
+			n.ip(ctx, "", "link del "+n.bridge)
+			return err
+		}
+	}
+	// Forwarding is host-wide; NAT needs it. It is left on when the bridge goes away, since
+	// other software may rely on it by then.
+	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
+		return fmt.Errorf("enable ip_forward: %w", err)
+	}
+	for _, r := range n.rules() {
+		check := append([]string{"-t", r[0], "-C", r[1]}, r[2:]...)
+		if _, err := n.iptables(ctx, check...); err == nil {
+			continue
+		}
+		add := append([]string{"-t", r[0], "-I", r[1], "1"}, r[2:]...)
+		if _, err := n.iptables(ctx, add...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// removeBridge deletes the bridge and its rules. Call with the network lock held, when no
+// lease is left.
+func (n *network) removeBridge(ctx context.Context) error {
+	var errs []error
+	for _, r := range n.rules() {
+		del := append([]string{"-t", r[0], "-D", r[1]}, r[2:]...)
+		for range 4 { // duplicates from a crash between check and insert
+			if _, err := n.iptables(ctx, del...); err != nil {
+				break
+			}
+		}
+	}
+	if _, err := os.Stat("/sys/class/net/" + n.bridge); err == nil {
+		if err := n.ip(ctx, "", "link del "+n.bridge); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (n *network) lock(ctx context.Context) (*flock, error) {
+	if err := os.MkdirAll(n.lay.locks(), 0o700); err != nil {
+		return nil, err
+	}
+	return lockFile(ctx, filepath.Join(n.lay.locks(), "net.lock"))
+}
+
+// allocate leases a free address of the subnet for id.
+func (n *network) allocate(id string) (netip.Addr, error) {
+	dir := n.lay.ipLeases()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return netip.Addr{}, err
+	}
+	base := binary.BigEndian.Uint32(n.subnet.Addr().AsSlice())
+	size := uint32(1) << (32 - n.subnet.Bits())
+	// .0 is the network, .1 the gateway, the last the broadcast address.
+	for off := uint32(2); off < size-1; off++ {
+		var b [4]byte
+		binary.BigEndian.PutUint32(b[:], base+off)
+		a := netip.AddrFrom4(b)
+		ok, err := lease(dir, a.String(), id)
+		if err != nil {
+			return netip.Addr{}, err
+		}
+		if ok {
+			return a, nil
+		}
+	}
+	return netip.Addr{}, errors.New("no free address in " + n.subnet.String())
+}
+
+// vethNames are the host and (before renaming to eth0) sandbox ends of a sandbox's pair.
+func vethNames(id string) (host, peer string) { return "tp" + id[:12], "tq" + id[:12] }
+
+// attach creates id's veth pair, moves one end into the namespace at nsPath as eth0 with
+// address a, and puts the other on the bridge. Call ensureBridge first.
+func (n *network) attach(ctx context.Context, id, nsPath string, a netip.Addr) error {
+	host, peer := vethNames(id)
+	if err := n.ip(ctx, "",
+		"link add "+host+" type veth peer name "+peer,
+		"link set "+peer+" netns "+nsPath,
+		"link set "+host+" master "+n.bridge,
+		"link set dev "+host+" type bridge_slave isolated on",
+		"link set "+host+" up",
+	); err != nil {
+		n.ip(ctx, "", "link del "+host)
+		return err
+	}
+	addr := netip.PrefixFrom(a, n.subnet.Bits())
+	if err := n.ip(ctx, nsPath,
+		"link set lo up",
+		"link set "+peer+" name eth0",
+		"addr add "+addr.String()+" dev eth0",
+		"link set eth0 up",
+		"route add default via "+n.gateway.String(),
+	); err != nil {
+		n.ip(ctx, "", "link del "+host)
+		return err
+	}
+	return nil
+}
+
+// detach removes id's host veth (the pair goes with it) and releases its address; when no
+// address is leased any more, it removes the bridge and the rules too.
+func (n *network) detach(ctx context.Context, id, ip string) error {
+	var errs []error
+	host, _ := vethNames(id)
+	if _, err := os.Stat("/sys/class/net/" + host); err == nil {
+		if err := n.ip(ctx, "", "link del "+host); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	lk, err := n.lock(ctx)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	defer lk.unlock()
+	if ip != "" {
+		if err := release(n.lay.ipLeases(), ip, id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if ents, err := os.ReadDir(n.lay.ipLeases()); err == nil && len(ents) == 0 {
+		if err := n.removeBridge(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// newNetns makes a persistent network namespace bound at path (for runsc, which must be
+// given a namespace that already has its interfaces).
+func newNetns(ctx context.Context, path string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	unsharePath, err := findBinary("unshare")
+	if err != nil {
+		return errors.New("unshare (util-linux) not found")
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(cctx, unsharePath, "--net="+path, "true").CombinedOutput()
+	if err != nil {
+		os.Remove(path)
+		return fmt.Errorf("unshare --net: %w: %s", err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// removeNetns unbinds and removes a namespace made by newNetns.
+func removeNetns(path string) error {
+	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return err
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}

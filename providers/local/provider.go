@@ -1,0 +1,940 @@
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tupper-dev/tupper/provider"
+)
+
+// Config configures the local provider. The zero value is the default.
+type Config struct {
+	// Home is the state root. "" means $TUPPER_HOME, else /var/lib/tupper.
+	Home string
+	// Runtime is the default OCI runtime: "runc" (the default) or "runsc" (gVisor).
+	// CreateSpec.Runtime picks another per sandbox.
+	Runtime string
+	// RuncPath and RunscPath are the runtime binaries; "" looks them up on PATH and in the
+	// sbin directories.
+	RuncPath, RunscPath string
+	// AgentPath is the static tupper binary bound read-only into every sandbox as its PID 1
+	// ("tupper agent"). "" means the running executable (os.Executable).
+	AgentPath string
+	// Subnet is the IPv4 network of sandboxes with network "all"; "" means 10.213.0.0/16.
+	// Its first address is the host bridge's.
+	Subnet string
+	// Bridge is the host bridge of network "all"; "" means "tupper0".
+	Bridge string
+	// UIDBase is the first host uid (and gid) of the sandboxes' user namespaces: sandbox n
+	// maps 0..65535 inside to UIDBase+n*65536 on. 0 means 0x70000000. Nothing else on the
+	// host should own ids in that range.
+	UIDBase uint32
+	// NoUserNS runs runc sandboxes without a user namespace (root inside is root outside,
+	// still confined by capabilities, seccomp and namespaces). For hosts that forbid them.
+	NoUserNS bool
+	// DefaultSize is the size of a sandbox created without one; its zero fields mean 1 CPU,
+	// 1024 MB of memory and 5 GB of disk.
+	DefaultSize provider.Size
+	// PidsLimit bounds the number of processes and threads in a sandbox; 0 means 1024.
+	PidsLimit int64
+	// ReadyTimeout bounds how long Create waits for the agent to answer; 0 means 30 s.
+	ReadyTimeout time.Duration
+}
+
+// Validate reports a configuration New cannot use.
+func (c Config) Validate() error {
+	switch c.Runtime {
+	case "", RuntimeRunc, RuntimeRunsc:
+	default:
+		return provider.Errorf(provider.CodeInvalidArgument, "local: runtime %q: want runc or runsc", c.Runtime)
+	}
+	if c.Home != "" && !filepath.IsAbs(c.Home) {
+		return provider.Errorf(provider.CodeInvalidArgument, "local: home %q is not absolute", c.Home)
+	}
+	if c.UIDBase != 0 && uint64(c.UIDBase)+1<<30 > 1<<32-1 {
+		return provider.Errorf(provider.CodeInvalidArgument, "local: uid base %d leaves too few ids", c.UIDBase)
+	}
+	if c.PidsLimit < 0 || c.ReadyTimeout < 0 {
+		return provider.Errorf(provider.CodeInvalidArgument, "local: negative limit")
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.Home == "" {
+		c.Home = os.Getenv("TUPPER_HOME")
+	}
+	if c.Home == "" {
+		c.Home = "/var/lib/tupper"
+	}
+	if c.Runtime == "" {
+		c.Runtime = RuntimeRunc
+	}
+	if c.Subnet == "" {
+		c.Subnet = "10.213.0.0/16"
+	}
+	if c.Bridge == "" {
+		c.Bridge = "tupper0"
+	}
+	if c.UIDBase == 0 {
+		c.UIDBase = 0x70000000
+	}
+	if c.DefaultSize.CPU == 0 {
+		c.DefaultSize.CPU = 1
+	}
+	if c.DefaultSize.MemoryMB == 0 {
+		c.DefaultSize.MemoryMB = 1024
+	}
+	if c.DefaultSize.DiskGB == 0 {
+		c.DefaultSize.DiskGB = 5
+	}
+	if c.PidsLimit == 0 {
+		c.PidsLimit = 1024
+	}
+	if c.ReadyTimeout == 0 {
+		c.ReadyTimeout = 30 * time.Second
+	}
+	return c
+}
+
+// Provider runs sandboxes on this machine with an OCI runtime. See the package doc.
+type Provider struct {
+	cfg      Config
+	lay      layout
+	runtimes map[string]ociRuntime // the runtimes found
+	net      *network              // nil: network "all" is unavailable
+	netErr   error
+	userns   bool
+	caps     provider.Capabilities
+	unavail  error // why Available fails, or nil
+
+	mu       sync.Mutex
+	previews map[previewKey]*preview
+	closed   bool
+}
+
+var (
+	_ provider.Provider     = (*Provider)(nil)
+	_ provider.KeyedCreator = (*Provider)(nil)
+)
+
+func init() {
+	provider.Register(provider.Registration{
+		Name:    "local",
+		Factory: func() (provider.Provider, error) { return New(Config{}) },
+		Install: "apt-get install runc runsc (and run as root)",
+	})
+}
+
+// New probes the host and returns a provider. It fails only on a bad configuration or a
+// state root it cannot create; a host that cannot run sandboxes gives a provider whose
+// Available says why.
+func New(cfg Config) (*Provider, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	p := &Provider{
+		cfg:      cfg,
+		lay:      layout{home: cfg.Home},
+		runtimes: map[string]ociRuntime{},
+		previews: map[previewKey]*preview{},
+	}
+	if len(p.lay.socket(strings.Repeat("a", idLen))) > 100 {
+		return nil, provider.Errorf(provider.CodeInvalidArgument, "local: home %q is too long for a unix socket path below it", cfg.Home)
+	}
+	p.probe()
+	return p, nil
+}
+
+// probe fills runtimes, userns, net and caps from what this host can do.
+func (p *Provider) probe() {
+	for name, path := range map[string]string{RuntimeRunc: p.cfg.RuncPath, RuntimeRunsc: p.cfg.RunscPath} {
+		if path == "" {
+			var err error
+			if path, err = findBinary(name); err != nil {
+				continue
+			}
+		}
+		p.runtimes[name] = ociRuntime{name: name, path: path, root: p.lay.runtimeRoot(name)}
+	}
+	agent, agentErr := p.agentPath()
+	switch {
+	case os.Geteuid() != 0:
+		// Rootless runc needs delegated cgroups and cannot plumb network "all"; not supported.
+		p.unavail = provider.Errorf(provider.CodeUnavailable, "local: needs root (run as root, or use the docker provider)")
+	case p.runtimes[p.cfg.Runtime].path == "":
+		p.unavail = provider.Errorf(provider.CodeUnavailable, "local: %s not found: apt-get install %s", p.cfg.Runtime, p.cfg.Runtime)
+	case agentErr != nil:
+		p.unavail = provider.Errorf(provider.CodeUnavailable, "local: agent binary: %v", agentErr)
+	case !overlaySupported():
+		p.unavail = provider.Errorf(provider.CodeUnavailable, "local: the kernel has no overlay file system (modprobe overlay)")
+	}
+	if p.unavail != nil {
+		p.caps = provider.NewCapabilities()
+		return
+	}
+	p.userns = !p.cfg.NoUserNS && usernsWorks()
+	if p.userns {
+		// runc mounts the rootfs, the agent binary and the socket directory as the sandbox's
+		// root, an unprivileged host uid: their paths must be traversable by others.
+		if err := os.MkdirAll(p.cfg.Home, 0o711); err != nil {
+			p.unavail = provider.Errorf(provider.CodeUnavailable, "local: home: %v", err)
+			p.caps = provider.NewCapabilities()
+			return
+		}
+		for _, path := range []string{p.cfg.Home, agent} {
+			if err := traversable(path); err != nil {
+				p.unavail = provider.Errorf(provider.CodeUnavailable, "local: %v (or set NoUserNS)", err)
+				p.caps = provider.NewCapabilities()
+				return
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if n, err := newNetwork(p.lay, p.cfg.Subnet, p.cfg.Bridge); err != nil {
+		p.netErr = err
+	} else if err := n.probe(ctx); err != nil {
+		p.netErr = err
+	} else {
+		p.net = n
+	}
+	caps := []provider.Capability{
+		provider.CapNetworkNone, provider.CapTimeout, provider.CapIdleTimeout,
+		provider.CapExactKey, provider.CapPreview, provider.CapUsers, provider.CapPersistent,
+		provider.CapResourceLimit, provider.CapSize,
+	}
+	if p.net != nil {
+		caps = append(caps, provider.CapNetworkAll)
+	}
+	// runsc 20221219 fails statx(AT_NO_AUTOMOUNT) with EINVAL, which breaks GNU ls and stat
+	// of most paths: not a full shell (see the package doc).
+	if p.cfg.Runtime == RuntimeRunc && fileExists("/bin/sh") {
+		caps = append(caps, provider.CapShell)
+	}
+	if fileExists("/usr/bin/git") {
+		caps = append(caps, provider.CapGit)
+	}
+	if freezerAvailable() {
+		caps = append(caps, provider.CapPause)
+	}
+	p.caps = provider.NewCapabilities(caps...)
+}
+
+// agentPath is the host binary run as the sandbox's agent.
+func (p *Provider) agentPath() (string, error) {
+	path := p.cfg.AgentPath
+	if path == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return "", err
+		}
+		path = exe
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	if !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("%s is not an executable file", path)
+	}
+	return path, nil
+}
+
+// traversable reports an error unless every directory above path (and path itself, when it
+// is a directory) lets other users through.
+func traversable(path string) error {
+	path = filepath.Clean(path)
+	for p := path; ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		if fi.IsDir() && fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("%s is not searchable by other users (chmod o+x %s), which a user namespace needs", p, p)
+		}
+		if !fi.IsDir() && fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("%s is not executable by other users (chmod o+x %s)", p, p)
+		}
+		if p == "/" {
+			return nil
+		}
+	}
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+func overlaySupported() bool {
+	b, err := os.ReadFile("/proc/filesystems")
+	return err == nil && strings.Contains(string(b), "\toverlay\n")
+}
+
+func freezerAvailable() bool {
+	return fileExists("/sys/fs/cgroup/freezer/freezer.state") || fileExists("/sys/fs/cgroup/freezer") ||
+		fileExists("/sys/fs/cgroup/cgroup.controllers")
+}
+
+// usernsWorks starts a process in a new user namespace with a mapping, as runc will.
+func usernsWorks() bool {
+	b, err := os.ReadFile("/proc/sys/user/max_user_namespaces")
+	if err == nil && strings.TrimSpace(string(b)) == "0" {
+		return false
+	}
+	truePath, err := findBinary("true")
+	if err != nil {
+		return false
+	}
+	attr := &syscall.ProcAttr{Sys: &syscall.SysProcAttr{
+		Cloneflags:  syscall.CLONE_NEWUSER,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0x7fff0000, Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0x7fff0000, Size: 1}},
+	}}
+	pid, err := syscall.ForkExec(truePath, []string{"true"}, attr)
+	if err != nil {
+		return false
+	}
+	var ws syscall.WaitStatus
+	_, err = syscall.Wait4(pid, &ws, 0, nil)
+	return err == nil && ws.Exited() && ws.ExitStatus() == 0
+}
+
+// Name is "local".
+func (p *Provider) Name() string { return "local" }
+
+// Capabilities are those probed by New.
+func (p *Provider) Capabilities() provider.Capabilities { return p.caps }
+
+// Available returns nil when sandboxes can be created here.
+func (p *Provider) Available(ctx context.Context) error { return p.unavail }
+
+// Home is the state root in use.
+func (p *Provider) Home() string { return p.cfg.Home }
+
+// Close closes the preview listeners this provider opened. Sandboxes live on. It is
+// idempotent.
+func (p *Provider) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	pv := p.previews
+	p.previews = map[previewKey]*preview{}
+	p.mu.Unlock()
+	for _, v := range pv {
+		v.close()
+	}
+	return nil
+}
+
+func errNotFound(id string) error {
+	return provider.Errorf(provider.CodeNotFound, "sandbox %s not found", id)
+}
+
+// size resolves the sandbox's size and its limits.
+func (p *Provider) size(s provider.Size) (provider.Size, error) {
+	if s.IsZero() {
+		return p.cfg.DefaultSize, nil
+	}
+	if s.Name != "" {
+		r, ok := provider.Sizes[s.Name]
+		if !ok {
+			return s, provider.Errorf(provider.CodeInvalidArgument, "unknown size %q", s.Name)
+		}
+		return r, nil
+	}
+	if s.CPU < 0 || s.MemoryMB < 0 || s.DiskGB < 0 {
+		return s, provider.Errorf(provider.CodeInvalidArgument, "negative size")
+	}
+	if s.CPU == 0 {
+		s.CPU = p.cfg.DefaultSize.CPU
+	}
+	if s.MemoryMB == 0 {
+		s.MemoryMB = p.cfg.DefaultSize.MemoryMB
+	}
+	if s.DiskGB == 0 {
+		s.DiskGB = p.cfg.DefaultSize.DiskGB
+	}
+	if s.MemoryMB < 32 {
+		return s, provider.Errorf(provider.CodeInvalidArgument, "memory %d MB is below the 32 MB minimum", s.MemoryMB)
+	}
+	return s, nil
+}
+
+// Create makes a sandbox: state directory → user-namespace range → root file system →
+// network → bundle → runtime → agent ready. A failure at any step undoes the earlier ones.
+func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provider.Instance, error) {
+	if p.unavail != nil {
+		return nil, p.unavail
+	}
+	p.reap(ctx, false)
+	rtName := spec.Runtime
+	if rtName == "" {
+		rtName = p.cfg.Runtime
+	}
+	rt, ok := p.runtimes[rtName]
+	if !ok {
+		if rtName == RuntimeRunc || rtName == RuntimeRunsc {
+			return nil, provider.Errorf(provider.CodeUnavailable, "runtime %s not found: apt-get install %s", rtName, rtName)
+		}
+		return nil, provider.Errorf(provider.CodeInvalidArgument, "unknown runtime %q (runc or runsc)", rtName)
+	}
+	tmpl := spec.Template
+	if tmpl == "" {
+		tmpl = TemplateHost
+	}
+	if tmpl != TemplateHost {
+		return nil, provider.Errorf(provider.CodeInvalidArgument, "unknown template %q (the local provider has %q)", tmpl, TemplateHost)
+	}
+	if spec.From != "" {
+		return nil, provider.Errorf(provider.CodeUnsupported, "the local provider has no snapshots yet")
+	}
+	netMode := spec.Network.Mode
+	switch netMode {
+	case "", provider.NetworkAll:
+		netMode = provider.NetworkAll
+		if p.net == nil {
+			return nil, provider.Errorf(provider.CodeUnsupported, "network all is unavailable here: %v", p.netErr)
+		}
+	case provider.NetworkNone:
+	case provider.NetworkAllow:
+		return nil, provider.Errorf(provider.CodeUnsupported, "the local provider cannot enforce an egress allow list yet")
+	default:
+		return nil, provider.Errorf(provider.CodeInvalidArgument, "unknown network mode %q", netMode)
+	}
+	size, err := p.size(spec.Size)
+	if err != nil {
+		return nil, err
+	}
+	agentPath, err := p.agentPath()
+	if err != nil {
+		return nil, provider.Errorf(provider.CodeUnavailable, "agent binary: %v", err)
+	}
+
+	now := time.Now()
+	rec := &record{
+		ID: newID(), Key: spec.Key, Labels: spec.Labels, Status: statusCreating,
+		CreatedAt: now.UTC().Truncate(time.Millisecond), IdleTimeout: spec.IdleTimeout,
+		Runtime: rtName, Template: tmpl, Network: string(netMode), UIDIndex: -1,
+		CPU: size.CPU, MemoryMB: size.MemoryMB, DiskGB: size.DiskGB, Pids: p.cfg.PidsLimit,
+	}
+	if spec.Timeout > 0 {
+		rec.Deadline = now.Add(spec.Timeout).UTC().Truncate(time.Millisecond)
+	}
+	id := rec.ID
+	userns := p.userns && rtName == RuntimeRunc
+	// runc with a user namespace cannot mount sysfs in a network namespace it does not own,
+	// so its namespace is the one runc creates, plumbed between create and start. runsc
+	// wants its interfaces in place before it starts, in a namespace we make.
+	plumbAfterCreate := netMode == provider.NetworkAll && rtName == RuntimeRunc
+	netnsPath := ""
+	var lower string
+
+	steps := []step{
+		{name: "state directory", do: func(ctx context.Context) error {
+			for _, d := range []string{p.lay.locks(), p.lay.runtimeRoot(rtName)} {
+				if err := os.MkdirAll(d, 0o700); err != nil {
+					return err
+				}
+			}
+			// The sandbox's root (an unprivileged uid with a user namespace) must be able to
+			// reach its rootfs and socket directory; the names in them are random.
+			if err := os.MkdirAll(p.lay.sandboxes(), 0o711); err != nil {
+				return err
+			}
+			if err := os.Mkdir(p.lay.dir(id), 0o711); err != nil {
+				return err
+			}
+			if err := os.Chmod(p.lay.dir(id), 0o711); err != nil {
+				return err
+			}
+			return p.lay.writeRecord(rec)
+		}, undo: func() error { return os.RemoveAll(p.lay.dir(id)) }},
+		{name: "user namespace", do: func(ctx context.Context) error {
+			if !userns {
+				return nil
+			}
+			idx, err := p.allocUIDs(id)
+			if err != nil {
+				return err
+			}
+			rec.UIDIndex, rec.UIDBase = idx, p.cfg.UIDBase+uint32(idx)*idMapSize
+			return p.lay.writeRecord(rec)
+		}, undo: func() error {
+			if rec.UIDIndex < 0 {
+				return nil
+			}
+			return release(p.lay.uidLeases(), strconv.Itoa(rec.UIDIndex), id)
+		}},
+		{name: "root file system", do: func(ctx context.Context) error {
+			var err error
+			if lower, err = buildTemplate(ctx, p.lay.templates(), tmpl); err != nil {
+				return err
+			}
+			var ns []string
+			if netMode == provider.NetworkAll {
+				ns = hostNameservers()
+			}
+			return mountRootfs(lower, p.lay.disk(id), p.lay.rootfs(id), size.DiskGB, rec.UIDBase, etcFiles(sandboxHostname, ns))
+		}, undo: func() error { return unmountRootfs(p.lay.disk(id), p.lay.rootfs(id)) }},
+		{name: "agent directory", do: func(ctx context.Context) error {
+			return p.writeAgentDir(rec, spec)
+		}},
+		{name: "network", do: func(ctx context.Context) error {
+			if netMode != provider.NetworkAll {
+				return nil
+			}
+			lk, err := p.net.lock(ctx)
+			if err != nil {
+				return err
+			}
+			defer lk.unlock()
+			a, err := p.net.allocate(id)
+			if err != nil {
+				return err
+			}
+			rec.IP = a.String()
+			rec.HostVeth, _ = vethNames(id)
+			if err := p.lay.writeRecord(rec); err != nil {
+				return err
+			}
+			if err := p.net.ensureBridge(ctx); err != nil {
+				return err
+			}
+			if plumbAfterCreate {
+				return nil
+			}
+			netnsPath = p.lay.netns(id)
+			if err := newNetns(ctx, netnsPath); err != nil {
+				return err
+			}
+			return p.net.attach(ctx, id, netnsPath, a)
+		}, undo: func() error {
+			var errs []error
+			if netnsPath != "" {
+				errs = append(errs, removeNetns(netnsPath))
+			}
+			if rec.IP != "" {
+				errs = append(errs, p.net.detach(context.Background(), id, rec.IP))
+			}
+			return errors.Join(errs...)
+		}},
+		{name: "bundle", do: func(ctx context.Context) error {
+			s := buildSpec(bundleSpec{
+				id: id, runtime: rtName, rootfs: p.lay.rootfs(id), agentPath: agentPath,
+				runDir: p.lay.run(id), userns: userns, uidBase: rec.UIDBase, netnsPath: netnsPath,
+				cpu: size.CPU, memoryMB: size.MemoryMB, pids: p.cfg.PidsLimit,
+			})
+			b, err := json.Marshal(s)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(bundleConfigPath(p.lay.dir(id)), b, 0o600)
+		}},
+		{name: "runtime", do: func(ctx context.Context) error {
+			if err := rt.start(ctx, runscNetwork(rec), id, p.lay.dir(id), p.lay.pidFile(id), p.lay.log(id), plumbAfterCreate); err != nil {
+				return err
+			}
+			if plumbAfterCreate {
+				pid, err := readPidFile(p.lay.pidFile(id))
+				if err != nil {
+					return err
+				}
+				a, err := netip.ParseAddr(rec.IP)
+				if err != nil {
+					return err
+				}
+				if err := p.net.attach(ctx, id, fmt.Sprintf("/proc/%d/ns/net", pid), a); err != nil {
+					return err
+				}
+				if err := rt.run(ctx, "", "start", id); err != nil {
+					return err
+				}
+			}
+			pid, err := readPidFile(p.lay.pidFile(id))
+			if err != nil {
+				return err
+			}
+			rec.InitPID, rec.InitStart = pid, procStart(pid)
+			return p.lay.writeRecord(rec)
+		}, undo: func() error {
+			// A cancelled ctx must not stop the undo.
+			return rt.remove(context.Background(), runscNetwork(rec), id)
+		}},
+		{name: "agent", do: func(ctx context.Context) error {
+			return p.waitAgent(ctx, rec)
+		}},
+		{name: "record", do: func(ctx context.Context) error {
+			rec.Status = statusReady
+			return p.lay.writeRecord(rec)
+		}},
+	}
+	if err := runSteps(ctx, steps); err != nil {
+		if ctx.Err() != nil {
+			return nil, provider.Wrap(fmt.Errorf("create: %w", errors.Join(ctx.Err(), err)), provider.CodeAborted, "create")
+		}
+		return nil, provider.Wrap(err, provider.CodeProvider, "create")
+	}
+	return p.instance(rec), nil
+}
+
+// runscNetwork is the runsc --network value of a sandbox.
+func runscNetwork(r *record) string {
+	if r.Network == string(provider.NetworkAll) {
+		return "sandbox"
+	}
+	return "none"
+}
+
+func readPidFile(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
+}
+
+// allocUIDs leases a free user-namespace range.
+func (p *Provider) allocUIDs(id string) (int, error) {
+	dir := p.lay.uidLeases()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return 0, err
+	}
+	n := int((uint64(1)<<32 - 2 - uint64(p.cfg.UIDBase)) / idMapSize)
+	for i := 0; i < n; i++ {
+		ok, err := lease(dir, strconv.Itoa(i), id)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			return i, nil
+		}
+	}
+	return 0, errors.New("no free user-namespace range")
+}
+
+// writeAgentDir prepares the directory bound at /.tupper/run: the agent's config, owned so
+// that the sandbox's root can create the socket there.
+func (p *Provider) writeAgentDir(rec *record, spec provider.CreateSpec) error {
+	dir := p.lay.run(rec.ID)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return err
+	}
+	env := map[string]string{}
+	for k, v := range spec.Env {
+		env[k] = v
+	}
+	for k, v := range spec.Secrets {
+		env[k] = v
+	}
+	cfg := agentConfig{
+		Env:                env,
+		DefaultUser:        "root",
+		DefaultWorkdir:     defaultWorkdir,
+		IdleTimeoutSeconds: int64((spec.IdleTimeout + time.Second - 1) / time.Second),
+	}
+	if hideAgent(rec.Runtime) {
+		cfg.HidePaths = []string{agentDir}
+		cfg.ExecPath = agentBinary
+	}
+	if !rec.Deadline.IsZero() {
+		cfg.DeadlineUnix = (rec.Deadline.UnixMilli() + 999) / 1000
+	}
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(dir, "config.json")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return err
+	}
+	for _, f := range []string{dir, path} {
+		if err := os.Chown(f, int(rec.UIDBase), int(rec.UIDBase)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// hideAgent reports whether the agent runs each command in a child mount namespace that
+// covers /.tupper. Under runsc 20221219 it cannot: gVisor of that date rejects the
+// MS_PRIVATE remount the agent does first (EINVAL), so commands there see /.tupper, and the
+// sandbox's root gets no CAP_SYS_ADMIN at all.
+func hideAgent(runtime string) bool { return runtime == RuntimeRunc }
+
+// agentConfig is the agent's --config file (package agent's Config).
+type agentConfig struct {
+	Env                map[string]string `json:"env,omitempty"`
+	DefaultUser        string            `json:"defaultUser,omitempty"`
+	DefaultWorkdir     string            `json:"defaultWorkdir,omitempty"`
+	DeadlineUnix       int64             `json:"deadlineUnix,omitempty"`
+	IdleTimeoutSeconds int64             `json:"idleTimeoutSeconds,omitempty"`
+	HidePaths          []string          `json:"hidePaths,omitempty"`
+	ExecPath           string            `json:"execPath,omitempty"`
+}
+
+// alive reports whether the sandbox's init is still the process recorded at create.
+func alive(r *record) bool {
+	return r.InitPID > 0 && procStart(r.InitPID) == r.InitStart
+}
+
+// lockSandbox serialises Destroy, Pause and friends on one sandbox across processes.
+func (p *Provider) lockSandbox(ctx context.Context, id string) (*flock, error) {
+	if !validID(id) {
+		return nil, errNotFound(id)
+	}
+	lk, err := lockFile(ctx, filepath.Join(p.lay.sandboxes(), "."+id+".lock"))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, errNotFound(id)
+		}
+		return nil, err
+	}
+	return lk, nil
+}
+
+// Destroy stops the sandbox and removes everything it left.
+func (p *Provider) Destroy(ctx context.Context, id string) error {
+	defer p.reap(ctx, false)
+	lk, err := p.lockSandbox(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer lk.unlock()
+	rec, err := p.lay.readRecord(id)
+	if err != nil {
+		return err
+	}
+	return p.teardown(ctx, rec)
+}
+
+// teardown removes a sandbox: container, network, mounts, leases, state directory. Each part
+// tolerates being gone already, so a teardown interrupted halfway can run again. Call with
+// the sandbox lock held.
+func (p *Provider) teardown(ctx context.Context, rec *record) error {
+	id := rec.ID
+	ctx = context.WithoutCancel(ctx)
+	p.closePreviews(id)
+	var errs []error
+	if rt, ok := p.runtimes[rec.Runtime]; ok {
+		if err := rt.remove(ctx, runscNetwork(rec), id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if rec.Network == string(provider.NetworkAll) && p.net != nil {
+		removeNetns(p.lay.netns(id))
+		if err := p.net.detach(ctx, id, rec.IP); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := unmountRootfs(p.lay.disk(id), p.lay.rootfs(id)); err != nil {
+		errs = append(errs, err)
+	}
+	if rec.UIDIndex >= 0 {
+		if err := release(p.lay.uidLeases(), strconv.Itoa(rec.UIDIndex), id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return provider.Wrap(errors.Join(errs...), provider.CodeProvider, "destroy")
+	}
+	if err := os.RemoveAll(p.lay.dir(id)); err != nil {
+		return provider.Wrap(err, provider.CodeProvider, "destroy")
+	}
+	os.Remove(filepath.Join(p.lay.sandboxes(), "."+id+".lock"))
+	removeCgroupParents()
+	return nil
+}
+
+// removeCgroupParents removes the empty /tupper cgroup directories runc leaves behind.
+func removeCgroupParents() {
+	ents, _ := os.ReadDir("/sys/fs/cgroup")
+	for _, e := range ents {
+		unix.Rmdir(filepath.Join("/sys/fs/cgroup", e.Name(), "tupper"))
+	}
+	unix.Rmdir("/sys/fs/cgroup/tupper")
+}
+
+// Reap destroys sandboxes that stopped (their agent exited or was killed), passed their
+// lifetime deadline, or were left half-made by a Create that died. It returns how many it
+// removed. List, Create and Destroy reap too; a server calls Reap on a timer.
+func (p *Provider) Reap(ctx context.Context) (int, error) {
+	return p.reap(ctx, true)
+}
+
+// reap scans every record; see Reap. With wait, it waits for sandbox locks held by others;
+// without, it skips those sandboxes.
+func (p *Provider) reap(ctx context.Context, wait bool) (int, error) {
+	ids, err := p.lay.ids()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var errs []error
+	for _, id := range ids {
+		rec, err := p.lay.readRecord(id)
+		if err != nil {
+			continue
+		}
+		if !p.dead(rec, time.Now()) {
+			continue
+		}
+		lctx, cancel := ctx, context.CancelFunc(func() {})
+		if !wait {
+			lctx, cancel = context.WithTimeout(ctx, 5*time.Millisecond)
+		}
+		lk, err := p.lockSandbox(lctx, id)
+		cancel()
+		if err != nil {
+			continue
+		}
+		if rec, err = p.lay.readRecord(id); err == nil && p.dead(rec, time.Now()) {
+			if err := p.teardown(ctx, rec); err != nil {
+				errs = append(errs, err)
+			} else {
+				n++
+			}
+		}
+		lk.unlock()
+	}
+	return n, errors.Join(errs...)
+}
+
+// dead reports whether a sandbox should be removed: past its deadline, its init gone, or a
+// Create that never finished.
+func (p *Provider) dead(r *record, now time.Time) bool {
+	if !r.Deadline.IsZero() && now.After(r.Deadline) {
+		return true
+	}
+	if r.Status == statusCreating {
+		// Create is still running (in this or another process) unless it has taken far
+		// longer than it may.
+		return now.Sub(r.CreatedAt) > p.cfg.ReadyTimeout+time.Minute
+	}
+	return !alive(r)
+}
+
+// List returns the live sandboxes whose labels match. Stopped and expired ones are removed
+// first and not listed.
+func (p *Provider) List(ctx context.Context, filter provider.ListFilter) ([]provider.Info, error) {
+	p.reap(ctx, false)
+	ids, err := p.lay.ids()
+	if err != nil {
+		return nil, provider.Wrap(err, provider.CodeProvider, "list")
+	}
+	out := []provider.Info{}
+	now := time.Now()
+	for _, id := range ids {
+		rec, err := p.lay.readRecord(id)
+		if err != nil || rec.Status != statusReady || p.dead(rec, now) || !filter.Matches(rec.Labels) {
+			continue
+		}
+		out = append(out, info(rec))
+	}
+	return out, nil
+}
+
+func info(r *record) provider.Info {
+	st := provider.StateRunning
+	switch {
+	case !alive(r):
+		st = provider.StateStopped
+	case r.Paused:
+		st = provider.StatePaused
+	}
+	return provider.Info{
+		ID: r.ID, Key: r.Key, Labels: r.Labels, State: st, CreatedAt: r.CreatedAt,
+		Template: r.Template, Runtime: r.Runtime, Deadline: r.Deadline,
+	}
+}
+
+// FindByKey returns the live sandbox created with key.
+func (p *Provider) FindByKey(ctx context.Context, key string) (provider.Instance, error) {
+	if key == "" {
+		return nil, provider.Errorf(provider.CodeInvalidArgument, "empty key")
+	}
+	rec, err := p.findByKey(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return p.instance(rec), nil
+}
+
+func (p *Provider) findByKey(ctx context.Context, key string) (*record, error) {
+	ids, err := p.lay.ids()
+	if err != nil {
+		return nil, provider.Wrap(err, provider.CodeProvider, "find")
+	}
+	now := time.Now()
+	var best *record
+	for _, id := range ids {
+		rec, err := p.lay.readRecord(id)
+		if err != nil || rec.Key != key || rec.Status != statusReady || p.dead(rec, now) {
+			continue
+		}
+		if best == nil || rec.CreatedAt.Before(best.CreatedAt) {
+			best = rec
+		}
+	}
+	if best == nil {
+		return nil, provider.Errorf(provider.CodeNotFound, "no sandbox with that key")
+	}
+	return best, nil
+}
+
+// GetOrCreate finds the sandbox with spec.Key or creates it, atomically across goroutines
+// and processes sharing Home (a file lock held over find and create).
+func (p *Provider) GetOrCreate(ctx context.Context, spec provider.CreateSpec) (provider.Instance, bool, error) {
+	if spec.Key == "" {
+		return nil, false, provider.Errorf(provider.CodeInvalidArgument, "get-or-create needs a key")
+	}
+	if p.unavail != nil {
+		return nil, false, p.unavail
+	}
+	if err := os.MkdirAll(p.lay.locks(), 0o700); err != nil {
+		return nil, false, provider.Wrap(err, provider.CodeProvider, "create")
+	}
+	lk, err := lockFile(ctx, filepath.Join(p.lay.locks(), "keys.lock"))
+	if err != nil {
+		return nil, false, provider.Wrap(err, provider.CodeAborted, "create")
+	}
+	defer lk.unlock()
+	if rec, err := p.findByKey(ctx, spec.Key); err == nil {
+		return p.instance(rec), false, nil
+	}
+	inst, err := p.Create(ctx, spec)
+	if err != nil {
+		return nil, false, err
+	}
+	return inst, true, nil
+}
+
+// Connect returns a handle to a live sandbox. A sandbox that stopped is removed and is
+// CodeNotFound.
+func (p *Provider) Connect(ctx context.Context, id string) (provider.Instance, error) {
+	rec, err := p.lay.readRecord(id)
+	if err != nil {
+		return nil, err
+	}
+	if rec.Status != statusReady {
+		return nil, errNotFound(id)
+	}
+	if p.dead(rec, time.Now()) {
+		if lk, err := p.lockSandbox(ctx, id); err == nil {
+			p.teardown(ctx, rec)
+			lk.unlock()
+		}
+		return nil, errNotFound(id)
+	}
+	return p.instance(rec), nil
+}

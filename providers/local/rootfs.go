@@ -1,0 +1,276 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// TemplateHost is the default template: the host's /usr, /bin, /sbin and /lib* bound
+// read-only, with a private /etc, /tmp, /home and /workspace.
+const TemplateHost = "host"
+
+// templateVersion changes when the layout of a built template changes; an older build is
+// rebuilt.
+const templateVersion = "1"
+
+// hostDirs are the host directories the host template binds read-only. On a merged-/usr
+// host most are symlinks, which the template copies instead.
+var hostDirs = []string{"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"}
+
+// hostEtc are the host /etc entries copied into the host template's shared lower layer:
+// what makes /usr work (alternatives symlinks, the loader cache), CA certificates for TLS,
+// and the usual shell start-up files. Nothing account- or host-specific.
+var hostEtc = []string{
+	"alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone",
+	"ssl/certs/ca-certificates.crt", "ca-certificates.conf", "profile", "profile.d",
+	"bash.bashrc", "inputrc", "login.defs", "mime.types", "protocols", "services",
+	"host.conf", "gai.conf", "debian_version", "os-release", "environment", "shells",
+	"gitconfig", "skel", "terminfo", "magic", "mke2fs.conf", "ethertypes", "rpc",
+}
+
+// skeleton is the writable directory tree every sandbox gets in its private upper layer,
+// owned by its root (or, for /home/user, by user) so root inside can write where a root
+// user expects to. mode 0 means 0o755.
+var skeleton = []struct {
+	path string
+	mode os.FileMode
+	uid  uint32 // inside the sandbox
+}{
+	{"etc", 0, 0}, {"tmp", 0o1777 | os.ModeSticky, 0}, {"root", 0o700, 0}, {"home", 0, 0},
+	{"home/user", 0o755, 1000}, {"workspace", 0, 0}, {"var", 0, 0}, {"var/tmp", 0o1777 | os.ModeSticky, 0},
+	{"var/lib", 0, 0}, {"var/log", 0, 0}, {"var/cache", 0, 0}, {"opt", 0, 0}, {"srv", 0, 0},
+	{"mnt", 0, 0}, {"media", 0, 0}, {"run", 0, 0},
+}
+
+// buildTemplate makes the shared lower layer of template name under dir (once; later calls
+// return at once). It holds mount points for the host directories, the host's symlinks for
+// merged /usr, and the static /etc files above. It is owned by host root and never written
+// after it is built, so every sandbox can share it.
+func buildTemplate(ctx context.Context, dir, name string) (string, error) {
+	if name != TemplateHost {
+		return "", fmt.Errorf("unknown template %q (the local provider has %q)", name, TemplateHost)
+	}
+	final := filepath.Join(dir, name)
+	stamp := filepath.Join(final, ".tupper", "template-version")
+	if b, err := os.ReadFile(stamp); err == nil && string(b) == templateVersion {
+		return final, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	lk, err := lockFile(ctx, filepath.Join(dir, ".build.lock"))
+	if err != nil {
+		return "", err
+	}
+	defer lk.unlock()
+	if b, err := os.ReadFile(stamp); err == nil && string(b) == templateVersion {
+		return final, nil
+	}
+	tmp, err := os.MkdirTemp(dir, "."+name+"-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return "", err
+	}
+	for _, d := range []string{"proc", "sys", "dev", "etc", ".tupper/bin", ".tupper/run"} {
+		if err := os.MkdirAll(filepath.Join(tmp, d), 0o755); err != nil {
+			return "", err
+		}
+	}
+	// The agent binary is bound onto this empty file.
+	if err := os.WriteFile(filepath.Join(tmp, ".tupper/bin/tupper"), nil, 0o755); err != nil {
+		return "", err
+	}
+	for _, d := range hostDirs {
+		fi, err := os.Lstat("/" + d)
+		switch {
+		case err != nil:
+			continue
+		case fi.Mode()&fs.ModeSymlink != 0:
+			target, err := os.Readlink("/" + d)
+			if err != nil {
+				return "", err
+			}
+			if err := os.Symlink(target, filepath.Join(tmp, d)); err != nil {
+				return "", err
+			}
+		case fi.IsDir():
+			if err := os.Mkdir(filepath.Join(tmp, d), 0o755); err != nil {
+				return "", err
+			}
+		}
+	}
+	for _, e := range hostEtc {
+		if err := copyTree("/etc/"+e, filepath.Join(tmp, "etc", e)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("copy /etc/%s: %w", e, err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(tmp, ".tupper", "template-version"), []byte(templateVersion), 0o644); err != nil {
+		return "", err
+	}
+	old := final + ".old"
+	os.RemoveAll(old)
+	if err := os.Rename(final, old); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return "", err
+	}
+	// Sandboxes still running on an older build keep it open through their overlay mount.
+	os.RemoveAll(old)
+	return final, nil
+}
+
+// copyTree copies a file, symlink or directory tree, keeping modes (owner: root).
+func copyTree(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		to := filepath.Join(dst, rel)
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+			return err
+		}
+		switch {
+		case fi.Mode()&fs.ModeSymlink != 0:
+			t, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(t, to)
+		case fi.IsDir():
+			return os.MkdirAll(to, fi.Mode().Perm())
+		case fi.Mode().IsRegular():
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(to, b, fi.Mode().Perm())
+		}
+		return nil // sockets, devices and fifos are not copied
+	})
+}
+
+// etcFiles are the per-sandbox /etc files written into the private upper layer.
+func etcFiles(hostname string, nameservers []string) map[string]string {
+	resolv := ""
+	for _, ns := range nameservers {
+		resolv += "nameserver " + ns + "\n"
+	}
+	return map[string]string{
+		"passwd": "root:x:0:0:root:/root:/bin/bash\n" +
+			"user:x:1000:1000:user:/home/user:/bin/bash\n" +
+			"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+		"group": "root:x:0:\nuser:x:1000:\nnogroup:x:65534:\n",
+		"hosts": "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" +
+			"127.0.1.1\t" + hostname + "\n",
+		"hostname":      hostname + "\n",
+		"resolv.conf":   resolv,
+		"nsswitch.conf": "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n",
+	}
+}
+
+// hostNameservers returns the host's non-loopback nameservers (a loopback resolver such as
+// systemd-resolved's 127.0.0.53 is not reachable from a sandbox).
+func hostNameservers() []string {
+	b, err := os.ReadFile("/etc/resolv.conf")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == "nameserver" && !strings.HasPrefix(f[1], "127.") && f[1] != "::1" {
+			out = append(out, f[1])
+		}
+	}
+	return out
+}
+
+// mountRootfs mounts the sandbox's root file system: a tmpfs of diskGB at disk (which bounds
+// the writable layer), the private skeleton in disk/upper owned by uidBase, and an overlay
+// of lower and that upper at rootfs.
+func mountRootfs(lower, disk, rootfs string, diskGB int, uidBase uint32, etc map[string]string) error {
+	for _, d := range []string{disk, rootfs} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+	}
+	// nr_inodes bounds metadata too: 64 Ki inodes per GiB.
+	opts := fmt.Sprintf("size=%dm,nr_inodes=%d,mode=0700", diskGB*1024, diskGB*65536)
+	if err := unix.Mount("tmpfs", disk, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("mount tmpfs: %w", err)
+	}
+	upper, work := filepath.Join(disk, "upper"), filepath.Join(disk, "work")
+	err := func() error {
+		for _, d := range []string{upper, work} {
+			if err := os.Mkdir(d, 0o755); err != nil {
+				return err
+			}
+		}
+		if err := os.Chown(upper, int(uidBase), int(uidBase)); err != nil {
+			return err
+		}
+		for _, s := range skeleton {
+			p := filepath.Join(upper, s.path)
+			mode := s.mode
+			if mode == 0 {
+				mode = 0o755
+			}
+			if err := os.Mkdir(p, mode.Perm()); err != nil {
+				return err
+			}
+			if err := os.Chmod(p, mode); err != nil {
+				return err
+			}
+			id := int(uidBase + s.uid)
+			if err := os.Chown(p, id, id); err != nil {
+				return err
+			}
+		}
+		for name, content := range etc {
+			p := filepath.Join(upper, "etc", name)
+			if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+				return err
+			}
+			if err := os.Chown(p, int(uidBase), int(uidBase)); err != nil {
+				return err
+			}
+		}
+		data := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, upper, work)
+		if err := unix.Mount("overlay", rootfs, "overlay", 0, data); err != nil {
+			return fmt.Errorf("mount overlay: %w", err)
+		}
+		return nil
+	}()
+	if err != nil {
+		unix.Unmount(disk, unix.MNT_DETACH)
+		return err
+	}
+	return nil
+}
+
+// unmountRootfs undoes mountRootfs. Paths that are not mounted are fine.
+func unmountRootfs(disk, rootfs string) error {
+	var errs []error
+	for _, p := range []string{rootfs, disk} {
+		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", p, err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,164 @@
+package local
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+)
+
+// Runtime names.
+const (
+	RuntimeRunc  = "runc"
+	RuntimeRunsc = "runsc"
+)
+
+// ociRuntime drives one OCI runtime binary with its state under root.
+type ociRuntime struct {
+	name string // RuntimeRunc or RuntimeRunsc
+	path string // the binary
+	root string // --root, under Home
+}
+
+// globalArgs are the flags before the subcommand. runsc takes sandbox-wide options there;
+// network is "none" or "sandbox" for runsc and ignored for runc.
+func (r ociRuntime) globalArgs(network string) []string {
+	args := []string{"--root", r.root}
+	if r.name == RuntimeRunsc {
+		if network == "" {
+			network = "none"
+		}
+		args = append(args,
+			"--network="+network,
+			// The agent creates its socket in a bind-mounted host directory; gVisor only
+			// makes that a real host socket with host-uds=create.
+			"--host-uds=create",
+			// Writes go to our overlay's upper layer (a bounded tmpfs), not to sentry memory.
+			"--overlay2=none",
+			// Apply the spec's seccomp profile inside the sandbox too.
+			"--oci-seccomp",
+		)
+	}
+	return args
+}
+
+// run executes the runtime and returns its combined output in the error on failure.
+func (r ociRuntime) run(ctx context.Context, network string, args ...string) error {
+	_, err := r.output(ctx, network, args...)
+	return err
+}
+
+func (r ociRuntime) output(ctx context.Context, network string, args ...string) ([]byte, error) {
+	full := append(r.globalArgs(network), args...)
+	cmd := exec.CommandContext(ctx, r.path, full...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.WaitDelay = time.Second
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if msg == "" {
+			msg = strings.TrimSpace(stdout.String())
+		}
+		return nil, fmt.Errorf("%s %s: %w: %s", r.name, strings.Join(args, " "), err, lastLines(msg, 3))
+	}
+	return stdout.Bytes(), nil
+}
+
+// start launches the container detached. With createOnly it stops after `create` (the init
+// waits; call resume with `start`), so the caller can plumb the network namespace first.
+// The container's stdio goes to logPath.
+func (r ociRuntime) start(ctx context.Context, network, id, bundle, pidFile, logPath string, createOnly bool) error {
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	var args []string
+	if createOnly {
+		args = []string{"create", "--bundle", bundle, "--pid-file", pidFile, id}
+	} else {
+		args = []string{"run", "--detach", "--bundle", bundle, "--pid-file", pidFile, id}
+	}
+	full := append(r.globalArgs(network), args...)
+	cmd := exec.CommandContext(ctx, r.path, full...)
+	// The container inherits these: it must not hold a pipe of ours open, or Wait would
+	// block until the sandbox ends.
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return err
+	}
+	defer devnull.Close()
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, logf, logf
+	cmd.WaitDelay = time.Second
+	if err := cmd.Run(); err != nil {
+		b, _ := os.ReadFile(logPath)
+		return fmt.Errorf("%s %s: %w: %s", r.name, args[0], err, lastLines(strings.TrimSpace(string(b)), 3))
+	}
+	return nil
+}
+
+// kill sends sig to the container's init.
+func (r ociRuntime) kill(ctx context.Context, network, id, sig string) error {
+	return r.run(ctx, network, "kill", id, sig)
+}
+
+// remove force-deletes the container (killing what is left) and forgets it. A container the
+// runtime does not know is not an error.
+func (r ociRuntime) remove(ctx context.Context, network, id string) error {
+	err := r.run(ctx, network, "delete", "--force", id)
+	if err != nil && isNotExist(err) {
+		return nil
+	}
+	return err
+}
+
+type runtimeState struct {
+	ID     string `json:"id"`
+	Pid    int    `json:"pid"`
+	Status string `json:"status"` // creating, created, running, paused, stopped
+}
+
+func (r ociRuntime) state(ctx context.Context, network, id string) (runtimeState, error) {
+	out, err := r.output(ctx, network, "state", id)
+	if err != nil {
+		return runtimeState{}, err
+	}
+	var s runtimeState
+	if err := json.Unmarshal(out, &s); err != nil {
+		return runtimeState{}, fmt.Errorf("%s state %s: %w", r.name, id, err)
+	}
+	return s, nil
+}
+
+func isNotExist(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "does not exist") || strings.Contains(s, "not found") ||
+		strings.Contains(s, "no such file")
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+// findBinary looks name up on PATH and in the sbin directories a non-root PATH may lack.
+func findBinary(name string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	for _, dir := range []string{"/usr/sbin", "/usr/bin", "/sbin", "/usr/local/sbin", "/usr/local/bin"} {
+		p := dir + "/" + name
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", errors.New(name + " not found")
+}

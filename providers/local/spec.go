@@ -1,0 +1,148 @@
+package local
+
+import (
+	"os"
+	"slices"
+	"path/filepath"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// Paths inside the sandbox.
+const (
+	agentDir        = "/.tupper"
+	agentBinary     = "/.tupper/bin/tupper"
+	agentRunDir     = "/.tupper/run"
+	agentSocket     = "/.tupper/run/agent.sock"
+	agentConfigPath = "/.tupper/run/config.json"
+	defaultWorkdir  = "/workspace"
+	sandboxHostname = "sandbox"
+)
+
+// idMapSize is the number of ids in a sandbox's user namespace: 0..65535 inside.
+const idMapSize = 65536
+
+// bundleSpec is what buildSpec needs about one sandbox.
+type bundleSpec struct {
+	id        string
+	runtime   string
+	rootfs    string
+	agentPath string // the host binary bound at agentBinary
+	runDir    string // the host directory bound at agentRunDir
+	userns    bool
+	uidBase   uint32
+	netnsPath string // "": a new network namespace with loopback only
+	cpu       float64
+	memoryMB  int
+	pids      int64
+}
+
+// defaultCaps is the capability set of the sandbox's root: Docker's default set without
+// CAP_MKNOD, CAP_NET_RAW (no raw sockets), CAP_AUDIT_WRITE and CAP_SETFCAP, plus
+// CAP_SYS_ADMIN, which the agent needs to run each command in a child mount namespace that
+// hides its own binary and socket. The agent's exec path drops it for commands.
+var defaultCaps = []string{
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_SETGID", "CAP_SETUID",
+	"CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_SYS_ADMIN",
+}
+
+// maskedPaths and readonlyPaths are runc's and Docker's defaults.
+var (
+	maskedPaths = []string{
+		"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+		"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
+		"/sys/firmware", "/sys/devices/virtual/powercap",
+	}
+	readonlyPaths = []string{
+		"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
+	}
+)
+
+// buildSpec returns the OCI runtime spec of a sandbox whose PID 1 is the agent.
+func buildSpec(b bundleSpec) *specs.Spec {
+	caps := append([]string(nil), defaultCaps...)
+	if !hideAgent(b.runtime) {
+		caps = slices.DeleteFunc(caps, func(c string) bool { return c == "CAP_SYS_ADMIN" })
+	}
+	process := &specs.Process{
+		User: specs.User{UID: 0, GID: 0},
+		Args: []string{agentBinary, "agent", "--listen", "unix:" + agentSocket, "--config", agentConfigPath},
+		Env: []string{
+			"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+			"HOME=/root",
+			"LANG=C.UTF-8",
+		},
+		Cwd:             "/",
+		NoNewPrivileges: true,
+		Capabilities: &specs.LinuxCapabilities{
+			Bounding:  caps,
+			Effective: caps,
+			Permitted: caps,
+		},
+		// RLIMIT_NOFILE is inherited from the host (a user namespace cannot raise it).
+	}
+
+	ro := []string{"rbind", "ro", "nosuid", "nodev"}
+	mounts := []specs.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+		{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
+	}
+	for _, d := range hostDirs {
+		if fi, err := os.Lstat("/" + d); err == nil && fi.IsDir() {
+			mounts = append(mounts, specs.Mount{Destination: "/" + d, Type: "bind", Source: "/" + d, Options: ro})
+		}
+	}
+	mounts = append(mounts,
+		specs.Mount{Destination: agentBinary, Type: "bind", Source: b.agentPath, Options: []string{"bind", "ro", "nosuid", "nodev"}},
+		specs.Mount{Destination: agentRunDir, Type: "bind", Source: b.runDir, Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}},
+	)
+
+	namespaces := []specs.LinuxNamespace{
+		{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
+		{Type: specs.MountNamespace}, {Type: specs.NetworkNamespace, Path: b.netnsPath},
+	}
+	linux := &specs.Linux{
+		Namespaces:    namespaces,
+		CgroupsPath:   "/tupper/" + b.id,
+		MaskedPaths:   maskedPaths,
+		ReadonlyPaths: readonlyPaths,
+		Seccomp:       seccompProfile(),
+		Resources:     resources(b),
+	}
+	if b.userns {
+		linux.Namespaces = append(linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
+		linux.UIDMappings = []specs.LinuxIDMapping{{ContainerID: 0, HostID: b.uidBase, Size: idMapSize}}
+		linux.GIDMappings = []specs.LinuxIDMapping{{ContainerID: 0, HostID: b.uidBase, Size: idMapSize}}
+	}
+	return &specs.Spec{
+		// runc 1.1 and runsc 2022 speak 1.0.2; the types are a superset.
+		Version:  "1.0.2",
+		Process:  process,
+		Root:     &specs.Root{Path: b.rootfs},
+		Hostname: sandboxHostname,
+		Mounts:   mounts,
+		Linux:    linux,
+	}
+}
+
+// resources are the sandbox's cgroup limits. runc writes them to cgroup v1 controllers on a
+// v1 or hybrid host and to cgroup v2 on a unified one; runsc applies them to its sandbox.
+func resources(b bundleSpec) *specs.LinuxResources {
+	mem := int64(b.memoryMB) << 20
+	period := uint64(100000)
+	quota := int64(b.cpu * float64(period))
+	pids := b.pids
+	return &specs.LinuxResources{
+		Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
+		Memory:  &specs.LinuxMemory{Limit: &mem},
+		CPU:     &specs.LinuxCPU{Quota: &quota, Period: &period},
+		Pids:    &specs.LinuxPids{Limit: &pids},
+	}
+}
+
+func bundleConfigPath(dir string) string { return filepath.Join(dir, "config.json") }

@@ -1,0 +1,237 @@
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The state layout under Config.Home:
+//
+//	locks/keys.lock                 exact-key get-or-create (flock)
+//	locks/net.lock                  bridge and NAT setup and teardown (flock)
+//	leases/ip/<a.b.c.d>             one file per allocated sandbox address, holding the id
+//	leases/uid/<n>                  one file per allocated user-namespace range, holding the id
+//	templates/<name>/               a template's shared read-only lower layer
+//	runc/, runsc/                   the runtimes' --root (their own container state)
+//	sandboxes/<id>/record.json      the sandbox's record (see record)
+//	sandboxes/<id>/config.json      the OCI bundle's spec; the directory is the bundle
+//	sandboxes/<id>/disk/            tmpfs bounding the writable layer: upper/ and work/
+//	sandboxes/<id>/rootfs/          the overlay mount: template lower + private upper
+//	sandboxes/<id>/run/             bind-mounted at /.tupper/run: agent.sock, config.json
+//	sandboxes/<id>/agent.log        the runtime's and the agent's stdout and stderr
+//	sandboxes/<id>/netns            (runsc, network all) the bind-mounted network namespace
+type layout struct{ home string }
+
+func (l layout) locks() string                { return filepath.Join(l.home, "locks") }
+func (l layout) ipLeases() string             { return filepath.Join(l.home, "leases", "ip") }
+func (l layout) uidLeases() string            { return filepath.Join(l.home, "leases", "uid") }
+func (l layout) templates() string            { return filepath.Join(l.home, "templates") }
+func (l layout) runtimeRoot(rt string) string { return filepath.Join(l.home, rt) }
+func (l layout) sandboxes() string            { return filepath.Join(l.home, "sandboxes") }
+func (l layout) dir(id string) string         { return filepath.Join(l.sandboxes(), id) }
+func (l layout) record(id string) string      { return filepath.Join(l.dir(id), "record.json") }
+func (l layout) disk(id string) string        { return filepath.Join(l.dir(id), "disk") }
+func (l layout) rootfs(id string) string      { return filepath.Join(l.dir(id), "rootfs") }
+func (l layout) run(id string) string         { return filepath.Join(l.dir(id), "run") }
+func (l layout) socket(id string) string      { return filepath.Join(l.run(id), "agent.sock") }
+func (l layout) agentConfig(id string) string { return filepath.Join(l.run(id), "config.json") }
+func (l layout) log(id string) string         { return filepath.Join(l.dir(id), "agent.log") }
+func (l layout) netns(id string) string       { return filepath.Join(l.dir(id), "netns") }
+func (l layout) pidFile(id string) string     { return filepath.Join(l.dir(id), "init.pid") }
+
+// Status is where a record is in its life.
+type status string
+
+const (
+	statusCreating status = "creating" // Create is still building it
+	statusReady    status = "ready"    // the agent answered
+)
+
+// record is what the provider knows about a sandbox, in sandboxes/<id>/record.json. It is
+// the only state that matters outside the sandbox: any process with the same Home reads it.
+type record struct {
+	ID          string            `json:"id"`
+	Key         string            `json:"key,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Status      status            `json:"status"`
+	CreatedAt   time.Time         `json:"createdAt"`
+	Deadline    time.Time         `json:"deadline,omitzero"` // hard lifetime; zero: none
+	IdleTimeout time.Duration     `json:"idleTimeout,omitempty"`
+	Runtime     string            `json:"runtime"`
+	Template    string            `json:"template"`
+	Network     string            `json:"network"`      // "none" or "all"
+	IP          string            `json:"ip,omitempty"` // network all: the sandbox's address
+	HostVeth    string            `json:"hostVeth,omitempty"`
+	UIDIndex    int               `json:"uidIndex"` // -1: no user namespace
+	UIDBase     uint32            `json:"uidBase"`  // host uid of root inside
+	CPU         float64           `json:"cpu"`
+	MemoryMB    int               `json:"memoryMB"`
+	DiskGB      int               `json:"diskGB"`
+	Pids        int64             `json:"pids"`
+	InitPID     int               `json:"initPID,omitempty"`
+	InitStart   uint64            `json:"initStart,omitempty"` // /proc/PID/stat starttime, against pid reuse
+	Paused      bool              `json:"paused,omitempty"`
+}
+
+func (l layout) readRecord(id string) (*record, error) {
+	if !validID(id) {
+		return nil, errNotFound(id)
+	}
+	b, err := os.ReadFile(l.record(id))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, errNotFound(id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var r record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("sandbox %s: bad record: %w", id, err)
+	}
+	if r.ID != id {
+		return nil, fmt.Errorf("sandbox %s: record names %q", id, r.ID)
+	}
+	return &r, nil
+}
+
+// writeRecord replaces the record atomically (write a temporary file, then rename).
+func (l layout) writeRecord(r *record) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := l.record(r.ID) + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, l.record(r.ID))
+}
+
+// ids lists the sandbox directories.
+func (l layout) ids() ([]string, error) {
+	ents, err := os.ReadDir(l.sandboxes())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(ents))
+	for _, e := range ents {
+		if e.IsDir() && validID(e.Name()) {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}
+
+// flock is an exclusive advisory lock on a file, held until unlock. Locks taken by a process
+// that dies are released by the kernel, so a crash never leaves one behind.
+type flock struct{ f *os.File }
+
+// lockFile takes an exclusive lock on path, waiting until ctx is done.
+func lockFile(ctx context.Context, path string) (*flock, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	delay := time.Millisecond
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return &flock{f: f}, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 50*time.Millisecond)
+	}
+}
+
+func (l *flock) unlock() {
+	if l != nil && l.f != nil {
+		l.f.Close() // closing the last descriptor releases the lock
+		l.f = nil
+	}
+}
+
+// lease claims name in dir for id by creating the file exclusively. It reports false when
+// another sandbox holds it.
+func lease(dir, name, id string) (bool, error) {
+	f, err := os.OpenFile(filepath.Join(dir, name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	_, werr := f.WriteString(id)
+	cerr := f.Close()
+	if err := errors.Join(werr, cerr); err != nil {
+		os.Remove(f.Name())
+		return false, err
+	}
+	return true, nil
+}
+
+// holder returns the id written in a lease file.
+func holder(dir, name string) string {
+	b, _ := os.ReadFile(filepath.Join(dir, name))
+	return strings.TrimSpace(string(b))
+}
+
+// release removes a lease if id holds it.
+func release(dir, name, id string) error {
+	if holder(dir, name) != id {
+		return nil
+	}
+	err := os.Remove(filepath.Join(dir, name))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// procStart returns the start time of pid (field 22 of /proc/PID/stat), or 0 when there is
+// no such process. Comparing it with the recorded value tells a live init from a reused pid.
+func procStart(pid int) uint64 {
+	if pid <= 0 {
+		return 0
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	// The command name (field 2) is in parentheses and may contain spaces.
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	fields := strings.Fields(s[i+1:])
+	// fields[0] is field 3 (state); starttime is field 22.
+	if len(fields) < 20 {
+		return 0
+	}
+	if fields[0] == "Z" || fields[0] == "X" {
+		return 0
+	}
+	v, _ := strconv.ParseUint(fields[19], 10, 64)
+	return v
+}

@@ -1,0 +1,39 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// step is one named, undoable stage of building a sandbox.
+type step struct {
+	name string
+	do   func(ctx context.Context) error
+	undo func() error // nil: nothing to undo
+}
+
+// runSteps runs steps in order. When one fails, it undoes the ones that succeeded, in reverse
+// order, and returns the failure (with any undo failures joined to it).
+func runSteps(ctx context.Context, steps []step) error {
+	for i, s := range steps {
+		err := ctx.Err()
+		if err == nil {
+			err = s.do(ctx)
+		}
+		if err == nil {
+			continue
+		}
+		err = fmt.Errorf("%s: %w", s.name, err)
+		for j := i - 1; j >= 0; j-- {
+			if steps[j].undo == nil {
+				continue
+			}
+			if uerr := steps[j].undo(); uerr != nil {
+				err = errors.Join(err, fmt.Errorf("undo %s: %w", steps[j].name, uerr))
+			}
+		}
+		return err
+	}
+	return nil
+}
