@@ -2,8 +2,8 @@ package local
 
 import (
 	"os"
-	"slices"
 	"path/filepath"
+	"slices"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
