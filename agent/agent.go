@@ -1,0 +1,330 @@
+package agent
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
+
+	"github.com/tupper-dev/tupper/agent/spec/filesystem/filesystemconnect"
+	"github.com/tupper-dev/tupper/agent/spec/process/processconnect"
+)
+
+// ErrDeadline is returned by Serve when the lifetime deadline was reached.
+var ErrDeadline = errors.New("agent: lifetime deadline reached")
+
+// ErrIdle is returned by Serve when the idle timeout was reached.
+var ErrIdle = errors.New("agent: idle timeout reached")
+
+// Agent is a running agent. Serve creates one; it is not exported because
+// everything a caller needs goes over the wire.
+type Agent struct {
+	cfg      Config
+	users    *userDB
+	reaper   *reaper
+	procs    *procTable
+	watchers *watcherTable
+	pid1     bool
+	euid     int
+	egid     int
+	execPath string
+	devNull  int
+
+	deadline     atomic.Int64 // unix seconds, 0 = none
+	inflight     atomic.Int64
+	lastActivity atomic.Int64 // unix nanoseconds
+	poke         chan struct{}
+
+	closeOnce sync.Once
+}
+
+func newAgent(cfg Config) (*Agent, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	a := &Agent{
+		cfg:      cfg,
+		users:    newUserDB("/etc"),
+		procs:    newProcTable(),
+		watchers: newWatcherTable(),
+		pid1:     os.Getpid() == 1,
+		euid:     os.Geteuid(),
+		egid:     os.Getegid(),
+		execPath: cfg.ExecPath,
+		poke:     make(chan struct{}, 1),
+	}
+	if a.execPath == "" {
+		a.execPath = "/proc/self/exe"
+	}
+	if len(cfg.HidePaths) > 0 && a.euid != 0 {
+		return nil, errors.New("agent: hidePaths needs root (mount namespaces)")
+	}
+	fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("agent: open /dev/null: %w", err)
+	}
+	a.devNull = fd
+	a.deadline.Store(cfg.DeadlineUnix)
+	a.touch()
+	a.reaper = newReaper(a.pid1)
+	return a, nil
+}
+
+// Serve runs the agent on ln until ctx is done, the lifetime deadline or the
+// idle timeout is reached, or ln fails. On return every process the agent
+// started has been killed (and, as PID 1, every other process in the
+// sandbox). It returns nil when ctx ended it, ErrDeadline or ErrIdle when a
+// deadline did, and the listener's error otherwise. Serve closes ln.
+func Serve(ctx context.Context, ln net.Listener, cfg Config) error {
+	a, err := newAgent(cfg)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer a.shutdown()
+	if len(cfg.HidePaths) > 0 {
+		// Without CAP_SYS_PTRACE, commands cannot reach the agent's
+		// namespace through /proc/<agent>/root, /exe or /fd.
+		_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	}
+
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	srv := &http.Server{
+		Handler:           a.Handler(),
+		Protocols:         p,
+		ReadHeaderTimeout: 30 * time.Second,
+		ErrorLog:          nil,
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		wait, reason := a.nextCheck(time.Now())
+		if reason != nil {
+			srv.Close()
+			<-serveErr
+			return reason
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			srv.Close()
+			<-serveErr
+			return nil
+		case err := <-serveErr:
+			return err
+		case <-a.poke:
+		case <-timer.C:
+		}
+	}
+}
+
+// nextCheck returns how long until the next deadline or idle check, or the
+// reason to stop now.
+func (a *Agent) nextCheck(now time.Time) (time.Duration, error) {
+	wait := time.Hour
+	if d := a.deadline.Load(); d > 0 {
+		left := time.Unix(d, 0).Sub(now)
+		if left <= 0 {
+			return 0, ErrDeadline
+		}
+		wait = min(wait, left)
+	}
+	if idle := a.cfg.idleTimeout(); idle > 0 {
+		if a.inflight.Load() == 0 && a.procs.count() == 0 {
+			left := time.Unix(0, a.lastActivity.Load()).Add(idle).Sub(now)
+			if left <= 0 {
+				return 0, ErrIdle
+			}
+			wait = min(wait, left)
+		} else {
+			wait = min(wait, idle)
+		}
+	}
+	return wait + time.Millisecond, nil
+}
+
+func (a *Agent) touch() { a.lastActivity.Store(time.Now().UnixNano()) }
+
+func (a *Agent) wake() {
+	select {
+	case a.poke <- struct{}{}:
+	default:
+	}
+}
+
+// shutdown kills every process the agent started (as PID 1: every process).
+func (a *Agent) shutdown() {
+	a.closeOnce.Do(func() {
+		for _, p := range a.procs.list() {
+			_ = p.signalGroup(unix.SIGKILL)
+		}
+		if a.pid1 {
+			_ = unix.Kill(-1, unix.SIGKILL)
+		}
+		deadline := time.Now().Add(2 * time.Second)
+		for _, p := range a.procs.list() {
+			select {
+			case <-p.done:
+			case <-time.After(time.Until(deadline)):
+			}
+		}
+		a.watchers.closeAll()
+		a.reaper.close()
+		unix.Close(a.devNull)
+	})
+}
+
+// Handler returns the agent's HTTP handler: the Connect services, /health,
+// /files and the /tupper/ extensions, behind access-token checks.
+func (a *Agent) Handler() http.Handler {
+	mux := http.NewServeMux()
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(64 << 20)}
+	path, h := processconnect.NewProcessHandler(&processService{a}, opts...)
+	mux.Handle(path, h)
+	path, h = filesystemconnect.NewFilesystemHandler(&fsService{a}, opts...)
+	mux.Handle(path, h)
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	mux.HandleFunc("GET /files", a.getFiles)
+	mux.HandleFunc("HEAD /files", a.getFiles)
+	mux.HandleFunc("POST /files", a.postFiles)
+	mux.HandleFunc("GET /tupper/tunnel", a.tunnel)
+	mux.HandleFunc("POST /tupper/deadline", a.setDeadline)
+	mux.HandleFunc("GET /tupper/busy", a.busy)
+	return a.withAuth(a.withActivity(mux))
+}
+
+// noActivity lists requests that do not count as activity for the idle
+// timeout: probes must not keep an idle sandbox alive.
+func noActivity(r *http.Request) bool {
+	return r.URL.Path == "/health" || r.URL.Path == "/tupper/busy"
+}
+
+func (a *Agent) withActivity(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if noActivity(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		a.inflight.Add(1)
+		a.touch()
+		defer func() {
+			a.touch()
+			a.inflight.Add(-1)
+			a.wake()
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+const accessTokenHeader = "X-Access-Token"
+
+// withAuth applies envd's rules: with an access token configured, every
+// request needs it in X-Access-Token except GET /health and GET/POST /files
+// (which check a signed URL instead when the header is absent).
+func (a *Agent) withAuth(next http.Handler) http.Handler {
+	if a.cfg.AccessToken == "" {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		exempt := r.URL.Path == "/health" && r.Method == http.MethodGet ||
+			r.URL.Path == "/files" && (r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodPost)
+		if !exempt && !a.tokenOK(r.Header.Get(accessTokenHeader)) {
+			jsonError(w, http.StatusUnauthorized, "unauthorized access, please provide a valid access token or method signing if supported")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (a *Agent) tokenOK(got string) bool {
+	return subtle.ConstantTimeCompare([]byte(got), []byte(a.cfg.AccessToken)) == 1
+}
+
+// jsonError writes envd's error body {"code": status, "message": msg}.
+func jsonError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}{status, msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// userFor picks the request's user: name if given, else the Basic auth
+// user, else the default user.
+func (a *Agent) userFor(name string, r http.Header) (*osUser, error) {
+	if name == "" {
+		name = basicUser(r)
+	}
+	if name == "" {
+		name = a.cfg.DefaultUser
+	}
+	if name == "" {
+		return a.users.byUID(uint32(a.euid)), nil
+	}
+	return a.users.lookup(name)
+}
+
+func basicUser(h http.Header) string {
+	r := http.Request{Header: h}
+	u, _, ok := r.BasicAuth()
+	if !ok {
+		return ""
+	}
+	return u
+}
+
+// resolvePath makes p absolute the way envd does: "" is the default
+// workdir (or home), "~" and "~/x" expand to the user's home, relative
+// paths are relative to the home. The result is Clean, so ".." never
+// climbs above "/".
+func (a *Agent) resolvePath(p string, u *osUser) (string, error) {
+	if p == "" {
+		p = a.cfg.DefaultWorkdir
+		if p == "" {
+			p = u.Home
+		}
+	}
+	if strings.ContainsRune(p, 0) {
+		return "", errors.New("path contains a NUL byte")
+	}
+	if strings.HasPrefix(p, "~") {
+		if len(p) > 1 && p[1] != '/' {
+			return "", fmt.Errorf("cannot expand %q: only ~ and ~/ are supported", p)
+		}
+		p = u.Home + "/" + p[1:]
+	}
+	if !strings.HasPrefix(p, "/") {
+		p = u.Home + "/" + p
+	}
+	return cleanAbs(p), nil
+}
+
+// cleanAbs cleans an absolute path; ".." at the root stays at the root.
+func cleanAbs(p string) string {
+	return filepath.Clean("/" + p)
+}

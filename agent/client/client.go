@@ -1,0 +1,437 @@
+// Package client is the host-side Go client of the in-sandbox agent
+// (package agent): exec with streaming output, detached processes, signals,
+// file transfer and file operations, watches, deadlines and TCP tunnels, all
+// over the agent's unix socket.
+//
+// The client speaks HTTP/1.1 with a pool of keep-alive connections. On a
+// unix socket there is no handshake to amortise, so a pooled HTTP/1.1
+// connection costs one write and one read per request, without HTTP/2's
+// framing, HPACK and flow-control windows (which also cap bulk transfers);
+// the port tunnel needs an HTTP/1.1 upgrade anyway. RPCs use Connect with
+// the binary protobuf codec and no compression.
+//
+// Everything the agent sends is untrusted: code in the sandbox can replace
+// the agent. Message sizes are bounded (Options.MaxMessageBytes), error
+// bodies are read up to a small limit, and names and paths returned by the
+// agent are data to validate, never paths to use on the host unchecked.
+//
+// A Client is safe for concurrent use.
+package client
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/tupper-dev/tupper/agent/spec/filesystem/filesystemconnect"
+	"github.com/tupper-dev/tupper/agent/spec/process/processconnect"
+)
+
+// DialFunc opens a new connection to the agent.
+type DialFunc func(ctx context.Context) (net.Conn, error)
+
+// Options configure a Client. The zero value is not usable: set SocketPath
+// or Dial.
+type Options struct {
+	// SocketPath is the agent's unix socket, used when Dial is nil.
+	SocketPath string
+	// Dial opens a connection to the agent; it overrides SocketPath.
+	Dial DialFunc
+	// AccessToken is sent as X-Access-Token when non-empty.
+	AccessToken string
+	// User is the default OS user for every call; empty means the agent's
+	// default user. See WithUser.
+	User string
+	// MaxMessageBytes bounds one RPC message from the agent (an output
+	// chunk, a directory listing). Zero means 64 MiB.
+	MaxMessageBytes int
+}
+
+// Client talks to one agent.
+type Client struct {
+	hc     *http.Client
+	tr     *http.Transport
+	dial   DialFunc
+	token  string
+	user   string
+	maxMsg int
+	proc   processconnect.ProcessClient
+	fs     filesystemconnect.FilesystemClient
+}
+
+const baseURL = "http://tupper-agent"
+
+// maxErrorBody bounds how much of an error response is read.
+const maxErrorBody = 64 << 10
+
+// New returns a client for the agent listening on the unix socket at path.
+func New(socketPath string) *Client { return NewWithOptions(Options{SocketPath: socketPath}) }
+
+// NewWithDialer returns a client that reaches the agent through dial.
+func NewWithDialer(dial DialFunc) *Client { return NewWithOptions(Options{Dial: dial}) }
+
+// NewWithOptions returns a client configured by o.
+func NewWithOptions(o Options) *Client {
+	dial := o.Dial
+	if dial == nil {
+		path := o.SocketPath
+		dial = func(ctx context.Context) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		}
+	}
+	maxMsg := o.MaxMessageBytes
+	if maxMsg <= 0 {
+		maxMsg = 64 << 20
+	}
+	tr := &http.Transport{
+		DialContext:            func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
+		DisableCompression:     true,
+		MaxIdleConns:           64,
+		MaxIdleConnsPerHost:    64,
+		IdleConnTimeout:        90 * time.Second,
+		ResponseHeaderTimeout:  0,
+		MaxResponseHeaderBytes: 64 << 10,
+		WriteBufferSize:        64 << 10,
+		ReadBufferSize:         64 << 10,
+	}
+	c := &Client{hc: &http.Client{Transport: tr}, tr: tr, dial: dial, token: o.AccessToken, user: o.User, maxMsg: maxMsg}
+	c.initRPC()
+	return c
+}
+
+func (c *Client) initRPC() {
+	opts := []connect.ClientOption{
+		connect.WithReadMaxBytes(c.maxMsg),
+		connect.WithAcceptCompression("gzip", nil, nil), // never ask for compressed replies
+		connect.WithInterceptors(headerInterceptor{c}),
+	}
+	c.proc = processconnect.NewProcessClient(c.hc, baseURL, opts...)
+	c.fs = filesystemconnect.NewFilesystemClient(c.hc, baseURL, opts...)
+}
+
+// WithUser returns a client that acts as the OS user name (sharing c's
+// connections); "" means the agent's default user.
+func (c *Client) WithUser(name string) *Client {
+	d := *c
+	d.user = name
+	d.initRPC()
+	return &d
+}
+
+// Close releases idle connections. The client stays usable.
+func (c *Client) Close() error {
+	c.tr.CloseIdleConnections()
+	return nil
+}
+
+// headerInterceptor adds the access token and the user to every RPC.
+type headerInterceptor struct{ c *Client }
+
+func (h headerInterceptor) set(hdr http.Header, user string) {
+	if h.c.token != "" {
+		hdr.Set("X-Access-Token", h.c.token)
+	}
+	if user == "" {
+		user = h.c.user
+	}
+	if user != "" && hdr.Get("Authorization") == "" {
+		r := http.Request{Header: hdr}
+		r.SetBasicAuth(user, "")
+	}
+}
+
+func (h headerInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		h.set(req.Header(), "")
+		return next(ctx, req)
+	}
+}
+
+func (h headerInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		h.set(conn.RequestHeader(), "")
+		return conn
+	}
+}
+
+func (h headerInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+// Code classifies an agent error. The values are Connect's code names; REST
+// statuses are mapped onto them.
+type Code string
+
+// Error codes returned in Error.Code.
+const (
+	CodeNotFound           Code = "not_found"
+	CodeAlreadyExists      Code = "already_exists"
+	CodeInvalidArgument    Code = "invalid_argument"
+	CodeUnauthenticated    Code = "unauthenticated"
+	CodePermissionDenied   Code = "permission_denied"
+	CodeResourceExhausted  Code = "resource_exhausted"
+	CodeDeadlineExceeded   Code = "deadline_exceeded"
+	CodeFailedPrecondition Code = "failed_precondition"
+	CodeUnavailable        Code = "unavailable"
+	CodeInternal           Code = "internal"
+	CodeUnknown            Code = "unknown"
+)
+
+// Error is a failure reported by the agent.
+type Error struct {
+	Code Code
+	// HTTPStatus is the REST status, 0 for RPCs.
+	HTTPStatus int
+	Message    string
+}
+
+func (e *Error) Error() string { return "agent: " + string(e.Code) + ": " + e.Message }
+
+// CodeOf returns err's Code, or "" when err is not an *Error.
+func CodeOf(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}
+
+// IsNotFound reports whether err says the process, file or watcher does not exist.
+func IsNotFound(err error) bool { return CodeOf(err) == CodeNotFound }
+
+// rpcErr converts connect errors into *Error; other errors pass through.
+func rpcErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		if ce.Code() == connect.CodeCanceled || ce.Code() == connect.CodeDeadlineExceeded {
+			if cause := errors.Unwrap(ce); cause != nil && (errors.Is(cause, context.Canceled) || errors.Is(cause, context.DeadlineExceeded)) {
+				return cause // the caller's context, not the agent
+			}
+		}
+		return &Error{Code: Code(ce.Code().String()), Message: bounded(ce.Message())}
+	}
+	return err
+}
+
+func bounded(s string) string {
+	if len(s) > 4096 {
+		return s[:4096] + "…"
+	}
+	return s
+}
+
+func statusCode(status int) Code {
+	switch status {
+	case http.StatusNotFound:
+		return CodeNotFound
+	case http.StatusBadRequest:
+		return CodeInvalidArgument
+	case http.StatusUnauthorized:
+		return CodeUnauthenticated
+	case http.StatusForbidden:
+		return CodePermissionDenied
+	case http.StatusConflict:
+		return CodeAlreadyExists
+	case http.StatusInsufficientStorage, http.StatusTooManyRequests:
+		return CodeResourceExhausted
+	case http.StatusBadGateway, http.StatusServiceUnavailable:
+		return CodeUnavailable
+	case http.StatusGatewayTimeout:
+		return CodeDeadlineExceeded
+	}
+	if status >= 500 {
+		return CodeInternal
+	}
+	return CodeUnknown
+}
+
+// httpError reads a bounded REST error body {"code","message"}.
+func httpError(resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	var body struct {
+		Message string `json:"message"`
+	}
+	msg := strings.TrimSpace(string(b))
+	if json.Unmarshal(b, &body) == nil && body.Message != "" {
+		msg = body.Message
+	}
+	if msg == "" {
+		msg = resp.Status
+	}
+	return &Error{Code: statusCode(resp.StatusCode), HTTPStatus: resp.StatusCode, Message: bounded(msg)}
+}
+
+func (c *Client) newRequest(ctx context.Context, method, path string, q url.Values, body io.Reader) (*http.Request, error) {
+	u := baseURL + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return nil, err
+	}
+	if c.token != "" {
+		req.Header.Set("X-Access-Token", c.token)
+	}
+	return req, nil
+}
+
+// do sends req and returns the response when its status is want.
+func (c *Client) do(req *http.Request, want int) (*http.Response, error) {
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != want {
+		defer resp.Body.Close()
+		return nil, httpError(resp)
+	}
+	return resp, nil
+}
+
+// Health checks that the agent answers GET /health with 204.
+func (c *Client) Health(ctx context.Context) error {
+	req, err := c.newRequest(ctx, http.MethodGet, "/health", nil, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.do(req, http.StatusNoContent)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// BusyInfo is the answer of Busy.
+type BusyInfo struct {
+	// Busy is true while any process started through the agent runs.
+	Busy bool `json:"busy"`
+	// Processes counts those processes.
+	Processes int `json:"processes"`
+	// LastActivityUnixMs is when the agent last saw a request or a process end.
+	LastActivityUnixMs int64 `json:"lastActivityUnixMs"`
+	// DeadlineUnix is the agent's lifetime deadline, 0 if none.
+	DeadlineUnix int64 `json:"deadlineUnix"`
+}
+
+// Busy reports whether processes started through the agent are running.
+// It does not count as activity for the agent's idle timeout.
+func (c *Client) Busy(ctx context.Context) (BusyInfo, error) {
+	var out BusyInfo
+	req, err := c.newRequest(ctx, http.MethodGet, "/tupper/busy", nil, nil)
+	if err != nil {
+		return out, err
+	}
+	resp, err := c.do(req, http.StatusOK)
+	if err != nil {
+		return out, err
+	}
+	defer resp.Body.Close()
+	err = json.NewDecoder(io.LimitReader(resp.Body, maxErrorBody)).Decode(&out)
+	return out, err
+}
+
+// SetDeadline sets the agent's lifetime deadline; the zero time clears it.
+// At the deadline the agent kills every process and exits.
+func (c *Client) SetDeadline(ctx context.Context, t time.Time) error {
+	var unix int64
+	if !t.IsZero() {
+		unix = t.Unix()
+		if unix <= 0 {
+			unix = 1
+		}
+	}
+	body := strings.NewReader(`{"deadlineUnix":` + strconv.FormatInt(unix, 10) + `}`)
+	req, err := c.newRequest(ctx, http.MethodPost, "/tupper/deadline", nil, body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.do(req, http.StatusOK)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
+	resp.Body.Close()
+	return nil
+}
+
+// DialPort opens a TCP connection to 127.0.0.1:port inside the sandbox
+// through the agent (GET /tupper/tunnel upgraded to a raw stream), which
+// works even when the sandbox has no network. The returned conn supports
+// CloseWrite.
+func (c *Client) DialPort(ctx context.Context, port int) (net.Conn, error) {
+	if port < 1 || port > 65535 {
+		return nil, &Error{Code: CodeInvalidArgument, Message: "port out of range"}
+	}
+	conn, err := c.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	fail := func(err error) (net.Conn, error) {
+		stop()
+		conn.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "GET /tupper/tunnel?port=%d HTTP/1.1\r\nHost: tupper-agent\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n", port)
+	if c.token != "" {
+		fmt.Fprintf(&b, "X-Access-Token: %s\r\n", c.token)
+	}
+	b.WriteString("\r\n")
+	if _, err := io.WriteString(conn, b.String()); err != nil {
+		return fail(err)
+	}
+	br := bufio.NewReaderSize(conn, 4096)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		return fail(err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		err := httpError(resp)
+		resp.Body.Close()
+		return fail(err)
+	}
+	if !stop() {
+		conn.Close()
+		return nil, ctx.Err()
+	}
+	return &tunnelConn{Conn: conn, r: br}, nil
+}
+
+// tunnelConn reads first what the response parser buffered.
+type tunnelConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (t *tunnelConn) Read(p []byte) (int, error) { return t.r.Read(p) }
+
+// CloseWrite half-closes the tunnel: the sandbox side sees EOF.
+func (t *tunnelConn) CloseWrite() error {
+	if cw, ok := t.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.New("close write not supported")
+}

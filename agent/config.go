@@ -1,0 +1,113 @@
+package agent
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Config is the agent's configuration. The zero value is valid: no extra
+// environment, the user the agent runs as, the user's home as working
+// directory, no deadlines, no access token and no hiding.
+//
+// On disk it is a JSON object (see LoadConfig); unknown fields are an error:
+//
+//	{
+//	  "env": {"LANG": "C.UTF-8"},        // applied to every process, before the request's envs
+//	  "defaultUser": "root",             // user when a request names none (no Basic auth header)
+//	  "defaultWorkdir": "/workspace",    // cwd / path when a request gives an empty one
+//	  "deadlineUnix": 1767225600,        // absolute lifetime deadline, unix seconds; 0 = none
+//	  "idleTimeoutSeconds": 600,         // exit after this long idle; 0 = never
+//	  "accessToken": "",                 // when set, requests need X-Access-Token (E2B rules)
+//	  "hidePaths": ["/.tupper/run", "/.tupper/bin/tupper"], // hidden from commands
+//	  "execPath": "/proc/self/exe"       // binary re-executed as "agent-exec" when hiding
+//	}
+type Config struct {
+	// Env is set in every process the agent starts, after HOME, USER,
+	// LOGNAME and PATH and before the request's own envs.
+	Env map[string]string `json:"env,omitempty"`
+	// DefaultUser is the OS user for requests that do not name one. Empty
+	// means the user the agent runs as.
+	DefaultUser string `json:"defaultUser,omitempty"`
+	// DefaultWorkdir is used when a process has no cwd or a filesystem
+	// request has an empty path. Empty means the user's home directory.
+	DefaultWorkdir string `json:"defaultWorkdir,omitempty"`
+	// DeadlineUnix is the absolute lifetime deadline in unix seconds; 0 means
+	// none. At the deadline the agent kills every process and Serve returns.
+	// POST /tupper/deadline changes it at run time.
+	DeadlineUnix int64 `json:"deadlineUnix,omitempty"`
+	// IdleTimeoutSeconds ends the agent like the deadline once no process it
+	// started is running and no request has been in flight for that long;
+	// 0 means never.
+	IdleTimeoutSeconds int64 `json:"idleTimeoutSeconds,omitempty"`
+	// AccessToken, when set, is required in X-Access-Token on every request
+	// except GET /health; GET and POST /files also accept a signed URL.
+	AccessToken string `json:"accessToken,omitempty"`
+	// HidePaths are covered, in a private mount namespace of each command, by
+	// an empty read-only tmpfs (directories) or a read-only bind of /dev/null
+	// (other files). Non-empty HidePaths need root (CAP_SYS_ADMIN) and make
+	// commands run through "agent-exec" (see ExecMain).
+	HidePaths []string `json:"hidePaths,omitempty"`
+	// ExecPath is the binary started as "ExecPath agent-exec ..." to run a
+	// command when HidePaths is set. Empty means /proc/self/exe.
+	ExecPath string `json:"execPath,omitempty"`
+}
+
+// LoadConfig reads a JSON config file. Unknown fields and trailing data are errors.
+func LoadConfig(path string) (Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("agent config: %w", err)
+	}
+	return ParseConfig(b)
+}
+
+// ParseConfig decodes a JSON config. Unknown fields and trailing data are errors.
+func ParseConfig(b []byte) (Config, error) {
+	var c Config
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return Config{}, fmt.Errorf("agent config: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return Config{}, errors.New("agent config: trailing data after the JSON object")
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// Validate reports a config the agent cannot run with.
+func (c Config) Validate() error {
+	if c.DeadlineUnix < 0 {
+		return errors.New("agent config: deadlineUnix must not be negative")
+	}
+	if c.IdleTimeoutSeconds < 0 {
+		return errors.New("agent config: idleTimeoutSeconds must not be negative")
+	}
+	if c.DefaultWorkdir != "" && !filepath.IsAbs(c.DefaultWorkdir) {
+		return fmt.Errorf("agent config: defaultWorkdir %q is not absolute", c.DefaultWorkdir)
+	}
+	for _, p := range c.HidePaths {
+		if !filepath.IsAbs(p) || filepath.Clean(p) == "/" {
+			return fmt.Errorf("agent config: hidePaths entry %q must be an absolute path other than /", p)
+		}
+	}
+	for k := range c.Env {
+		if k == "" || bytes.ContainsAny([]byte(k), "=\x00") {
+			return fmt.Errorf("agent config: invalid env name %q", k)
+		}
+	}
+	return nil
+}
+
+func (c Config) idleTimeout() time.Duration {
+	return time.Duration(c.IdleTimeoutSeconds) * time.Second
+}

@@ -1,0 +1,610 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tupper-dev/tupper/agent/spec/process"
+)
+
+// drainGrace is how long output is still read after a process exits, for
+// descendants that keep its stdout, stderr or terminal open.
+const drainGrace = 100 * time.Millisecond
+
+// maxEnded bounds how many finished processes are remembered for Connect.
+const maxEnded = 256
+
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// proc is one process the agent started, the leader of its own session and
+// process group.
+type proc struct {
+	pid    int
+	config *process.ProcessConfig
+	tag    *string
+	term   *os.File // PTY master, nil without a PTY
+
+	timedOut atomic.Bool
+	timer    *time.Timer
+
+	mu    sync.Mutex
+	stdin *os.File // nil when there is no stdin or it was closed
+	subs  map[*subscriber]struct{}
+	end   *process.ProcessEvent_EndEvent
+	done  chan struct{}
+}
+
+// subscriber receives a process's events in order; the end event is last.
+type subscriber struct {
+	ch   chan *process.ProcessEvent
+	gone chan struct{}
+	once sync.Once
+}
+
+func newSubscriber() *subscriber {
+	return &subscriber{ch: make(chan *process.ProcessEvent, 64), gone: make(chan struct{})}
+}
+
+// subscribe adds s; it returns the end event instead when p already ended.
+func (p *proc) subscribe(s *subscriber) *process.ProcessEvent_EndEvent {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.end != nil {
+		return p.end
+	}
+	p.subs[s] = struct{}{}
+	return nil
+}
+
+func (p *proc) unsubscribe(s *subscriber) {
+	s.once.Do(func() { close(s.gone) })
+	p.mu.Lock()
+	delete(p.subs, s)
+	p.mu.Unlock()
+}
+
+// broadcast delivers ev to every subscriber, waiting for slow ones (output
+// back-pressures the process like a pipe would) but not for departed ones.
+func (p *proc) broadcast(ev *process.ProcessEvent) {
+	p.mu.Lock()
+	subs := make([]*subscriber, 0, len(p.subs))
+	for s := range p.subs {
+		subs = append(subs, s)
+	}
+	p.mu.Unlock()
+	for _, s := range subs {
+		select {
+		case s.ch <- ev:
+		case <-s.gone:
+		}
+	}
+}
+
+func (p *proc) info() *process.ProcessInfo {
+	return &process.ProcessInfo{Config: p.config, Pid: uint32(p.pid), Tag: p.tag}
+}
+
+// signalGroup signals p's whole process group.
+func (p *proc) signalGroup(sig syscall.Signal) error {
+	err := unix.Kill(-p.pid, sig)
+	if err == unix.ESRCH {
+		err = unix.Kill(p.pid, sig)
+	}
+	return err
+}
+
+// procTable holds running processes and the most recently ended ones.
+type procTable struct {
+	mu         sync.Mutex
+	running    map[int]*proc
+	ended      map[int]*proc
+	endedOrder []int
+}
+
+func newProcTable() *procTable {
+	return &procTable{running: map[int]*proc{}, ended: map[int]*proc{}}
+}
+
+func (t *procTable) add(p *proc) {
+	t.mu.Lock()
+	t.running[p.pid] = p
+	delete(t.ended, p.pid)
+	t.mu.Unlock()
+}
+
+func (t *procTable) finish(p *proc) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.running[p.pid] == p {
+		delete(t.running, p.pid)
+	}
+	t.ended[p.pid] = p
+	t.endedOrder = append(t.endedOrder, p.pid)
+	for len(t.endedOrder) > maxEnded {
+		old := t.endedOrder[0]
+		t.endedOrder = t.endedOrder[1:]
+		if !slices.Contains(t.endedOrder, old) {
+			delete(t.ended, old)
+		}
+	}
+}
+
+func (t *procTable) count() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.running)
+}
+
+func (t *procTable) list() []*proc {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]*proc, 0, len(t.running))
+	for _, p := range t.running {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b *proc) int { return a.pid - b.pid })
+	return out
+}
+
+// find returns the process sel names; withEnded also searches ended ones.
+func (t *procTable) find(sel *process.ProcessSelector, withEnded bool) *proc {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch s := sel.GetSelector().(type) {
+	case *process.ProcessSelector_Pid:
+		if p := t.running[int(s.Pid)]; p != nil {
+			return p
+		}
+		if withEnded {
+			return t.ended[int(s.Pid)]
+		}
+	case *process.ProcessSelector_Tag:
+		for _, p := range t.running {
+			if p.tag != nil && *p.tag == s.Tag {
+				return p
+			}
+		}
+		if withEnded {
+			for i := len(t.endedOrder) - 1; i >= 0; i-- {
+				if p := t.ended[t.endedOrder[i]]; p != nil && p.tag != nil && *p.tag == s.Tag {
+					return p
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// startSpec is a validated request to start a process.
+type startSpec struct {
+	cfg     *process.ProcessConfig
+	tag     *string
+	user    *osUser
+	stdin   bool
+	pty     *process.PTY
+	timeout time.Duration
+}
+
+// errStart marks failures caused by the request (bad cwd, unknown program).
+type errStart struct{ msg string }
+
+func (e *errStart) Error() string { return e.msg }
+
+// start launches a process and returns it with first already subscribed,
+// so no output can be missed.
+func (a *Agent) start(spec startSpec, first *subscriber) (*proc, error) {
+	u := spec.user
+	cwd := spec.cfg.GetCwd()
+	if cwd == "" {
+		cwd = a.cfg.DefaultWorkdir
+	}
+	dir, err := a.resolvePath(cwd, u)
+	if err != nil {
+		return nil, &errStart{err.Error()}
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return nil, &errStart{fmt.Sprintf("cwd %q does not exist or is not a directory", dir)}
+	}
+
+	env := a.buildEnv(u, spec.cfg.GetEnvs(), spec.pty != nil)
+	prog, err := lookPath(spec.cfg.GetCmd(), dir, envValue(env, "PATH"))
+	if err != nil {
+		return nil, &errStart{err.Error()}
+	}
+	argv := append([]string{spec.cfg.GetCmd()}, spec.cfg.GetArgs()...)
+
+	var (
+		childFiles []*os.File // closed in the parent after fork
+		readers    []*os.File
+		kinds      []int
+		stdinW     *os.File
+		term       *os.File
+	)
+	closeAll := func() {
+		for _, f := range childFiles {
+			f.Close()
+		}
+		for _, f := range readers {
+			f.Close()
+		}
+		if stdinW != nil {
+			stdinW.Close()
+		}
+	}
+	var fds [3]uintptr
+	if spec.pty != nil {
+		m, s, err := openPTY(spec.pty.GetSize().GetCols(), spec.pty.GetSize().GetRows())
+		if err != nil {
+			return nil, fmt.Errorf("allocate pty: %w", err)
+		}
+		term = m
+		childFiles = append(childFiles, s)
+		fds = [3]uintptr{s.Fd(), s.Fd(), s.Fd()}
+		readers, kinds = []*os.File{m}, []int{3}
+	} else {
+		if spec.stdin {
+			r, w, err := os.Pipe()
+			if err != nil {
+				return nil, err
+			}
+			childFiles = append(childFiles, r)
+			stdinW = w
+			fds[0] = r.Fd()
+		} else {
+			fds[0] = uintptr(a.devNull)
+		}
+		for i := 1; i <= 2; i++ {
+			r, w, err := os.Pipe()
+			if err != nil {
+				closeAll()
+				return nil, err
+			}
+			childFiles = append(childFiles, w)
+			readers = append(readers, r)
+			kinds = append(kinds, i)
+			fds[i] = w.Fd()
+		}
+	}
+
+	pid, exited, err := a.reaper.spawn(func() (int, error) {
+		return a.forkExec(prog, argv, env, dir, u, fds[:], spec.pty != nil)
+	})
+	for _, f := range childFiles {
+		f.Close()
+	}
+	childFiles = nil
+	if err != nil {
+		closeAll()
+		if term != nil {
+			term.Close()
+		}
+		return nil, &errStart{fmt.Sprintf("start %q: %v", spec.cfg.GetCmd(), err)}
+	}
+
+	p := &proc{pid: pid, config: spec.cfg, tag: spec.tag, term: term, stdin: stdinW,
+		subs: map[*subscriber]struct{}{}, done: make(chan struct{})}
+	if spec.pty != nil {
+		p.stdin = nil
+	}
+	if first != nil {
+		p.subs[first] = struct{}{}
+	}
+	a.procs.add(p)
+	a.touch()
+	if spec.timeout > 0 {
+		p.timer = time.AfterFunc(spec.timeout, func() {
+			p.timedOut.Store(true)
+			_ = p.signalGroup(unix.SIGKILL)
+		})
+	}
+
+	var wg sync.WaitGroup
+	for i, f := range readers {
+		wg.Add(1)
+		go func(f *os.File, kind int) {
+			defer wg.Done()
+			pump(p, f, kind)
+		}(f, kinds[i])
+	}
+	go func() {
+		ws := <-exited
+		if p.timer != nil {
+			p.timer.Stop()
+		}
+		grace := time.Now().Add(drainGrace)
+		for _, f := range readers {
+			_ = f.SetReadDeadline(grace)
+		}
+		wg.Wait()
+		for _, f := range readers {
+			if f != term {
+				f.Close()
+			}
+		}
+		p.mu.Lock()
+		if p.stdin != nil {
+			p.stdin.Close()
+			p.stdin = nil
+		}
+		if p.term != nil {
+			p.term.Close()
+		}
+		end := endEvent(ws)
+		p.end = end
+		subs := make([]*subscriber, 0, len(p.subs))
+		for s := range p.subs {
+			subs = append(subs, s)
+		}
+		p.mu.Unlock()
+		a.procs.finish(p)
+		a.touch()
+		ev := &process.ProcessEvent{Event: &process.ProcessEvent_End{End: end}}
+		for _, s := range subs {
+			select {
+			case s.ch <- ev:
+			case <-s.gone:
+			}
+		}
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// pump copies one output stream of p into data events.
+func pump(p *proc, f *os.File, kind int) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			chunk := slices.Clone(buf[:n])
+			var out process.ProcessEvent_DataEvent
+			switch kind {
+			case 1:
+				out.Output = &process.ProcessEvent_DataEvent_Stdout{Stdout: chunk}
+			case 2:
+				out.Output = &process.ProcessEvent_DataEvent_Stderr{Stderr: chunk}
+			default:
+				out.Output = &process.ProcessEvent_DataEvent_Pty{Pty: chunk}
+			}
+			p.broadcast(&process.ProcessEvent{Event: &process.ProcessEvent_Data{Data: &out}})
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// endEvent describes a wait status the way envd (and os.ProcessState) does:
+// "exit status 1", "signal: killed".
+func endEvent(ws unix.WaitStatus) *process.ProcessEvent_EndEvent {
+	var e process.ProcessEvent_EndEvent
+	switch {
+	case ws.Exited():
+		e.ExitCode = int32(ws.ExitStatus())
+		e.Exited = true
+		e.Status = "exit status " + strconv.Itoa(ws.ExitStatus())
+	case ws.Signaled():
+		e.ExitCode = -1
+		e.Status = "signal: " + ws.Signal().String()
+		if ws.CoreDump() {
+			e.Status += " (core dumped)"
+		}
+	default:
+		e.ExitCode = -1
+		e.Status = "unknown status " + strconv.Itoa(int(ws))
+	}
+	if !(e.Exited && e.ExitCode == 0) {
+		msg := e.Status
+		e.Error = &msg
+	}
+	return &e
+}
+
+// buildEnv returns PATH, HOME, USER, LOGNAME (and TERM for a PTY), then the
+// config's env, then the request's envs; later entries win.
+func (a *Agent) buildEnv(u *osUser, req map[string]string, pty bool) []string {
+	vals := map[string]string{}
+	var order []string
+	set := func(k, v string) {
+		if _, ok := vals[k]; !ok {
+			order = append(order, k)
+		}
+		vals[k] = v
+	}
+	path := os.Getenv("PATH")
+	if path == "" {
+		path = defaultPath
+	}
+	set("PATH", path)
+	set("HOME", u.Home)
+	set("USER", u.Name)
+	set("LOGNAME", u.Name)
+	if pty {
+		set("TERM", "xterm-256color")
+	}
+	for _, k := range sortedKeys(a.cfg.Env) {
+		set(k, a.cfg.Env[k])
+	}
+	for _, k := range sortedKeys(req) {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			continue
+		}
+		set(k, req[k])
+	}
+	env := make([]string, 0, len(order))
+	for _, k := range order {
+		env = append(env, k+"="+strings.ReplaceAll(vals[k], "\x00", ""))
+	}
+	return env
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func envValue(env []string, key string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(env[i], key+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// lookPath finds cmd like a shell would: names containing a slash are used
+// as given (relative to dir), others are searched in path.
+func lookPath(cmd, dir, path string) (string, error) {
+	if cmd == "" {
+		return "", errors.New("empty command")
+	}
+	if strings.ContainsRune(cmd, 0) {
+		return "", errors.New("command contains a NUL byte")
+	}
+	check := func(p string) error {
+		full := p
+		if !filepath.IsAbs(full) {
+			full = filepath.Join(dir, full)
+		}
+		fi, err := os.Stat(full)
+		if err != nil {
+			return err
+		}
+		if fi.IsDir() || fi.Mode()&0o111 == 0 {
+			return fs.ErrPermission
+		}
+		return nil
+	}
+	if strings.Contains(cmd, "/") {
+		if err := check(cmd); err != nil {
+			return "", fmt.Errorf("exec %q: %w", cmd, err)
+		}
+		if !filepath.IsAbs(cmd) {
+			return filepath.Join(dir, cmd), nil
+		}
+		return cmd, nil
+	}
+	for _, d := range filepath.SplitList(path) {
+		if d == "" {
+			d = "."
+		}
+		p := filepath.Join(d, cmd)
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		if check(p) == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("exec: %q: executable file not found in $PATH", cmd)
+}
+
+// forkExec starts argv in its own session, as u, in dir. With hiding on it
+// starts "agent-exec" in a new mount namespace, which covers the hidden
+// paths, drops to u and execs prog.
+func (a *Agent) forkExec(prog string, argv, env []string, dir string, u *osUser, fds []uintptr, tty bool) (int, error) {
+	sys := &syscall.SysProcAttr{Setsid: true}
+	if tty {
+		sys.Setctty = true
+		sys.Ctty = 0
+	}
+	attr := &syscall.ProcAttr{Dir: dir, Env: env, Files: fds, Sys: sys}
+	if len(a.cfg.HidePaths) == 0 {
+		if a.euid == 0 || u.UID != uint32(a.euid) || u.GID != uint32(a.egid) {
+			sys.Credential = &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: u.Groups}
+		}
+		return syscall.ForkExec(prog, argv, attr)
+	}
+	sys.Cloneflags = syscall.CLONE_NEWNS
+	args := []string{"tupper", "agent-exec",
+		"--uid", strconv.FormatUint(uint64(u.UID), 10),
+		"--gid", strconv.FormatUint(uint64(u.GID), 10),
+		"--groups", joinUints(u.Groups)}
+	for _, h := range a.cfg.HidePaths {
+		args = append(args, "--hide", h)
+	}
+	args = append(args, "--", prog)
+	args = append(args, argv...)
+	return syscall.ForkExec(a.execPath, args, attr)
+}
+
+func joinUints(v []uint32) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = strconv.FormatUint(uint64(x), 10)
+	}
+	return strings.Join(s, ",")
+}
+
+// openPTY allocates a pseudo-terminal pair of the given size.
+func openPTY(cols, rows uint32) (master, slave *os.File, err error) {
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	var n int
+	var ierr error
+	rc, err := m.SyscallConn()
+	if err == nil {
+		err = rc.Control(func(fd uintptr) {
+			if ierr = unix.IoctlSetPointerInt(int(fd), unix.TIOCSPTLCK, 0); ierr != nil {
+				return
+			}
+			n, ierr = unix.IoctlGetInt(int(fd), unix.TIOCGPTN)
+		})
+	}
+	if err == nil {
+		err = ierr
+	}
+	if err != nil {
+		m.Close()
+		return nil, nil, err
+	}
+	if err := resizePTY(m, cols, rows); err != nil {
+		m.Close()
+		return nil, nil, err
+	}
+	sfd, err := unix.Open("/dev/pts/"+strconv.Itoa(n), unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		m.Close()
+		return nil, nil, err
+	}
+	return m, os.NewFile(uintptr(sfd), "/dev/pts/"+strconv.Itoa(n)), nil
+}
+
+func resizePTY(m *os.File, cols, rows uint32) error {
+	if cols == 0 {
+		cols = 80
+	}
+	if rows == 0 {
+		rows = 24
+	}
+	rc, err := m.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ierr error
+	err = rc.Control(func(fd uintptr) {
+		ierr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Col: uint16(min(cols, 0xffff)), Row: uint16(min(rows, 0xffff))})
+	})
+	if err != nil {
+		return err
+	}
+	return ierr
+}

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tupper-dev/tupper/agent"
+)
+
+// newAgentCmd is "tupper agent": the in-sandbox agent, normally PID 1 of a
+// sandbox, serving envd-compatible Connect RPC, /files and Tupper's
+// extensions on one listener.
+func newAgentCmd() *cobra.Command {
+	var (
+		listen     string
+		listenFD   int
+		configPath string
+	)
+	cmd := &cobra.Command{
+		Use:   "agent [--listen unix:PATH | --listen-fd N] [--config PATH]",
+		Short: "Run the in-sandbox agent (PID 1 of a sandbox)",
+		Long: "tupper agent runs inside a sandbox, usually as its PID 1. It runs commands, serves file\n" +
+			"operations and watches, reaps zombies and enforces the sandbox's deadlines. It speaks\n" +
+			"E2B envd's Connect protocol plus /files, /health and Tupper's /tupper/ extensions.\n" +
+			"The config file is JSON; see the agent package documentation for its fields.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var cfg agent.Config
+			if configPath != "" {
+				c, err := agent.LoadConfig(configPath)
+				if err != nil {
+					return err
+				}
+				cfg = c
+			}
+			ln, err := agentListener(listen, listenFD)
+			if err != nil {
+				return err
+			}
+			err = agent.Serve(cmd.Context(), ln, cfg)
+			if errors.Is(err, agent.ErrDeadline) || errors.Is(err, agent.ErrIdle) {
+				fmt.Fprintln(cmd.ErrOrStderr(), "tupper agent:", err)
+				return nil
+			}
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", "", "address to serve on: unix:PATH or tcp:HOST:PORT")
+	cmd.Flags().IntVar(&listenFD, "listen-fd", -1, "serve on this inherited listening socket instead of --listen")
+	cmd.Flags().StringVar(&configPath, "config", "", "JSON config file")
+	return cmd
+}
+
+func agentListener(listen string, fd int) (net.Listener, error) {
+	switch {
+	case fd >= 0 && listen != "":
+		return nil, errors.New("give either --listen or --listen-fd, not both")
+	case fd >= 0:
+		f := os.NewFile(uintptr(fd), "listener")
+		if f == nil {
+			return nil, fmt.Errorf("--listen-fd %d: not a file descriptor", fd)
+		}
+		defer f.Close()
+		ln, err := net.FileListener(f)
+		if err != nil {
+			return nil, fmt.Errorf("--listen-fd %d: %w", fd, err)
+		}
+		return ln, nil
+	case strings.HasPrefix(listen, "unix:"):
+		path := strings.TrimPrefix(listen, "unix:")
+		if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			_ = os.Remove(path) // a stale socket from a previous run
+		}
+		ln, err := net.Listen("unix", path)
+		if err != nil {
+			return nil, err
+		}
+		ln.(*net.UnixListener).SetUnlinkOnClose(true)
+		return ln, nil
+	case strings.HasPrefix(listen, "tcp:"):
+		return net.Listen("tcp", strings.TrimPrefix(listen, "tcp:"))
+	}
+	return nil, errors.New("need --listen unix:PATH (or tcp:HOST:PORT) or --listen-fd N")
+}
+
+// newAgentExecCmd is "tupper agent-exec", which the agent runs to start a
+// command in a mount namespace where its socket and binary are hidden. Not
+// for people.
+func newAgentExecCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:                "agent-exec [--uid N --gid N --groups N,...] [--hide PATH]... -- PROGRAM ARGV0 [ARG]...",
+		Short:              "Start a command for the agent (internal)",
+		Hidden:             true,
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return exitError{code: agent.ExecMain(args)}
+		},
+	}
+}
