@@ -39,6 +39,8 @@ type proc struct {
 	timedOut atomic.Bool
 	timer    *time.Timer
 
+	stdinMu sync.Mutex // serialises writes to stdin
+
 	mu    sync.Mutex
 	stdin *os.File // nil when there is no stdin or it was closed
 	subs  map[*subscriber]struct{}
@@ -103,6 +105,17 @@ func (p *proc) signalGroup(sig syscall.Signal) error {
 		err = unix.Kill(p.pid, sig)
 	}
 	return err
+}
+
+// closeStdin closes the stdin pipe (a blocked write fails).
+func (p *proc) closeStdin() {
+	p.mu.Lock()
+	f := p.stdin
+	p.stdin = nil
+	p.mu.Unlock()
+	if f != nil {
+		f.Close()
+	}
 }
 
 // procTable holds running processes and the most recently ended ones.
@@ -333,11 +346,8 @@ func (a *Agent) start(spec startSpec, first *subscriber) (*proc, error) {
 				f.Close()
 			}
 		}
+		p.closeStdin()
 		p.mu.Lock()
-		if p.stdin != nil {
-			p.stdin.Close()
-			p.stdin = nil
-		}
 		if p.term != nil {
 			p.term.Close()
 		}

@@ -191,15 +191,21 @@ func (p *proc) write(in *process.ProcessInput) error {
 	switch v := in.GetInput().(type) {
 	case *process.ProcessInput_Stdin:
 		p.mu.Lock()
-		defer p.mu.Unlock()
-		if p.stdin == nil {
+		f := p.stdin
+		p.mu.Unlock()
+		if f == nil {
 			if p.term != nil {
 				return connect.NewError(connect.CodeFailedPrecondition, errors.New("process has a pty: send pty input"))
 			}
 			return connect.NewError(connect.CodeFailedPrecondition, errors.New("stdin not enabled or closed"))
 		}
-		if _, err := p.stdin.Write(v.Stdin); err != nil {
-			return connect.NewError(connect.CodeInternal, fmt.Errorf("write stdin of process %d: %w", p.pid, err))
+		// Not under p.mu: a full pipe blocks here, and output must keep
+		// flowing meanwhile or the process never drains its stdin.
+		p.stdinMu.Lock()
+		_, err := f.Write(v.Stdin)
+		p.stdinMu.Unlock()
+		if err != nil {
+			return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("write stdin of process %d: %w", p.pid, err))
 		}
 	case *process.ProcessInput_Pty:
 		if p.term == nil {
@@ -275,11 +281,6 @@ func (s *processService) CloseStdin(ctx context.Context, req *connect.Request[pr
 	if p.term != nil {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("cannot close stdin of a pty process: send Ctrl-D (0x04) instead"))
 	}
-	p.mu.Lock()
-	if p.stdin != nil {
-		p.stdin.Close()
-		p.stdin = nil
-	}
-	p.mu.Unlock()
+	p.closeStdin()
 	return connect.NewResponse(&process.CloseStdinResponse{}), nil
 }
