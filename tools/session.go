@@ -1,0 +1,246 @@
+package tools
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/sandbox"
+)
+
+// SessionOptions configures NewSession. The zero value is a session with default sandboxes
+// and no scoping.
+type SessionOptions struct {
+	// Create is the template of every sandbox the session creates: its default sandbox and
+	// those of create_sandbox (whose arguments override Network and add to Env). Labels are
+	// added to; TrackChanges is set on the default sandbox.
+	Create sandbox.CreateOptions
+
+	// Labels scope the session: every sandbox it creates carries them, list_sandboxes shows
+	// only sandboxes that carry all of them, and a sandbox_id naming one that does not is
+	// "not found". A server scopes each API key this way.
+	Labels map[string]string
+
+	// PreviewURL, when set, gives the URL of a port in a sandbox for expose_port and
+	// start_process (a server answers with its own preview routing). Nil: the provider's.
+	PreviewURL func(ctx context.Context, sandboxID string, port int) (string, error)
+}
+
+// Session is the state tools share in one conversation with a model: a provider, and a
+// default sandbox that tools use when the model gives no sandbox_id. The default sandbox is
+// created on first use, with change tracking so file_changes works, and destroyed by Close.
+// Sandboxes made with create_sandbox outlive the session until destroy_sandbox or their
+// provider's deadline.
+//
+// A Session may be used from many goroutines at once.
+type Session struct {
+	prov provider.Provider
+	opts SessionOptions
+
+	mu        sync.Mutex
+	closed    bool
+	creating  chan struct{} // closed when a pending default creation ends
+	defaultID string
+	handles   map[string]*sandbox.Sandbox // connected or created sandboxes by id
+}
+
+// NewSession returns a session that makes and finds sandboxes on p.
+func NewSession(p provider.Provider, opts SessionOptions) *Session {
+	opts.Labels = maps.Clone(opts.Labels)
+	return &Session{prov: p, opts: opts, handles: map[string]*sandbox.Sandbox{}}
+}
+
+// Provider returns the session's provider.
+func (s *Session) Provider() provider.Provider { return s.prov }
+
+// DefaultID returns the id of the default sandbox, or "" when none has been created yet.
+func (s *Session) DefaultID() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.defaultID
+}
+
+var errClosed = &sandbox.Error{Code: sandbox.CodeUnavailable, Op: "session", Message: "the tool session has ended"}
+
+// Sandbox returns the sandbox id, or with id "" the default sandbox, creating it on first
+// use. A sandbox outside the session's Labels is CodeNotFound.
+func (s *Session) Sandbox(ctx context.Context, id string) (*sandbox.Sandbox, error) {
+	if id == "" {
+		return s.defaultSandbox(ctx)
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, errClosed
+	}
+	if b := s.handles[id]; b != nil {
+		s.mu.Unlock()
+		return b, nil
+	}
+	s.mu.Unlock()
+
+	b, err := sandbox.Connect(ctx, s.prov, id, sandbox.ConnectOptions{})
+	if err != nil {
+		return nil, err
+	}
+	if !s.inScope(b.Labels) {
+		b.Close()
+		return nil, &sandbox.Error{Code: sandbox.CodeNotFound, Op: "connect", Message: "no sandbox " + id}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		b.Close()
+		return nil, errClosed
+	}
+	if prev := s.handles[id]; prev != nil {
+		b.Close()
+		return prev, nil
+	}
+	s.handles[id] = b
+	return b, nil
+}
+
+func (s *Session) inScope(labels map[string]string) bool {
+	return provider.ListFilter{Labels: s.opts.Labels}.Matches(labels)
+}
+
+func (s *Session) defaultSandbox(ctx context.Context) (*sandbox.Sandbox, error) {
+	for {
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return nil, errClosed
+		}
+		if s.defaultID != "" {
+			b := s.handles[s.defaultID]
+			s.mu.Unlock()
+			return b, nil
+		}
+		if wait := s.creating; wait != nil {
+			// Another call is creating it: wait for that one rather than make a second.
+			s.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, &sandbox.Error{Code: sandbox.CodeAborted, Op: "create", Message: ctx.Err().Error()}
+			}
+		}
+		done := make(chan struct{})
+		s.creating = done
+		s.mu.Unlock()
+
+		b, err := s.create(ctx, s.opts.Create, true)
+
+		s.mu.Lock()
+		s.creating = nil
+		close(done)
+		if err != nil {
+			s.mu.Unlock()
+			return nil, err
+		}
+		if s.closed {
+			s.mu.Unlock()
+			destroy(b)
+			return nil, errClosed
+		}
+		s.defaultID = b.ID
+		s.handles[b.ID] = b
+		s.mu.Unlock()
+		return b, nil
+	}
+}
+
+// create makes a sandbox from opts with the session's labels. With track it records the
+// change checkpoint, and retries without one on a provider that cannot track changes.
+func (s *Session) create(ctx context.Context, opts sandbox.CreateOptions, track bool) (*sandbox.Sandbox, error) {
+	opts.Labels = maps.Clone(opts.Labels)
+	if opts.Labels == nil {
+		opts.Labels = map[string]string{}
+	}
+	maps.Copy(opts.Labels, s.opts.Labels)
+	opts.TrackChanges = track
+	b, err := sandbox.Create(ctx, s.prov, opts)
+	if track && errors.Is(err, sandbox.ErrUnsupported) {
+		opts.TrackChanges = false
+		b, err = sandbox.Create(ctx, s.prov, opts)
+	}
+	return b, err
+}
+
+// createExtra makes a sandbox for create_sandbox and keeps its handle.
+func (s *Session) createExtra(ctx context.Context, opts sandbox.CreateOptions) (*sandbox.Sandbox, error) {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, errClosed
+	}
+	b, err := s.create(ctx, opts, true)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		destroy(b)
+		return nil, errClosed
+	}
+	s.handles[b.ID] = b
+	return b, nil
+}
+
+// destroySandbox destroys id (which must be in scope) and forgets it; destroying the default
+// sandbox means the next tool call without sandbox_id creates a fresh one.
+func (s *Session) destroySandbox(ctx context.Context, id string) error {
+	b, err := s.Sandbox(ctx, id)
+	if err != nil {
+		return err
+	}
+	err = b.Destroy(ctx)
+	s.mu.Lock()
+	delete(s.handles, id)
+	if s.defaultID == id {
+		s.defaultID = ""
+	}
+	s.mu.Unlock()
+	return err
+}
+
+// Close destroys the default sandbox, if one was created, and releases every handle. It is
+// idempotent and safe to call concurrently; tool calls after Close fail with
+// CodeUnavailable. Close does not wait for ctx past the provider's own destroy.
+func (s *Session) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	handles := s.handles
+	def := s.defaultID
+	s.handles = map[string]*sandbox.Sandbox{}
+	s.defaultID = ""
+	s.mu.Unlock()
+
+	var err error
+	for id, b := range handles {
+		if id == def {
+			err = b.Destroy(ctx)
+			continue
+		}
+		b.Close()
+	}
+	return err
+}
+
+// destroy removes a sandbox nobody will use, with its own deadline.
+func destroy(b *sandbox.Sandbox) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = b.Destroy(ctx)
+}
