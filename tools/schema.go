@@ -34,16 +34,16 @@ type Schema struct {
 // MarshalJSON writes s as JSON Schema, with additionalProperties false on every closed object.
 func (s *Schema) MarshalJSON() ([]byte, error) {
 	type wire struct {
-		Type                 string             `json:"type,omitempty"`
-		Description          string             `json:"description,omitempty"`
-		Properties           any                `json:"properties,omitempty"` // {} is kept
-		Required             []string           `json:"required,omitempty"`
-		AdditionalProperties json.RawMessage    `json:"additionalProperties,omitempty"`
-		Enum                 []string           `json:"enum,omitempty"`
-		MinLength            *int               `json:"minLength,omitempty"`
-		Pattern              string             `json:"pattern,omitempty"`
-		Minimum              *int64             `json:"minimum,omitempty"`
-		Maximum              *int64             `json:"maximum,omitempty"`
+		Type                 string          `json:"type,omitempty"`
+		Description          string          `json:"description,omitempty"`
+		Properties           any             `json:"properties,omitempty"` // {} is kept
+		Required             []string        `json:"required,omitempty"`
+		AdditionalProperties json.RawMessage `json:"additionalProperties,omitempty"`
+		Enum                 []string        `json:"enum,omitempty"`
+		MinLength            *int            `json:"minLength,omitempty"`
+		Pattern              string          `json:"pattern,omitempty"`
+		Minimum              *int64          `json:"minimum,omitempty"`
+		Maximum              *int64          `json:"maximum,omitempty"`
 	}
 	w := wire{
 		Type: s.Type, Description: s.Description, Required: s.Required, Enum: s.Enum,
