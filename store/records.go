@@ -1,0 +1,331 @@
+package store
+
+import (
+	"context"
+	"crypto/subtle"
+	"database/sql"
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/tupper-dev/tupper/provider"
+)
+
+// APIKey is an account API key as stored: never the key itself.
+type APIKey struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name,omitempty"`
+	Prefix    string    `json:"prefix"` // the first characters of the key, for people to tell keys apart
+	CreatedAt time.Time `json:"createdAt"`
+	RevokedAt time.Time `json:"revokedAt,omitzero"`
+}
+
+// Revoked reports whether the key was revoked.
+func (k APIKey) Revoked() bool { return !k.RevokedAt.IsZero() }
+
+// KeyPrefix is how account API keys begin.
+const KeyPrefix = "ak_"
+
+// CreateKey makes a new API key and returns its record and the key, which is not stored and
+// cannot be shown again.
+func (s *Store) CreateKey(ctx context.Context, name string) (APIKey, string, error) {
+	secret := KeyPrefix + RandomString(20)
+	k := APIKey{ID: "key_" + RandomString(6), Name: name, Prefix: secret[:len(KeyPrefix)+6], CreatedAt: time.Now().UTC().Truncate(time.Millisecond)}
+	_, err := s.db.ExecContext(ctx, `INSERT INTO api_keys(id, name, prefix, hash, created_at) VALUES(?, ?, ?, ?, ?)`,
+		k.ID, k.Name, k.Prefix, Hash(secret), unixMilli(k.CreatedAt))
+	if err != nil {
+		return APIKey{}, "", dbErr(err)
+	}
+	return k, secret, nil
+}
+
+// Keys lists every API key, oldest first.
+func (s *Store) Keys(ctx context.Context) ([]APIKey, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id, name, prefix, created_at, revoked_at FROM api_keys ORDER BY created_at, id`)
+	if err != nil {
+		return nil, dbErr(err)
+	}
+	defer rows.Close()
+	var out []APIKey
+	for rows.Next() {
+		var k APIKey
+		var created int64
+		var revoked sql.NullInt64
+		if err := rows.Scan(&k.ID, &k.Name, &k.Prefix, &created, &revoked); err != nil {
+			return nil, dbErr(err)
+		}
+		k.CreatedAt, k.RevokedAt = fromMilli(created), nullTime(revoked)
+		out = append(out, k)
+	}
+	return out, dbErr(rows.Err())
+}
+
+// RevokeKey revokes the key with this id (or, for convenience, this prefix when unique).
+// CodeNotFound when there is none.
+func (s *Store) RevokeKey(ctx context.Context, idOrPrefix string) (APIKey, error) {
+	keys, err := s.Keys(ctx)
+	if err != nil {
+		return APIKey{}, err
+	}
+	var match []APIKey
+	for _, k := range keys {
+		if k.ID == idOrPrefix || (len(idOrPrefix) >= len(KeyPrefix)+4 && strings.HasPrefix(k.Prefix, idOrPrefix)) {
+			match = append(match, k)
+		}
+	}
+	switch len(match) {
+	case 0:
+		return APIKey{}, provider.Errorf(provider.CodeNotFound, "no API key %q (`tupper keys list` shows them)", idOrPrefix)
+	case 1:
+	default:
+		return APIKey{}, provider.Errorf(provider.CodeInvalidArgument, "%q matches %d keys: give the key id", idOrPrefix, len(match))
+	}
+	k := match[0]
+	if k.Revoked() {
+		return k, nil
+	}
+	k.RevokedAt = time.Now().UTC().Truncate(time.Millisecond)
+	_, err = s.db.ExecContext(ctx, `UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL`, unixMilli(k.RevokedAt), k.ID)
+	return k, dbErr(err)
+}
+
+// AuthenticateKey returns the live key whose hash is that of secret. A missing or revoked key
+// is CodeUnauthorized; the message never holds the secret.
+func (s *Store) AuthenticateKey(ctx context.Context, secret string) (APIKey, error) {
+	want := Hash(secret)
+	var k APIKey
+	var hash []byte
+	var created int64
+	var revoked sql.NullInt64
+	err := s.db.QueryRowContext(ctx, `SELECT id, name, prefix, hash, created_at, revoked_at FROM api_keys WHERE hash = ?`, want).
+		Scan(&k.ID, &k.Name, &k.Prefix, &hash, &created, &revoked)
+	if err == sql.ErrNoRows {
+		return APIKey{}, provider.Errorf(provider.CodeUnauthorized, "the API key is not valid")
+	}
+	if err != nil {
+		return APIKey{}, dbErr(err)
+	}
+	if subtle.ConstantTimeCompare(hash, want) != 1 {
+		return APIKey{}, provider.Errorf(provider.CodeUnauthorized, "the API key is not valid")
+	}
+	k.CreatedAt, k.RevokedAt = fromMilli(created), nullTime(revoked)
+	if k.Revoked() {
+		return APIKey{}, provider.Errorf(provider.CodeUnauthorized, "the API key was revoked")
+	}
+	return k, nil
+}
+
+// Sandbox is the server's record of a sandbox it made. The provider holds the sandbox itself.
+type Sandbox struct {
+	ID          string
+	Provider    string
+	APIKeyID    string // the key that created it
+	Key         string // the get-or-create key
+	Labels      map[string]string
+	CreatedAt   time.Time
+	Deadline    time.Time
+	State       provider.State
+	DestroyedAt time.Time
+}
+
+// TokenPrefix is how sandbox tokens begin.
+const TokenPrefix = "sbt_"
+
+// NewToken returns a new sandbox token.
+func NewToken() string { return TokenPrefix + RandomString(20) }
+
+// PutSandbox records a sandbox with one token hash (replacing a record of the same id, which
+// keeps its other tokens).
+func (s *Store) PutSandbox(ctx context.Context, sb Sandbox, tokenHash []byte) error {
+	labels, _ := json.Marshal(sb.Labels)
+	if sb.State == "" {
+		sb.State = provider.StateRunning
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return dbErr(err)
+	}
+	defer tx.Rollback()
+	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes(id, provider, api_key_id, key, labels, created_at, deadline, state)
+		VALUES(?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT(id) DO UPDATE SET key = excluded.key, labels = excluded.labels, deadline = excluded.deadline,
+			state = excluded.state, destroyed_at = NULL`,
+		sb.ID, sb.Provider, sb.APIKeyID, sb.Key, string(labels), unixMilli(sb.CreatedAt), unixMilli(sb.Deadline), string(sb.State))
+	if err != nil {
+		return dbErr(err)
+	}
+	if tokenHash != nil {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO sandbox_tokens(hash, sandbox_id, created_at) VALUES(?, ?, ?)`,
+			tokenHash, sb.ID, time.Now().UnixMilli()); err != nil {
+			return dbErr(err)
+		}
+	}
+	return dbErr(tx.Commit())
+}
+
+// AddToken records another token for a live sandbox (a get-or-create that found it).
+func (s *Store) AddToken(ctx context.Context, id string, tokenHash []byte) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO sandbox_tokens(hash, sandbox_id, created_at) VALUES(?, ?, ?)`, tokenHash, id, time.Now().UnixMilli())
+	return dbErr(err)
+}
+
+// SandboxForToken returns the id of the live sandbox the token belongs to, or CodeUnauthorized.
+func (s *Store) SandboxForToken(ctx context.Context, token string) (string, error) {
+	want := Hash(token)
+	var id string
+	var hash []byte
+	err := s.db.QueryRowContext(ctx, `SELECT t.sandbox_id, t.hash FROM sandbox_tokens t JOIN sandboxes s ON s.id = t.sandbox_id
+		WHERE t.hash = ? AND s.destroyed_at IS NULL`, want).Scan(&id, &hash)
+	if err == sql.ErrNoRows {
+		return "", provider.Errorf(provider.CodeUnauthorized, "the sandbox token is not valid")
+	}
+	if err != nil {
+		return "", dbErr(err)
+	}
+	if subtle.ConstantTimeCompare(hash, want) != 1 {
+		return "", provider.Errorf(provider.CodeUnauthorized, "the sandbox token is not valid")
+	}
+	return id, nil
+}
+
+const sandboxCols = `id, provider, api_key_id, key, labels, created_at, deadline, state, destroyed_at`
+
+func scanSandbox(sc interface{ Scan(...any) error }) (Sandbox, error) {
+	var sb Sandbox
+	var labels, state string
+	var created, deadline int64
+	var destroyed sql.NullInt64
+	if err := sc.Scan(&sb.ID, &sb.Provider, &sb.APIKeyID, &sb.Key, &labels, &created, &deadline, &state, &destroyed); err != nil {
+		return Sandbox{}, err
+	}
+	_ = json.Unmarshal([]byte(labels), &sb.Labels)
+	sb.CreatedAt, sb.Deadline, sb.DestroyedAt = fromMilli(created), fromMilli(deadline), nullTime(destroyed)
+	sb.State = provider.State(state)
+	return sb, nil
+}
+
+// Sandbox returns the record of a live sandbox, or CodeNotFound.
+func (s *Store) Sandbox(ctx context.Context, id string) (Sandbox, error) {
+	sb, err := scanSandbox(s.db.QueryRowContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE id = ? AND destroyed_at IS NULL`, id))
+	if err == sql.ErrNoRows {
+		return Sandbox{}, provider.Errorf(provider.CodeNotFound, "no sandbox %q", id)
+	}
+	return sb, dbErr(err)
+}
+
+// SandboxByKey returns the live sandbox made with key, or CodeNotFound.
+func (s *Store) SandboxByKey(ctx context.Context, key string) (Sandbox, error) {
+	sb, err := scanSandbox(s.db.QueryRowContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE key = ? AND key != '' AND destroyed_at IS NULL
+		ORDER BY created_at DESC LIMIT 1`, key))
+	if err == sql.ErrNoRows {
+		return Sandbox{}, provider.Errorf(provider.CodeNotFound, "no sandbox with that key")
+	}
+	return sb, dbErr(err)
+}
+
+// Sandboxes lists the live sandboxes, oldest first.
+func (s *Store) Sandboxes(ctx context.Context) ([]Sandbox, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE destroyed_at IS NULL ORDER BY created_at, id`)
+	if err != nil {
+		return nil, dbErr(err)
+	}
+	defer rows.Close()
+	var out []Sandbox
+	for rows.Next() {
+		sb, err := scanSandbox(rows)
+		if err != nil {
+			return nil, dbErr(err)
+		}
+		out = append(out, sb)
+	}
+	return out, dbErr(rows.Err())
+}
+
+// MarkDestroyed records that a sandbox is gone and drops its tokens. It reports whether the
+// sandbox was live, so exactly one caller emits the event.
+func (s *Store) MarkDestroyed(ctx context.Context, id string) (bool, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return false, dbErr(err)
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, `UPDATE sandboxes SET destroyed_at = ?, state = 'stopped' WHERE id = ? AND destroyed_at IS NULL`, time.Now().UnixMilli(), id)
+	if err != nil {
+		return false, dbErr(err)
+	}
+	n, _ := res.RowsAffected()
+	if _, err := tx.ExecContext(ctx, `DELETE FROM sandbox_tokens WHERE sandbox_id = ?`, id); err != nil {
+		return false, dbErr(err)
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM ports WHERE sandbox_id = ?`, id); err != nil {
+		return false, dbErr(err)
+	}
+	return n == 1, dbErr(tx.Commit())
+}
+
+// SetState records a live sandbox's state.
+func (s *Store) SetState(ctx context.Context, id string, st provider.State) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET state = ? WHERE id = ? AND destroyed_at IS NULL`, string(st), id)
+	return dbErr(err)
+}
+
+// SetDeadline records a live sandbox's hard deadline (zero: none).
+func (s *Store) SetDeadline(ctx context.Context, id string, d time.Time) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET deadline = ? WHERE id = ? AND destroyed_at IS NULL`, unixMilli(d), id)
+	return dbErr(err)
+}
+
+// Port is an exposed port of a sandbox.
+type Port struct {
+	Port      int
+	Public    bool
+	CreatedAt time.Time
+}
+
+// ExposePort records an exposed port (replacing its public flag).
+func (s *Store) ExposePort(ctx context.Context, id string, port int, public bool) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO ports(sandbox_id, port, public, created_at) VALUES(?, ?, ?, ?)
+		ON CONFLICT(sandbox_id, port) DO UPDATE SET public = excluded.public`, id, port, public, time.Now().UnixMilli())
+	return dbErr(err)
+}
+
+// UnexposePort forgets an exposed port; CodeNotFound when it was not exposed.
+func (s *Store) UnexposePort(ctx context.Context, id string, port int) error {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM ports WHERE sandbox_id = ? AND port = ?`, id, port)
+	if err != nil {
+		return dbErr(err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return provider.Errorf(provider.CodeNotFound, "port %d is not exposed", port)
+	}
+	return nil
+}
+
+// Ports lists a sandbox's exposed ports.
+func (s *Store) Ports(ctx context.Context, id string) ([]Port, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT port, public, created_at FROM ports WHERE sandbox_id = ? ORDER BY port`, id)
+	if err != nil {
+		return nil, dbErr(err)
+	}
+	defer rows.Close()
+	var out []Port
+	for rows.Next() {
+		var p Port
+		var created int64
+		if err := rows.Scan(&p.Port, &p.Public, &created); err != nil {
+			return nil, dbErr(err)
+		}
+		p.CreatedAt = fromMilli(created)
+		out = append(out, p)
+	}
+	return out, dbErr(rows.Err())
+}
+
+// PortExposure returns whether the port is exposed and whether it is public.
+func (s *Store) PortExposure(ctx context.Context, id string, port int) (exposed, public bool, err error) {
+	err = s.db.QueryRowContext(ctx, `SELECT public FROM ports WHERE sandbox_id = ? AND port = ?`, id, port).Scan(&public)
+	if err == sql.ErrNoRows {
+		return false, false, nil
+	}
+	return err == nil, public, dbErr(err)
+}
