@@ -211,6 +211,13 @@ func (s *Session) destroySandbox(ctx context.Context, id string) error {
 	return err
 }
 
+// Closed reports whether Close has been called.
+func (s *Session) Closed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
 // Close destroys the default sandbox, if one was created, and releases every handle. It is
 // idempotent and safe to call concurrently; tool calls after Close fail with
 // CodeUnavailable. Close does not wait for ctx past the provider's own destroy.
