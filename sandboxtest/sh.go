@@ -84,7 +84,7 @@ func shSlices(c *C) {
 	res, err = b.Sh("printf '[%%s]' x %s", []string{}).Run(c.Ctx)
 	c.NoErr("Sh", err)
 	Eq(c, "empty slice", res.Stdout, "[x]")
-	res, err = b.Sh("printf '[%%s]' %s", []int{1, 2, 3}).Run(c.Ctx)
+	res, err = b.Sh("printf '[%%s]' %d", []int{1, 2, 3}).Run(c.Ctx)
 	c.NoErr("Sh", err)
 	Eq(c, "int slice", res.Stdout, "[1][2][3]")
 	res, err = b.Sh("printf '[%%s]' %s", []byte("bytes as one word")).Run(c.Ctx)
