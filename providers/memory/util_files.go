@@ -1,0 +1,1476 @@
+package memory
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// utilCat is cat [-n] [-b] [-A|-E] [FILE...].
+func utilCat(c *cmd, args []string) int {
+	o, err := getopt(args, "nbuAEsTv", false)
+	if err != nil {
+		return c.usage(1, "%v", err)
+	}
+	files := o.args
+	if len(files) == 0 {
+		files = []string{"-"}
+	}
+	number := o.has('n') || o.has('b')
+	status := 0
+	line := 0
+	for _, f := range files {
+		r, err := c.open(f)
+		if err != nil {
+			c.errorf("%s: %s", f, fsErrText(err))
+			status = 1
+			continue
+		}
+		if !number && !o.has('A') && !o.has('E') {
+			if _, err := io.Copy(c.out(), r); err != nil {
+				if c.ctx.Err() != nil {
+					return 1
+				}
+				if isWriteErr(err) {
+					return writeError(err)
+				}
+				c.errorf("%s: %v", f, err)
+				status = 1
+			}
+			continue
+		}
+		data, err := io.ReadAll(r)
+		if err != nil {
+			return 1
+		}
+		lines, nl := readLines(data)
+		var b strings.Builder
+		for i, l := range lines {
+			if number && !(o.has('b') && l == "") {
+				line++
+				fmt.Fprintf(&b, "%6d\t", line)
+			}
+			b.WriteString(l)
+			if i < len(lines)-1 || nl {
+				if o.has('A') || o.has('E') {
+					b.WriteByte('$')
+				}
+				b.WriteByte('\n')
+			}
+		}
+		if _, err := io.WriteString(c.out(), b.String()); err != nil {
+			return writeError(err)
+		}
+	}
+	return status
+}
+
+// isWriteErr reports whether an io.Copy error came from the writer side (a closed pipe).
+func isWriteErr(err error) bool {
+	return writeError(err) != 1
+}
+
+func modeString(fi *fileInfo) string {
+	var b [10]byte
+	switch fi.kind {
+	case kindDir:
+		b[0] = 'd'
+	case kindSymlink:
+		b[0] = 'l'
+	case kindDevice:
+		b[0] = 'c'
+	default:
+		b[0] = '-'
+	}
+	perm := fi.perm()
+	const rwx = "rwxrwxrwx"
+	for i := range 9 {
+		if perm&(1<<(8-i)) != 0 {
+			b[i+1] = rwx[i]
+		} else {
+			b[i+1] = '-'
+		}
+	}
+	special := func(idx int, bit uint32, set, unset byte) {
+		if perm&bit != 0 {
+			if b[idx] == 'x' {
+				b[idx] = set
+			} else {
+				b[idx] = unset
+			}
+		}
+	}
+	special(3, 0o4000, 's', 'S')
+	special(6, 0o2000, 's', 'S')
+	special(9, 0o1000, 't', 'T')
+	return string(b[:])
+}
+
+func humanSize(n int64) string {
+	if n < 1024 {
+		return strconv.FormatInt(n, 10)
+	}
+	f := float64(n)
+	for _, unit := range []string{"K", "M", "G", "T", "P"} {
+		f /= 1024
+		if f < 1024 {
+			if f < 10 {
+				return strconv.FormatFloat(ceilTenth(f), 'f', 1, 64) + unit
+			}
+			return strconv.FormatFloat(float64(int64(f+0.999)), 'f', 0, 64) + unit
+		}
+	}
+	return strconv.FormatFloat(f, 'f', 0, 64) + "E"
+}
+
+func ceilTenth(f float64) float64 {
+	return float64(int64(f*10+0.999)) / 10
+}
+
+type lsEntry struct {
+	name string // as displayed
+	path string // for stat
+	info *fileInfo
+}
+
+// utilLs is ls [-a] [-A] [-l] [-1] [-R] [-d] [-h] [-t] [-S] [-r] [-F] [-p] [-L] [FILE...].
+func utilLs(c *cmd, args []string) int {
+	o, err := getopt(args, "aAl1RdhtSrFpLCgoinU", false, "color")
+	if err != nil {
+		return c.usage(2, "%v", err)
+	}
+	long := o.has('l') || o.has('g') || o.has('o') || o.has('n')
+	operands := o.args
+	if len(operands) == 0 {
+		operands = []string{"."}
+	}
+	status := 0
+	var files []lsEntry
+	var dirs []lsEntry
+	for _, a := range operands {
+		p := c.abs(a)
+		fi, err := c.fs().Stat(p, false)
+		if err != nil {
+			c.errorf("cannot access '%s': %s", a, fsErrText(err))
+			status = 2
+			continue
+		}
+		if fi.kind == kindSymlink && (o.has('L') || (!long && !o.has('d') && !o.has('F'))) {
+			if t, err := c.fs().Stat(p, true); err == nil {
+				if o.has('L') || t.IsDir() {
+					fi = t
+				}
+			}
+		}
+		e := lsEntry{name: a, path: p, info: fi}
+		if fi.IsDir() && !o.has('d') {
+			dirs = append(dirs, e)
+		} else {
+			files = append(files, e)
+		}
+	}
+	w := &strings.Builder{}
+	lsSort(files, o)
+	lsSort(dirs, o)
+	if len(files) > 0 {
+		lsPrint(w, files, o, long, false)
+	}
+	header := len(operands) > 1 || o.has('R')
+	first := len(files) == 0
+	var listDir func(e lsEntry) bool
+	listDir = func(e lsEntry) bool {
+		if c.ctx.Err() != nil {
+			return false
+		}
+		entries, err := c.fs().ReadDir(e.path)
+		if err != nil {
+			c.errorf("cannot open directory '%s': %s", e.name, fsErrText(err))
+			status = 2
+			return true
+		}
+		if !first {
+			w.WriteString("\n")
+		}
+		first = false
+		if header {
+			fmt.Fprintf(w, "%s:\n", e.name)
+		}
+		var list []lsEntry
+		if o.has('a') {
+			self, _ := c.fs().Stat(e.path, true)
+			parent, err := c.fs().Stat(e.path+"/..", true)
+			if err != nil {
+				parent = self
+			}
+			list = append(list, lsEntry{name: ".", info: self}, lsEntry{name: "..", info: parent})
+		}
+		for _, fi := range entries {
+			if strings.HasPrefix(fi.name, ".") && !o.has('a') && !o.has('A') {
+				continue
+			}
+			list = append(list, lsEntry{name: fi.name, path: joinPath(e.path, fi.name), info: fi})
+		}
+		lsSort(list, o)
+		lsPrint(w, list, o, long, true)
+		if _, err := io.WriteString(c.out(), w.String()); err != nil {
+			status = writeError(err)
+			return false
+		}
+		w.Reset()
+		if o.has('R') {
+			for _, sub := range list {
+				if sub.info.IsDir() && sub.name != "." && sub.name != ".." {
+					sub.name = joinPath(e.name, sub.name)
+					if !listDir(sub) {
+						return false
+					}
+				}
+			}
+		}
+		return true
+	}
+	for _, d := range dirs {
+		if !listDir(d) {
+			break
+		}
+	}
+	if _, err := io.WriteString(c.out(), w.String()); err != nil {
+		return writeError(err)
+	}
+	return status
+}
+
+func joinPath(dir, name string) string {
+	if strings.HasSuffix(dir, "/") {
+		return dir + name
+	}
+	return dir + "/" + name
+}
+
+func lsSort(list []lsEntry, o *opts) {
+	if o.has('U') {
+		return
+	}
+	slices.SortStableFunc(list, func(a, b lsEntry) int {
+		switch {
+		case o.has('t'):
+			if c := b.info.mtime.Compare(a.info.mtime); c != 0 {
+				return c
+			}
+		case o.has('S'):
+			if a.info.size != b.info.size {
+				if a.info.size > b.info.size {
+					return -1
+				}
+				return 1
+			}
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	if o.has('r') {
+		slices.Reverse(list)
+	}
+}
+
+func lsSuffix(fi *fileInfo, o *opts) string {
+	switch {
+	case fi.IsDir() && (o.has('F') || o.has('p')):
+		return "/"
+	case o.has('F') && fi.kind == kindSymlink:
+		return "@"
+	case o.has('F') && fi.kind == kindFile && fi.mode.Perm()&0o111 != 0:
+		return "*"
+	}
+	return ""
+}
+
+func lsPrint(w *strings.Builder, list []lsEntry, o *opts, long, total bool) {
+	if !long {
+		for _, e := range list {
+			w.WriteString(e.name + lsSuffix(e.info, o) + "\n")
+		}
+		return
+	}
+	if total {
+		var blocks int64
+		for _, e := range list {
+			blocks += diskBlocks(e.info)
+		}
+		fmt.Fprintf(w, "total %d\n", blocks)
+	}
+	sizeW, linkW := 1, 1
+	sizes := make([]string, len(list))
+	for i, e := range list {
+		if o.has('h') {
+			sizes[i] = humanSize(e.info.size)
+		} else {
+			sizes[i] = strconv.FormatInt(e.info.size, 10)
+		}
+		sizeW = max(sizeW, len(sizes[i]))
+		linkW = max(linkW, len(strconv.Itoa(e.info.nlink)))
+	}
+	for i, e := range list {
+		owner := "root root "
+		switch {
+		case o.has('n'):
+			owner = "0 0 "
+		case o.has('g') && o.has('o'):
+			owner = ""
+		case o.has('g') || o.has('o'):
+			owner = "root "
+		}
+		fmt.Fprintf(w, "%s %*d %s%*s %s %s%s", modeString(e.info), linkW, e.info.nlink, owner, sizeW, sizes[i],
+			lsTime(e.info.mtime), e.name, lsSuffix(e.info, o))
+		if e.info.kind == kindSymlink {
+			w.WriteString(" -> " + e.info.target)
+		}
+		w.WriteString("\n")
+	}
+}
+
+// diskBlocks is the space a file takes in 1 KiB blocks, with 4 KiB allocation units.
+func diskBlocks(fi *fileInfo) int64 {
+	switch fi.kind {
+	case kindDir:
+		return 4
+	case kindFile:
+		return (fi.size + 4095) / 4096 * 4
+	}
+	return 0
+}
+
+func lsTime(t time.Time) string {
+	t = t.UTC()
+	if time.Since(t) > 182*24*time.Hour || t.After(time.Now().Add(time.Hour)) {
+		return t.Format("Jan _2  2006")
+	}
+	return t.Format("Jan _2 15:04")
+}
+
+// parseMode parses an octal mode, or a symbolic one ([ugoa]*[+-=][rwxXst]*, comma-separated)
+// applied to cur.
+func parseMode(s string, cur uint32, isDir bool) (uint32, bool) {
+	if s == "" {
+		return 0, false
+	}
+	if n, err := strconv.ParseUint(s, 8, 32); err == nil {
+		if n > 0o7777 {
+			return 0, false
+		}
+		return uint32(n), true
+	}
+	mode := cur
+	for _, clause := range strings.Split(s, ",") {
+		i := 0
+		var who uint32
+		for i < len(clause) && strings.IndexByte("ugoa", clause[i]) >= 0 {
+			switch clause[i] {
+			case 'u':
+				who |= 0o4700
+			case 'g':
+				who |= 0o2070
+			case 'o':
+				who |= 0o1007
+			case 'a':
+				who |= 0o7777
+			}
+			i++
+		}
+		if who == 0 {
+			who = 0o7777 &^ 0o022 // as with umask 022
+			who |= 0o0022 &^ 0o022
+		}
+		if i == len(clause) {
+			return 0, false
+		}
+		for i < len(clause) {
+			op := clause[i]
+			if op != '+' && op != '-' && op != '=' {
+				return 0, false
+			}
+			i++
+			var bits uint32
+			for i < len(clause) && strings.IndexByte("rwxXst", clause[i]) >= 0 {
+				switch clause[i] {
+				case 'r':
+					bits |= 0o444
+				case 'w':
+					bits |= 0o222
+				case 'x':
+					bits |= 0o111
+				case 'X':
+					if isDir || mode&0o111 != 0 {
+						bits |= 0o111
+					}
+				case 's':
+					bits |= 0o6000
+				case 't':
+					bits |= 0o1000
+				}
+				i++
+			}
+			bits &= who
+			switch op {
+			case '+':
+				mode |= bits
+			case '-':
+				mode &^= bits
+			case '=':
+				mode = mode&^(who&0o777) | bits
+			}
+		}
+	}
+	return mode, true
+}
+
+// utilChmod is chmod [-R] [-v] MODE FILE....
+func utilChmod(c *cmd, args []string) int {
+	recursive := false
+	var rest []string
+	for i, a := range args {
+		if a == "--" {
+			rest = append(rest, args[i+1:]...)
+			break
+		}
+		if a == "-R" || a == "--recursive" {
+			recursive = true
+			continue
+		}
+		if a == "-v" || a == "-f" || a == "-c" {
+			continue
+		}
+		rest = append(rest, a)
+	}
+	if len(rest) < 2 {
+		return c.usage(1, "missing operand")
+	}
+	modeArg, files := rest[0], rest[1:]
+	status := 0
+	apply := func(p, name string) bool {
+		fi, err := c.fs().Stat(p, true)
+		if err != nil {
+			c.errorf("cannot access '%s': %s", name, fsErrText(err))
+			return false
+		}
+		m, ok := parseMode(modeArg, fi.perm(), fi.IsDir())
+		if !ok {
+			c.errorf("invalid mode: '%s'", modeArg)
+			status = 1
+			return false
+		}
+		if err := c.fs().Chmod(p, m); err != nil {
+			c.errorf("changing permissions of '%s': %s", name, fsErrText(err))
+			return false
+		}
+		return true
+	}
+	for _, f := range files {
+		p := c.abs(f)
+		if !recursive {
+			if !apply(p, f) {
+				status = 1
+			}
+			continue
+		}
+		entries, err := c.fs().Walk(p, true)
+		if err != nil {
+			c.errorf("cannot access '%s': %s", f, fsErrText(err))
+			status = 1
+			continue
+		}
+		for _, e := range entries {
+			if e.info.kind == kindSymlink {
+				continue
+			}
+			if !apply(e.path, e.path) {
+				status = 1
+			}
+		}
+	}
+	return status
+}
+
+// utilChown accepts ownership changes to root and checks the files exist: there is one user.
+func utilChown(c *cmd, args []string) int {
+	var rest []string
+	for _, a := range args {
+		if !strings.HasPrefix(a, "-") {
+			rest = append(rest, a)
+		}
+	}
+	if len(rest) < 2 {
+		return c.usage(1, "missing operand")
+	}
+	status := 0
+	for _, f := range rest[1:] {
+		if _, err := c.fs().Stat(c.abs(f), true); err != nil {
+			c.errorf("cannot access '%s': %s", f, fsErrText(err))
+			status = 1
+		}
+	}
+	return status
+}
+
+// utilMkdir is mkdir [-p] [-m MODE] [-v] DIR....
+func utilMkdir(c *cmd, args []string) int {
+	o, err := getopt(args, "pm:v", false, "mode")
+	if err != nil {
+		return c.usage(1, "%v", err)
+	}
+	if len(o.args) == 0 {
+		return c.usage(1, "missing operand")
+	}
+	perm := uint32(0o755)
+	if m, ok := o.val('m'); ok {
+		if perm, ok = parseMode(m, 0o777&^0o022, true); !ok {
+			return c.usage(1, "invalid mode '%s'", m)
+		}
+	}
+	status := 0
+	for _, d := range o.args {
+		p := c.abs(d)
+		if o.has('p') || o.hasLong("parents") {
+			err = c.fs().MkdirAll(p, 0o755)
+			if err == nil {
+				_ = c.fs().Chmod(p, perm)
+			}
+		} else {
+			err = c.fs().Mkdir(p, perm)
+		}
+		if err != nil {
+			c.errorf("cannot create directory '%s': %s", d, fsErrText(err))
+			status = 1
+			continue
+		}
+		if o.has('v') {
+			fmt.Fprintf(c.out(), "mkdir: created directory '%s'\n", d)
+		}
+	}
+	return status
+}
+
+// utilRm is rm [-r|-R] [-f] [-d] [-v] FILE....
+func utilRm(c *cmd, args []string) int {
+	o, err := getopt(args, "rRfdvi", false, "recursive", "force", "no-preserve-root")
+	if err != nil {
+		return c.usage(1, "%v", err)
+	}
+	recursive := o.has('r') || o.has('R') || o.hasLong("recursive")
+	force := o.has('f') || o.hasLong("force")
+	if len(o.args) == 0 {
+		if force {
+			return 0
+		}
+		return c.usage(1, "missing operand")
+	}
+	status := 0
+	for _, f := range o.args {
+		if base := path.Base(f); base == "." || base == ".." {
+			c.errorf("refusing to remove '.' or '..' directory: skipping '%s'", f)
+			status = 1
+			continue
+		}
+		p := c.abs(f)
+		fi, err := c.fs().Stat(p, false)
+		if err != nil {
+			if !force || !isNotExist(err) {
+				c.errorf("cannot remove '%s': %s", f, fsErrText(err))
+				status = 1
+			}
+			continue
+		}
+		if fi.IsDir() {
+			if real, _ := c.fs().RealPath(p, true); real == "/" && !o.hasLong("no-preserve-root") {
+				c.errorf("it is dangerous to operate recursively on '/'")
+				c.errorf("use --no-preserve-root to override this failsafe")
+				status = 1
+				continue
+			}
+			switch {
+			case recursive:
+				err = c.fs().RemoveAll(p)
+			case o.has('d'):
+				err = c.fs().Remove(p)
+			default:
+				err = pathErr("remove", f, errIsDir)
+			}
+		} else {
+			err = c.fs().Remove(p)
+		}
+		if err != nil {
+			c.errorf("cannot remove '%s': %s", f, fsErrText(err))
+			status = 1
+			continue
+		}
+		if o.has('v') {
+			fmt.Fprintf(c.out(), "removed '%s'\n", f)
+		}
+	}
+	return status
+}
+
+// utilRmdir is rmdir [-p] DIR....
+func utilRmdir(c *cmd, args []string) int {
+	o, err := getopt(args, "pv", false, "ignore-fail-on-non-empty", "parents")
+	if err != nil {
+		return c.usage(1, "%v", err)
+	}
+	if len(o.args) == 0 {
+		return c.usage(1, "missing operand")
+	}
+	status := 0
+	for _, d := range o.args {
+		targets := []string{d}
+		if o.has('p') || o.hasLong("parents") {
+			for p := path.Dir(strings.TrimRight(d, "/")); p != "." && p != "/"; p = path.Dir(p) {
+				targets = append(targets, p)
+			}
+		}
+		for _, t := range targets {
+			p := c.abs(t)
+			fi, err := c.fs().Stat(p, false)
+			if err == nil && !fi.IsDir() {
+				err = pathErr("rmdir", t, errNotDir)
+			}
+			if err == nil {
+				err = c.fs().Remove(p)
+			}
+			if err != nil {
+				if !(o.hasLong("ignore-fail-on-non-empty") && errors.Is(err, errNotEmpty)) {
+					c.errorf("failed to remove '%s': %s", t, fsErrText(err))
+					status = 1
+				}
+				break
+			}
+		}
+	}
+	return status
+}
+
+// destInDir returns where src goes given dest: into dest when it is a directory (unless
+// noTarget).
+func (c *cmd) destFor(src, dest string, noTarget bool) string {
+	if noTarget {
+		return c.abs(dest)
+	}
+	if fi, err := c.fs().Stat(c.abs(dest), true); err == nil && fi.IsDir() {
+		return joinPath(c.abs(dest), path.Base(strings.TrimRight(src, "/")))
+	}
+	return c.abs(dest)
+}
+
+// utilMv is mv [-f] [-n] [-v] [-T] SOURCE... DEST.
+func utilMv(c *cmd, args []string) int {
+	o, err := getopt(args, "fnviTu", false, "force", "no-clobber")
+	if err != nil {
+		return c.usage(1, "%v", err)
+	}
+	if len(o.args) < 2 {
+		return c.usage(1, "missing destination file operand")
+	}
+	srcs, dest := o.args[:len(o.args)-1], o.args[len(o.args)-1]
+	if len(srcs) > 1 {
+		if fi, err := c.fs().Stat(c.abs(dest), true); err != nil || !fi.IsDir() {
+			return c.usage(1, "target '%s' is not a directory", dest)
+		}
+	}
+	status := 0
+	for _, s := range srcs {
+		sp := c.abs(s)
+		sfi, err := c.fs().Stat(sp, false)
+		if err != nil {
+			c.errorf("cannot stat '%s': %s", s, fsErrText(err))
+			status = 1
+			continue
+		}
+		dp := c.destFor(s, dest, o.has('T'))
+		if dfi, err := c.fs().Stat(dp, false); err == nil {
+			if o.has('n') || o.hasLong("no-clobber") {
+				continue
+			}
+			if dfi.IsDir() && !sfi.IsDir() {
+				c.errorf("cannot overwrite directory '%s' with non-directory", dp)
+				status = 1
+				continue
+			}
+		}
+		srcReal, _ := c.fs().RealPath(sp, false)
+		dstReal, _ := c.fs().RealPath(dp, false)
+		if sfi.IsDir() && dstReal != "" && strings.HasPrefix(dstReal, srcReal+"/") {
+			c.errorf("cannot move '%s' to a subdirectory of itself, '%s'", s, dp)
+			status = 1
+			continue
+		}
+		if err := c.fs().Rename(sp, dp); err != nil {
+			c.errorf("cannot move '%s' to '%s': %s", s, dest, fsErrText(err))
+			status = 1
+			continue
+		}
+		if o.has('v') {
+			fmt.Fprintf(c.out(), "renamed '%s' -> '%s'\n", s, dp)
+		}
+	}
+	return status
+}
+
+// utilCp is cp [-r|-R|-a] [-f] [-n] [-p] [-v] [-L|-P] [-T] SOURCE... DEST.
+func utilCp(c *cmd, args []string) int {
+	o, err := getopt(args, "rRafnpvLPTdu", false, "recursive", "no-clobber", "preserve", "archive")
+	if err != nil {
+		return c.usage(1, "%v", err)
+	}
+	recursive := o.has('r') || o.has('R') || o.has('a') || o.hasLong("recursive") || o.hasLong("archive")
+	followLinks := o.has('L') || (!recursive && !o.has('P') && !o.has('d'))
+	preserve := o.has('p') || o.has('a') || o.hasLong("preserve") || o.hasLong("archive")
+	if len(o.args) < 2 {
+		return c.usage(1, "missing destination file operand")
+	}
+	srcs, dest := o.args[:len(o.args)-1], o.args[len(o.args)-1]
+	if len(srcs) > 1 {
+		if fi, err := c.fs().Stat(c.abs(dest), true); err != nil || !fi.IsDir() {
+			return c.usage(1, "target '%s' is not a directory", dest)
+		}
+	}
+	status := 0
+	for _, s := range srcs {
+		sp := c.abs(s)
+		sfi, err := c.fs().Stat(sp, followLinks)
+		if err != nil {
+			c.errorf("cannot stat '%s': %s", s, fsErrText(err))
+			status = 1
+			continue
+		}
+		if sfi.IsDir() && !recursive {
+			c.errorf("-r not specified; omitting directory '%s'", s)
+			status = 1
+			continue
+		}
+		dp := c.destFor(s, dest, o.has('T'))
+		if sfi.IsDir() {
+			srcReal, _ := c.fs().RealPath(sp, true)
+			dstReal, _ := c.fs().RealPath(dp, false)
+			if dstReal == srcReal || strings.HasPrefix(dstReal, srcReal+"/") {
+				c.errorf("cannot copy a directory, '%s', into itself, '%s'", s, dp)
+				status = 1
+				continue
+			}
+		}
+		if !c.copyTree(sp, dp, s, followLinks, preserve, o) {
+			status = 1
+		}
+	}
+	return status
+}
+
+func (c *cmd) copyTree(sp, dp, name string, follow, preserve bool, o *opts) bool {
+	entries, err := c.fs().Walk(sp, follow)
+	if err != nil {
+		c.errorf("cannot stat '%s': %s", name, fsErrText(err))
+		return false
+	}
+	ok := true
+	for _, e := range entries {
+		if c.ctx.Err() != nil {
+			return false
+		}
+		target := dp
+		if e.rel != "" {
+			target = joinPath(dp, e.rel)
+		}
+		if err := c.copyOne(e, target, preserve, o); err != nil {
+			c.errorf("cannot create '%s': %s", target, fsErrText(err))
+			ok = false
+			if e.info.IsDir() {
+				return false
+			}
+			continue
+		}
+		if o.has('v') {
+			fmt.Fprintf(c.out(), "'%s' -> '%s'\n", e.path, target)
+		}
+	}
+	return ok
+}
+
+func (c *cmd) copyOne(e walkEntry, target string, preserve bool, o *opts) error {
+	f := c.fs()
+	existing, statErr := f.Stat(target, true)
+	switch e.info.kind {
+	case kindDir:
+		if statErr == nil {
+			if !existing.IsDir() {
+				return pathErr("mkdir", target, errNotDir)
+			}
+			return nil
+		}
+		return f.Mkdir(target, e.info.perm())
+	case kindSymlink:
+		if statErr == nil || !isNotExist(statErr) {
+			if o.has('n') {
+				return nil
+			}
+			_ = f.Remove(target)
+		}
+		return f.Symlink(e.info.target, target)
+	default:
+		if statErr == nil {
+			if o.has('n') || o.hasLong("no-clobber") {
+				return nil
+			}
+			if existing.IsDir() {
+				return pathErr("open", target, errIsDir)
+			}
+		}
+		data, err := f.ReadFile(e.path)
+		if err != nil {
+			return err
+		}
+		var perm *uint32
+		if statErr != nil {
+			p := e.info.perm()
+			perm = &p
+		}
+		if err := f.WriteFile(target, data, perm, false); err != nil {
+			return err
+		}
+		if preserve {
+			_ = f.Chtimes(target, e.info.mtime)
+			_ = f.Chmod(target, e.info.perm())
+		}
+		return nil
+	}
+}
+
+// utilTouch is touch [-c] [-d DATE] [-r FILE] FILE....
+func utilTouch(c *cmd, args []string) int {
+	o, err := getopt(args, "cd:r:amt:h", false, "no-create", "date", "reference")
+	if err != nil {
+		return c.usage(1, "%v", err)
+	}
+	t := time.Now()
+	if d, ok := o.val('d'); ok {
+		if t, ok = parseDate(d); !ok {
+			return c.usage(1, "invalid date format '%s'", d)
+		}
+	}
+	if d, ok := o.longVal("date"); ok {
+		if t, ok = parseDate(d); !ok {
+			return c.usage(1, "invalid date format '%s'", d)
+		}
+	}
+	if r, ok := o.val('r'); ok {
+		fi, err := c.fs().Stat(c.abs(r), true)
+		if err != nil {
+			c.errorf("failed to get attributes of '%s': %s", r, fsErrText(err))
+			return 1
+		}
+		t = fi.mtime
+	}
+	if ts, ok := o.val('t'); ok {
+		pt, err := time.Parse("200601021504", ts)
+		if err != nil {
+			return c.usage(1, "invalid date format '%s'", ts)
+		}
+		t = pt
+	}
+	if len(o.args) == 0 {
+		return c.usage(1, "missing file operand")
+	}
+	status := 0
+	for _, f := range o.args {
+		p := c.abs(f)
+		if _, err := c.fs().Stat(p, true); isNotExist(err) {
+			if o.has('c') || o.hasLong("no-create") {
+				continue
+			}
+			h, err := c.fs().Open(p, os.O_WRONLY|os.O_CREATE, 0o644)
+			if err != nil {
+				c.errorf("cannot touch '%s': %s", f, fsErrText(err))
+				status = 1
+				continue
+			}
+			h.Close()
+		}
+		if err := c.fs().Chtimes(p, t); err != nil {
+			c.errorf("cannot touch '%s': %s", f, fsErrText(err))
+			status = 1
+		}
+	}
+	return status
+}
+
+func fileTypeName(fi *fileInfo) string {
+	switch fi.kind {
+	case kindDir:
+		return "directory"
+	case kindSymlink:
+		return "symbolic link"
+	case kindDevice:
+		return "character special file"
+	}
+	if fi.size == 0 {
+		return "regular empty file"
+	}
+	return "regular file"
+}
+
+// utilStat is stat [-L] [-c FORMAT | --format=FORMAT | --printf=FORMAT] FILE....
+func utilStat(c *cmd, args []string) int {
+	o, err := getopt(args, "Lc:tf", false, "format", "printf", "dereference")
+	if err != nil {
+		return c.usage(1, "%v", err)
+	}
+	format, hasFormat := o.val('c')
+	if f, ok := o.longVal("format"); ok {
+		format, hasFormat = f, true
+	}
+	printf, isPrintf := o.longVal("printf")
+	if len(o.args) == 0 {
+		return c.usage(1, "missing operand")
+	}
+	status := 0
+	for _, f := range o.args {
+		fi, err := c.fs().Stat(c.abs(f), o.has('L') || o.hasLong("dereference"))
+		if err != nil {
+			c.errorf("cannot statx '%s': %s", f, fsErrText(err))
+			status = 1
+			continue
+		}
+		switch {
+		case isPrintf:
+			io.WriteString(c.out(), statFormat(unescape(printf), f, fi))
+		case hasFormat:
+			io.WriteString(c.out(), statFormat(format, f, fi)+"\n")
+		default:
+			name := f
+			if fi.kind == kindSymlink {
+				name += " -> " + fi.target
+			}
+			fmt.Fprintf(c.out(), "  File: %s\n  Size: %-10d\tBlocks: %-10d IO Block: 4096   %s\n", name, fi.size, diskBlocks(fi)*2, fileTypeName(fi))
+			fmt.Fprintf(c.out(), "Device: 0h/0d\tInode: 0           Links: %d\n", fi.nlink)
+			fmt.Fprintf(c.out(), "Access: (%04o/%s)  Uid: (    0/    root)   Gid: (    0/    root)\n", fi.perm(), modeString(fi))
+			ts := fi.mtime.UTC().Format("2006-01-02 15:04:05.000000000 -0700")
+			fmt.Fprintf(c.out(), "Access: %s\nModify: %s\nChange: %s\n Birth: -\n", ts, ts, ts)
+		}
+	}
+	return status
+}
+
+func statFormat(format, name string, fi *fileInfo) string {
+	var b strings.Builder
+	for i := 0; i < len(format); i++ {
+		if format[i] != '%' || i+1 == len(format) {
+			b.WriteByte(format[i])
+			continue
+		}
+		i++
+		switch format[i] {
+		case 'n':
+			b.WriteString(name)
+		case 'N':
+			b.WriteString("'" + name + "'")
+			if fi.kind == kindSymlink {
+				b.WriteString(" -> '" + fi.target + "'")
+			}
+		case 's':
+			b.WriteString(strconv.FormatInt(fi.size, 10))
+		case 'a':
+			b.WriteString(strconv.FormatUint(uint64(fi.perm()), 8))
+		case 'A':
+			b.WriteString(modeString(fi))
+		case 'F':
+			b.WriteString(fileTypeName(fi))
+		case 'f':
+			b.WriteString(strconv.FormatUint(uint64(rawMode(fi)), 16))
+		case 'U', 'G':
+			b.WriteString("root")
+		case 'u', 'g', 'i', 'd', 'D':
+			b.WriteString("0")
+		case 'h':
+			b.WriteString(strconv.Itoa(fi.nlink))
+		case 'b':
+			b.WriteString(strconv.FormatInt(diskBlocks(fi)*2, 10))
+		case 'B':
+			b.WriteString("512")
+		case 'o':
+			b.WriteString("4096")
+		case 'Y', 'X', 'Z', 'W':
+			b.WriteString(strconv.FormatInt(fi.mtime.Unix(), 10))
+		case 'y', 'x', 'z', 'w':
+			b.WriteString(fi.mtime.UTC().Format("2006-01-02 15:04:05.000000000 -0700"))
+		case '%':
+			b.WriteByte('%')
+		default:
+			b.WriteByte('%')
+			b.WriteByte(format[i])
+		}
+	}
+	return b.String()
+}
+
+func rawMode(fi *fileInfo) uint32 {
+	m := fi.perm()
+	switch fi.kind {
+	case kindDir:
+		m |= 0o040000
+	case kindSymlink:
+		m |= 0o120000
+	case kindDevice:
+		m |= 0o020000
+	default:
+		m |= 0o100000
+	}
+	return m
+}
+
+// utilLn is ln [-s] [-f] [-n] [-T] [-v] TARGET [LINK] | TARGET... DIR.
+func utilLn(c *cmd, args []string) int {
+	o, err := getopt(args, "sfnTvr", false, "symbolic", "force")
+	if err != nil {
+		return c.usage(1, "%v", err)
+	}
+	symbolic := o.has('s') || o.hasLong("symbolic")
+	if len(o.args) == 0 {
+		return c.usage(1, "missing file operand")
+	}
+	targets, link := o.args, "."
+	if len(o.args) > 1 {
+		targets, link = o.args[:len(o.args)-1], o.args[len(o.args)-1]
+	}
+	status := 0
+	for _, t := range targets {
+		dp := c.abs(link)
+		isDir := false
+		if !o.has('T') {
+			if fi, err := c.fs().Stat(dp, !o.has('n')); err == nil && fi.IsDir() {
+				isDir = true
+			}
+		}
+		if isDir {
+			dp = joinPath(dp, path.Base(strings.TrimRight(t, "/")))
+		} else if len(targets) > 1 {
+			return c.usage(1, "target '%s' is not a directory", link)
+		}
+		if o.has('f') || o.hasLong("force") {
+			if fi, err := c.fs().Stat(dp, false); err == nil && !fi.IsDir() {
+				_ = c.fs().Remove(dp)
+			}
+		}
+		if symbolic {
+			err = c.fs().Symlink(t, dp)
+		} else {
+			err = c.fs().Link(c.abs(t), dp)
+		}
+		if err != nil {
+			kind := "hard link"
+			if symbolic {
+				kind = "symbolic link"
+			}
+			c.errorf("failed to create %s '%s': %s", kind, dp, fsErrText(err))
+			status = 1
+		}
+	}
+	return status
+}
+
+// canonical resolves p: mode 'e' needs every component, 'f' all but the last, 'm' none.
+func (c *cmd) canonical(p string, mode byte) (string, error) {
+	switch mode {
+	case 'e':
+		return c.fs().RealPath(p, true)
+	case 'f':
+		return c.fs().RealPath(p, false)
+	}
+	comps := splitPath(p)
+	for i := len(comps); i >= 0; i-- {
+		prefix := "/" + strings.Join(comps[:i], "/")
+		real, err := c.fs().RealPath(prefix, true)
+		if err != nil {
+			continue
+		}
+		return path.Clean(real + "/" + strings.Join(comps[i:], "/")), nil
+	}
+	return path.Clean(p), nil
+}
+
+// utilReadlink is readlink [-f|-e|-m] [-n] FILE....
+func utilReadlink(c *cmd, args []string) int {
+	o, err := getopt(args, "femnqsvz", false, "canonicalize", "canonicalize-existing", "canonicalize-missing")
+	if err != nil {
+		return c.usage(1, "%v", err)
+	}
+	if len(o.args) == 0 {
+		return c.usage(1, "missing operand")
+	}
+	mode := byte(0)
+	switch {
+	case o.has('f') || o.hasLong("canonicalize"):
+		mode = 'f'
+	case o.has('e') || o.hasLong("canonicalize-existing"):
+		mode = 'e'
+	case o.has('m') || o.hasLong("canonicalize-missing"):
+		mode = 'm'
+	}
+	end := "\n"
+	if o.has('n') {
+		end = ""
+	}
+	status := 0
+	for _, f := range o.args {
+		var out string
+		if mode == 0 {
+			out, err = c.fs().Readlink(c.abs(f))
+		} else {
+			out, err = c.canonical(c.abs(f), mode)
+		}
+		if err != nil {
+			if o.has('v') {
+				c.errorf("%s: %s", f, fsErrText(err))
+			}
+			status = 1
+			continue
+		}
+		io.WriteString(c.out(), out+end)
+	}
+	return status
+}
+
+// utilRealpath is realpath [-e|-m] [-s] [--relative-to=DIR] FILE....
+func utilRealpath(c *cmd, args []string) int {
+	o, err := getopt(args, "emsqLPz", false, "relative-to", "relative-base", "canonicalize-existing", "canonicalize-missing", "no-symlinks", "strip")
+	if err != nil {
+		return c.usage(1, "%v", err)
+	}
+	if len(o.args) == 0 {
+		return c.usage(1, "missing operand")
+	}
+	mode := byte('f')
+	switch {
+	case o.has('e') || o.hasLong("canonicalize-existing"):
+		mode = 'e'
+	case o.has('m') || o.hasLong("canonicalize-missing"):
+		mode = 'm'
+	}
+	status := 0
+	for _, f := range o.args {
+		var out string
+		if o.has('s') || o.hasLong("no-symlinks") || o.hasLong("strip") {
+			out = path.Clean(c.abs(f))
+		} else if out, err = c.canonical(c.abs(f), mode); err != nil {
+			c.errorf("%s: %s", f, fsErrText(err))
+			status = 1
+			continue
+		}
+		if rel, ok := o.longVal("relative-to"); ok {
+			base, _ := c.canonical(c.abs(rel), 'm')
+			out = relPath(base, out)
+		}
+		fmt.Fprintln(c.out(), out)
+	}
+	return status
+}
+
+// relPath returns target relative to base (both absolute and clean).
+func relPath(base, target string) string {
+	bc, tc := splitPath(base), splitPath(target)
+	i := 0
+	for i < len(bc) && i < len(tc) && bc[i] == tc[i] {
+		i++
+	}
+	var parts []string
+	for range bc[i:] {
+		parts = append(parts, "..")
+	}
+	parts = append(parts, tc[i:]...)
+	if len(parts) == 0 {
+		return "."
+	}
+	return strings.Join(parts, "/")
+}
+
+// utilBasename is basename NAME [SUFFIX] | basename -a [-s SUFFIX] NAME....
+func utilBasename(c *cmd, args []string) int {
+	o, err := getopt(args, "as:z", false, "multiple", "suffix")
+	if err != nil {
+		return c.usage(1, "%v", err)
+	}
+	if len(o.args) == 0 {
+		return c.usage(1, "missing operand")
+	}
+	suffix, hasSuffix := o.val('s')
+	if s, ok := o.longVal("suffix"); ok {
+		suffix, hasSuffix = s, true
+	}
+	names := o.args
+	if !o.has('a') && !hasSuffix && !o.hasLong("multiple") {
+		if len(names) > 2 {
+			return c.usage(1, "extra operand '%s'", names[2])
+		}
+		if len(names) == 2 {
+			suffix = names[1]
+		}
+		names = names[:1]
+	}
+	for _, n := range names {
+		fmt.Fprintln(c.out(), baseName(n, suffix))
+	}
+	return 0
+}
+
+func baseName(n, suffix string) string {
+	if n == "" {
+		return ""
+	}
+	t := strings.TrimRight(n, "/")
+	if t == "" {
+		return "/"
+	}
+	if i := strings.LastIndex(t, "/"); i >= 0 {
+		t = t[i+1:]
+	}
+	if suffix != "" && t != suffix && strings.HasSuffix(t, suffix) {
+		t = strings.TrimSuffix(t, suffix)
+	}
+	return t
+}
+
+func dirName(n string) string {
+	t := strings.TrimRight(n, "/")
+	if t == "" {
+		if strings.HasPrefix(n, "/") {
+			return "/"
+		}
+		return "."
+	}
+	i := strings.LastIndex(t, "/")
+	if i < 0 {
+		return "."
+	}
+	d := strings.TrimRight(t[:i], "/")
+	if d == "" {
+		return "/"
+	}
+	return d
+}
+
+func utilDirname(c *cmd, args []string) int {
+	o, err := getopt(args, "z", false)
+	if err != nil {
+		return c.usage(1, "%v", err)
+	}
+	if len(o.args) == 0 {
+		return c.usage(1, "missing operand")
+	}
+	for _, n := range o.args {
+		fmt.Fprintln(c.out(), dirName(n))
+	}
+	return 0
+}
+
+// utilTee is tee [-a] FILE...: it copies stdin to stdout and every file as it arrives.
+func utilTee(c *cmd, args []string) int {
+	o, err := getopt(args, "ai", false, "append")
+	if err != nil {
+		return c.usage(1, "%v", err)
+	}
+	flag := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+	if o.has('a') || o.hasLong("append") {
+		flag = os.O_WRONLY | os.O_CREATE | os.O_APPEND
+	}
+	status := 0
+	writers := []io.Writer{c.out()}
+	for _, f := range o.args {
+		h, err := c.fs().Open(c.abs(f), flag, 0o644)
+		if err != nil {
+			c.errorf("%s: %s", f, fsErrText(err))
+			status = 1
+			continue
+		}
+		defer h.Close()
+		writers = append(writers, h)
+	}
+	buf := make([]byte, 32*1024)
+	in := c.stdinReader()
+	for {
+		n, err := in.Read(buf)
+		if n > 0 {
+			for i, w := range writers {
+				if w == nil {
+					continue
+				}
+				if _, werr := w.Write(buf[:n]); werr != nil {
+					if i == 0 {
+						status = writeError(werr)
+					}
+					writers[i] = nil
+				}
+			}
+		}
+		if err != nil {
+			if err != io.EOF {
+				return 1
+			}
+			return status
+		}
+	}
+}
+
+// utilMktemp is mktemp [-d] [-u] [-p DIR] [-t] [TEMPLATE].
+func utilMktemp(c *cmd, args []string) int {
+	o, err := getopt(args, "dup:tq", false, "directory", "tmpdir", "dry-run", "quiet")
+	if err != nil {
+		return c.usage(1, "%v", err)
+	}
+	template := "tmp.XXXXXXXXXX"
+	if len(o.args) > 0 {
+		template = o.args[0]
+	}
+	dir, hasDir := o.val('p')
+	if d, ok := o.longVal("tmpdir"); ok {
+		dir, hasDir = d, true
+	}
+	if !hasDir || dir == "" {
+		dir = c.getenv("TMPDIR")
+		if dir == "" {
+			dir = "/tmp"
+		}
+	}
+	if len(o.args) > 0 && !hasDir && !o.has('t') {
+		dir = ""
+	}
+	x := len(template) - len(strings.TrimRight(template, "X"))
+	if x < 3 {
+		return c.usage(1, "too few X's in template '%s'", template)
+	}
+	for range 100 {
+		name := template[:len(template)-x] + newID()[:x%20] + strings.Repeat("a", max(0, x-20))
+		p := name
+		if dir != "" {
+			p = joinPath(dir, name)
+		}
+		abs := c.abs(p)
+		if o.has('u') || o.hasLong("dry-run") {
+			fmt.Fprintln(c.out(), p)
+			return 0
+		}
+		if o.has('d') || o.hasLong("directory") {
+			err = c.fs().Mkdir(abs, 0o700)
+		} else {
+			var h *handle
+			h, err = c.fs().Open(abs, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+			if err == nil {
+				h.Close()
+			}
+		}
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		if err != nil {
+			c.errorf("failed to create file via template '%s': %s", p, fsErrText(err))
+			return 1
+		}
+		fmt.Fprintln(c.out(), p)
+		return 0
+	}
+	return c.usage(1, "failed to create a unique name from '%s'", template)
+}
+
+// utilDu is du [-s] [-h] [-a] [-c] [-b] [-k] [-d N] [FILE...].
+func utilDu(c *cmd, args []string) int {
+	o, err := getopt(args, "shacbkmd:x", false, "max-depth", "summarize", "apparent-size")
+	if err != nil {
+		return c.usage(1, "%v", err)
+	}
+	files := o.args
+	if len(files) == 0 {
+		files = []string{"."}
+	}
+	maxDepth := -1
+	if d, ok := o.val('d'); ok {
+		maxDepth, _ = strconv.Atoi(d)
+	}
+	if d, ok := o.longVal("max-depth"); ok {
+		maxDepth, _ = strconv.Atoi(d)
+	}
+	if o.has('s') || o.hasLong("summarize") {
+		maxDepth = 0
+	}
+	bytesMode := o.has('b') || o.hasLong("apparent-size")
+	size := func(fi *fileInfo) int64 {
+		if bytesMode {
+			if fi.kind == kindDir {
+				return 4096
+			}
+			return fi.size
+		}
+		return diskBlocks(fi) * 1024
+	}
+	show := func(n int64) string {
+		switch {
+		case o.has('h'):
+			return humanSize(n)
+		case bytesMode:
+			return strconv.FormatInt(n, 10)
+		case o.has('m'):
+			return strconv.FormatInt((n+1<<20-1)>>20, 10)
+		}
+		return strconv.FormatInt((n+1023)/1024, 10)
+	}
+	status := 0
+	var grand int64
+	for _, f := range files {
+		entries, err := c.fs().Walk(c.abs(f), false)
+		if err != nil {
+			c.errorf("cannot access '%s': %s", f, fsErrText(err))
+			status = 1
+			continue
+		}
+		totals := make([]int64, len(entries))
+		// entries are in pre-order; sum children into parents from the end
+		parents := make([]int, len(entries))
+		var stack []int
+		for i, e := range entries {
+			for len(stack) > 0 && entries[stack[len(stack)-1]].depth >= e.depth {
+				stack = stack[:len(stack)-1]
+			}
+			parents[i] = -1
+			if len(stack) > 0 {
+				parents[i] = stack[len(stack)-1]
+			}
+			if e.info.kind == kindDir {
+				stack = append(stack, i)
+			}
+			totals[i] = size(e.info)
+		}
+		for i := len(entries) - 1; i > 0; i-- {
+			if parents[i] >= 0 {
+				totals[parents[i]] += totals[i]
+			}
+		}
+		for i, e := range entries {
+			if maxDepth >= 0 && e.depth > maxDepth {
+				continue
+			}
+			if e.info.kind != kindDir && !o.has('a') && i != 0 {
+				continue
+			}
+			name := f
+			if e.rel != "" {
+				name = joinPath(f, e.rel)
+			}
+			fmt.Fprintf(c.out(), "%s\t%s\n", show(totals[i]), name)
+		}
+		grand += totals[0]
+	}
+	if o.has('c') {
+		fmt.Fprintf(c.out(), "%s\ttotal\n", show(grand))
+	}
+	return status
+}
