@@ -1,0 +1,396 @@
+package server
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/sandbox"
+)
+
+// DefaultSignedTTL is how long a signed preview or file URL stays valid unless asked otherwise.
+const DefaultSignedTTL = 15 * time.Minute
+
+// MaxSignedTTL is the longest validity of a signed URL.
+const MaxSignedTTL = 7 * 24 * time.Hour
+
+// baseURL is the server's public URL for links it hands out.
+func (s *Server) baseURL(r *http.Request) string {
+	if s.cfg.BaseURL != "" {
+		return s.cfg.BaseURL
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host
+}
+
+func (s *Server) mac(parts ...string) []byte {
+	m := hmac.New(sha256.New, s.signer)
+	m.Write([]byte(strings.Join(parts, "\n")))
+	return m.Sum(nil)
+}
+
+// signPreview returns the path segment of a signed preview URL for port of sandbox id.
+func (s *Server) signPreview(id string, port int, exp time.Time) string {
+	payload := fmt.Sprintf("%s:%d:%d", id, port, exp.Unix())
+	sig := s.mac("preview", payload)
+	return base64.RawURLEncoding.EncodeToString([]byte(payload)) + "." + base64.RawURLEncoding.EncodeToString(sig)
+}
+
+func (s *Server) verifyPreview(seg string) (id string, port int, err error) {
+	bad := provider.Errorf(provider.CodeUnauthorized, "the preview link is not valid or has expired")
+	p64, s64, ok := strings.Cut(seg, ".")
+	if !ok {
+		return "", 0, bad
+	}
+	payload, err1 := base64.RawURLEncoding.DecodeString(p64)
+	sig, err2 := base64.RawURLEncoding.DecodeString(s64)
+	if err1 != nil || err2 != nil || !hmac.Equal(sig, s.mac("preview", string(payload))) {
+		return "", 0, bad
+	}
+	parts := strings.Split(string(payload), ":")
+	if len(parts) != 3 {
+		return "", 0, bad
+	}
+	port, _ = strconv.Atoi(parts[1])
+	exp, _ := strconv.ParseInt(parts[2], 10, 64)
+	if time.Now().Unix() > exp {
+		return "", 0, bad
+	}
+	return parts[0], port, nil
+}
+
+func portParam(r *http.Request) (int, error) {
+	p, err := strconv.Atoi(r.PathValue("port"))
+	if err != nil || p < 1 || p > 65535 {
+		return 0, badRequest("port %q is not a number from 1 to 65535", r.PathValue("port"))
+	}
+	return p, nil
+}
+
+type portJSON struct {
+	Port      int       `json:"port"`
+	Public    bool      `json:"public"`
+	URL       string    `json:"url"`               // path form; needs a credential unless public
+	HostURL   string    `json:"hostUrl,omitempty"` // {port}-{id}.{domain}, when the server has a domain
+	SignedURL string    `json:"signedUrl"`         // works without a credential until expiresAt
+	ExpiresAt time.Time `json:"expiresAt"`
+}
+
+func (s *Server) portJSON(r *http.Request, id string, port int, public bool, ttl time.Duration) portJSON {
+	exp := time.Now().Add(ttl).Truncate(time.Second)
+	base := s.baseURL(r)
+	out := portJSON{
+		Port: port, Public: public,
+		URL:       fmt.Sprintf("%s/v1/sandboxes/%s/proxy/%d/", base, id, port),
+		SignedURL: fmt.Sprintf("%s/v1/preview/%s/", base, s.signPreview(id, port, exp)),
+		ExpiresAt: exp.UTC(),
+	}
+	if s.cfg.Domain != "" {
+		scheme := "http"
+		if strings.HasPrefix(base, "https:") {
+			scheme = "https"
+		}
+		out.HostURL = fmt.Sprintf("%s://%d-%s.%s/", scheme, port, id, s.cfg.Domain)
+	}
+	return out
+}
+
+// exposePort checks the provider can reach port and returns the URLs that proxy to it.
+func (s *Server) exposePort(w http.ResponseWriter, r *http.Request, _ *caller) {
+	port, err := portParam(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var req struct {
+		Public      bool  `json:"public,omitempty"`
+		ExpiresInMS int64 `json:"expiresInMs,omitempty"`
+	}
+	if err := decode(w, r, &req, true); err != nil {
+		writeError(w, err)
+		return
+	}
+	ttl, err := durMS("expiresInMs", req.ExpiresInMS)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if ttl == 0 {
+		ttl = DefaultSignedTTL
+	}
+	if ttl > MaxSignedTTL {
+		writeError(w, badRequest("expiresInMs is more than %v", MaxSignedTTL))
+		return
+	}
+	s.withBox(w, r, func(b *sandbox.Sandbox) error {
+		if _, err := b.PreviewURL(r.Context(), port); err != nil {
+			return err
+		}
+		if err := s.st.ExposePort(r.Context(), b.ID, port, req.Public); err != nil {
+			return err
+		}
+		s.emit(r.Context(), EventPortExposed, b.ID, map[string]any{"port": port, "public": req.Public})
+		writeJSON(w, http.StatusOK, s.portJSON(r, b.ID, port, req.Public, ttl))
+		return nil
+	})
+}
+
+func (s *Server) listPorts(w http.ResponseWriter, r *http.Request, _ *caller) {
+	s.withBox(w, r, func(b *sandbox.Sandbox) error {
+		ps, err := s.st.Ports(r.Context(), b.ID)
+		if err != nil {
+			return err
+		}
+		out := make([]portJSON, 0, len(ps))
+		for _, p := range ps {
+			out = append(out, s.portJSON(r, b.ID, p.Port, p.Public, DefaultSignedTTL))
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"ports": out})
+		return nil
+	})
+}
+
+func (s *Server) unexposePort(w http.ResponseWriter, r *http.Request, _ *caller) {
+	port, err := portParam(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.withBox(w, r, func(b *sandbox.Sandbox) error {
+		if err := s.st.UnexposePort(r.Context(), b.ID, port); err != nil {
+			return err
+		}
+		s.emit(r.Context(), EventPortClosed, b.ID, map[string]any{"port": port})
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	})
+}
+
+// isPublicPort reports whether the preview request names a port exposed as public.
+func (s *Server) isPublicPort(r *http.Request) bool {
+	port, err := strconv.Atoi(r.PathValue("port"))
+	if err != nil {
+		return false
+	}
+	exposed, public, err := s.st.PortExposure(r.Context(), r.PathValue("id"), port)
+	return err == nil && exposed && public
+}
+
+// proxyPath is the path form of a preview: /v1/sandboxes/{id}/proxy/{port}/{path...}.
+func (s *Server) proxyPath(w http.ResponseWriter, r *http.Request, _ *caller) {
+	port, err := portParam(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.proxy(w, r, r.PathValue("id"), port, "/"+r.PathValue("path"))
+}
+
+// proxySigned is a signed preview link: /v1/preview/{sig}/{path...}.
+func (s *Server) proxySigned(w http.ResponseWriter, r *http.Request, _ *caller) {
+	id, port, err := s.verifyPreview(r.PathValue("sig"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.proxy(w, r, id, port, "/"+r.PathValue("path"))
+}
+
+// previewHost parses {port}-{id}.{domain}.
+func (s *Server) previewHost(host string) (port int, id string, ok bool) {
+	if s.cfg.Domain == "" {
+		return 0, "", false
+	}
+	if h, _, err := splitHostPort(host); err == nil {
+		host = h
+	}
+	label, ok := strings.CutSuffix(strings.ToLower(host), "."+strings.ToLower(s.cfg.Domain))
+	if !ok || strings.Contains(label, ".") {
+		return 0, "", false
+	}
+	ps, id, ok := strings.Cut(label, "-")
+	if !ok || id == "" {
+		return 0, "", false
+	}
+	port, err := strconv.Atoi(ps)
+	if err != nil || port < 1 || port > 65535 {
+		return 0, "", false
+	}
+	return port, id, true
+}
+
+func splitHostPort(h string) (string, string, error) {
+	i := strings.LastIndexByte(h, ':')
+	if i < 0 || strings.Contains(h[i:], "]") {
+		return h, "", fmt.Errorf("no port")
+	}
+	return h[:i], h[i+1:], nil
+}
+
+// serveHostPreview serves {port}-{id}.{domain}: public ports to anyone, others to a caller
+// with an API key or the sandbox's token.
+func (s *Server) serveHostPreview(w http.ResponseWriter, r *http.Request, id string, port int) {
+	r.SetPathValue("id", id)
+	r.SetPathValue("port", strconv.Itoa(port))
+	if !s.isPublicPort(r) {
+		if _, err := s.authenticate(r, route{Scope: scopePreview}); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+	s.proxy(w, r, id, port, r.URL.Path)
+}
+
+var proxyTransport = func() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.Proxy = nil // previews are on this host: never through an HTTP proxy
+	t.MaxIdleConnsPerHost = 16
+	return t
+}()
+
+// proxy forwards r to port in sandbox id. WebSocket and other upgrades pass through. The
+// caller's credentials are not forwarded into the sandbox.
+func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port int, path string) {
+	ctx := r.Context()
+	b, err := s.box(ctx, id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	target, err := b.PreviewURL(ctx, port)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	tu, err := url.Parse(target)
+	if err != nil || tu.Host == "" {
+		writeError(w, provider.Errorf(provider.CodeProvider, "provider gave a preview URL that is not absolute"))
+		return
+	}
+	rp := &httputil.ReverseProxy{
+		Transport: proxyTransport,
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(tu)
+			pr.Out.URL.Path = strings.TrimSuffix(tu.Path, "/") + path
+			pr.Out.URL.RawPath = ""
+			pr.Out.URL.RawQuery = r.URL.RawQuery
+			pr.Out.Header.Del("Authorization")
+			pr.Out.Header.Del("X-API-Key")
+			pr.SetXForwarded()
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			writeError(w, provider.Errorf(provider.CodeUnavailable, "nothing answers on port %d in the sandbox: %v", port, err))
+		},
+	}
+	rp.ServeHTTP(w, r)
+}
+
+// presign returns an expiring URL that downloads (GET) or uploads (PUT) one file without a
+// credential.
+func (s *Server) presign(w http.ResponseWriter, r *http.Request, _ *caller) {
+	var req struct {
+		Path        string `json:"path"`
+		Method      string `json:"method,omitempty"` // GET (default) or PUT
+		ExpiresInMS int64  `json:"expiresInMs,omitempty"`
+	}
+	if err := decode(w, r, &req, false); err != nil {
+		writeError(w, err)
+		return
+	}
+	if req.Method == "" {
+		req.Method = http.MethodGet
+	}
+	if req.Method != http.MethodGet && req.Method != http.MethodPut {
+		writeError(w, badRequest("method must be GET or PUT"))
+		return
+	}
+	if req.Path == "" {
+		writeError(w, badRequest("path is empty"))
+		return
+	}
+	ttl, err := durMS("expiresInMs", req.ExpiresInMS)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if ttl == 0 {
+		ttl = DefaultSignedTTL
+	}
+	if ttl > MaxSignedTTL {
+		writeError(w, badRequest("expiresInMs is more than %v", MaxSignedTTL))
+		return
+	}
+	s.withBox(w, r, func(b *sandbox.Sandbox) error {
+		exp := time.Now().Add(ttl).Unix()
+		q := url.Values{}
+		q.Set("sandbox", b.ID)
+		q.Set("path", req.Path)
+		q.Set("method", req.Method)
+		q.Set("expires", strconv.FormatInt(exp, 10))
+		q.Set("sig", hex.EncodeToString(s.mac("files", req.Method, b.ID, req.Path, q.Get("expires"))))
+		writeJSON(w, http.StatusOK, map[string]any{
+			"url": s.baseURL(r) + "/v1/signed/files?" + q.Encode(), "method": req.Method,
+			"expiresAt": time.Unix(exp, 0).UTC(),
+		})
+		return nil
+	})
+}
+
+func (s *Server) verifyFileURL(r *http.Request, method string) (id, path string, err error) {
+	q := r.URL.Query()
+	bad := provider.Errorf(provider.CodeUnauthorized, "the signed URL is not valid or has expired")
+	sig, err := hex.DecodeString(q.Get("sig"))
+	if err != nil || q.Get("method") != method {
+		return "", "", bad
+	}
+	if !hmac.Equal(sig, s.mac("files", method, q.Get("sandbox"), q.Get("path"), q.Get("expires"))) {
+		return "", "", bad
+	}
+	exp, err := strconv.ParseInt(q.Get("expires"), 10, 64)
+	if err != nil || time.Now().Unix() > exp {
+		return "", "", bad
+	}
+	return q.Get("sandbox"), q.Get("path"), nil
+}
+
+func (s *Server) signedDownload(w http.ResponseWriter, r *http.Request, _ *caller) {
+	id, p, err := s.verifyFileURL(r, http.MethodGet)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.withSandbox(w, r, id, func(b *sandbox.Sandbox) error { return s.serveFile(w, r, b, p, 0, -1) })
+}
+
+func (s *Server) signedUpload(w http.ResponseWriter, r *http.Request, _ *caller) {
+	id, p, err := s.verifyFileURL(r, http.MethodPut)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.withSandbox(w, r, id, func(b *sandbox.Sandbox) error { return s.writeBody(w, r, b, p, nil) })
+}
+
+func (s *Server) withSandbox(w http.ResponseWriter, r *http.Request, id string, fn func(b *sandbox.Sandbox) error) {
+	b, err := s.box(r.Context(), id)
+	if err == nil {
+		err = fn(b)
+	}
+	if err != nil {
+		writeError(w, err)
+	}
+}
+
+

@@ -1,0 +1,390 @@
+// Package server is `tupper serve`: sandboxes over HTTP for any language.
+//
+// It serves Tupper's native REST API under /v1 (documented by the OpenAPI 3.1 document
+// openapi.json, served at /v1/openapi.json) over the sandbox package on one provider, with
+// account API keys and per-sandbox tokens, lifecycle events, signed webhooks delivered from a
+// durable outbox, preview URLs (by host name and by path) and pre-signed file URLs. Its state
+// (keys, sandbox records and tokens, events, webhooks) lives in a store.Store; the sandboxes
+// themselves live in the provider, so a server that is killed and restarted finds them again.
+//
+// # Auth
+//
+// Every route but /v1/health, /v1/openapi.json, pre-signed URLs and public preview ports needs
+// a credential in "Authorization: Bearer …" (or "X-API-Key: …", for E2B clients): an account
+// API key (ak_…), which may do anything, or a sandbox token (sbt_…, returned when the sandbox
+// is created), which may only touch that one sandbox. Credentials are compared by their
+// SHA-256 hashes in constant time and never logged.
+//
+// # Concurrency
+//
+// A *Server serves many requests at once; Handler may be called many times.
+package server
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/sandbox"
+	"github.com/tupper-dev/tupper/store"
+)
+
+// DefaultAddr is where `tupper serve` listens unless told otherwise: loopback only.
+const DefaultAddr = "127.0.0.1:7423"
+
+// Config configures a Server. Provider and Store are required.
+type Config struct {
+	Provider provider.Provider
+	Store    *store.Store
+	// Logger receives one line per request and the server's own messages; nil discards.
+	Logger *slog.Logger
+	// BaseURL is the server's public URL (e.g. https://sandboxes.example.com), used in preview
+	// and pre-signed URLs; "" derives it from each request's Host.
+	BaseURL string
+	// Domain enables host-routed previews: {port}-{id}.{Domain}. "" serves only the path form.
+	Domain string
+	// MaxUploadBytes bounds one file upload; 0 is 10 GiB.
+	MaxUploadBytes int64
+	// ReapInterval is how often the server reconciles its records with the provider and
+	// destroys sandboxes past their deadline; 0 is 10 s.
+	ReapInterval time.Duration
+	// WebhookClient sends webhook deliveries; nil is a client with a 10 s timeout.
+	WebhookClient *http.Client
+	// WebhookBackoff is the first retry delay of a failed delivery, doubled each time up to an
+	// hour; 0 is 1 s. WebhookMaxAttempts (0: 15) attempts are made before giving up.
+	WebhookBackoff     time.Duration
+	WebhookMaxAttempts int
+}
+
+// Server serves the API. Create it with New, serve Handler, and call Run for the background
+// work (webhook deliveries, the reaper) until its ctx ends.
+type Server struct {
+	cfg    Config
+	prov   provider.Provider
+	st     *store.Store
+	log    *slog.Logger
+	signer []byte // key of pre-signed URLs
+
+	routes []route
+	mux    *http.ServeMux
+
+	hmu     sync.Mutex
+	handles map[string]*sandbox.Sandbox
+
+	klmu     sync.Mutex
+	keyLocks map[string]*keyLock
+
+	wake chan struct{} // a new event may have queued deliveries
+}
+
+type keyLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+// New builds a server.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.Provider == nil || cfg.Store == nil {
+		return nil, provider.Errorf(provider.CodeInvalidArgument, "server: Provider and Store are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxUploadBytes <= 0 {
+		cfg.MaxUploadBytes = 10 << 30
+	}
+	if cfg.ReapInterval <= 0 {
+		cfg.ReapInterval = 10 * time.Second
+	}
+	if cfg.WebhookClient == nil {
+		cfg.WebhookClient = &http.Client{Timeout: 10 * time.Second}
+	}
+	if cfg.WebhookBackoff <= 0 {
+		cfg.WebhookBackoff = time.Second
+	}
+	if cfg.WebhookMaxAttempts <= 0 {
+		cfg.WebhookMaxAttempts = 15
+	}
+	cfg.BaseURL = strings.TrimSuffix(cfg.BaseURL, "/")
+	signer, err := cfg.Store.Setting(ctx, "url-signing-key", 32)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg: cfg, prov: cfg.Provider, st: cfg.Store, log: cfg.Logger, signer: signer,
+		handles: map[string]*sandbox.Sandbox{}, keyLocks: map[string]*keyLock{},
+		wake: make(chan struct{}, 1),
+	}
+	s.routes = s.table()
+	s.mux = http.NewServeMux()
+	for _, rt := range s.routes {
+		pattern := rt.Path
+		if rt.Method != "" {
+			pattern = rt.Method + " " + rt.Path
+		}
+		s.mux.Handle(pattern, s.wrap(rt))
+	}
+	return s, nil
+}
+
+// Handler is the server's HTTP handler: the API, the preview proxy and the logging around them.
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		lw := &logWriter{ResponseWriter: w, status: 200}
+		if port, id, ok := s.previewHost(r.Host); ok {
+			s.serveHostPreview(lw, r, id, port)
+			s.logRequest(r, "preview-host", lw.status, start)
+			return
+		}
+		s.mux.ServeHTTP(lw, r)
+		pattern := r.Pattern
+		if pattern == "" {
+			pattern = "unmatched"
+		}
+		s.logRequest(r, pattern, lw.status, start)
+	})
+}
+
+// logRequest logs one request by its route pattern, never its path or query (which may hold
+// a signature) or its headers (which hold credentials).
+func (s *Server) logRequest(r *http.Request, pattern string, status int, start time.Time) {
+	s.log.LogAttrs(r.Context(), slog.LevelInfo, "request",
+		slog.String("route", pattern), slog.Int("status", status),
+		slog.Duration("duration", time.Since(start)), slog.String("remote", r.RemoteAddr))
+}
+
+// logWriter records the status; it passes Flush, Hijack and full duplex through Unwrap.
+type logWriter struct {
+	http.ResponseWriter
+	status      int
+	wroteHeader bool
+}
+
+func (w *logWriter) WriteHeader(code int) {
+	if !w.wroteHeader {
+		w.status, w.wroteHeader = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *logWriter) Write(p []byte) (int, error) {
+	w.wroteHeader = true
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *logWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Close drops the server's sandbox handles (the sandboxes live on). Idempotent.
+func (s *Server) Close() error {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	for id, b := range s.handles {
+		b.Close()
+		delete(s.handles, id)
+	}
+	return nil
+}
+
+// Capabilities is what the server can do for a client: the provider's capabilities, plus an
+// exact get-or-create by key (the server serializes it) and persistence (sandboxes outlive
+// the client), minus an interactive terminal, which the API does not carry yet.
+func (s *Server) Capabilities() provider.Capabilities {
+	caps := provider.Capabilities{}
+	for c, ok := range s.prov.Capabilities() {
+		if ok {
+			caps[c] = true
+		}
+	}
+	caps[provider.CapExactKey] = true
+	caps[provider.CapPersistent] = true
+	delete(caps, provider.CapTerminal)
+	return caps
+}
+
+// scope is who may call a route.
+type scope int
+
+const (
+	scopePublic  scope = iota // no credential
+	scopeAccount              // an API key
+	scopeSandbox              // an API key, or the token of the sandbox named by {id}
+	scopeAny                  // an API key or any sandbox token
+	scopePreview              // as scopeSandbox, but none for a port exposed as public
+)
+
+// route is one entry of the route table: the mux pattern, who may call it, and its handler.
+type route struct {
+	Method string
+	Path   string
+	Scope  scope
+	h      func(w http.ResponseWriter, r *http.Request, c *caller)
+}
+
+// caller is who made a request.
+type caller struct {
+	KeyID     string // set for an API key
+	SandboxID string // set for a sandbox token
+}
+
+// credential returns the credential of a request: Authorization: Bearer X, or X-API-Key: X.
+func credential(r *http.Request) string {
+	if a := r.Header.Get("Authorization"); a != "" {
+		scheme, tok, ok := strings.Cut(a, " ")
+		if ok && strings.EqualFold(scheme, "Bearer") {
+			return strings.TrimSpace(tok)
+		}
+		return ""
+	}
+	return strings.TrimSpace(r.Header.Get("X-API-Key"))
+}
+
+var (
+	errNoCredential = provider.Errorf(provider.CodeUnauthorized, "no credential: send Authorization: Bearer <API key or sandbox token>")
+	errBadCredential = provider.Errorf(provider.CodeUnauthorized, "the credential is not an API key (ak_…) or a sandbox token (sbt_…)")
+)
+
+// authenticate returns the caller of r, or an unauthorized/forbidden error for rt.
+func (s *Server) authenticate(r *http.Request, rt route) (*caller, error) {
+	cred := credential(r)
+	switch {
+	case cred == "":
+		return nil, errNoCredential
+	case strings.HasPrefix(cred, store.KeyPrefix):
+		k, err := s.st.AuthenticateKey(r.Context(), cred)
+		if err != nil {
+			return nil, err
+		}
+		return &caller{KeyID: k.ID}, nil
+	case strings.HasPrefix(cred, store.TokenPrefix):
+		id, err := s.st.SandboxForToken(r.Context(), cred)
+		if err != nil {
+			return nil, err
+		}
+		if rt.Scope == scopeAny {
+			return &caller{SandboxID: id}, nil
+		}
+		if rt.Scope != scopeSandbox && rt.Scope != scopePreview {
+			return nil, provider.Errorf(provider.CodeForbidden, "a sandbox token may only use its own sandbox's routes; use an API key")
+		}
+		if subtle.ConstantTimeCompare([]byte(id), []byte(r.PathValue("id"))) != 1 {
+			return nil, provider.Errorf(provider.CodeForbidden, "this sandbox token belongs to another sandbox")
+		}
+		return &caller{SandboxID: id}, nil
+	}
+	return nil, errBadCredential
+}
+
+func (s *Server) wrap(rt route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := &caller{}
+		if rt.Scope == scopePreview && s.isPublicPort(r) {
+			rt.h(w, r, c)
+			return
+		}
+		if rt.Scope != scopePublic {
+			var err error
+			if c, err = s.authenticate(r, rt); err != nil {
+				if provider.CodeOf(err) == provider.CodeUnauthorized {
+					w.Header().Set("WWW-Authenticate", `Bearer realm="tupper"`)
+				}
+				writeError(w, err)
+				return
+			}
+		}
+		rt.h(w, r, c)
+	})
+}
+
+// box returns the server's handle to a live sandbox it made. A sandbox the store does not
+// know, or one the provider no longer has, is CodeNotFound (and the latter is recorded as
+// expired).
+func (s *Server) box(ctx context.Context, id string) (*sandbox.Sandbox, error) {
+	if _, err := s.st.Sandbox(ctx, id); err != nil {
+		return nil, err
+	}
+	s.hmu.Lock()
+	b := s.handles[id]
+	s.hmu.Unlock()
+	if b != nil {
+		return b, nil
+	}
+	b, err := sandbox.Connect(ctx, s.prov, id, sandbox.ConnectOptions{})
+	if errors.Is(err, provider.CodeNotFound) {
+		s.gone(ctx, id, EventExpired, nil)
+		return nil, provider.Errorf(provider.CodeNotFound, "no sandbox %q", id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.hmu.Lock()
+	if old := s.handles[id]; old != nil {
+		s.hmu.Unlock()
+		b.Close()
+		return old, nil
+	}
+	s.handles[id] = b
+	s.hmu.Unlock()
+	return b, nil
+}
+
+func (s *Server) remember(b *sandbox.Sandbox) {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	if old := s.handles[b.ID]; old != nil && old != b {
+		old.Close()
+	}
+	s.handles[b.ID] = b
+}
+
+func (s *Server) forget(id string) {
+	s.hmu.Lock()
+	b := s.handles[id]
+	delete(s.handles, id)
+	s.hmu.Unlock()
+	if b != nil {
+		b.Close()
+	}
+}
+
+// gone records that a sandbox no longer exists and emits typ once.
+func (s *Server) gone(ctx context.Context, id, typ string, data any) {
+	s.forget(id)
+	ctx = context.WithoutCancel(ctx)
+	live, err := s.st.MarkDestroyed(ctx, id)
+	if err != nil {
+		s.log.Error("recording a destroyed sandbox", "sandbox", id, "err", err)
+		return
+	}
+	if live {
+		s.emit(ctx, typ, id, data)
+	}
+}
+
+// lockKey serializes get-or-create by key within this server.
+func (s *Server) lockKey(key string) func() {
+	s.klmu.Lock()
+	l := s.keyLocks[key]
+	if l == nil {
+		l = &keyLock{}
+		s.keyLocks[key] = l
+	}
+	l.refs++
+	s.klmu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		s.klmu.Lock()
+		l.refs--
+		if l.refs == 0 {
+			delete(s.keyLocks, key)
+		}
+		s.klmu.Unlock()
+	}
+}
