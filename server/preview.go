@@ -392,5 +392,3 @@ func (s *Server) withSandbox(w http.ResponseWriter, r *http.Request, id string, 
 		writeError(w, err)
 	}
 }
-
-

@@ -251,5 +251,3 @@ func readLine(br *bufio.Reader, max int) ([]byte, error) {
 		return nil, badRequest("reading the exec header: %v", err)
 	}
 }
-
-

@@ -246,7 +246,7 @@ func credential(r *http.Request) string {
 }
 
 var (
-	errNoCredential = provider.Errorf(provider.CodeUnauthorized, "no credential: send Authorization: Bearer <API key or sandbox token>")
+	errNoCredential  = provider.Errorf(provider.CodeUnauthorized, "no credential: send Authorization: Bearer <API key or sandbox token>")
 	errBadCredential = provider.Errorf(provider.CodeUnauthorized, "the credential is not an API key (ak_…) or a sandbox token (sbt_…)")
 )
 
