@@ -300,10 +300,11 @@ func procWaitExit(c *C) {
 		Eq(c, "Status after exit", st, sandbox.ProcessExited)
 	}
 	p := start(c, b, "sleep 300", sandbox.StartOptions{Name: "forever"})
-	ctx, cancel := context.WithTimeout(c.Ctx, 300*time.Millisecond)
+	ctx, cancel := context.WithCancel(c.Ctx)
 	defer cancel()
+	time.AfterFunc(300*time.Millisecond, cancel)
 	_, err := p.Wait(ctx)
-	c.WantCode("Wait with a ctx that ends first", err, sandbox.CodeAborted)
+	c.WantCode("Wait with a ctx cancelled first", err, sandbox.CodeAborted)
 }
 
 func procOutlivesCtx(c *C) {
@@ -544,6 +545,10 @@ func procStopTrap(c *C) {
 	st, err := p.Status(c.Ctx)
 	c.NoErr("Status", err)
 	Eq(c, "Status", st, sandbox.ProcessExited)
+	// Nothing of the process group may survive: the trapping shell included.
+	if res := c.Run(b, fmt.Sprintf("kill -0 -%d 2>/dev/null", p.PID()), sandbox.RunOptions{}); res.ExitCode == 0 {
+		c.Errorf("process group %d still has members after Stop returned", p.PID())
+	}
 	if l := allLogs(c, p); !strings.Contains(l, "got-term") {
 		c.Errorf("logs %q: the TERM trap never ran, so SIGTERM was not sent first", l)
 	}

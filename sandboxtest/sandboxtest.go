@@ -94,6 +94,14 @@ func RunWith(t *testing.T, cfg Config) {
 	s := &suite{cfg: cfg, p: p, caps: p.Capabilities(), runID: randHex(8)}
 	t.Logf("provider %s, capabilities [%s], run %s", p.Name(), s.caps, s.runID)
 
+	if s.caps.Has(provider.CapShell) || s.caps.Has(provider.CapPreview) {
+		// Build the helper server before the cases start, so the build (a minute on a cold
+		// cache) does not count against any case's deadline.
+		if _, err := s.buildHelper(runtime.GOARCH); err != nil && err != errNoGo {
+			t.Errorf("building the sandbox helper server: %v", err)
+		}
+	}
+
 	// After every case and its cleanups: nothing of this run may be left behind.
 	t.Cleanup(func() { s.checkLeaks(t) })
 
