@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/sandbox"
+)
+
+// providerFlags selects and configures the provider.
+type providerFlags struct {
+	name string
+}
+
+func (f *providerFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.name, "provider", os.Getenv("TUPPER_PROVIDER"),
+		"provider to use (default: $TUPPER_PROVIDER, else the platform default: local on Linux)")
+}
+
+func (f *providerFlags) resolve(ctx context.Context) (provider.Provider, error) {
+	return provider.Resolve(ctx, provider.ResolveOptions{Name: f.name})
+}
+
+// createFlags are the sandbox options of run and create.
+type createFlags struct {
+	providerFlags
+	runtime  string
+	template string
+	network  string
+	env      []string
+	labels   []string
+	size     string
+}
+
+func (f *createFlags) register(cmd *cobra.Command) {
+	f.providerFlags.register(cmd)
+	fl := cmd.Flags()
+	fl.StringVar(&f.runtime, "runtime", "", "OCI runtime of the local provider: runc or runsc (gVisor)")
+	fl.StringVar(&f.template, "template", "", "template to start from (local default: host)")
+	fl.StringVar(&f.network, "network", "all", "network: all or none")
+	fl.StringArrayVarP(&f.env, "env", "e", nil, "environment variable K=V for every command (repeatable)")
+	fl.StringArrayVar(&f.labels, "label", nil, "label K=V (repeatable)")
+	fl.StringVar(&f.size, "size", "", "machine size: small, medium or large")
+}
+
+func (f *createFlags) options() (sandbox.CreateOptions, error) {
+	opts := sandbox.CreateOptions{Runtime: f.runtime, Template: f.template}
+	switch f.network {
+	case "", "all":
+		opts.Network = sandbox.NetworkAll
+	case "none":
+		opts.Network = sandbox.NetworkNone
+	default:
+		return opts, fmt.Errorf("--network %q: use all or none", f.network)
+	}
+	if f.size != "" {
+		opts.Size = sandbox.Size{Name: f.size}
+	}
+	var err error
+	if opts.Env, err = parsePairs("--env", f.env); err != nil {
+		return opts, err
+	}
+	if opts.Labels, err = parsePairs("--label", f.labels); err != nil {
+		return opts, err
+	}
+	return opts, opts.Validate()
+}
+
+func parsePairs(flag string, pairs []string) (map[string]string, error) {
+	if len(pairs) == 0 {
+		return nil, nil
+	}
+	m := make(map[string]string, len(pairs))
+	for _, p := range pairs {
+		k, v, ok := strings.Cut(p, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%s %q: want KEY=VALUE", flag, p)
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+// argvCommand turns argv into one shell command line with every word quoted, so
+// `tupper exec ID -- ls "a b"` runs ls with one argument.
+func argvCommand(args []string) string {
+	words := make([]string, len(args))
+	for i, a := range args {
+		words[i] = sandbox.Quote(a)
+	}
+	return strings.Join(words, " ")
+}
+
+// streamRun runs command, copying output to the command's stdout and stderr as it arrives,
+// and returns the exit code tupper should exit with.
+func streamRun(ctx context.Context, cmd *cobra.Command, box *sandbox.Sandbox, command string, timeout time.Duration, interactive bool) (int, error) {
+	opts := sandbox.RunOptions{Timeout: timeout, MaxOutputBytes: 64 << 20}
+	if interactive {
+		opts.StdinReader = cmd.InOrStdin()
+	}
+	h := box.Stream(ctx, command, opts)
+	out, errw := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	for c := range h.Chunks() {
+		if c.Stream == sandbox.Stderr {
+			fmt.Fprint(errw, c.Text)
+		} else {
+			fmt.Fprint(out, c.Text)
+		}
+	}
+	res, err := h.Wait()
+	if err != nil {
+		return exitTupperError, err
+	}
+	switch {
+	case res.TimedOut:
+		fmt.Fprintf(errw, "tupper: command timed out after %v\n", timeout)
+		return exitTimedOut, nil
+	case res.Aborted:
+		return exitAborted, nil
+	case res.Truncated:
+		fmt.Fprintln(errw, "tupper: output was truncated at 64 MiB per stream")
+	}
+	return res.ExitCode, nil
+}

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"runtime/debug"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tupper-dev/tupper/provider"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, args []string) {
+			v := version
+			if bi, ok := debug.ReadBuildInfo(); ok && v == "dev" {
+				for _, s := range bi.Settings {
+					if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+						v = "dev-" + s.Value[:12]
+					}
+				}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "tupper %s (%s, %s/%s)\n", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		},
+	}
+}
+
+func newDoctorCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "doctor",
+		Short: "Say which providers work on this machine and what the others need",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			ok := 0
+			for _, name := range provider.List() {
+				r, _ := provider.Lookup(name)
+				status, avail := checkProvider(ctx, r)
+				if avail {
+					ok++
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%-8s %s\n", name, status)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "platform default: %s\n", provider.PlatformDefault(runtime.GOOS))
+			if ok == 0 {
+				return fmt.Errorf("no provider is available")
+			}
+			return nil
+		},
+	}
+}
+
+func checkProvider(ctx context.Context, r provider.Registration) (string, bool) {
+	p, err := provider.Resolve(ctx, provider.ResolveOptions{Name: r.Name})
+	if err != nil {
+		return "unavailable: " + err.Error(), false
+	}
+	return "available, capabilities: " + p.Capabilities().String(), true
+}
