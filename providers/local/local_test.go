@@ -1,25 +1,512 @@
 package local
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/tupper-dev/tupper/internal/testenv"
 	"github.com/tupper-dev/tupper/provider"
 )
+
+var netNone = provider.Network{Mode: provider.NetworkNone}
 
 func TestCreateExecDestroy(t *testing.T) {
 	forRuntimes(t, func(t *testing.T, rt string) {
 		p := newTestProvider(t, rt)
-		inst := create(t, p, provider.CreateSpec{Network: provider.Network{Mode: provider.NetworkNone}, Labels: map[string]string{"a": "b"}})
-		if got := run(t, inst, "echo hi; id -u; pwd"); got != "hi\n0\n/workspace" {
+		inst := create(t, p, provider.CreateSpec{Network: netNone, Labels: map[string]string{"a": "b"},
+			Env: map[string]string{"FOO": "bar"}, Secrets: map[string]string{"TOKEN": "s3cret"}})
+		if !validID(inst.ID()) {
+			t.Errorf("id %q is not 20 lowercase letters and digits", inst.ID())
+		}
+		if got := run(t, inst, "echo hi; id -u; pwd; echo $FOO $TOKEN"); got != "hi\n0\n/workspace\nbar s3cret" {
 			t.Errorf("got %q", got)
 		}
 		ctx := context.Background()
+		var out bytes.Buffer
+		res, err := inst.Exec(ctx, provider.ExecRequest{Command: "cat; exit 3", Stdin: strings.NewReader("in"), Stdout: &out,
+			Env: map[string]string{"X": "1"}, Cwd: "/tmp"})
+		if err != nil || res.ExitCode != 3 || out.String() != "in" {
+			t.Errorf("exec with stdin: %+v %v %q", res, err, out.String())
+		}
+		res, err = inst.Exec(ctx, provider.ExecRequest{Command: "kill -9 $$"})
+		if err != nil || res.ExitCode != 137 || res.Signal != "SIGKILL" {
+			t.Errorf("killed: %+v %v", res, err)
+		}
+		if got := run(t, inst, "id -un; echo $HOME"); got != "root\n/root" {
+			t.Errorf("default user: %q", got)
+		}
+		o, _, _ := runCode(t, inst, "true")
+		_ = o
+		res, err = inst.Exec(ctx, provider.ExecRequest{Command: "id -un; pwd", User: "user", Cwd: "/home/user", Stdout: &out})
+		if err != nil || res.ExitCode != 0 {
+			t.Errorf("as user: %+v %v", res, err)
+		}
+		list, err := p.List(ctx, provider.ListFilter{Labels: map[string]string{"a": "b"}})
+		if err != nil || len(list) != 1 || list[0].ID != inst.ID() || list[0].State != provider.StateRunning || list[0].Runtime != rt {
+			t.Errorf("list: %+v %v", list, err)
+		}
+		if list, _ := p.List(ctx, provider.ListFilter{Labels: map[string]string{"a": "c"}}); len(list) != 0 {
+			t.Errorf("list with another label: %+v", list)
+		}
 		if err := p.Destroy(ctx, inst.ID()); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := p.Connect(ctx, inst.ID()); provider.CodeOf(err) != provider.CodeNotFound {
 			t.Errorf("connect after destroy: %v", err)
 		}
+		if err := p.Destroy(ctx, inst.ID()); provider.CodeOf(err) != provider.CodeNotFound {
+			t.Errorf("second destroy: %v", err)
+		}
+		assertNoLeftovers(t, p)
 	})
+}
+
+// assertNoLeftovers checks that no sandbox state, mount or interface of p remains.
+func assertNoLeftovers(t *testing.T, p *Provider) {
+	t.Helper()
+	if ids, _ := p.lay.ids(); len(ids) != 0 {
+		t.Errorf("sandbox directories left: %v", ids)
+	}
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	if strings.Contains(string(mounts), p.cfg.Home+"/") {
+		t.Errorf("mounts left under %s", p.cfg.Home)
+	}
+	// Other packages' tests may run sandboxes at the same time: look only at this
+	// provider's bridge and rules.
+	if _, err := os.Stat("/sys/class/net/" + p.cfg.Bridge); err == nil {
+		ports, _ := os.ReadDir("/sys/class/net/" + p.cfg.Bridge + "/brif")
+		t.Errorf("bridge %s left, with %d ports", p.cfg.Bridge, len(ports))
+	}
+	if p.net != nil {
+		for _, table := range []string{"filter", "nat"} {
+			out, _ := p.net.iptables(context.Background(), "-t", table, "-S")
+			if strings.Contains(string(out), "tupper "+p.cfg.Bridge) {
+				t.Errorf("iptables %s rules of %s left", table, p.cfg.Bridge)
+			}
+		}
+	}
+}
+
+func TestFiles(t *testing.T) {
+	forRuntimes(t, func(t *testing.T, rt string) {
+		p := newTestProvider(t, rt)
+		inst := create(t, p, provider.CreateSpec{Network: netNone})
+		ctx := context.Background()
+		mode := uint32(0o640)
+		if err := inst.WriteFile(ctx, "/workspace/a/b.txt", strings.NewReader("hello"), &mode); err != nil {
+			t.Fatal(err)
+		}
+		rc, err := inst.ReadFile(ctx, "/workspace/a/b.txt")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(rc)
+		rc.Close()
+		if string(b) != "hello" {
+			t.Errorf("read %q", b)
+		}
+		fi, err := inst.Stat(ctx, "/workspace/a/b.txt")
+		if err != nil || fi.Type != provider.TypeFile || fi.Size != 5 || fi.Mode != 0o640 {
+			t.Errorf("stat: %+v %v", fi, err)
+		}
+		if _, err := inst.ReadFile(ctx, "/workspace/missing"); provider.CodeOf(err) != provider.CodeNotFound {
+			t.Errorf("missing: %v", err)
+		}
+		list, err := inst.ListDir(ctx, "/workspace", true)
+		if err != nil || len(list) != 2 {
+			t.Errorf("list: %+v %v", list, err)
+		}
+		if err := inst.Remove(ctx, "/workspace/a", false); err == nil {
+			t.Errorf("removing a non-empty directory without recursive worked")
+		}
+		if err := inst.Remove(ctx, "/workspace/a", true); err != nil {
+			t.Error(err)
+		}
+		// The host template is read-only.
+		if _, _, code := runCode(t, inst, "touch /usr/bin/tupper-was-here"); code == 0 {
+			t.Errorf("wrote into the host's /usr")
+		}
+		if _, err := os.Stat("/usr/bin/tupper-was-here"); err == nil {
+			os.Remove("/usr/bin/tupper-was-here")
+			t.Fatalf("a sandbox wrote into the host's /usr")
+		}
+	})
+}
+
+// TestOutlivesProvider: a sandbox lives on after its provider object is gone, and another
+// provider with the same Home finds, uses and destroys it.
+func TestOutlivesProvider(t *testing.T) {
+	p1 := newTestProvider(t, RuntimeRunc)
+	inst := create(t, p1, provider.CreateSpec{Network: netNone, Key: "k1"})
+	run(t, inst, "echo kept > /workspace/f")
+	inst.Close()
+	p1.Close()
+
+	p2, err := New(p1.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p2.Close()
+	ctx := context.Background()
+	got, err := p2.Connect(ctx, inst.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := run(t, got, "cat /workspace/f"); out != "kept" {
+		t.Errorf("got %q", out)
+	}
+	byKey, err := p2.FindByKey(ctx, "k1")
+	if err != nil || byKey.(*Instance).ID() != inst.ID() {
+		t.Errorf("find by key: %v", err)
+	}
+	if err := p2.Destroy(ctx, inst.ID()); err != nil {
+		t.Fatal(err)
+	}
+	assertNoLeftovers(t, p2)
+}
+
+// TestCrashCleanup kills a sandbox's init from the host; the next List removes what it left.
+func TestCrashCleanup(t *testing.T) {
+	forRuntimes(t, func(t *testing.T, rt string) {
+		p := newTestProvider(t, rt)
+		inst := create(t, p, provider.CreateSpec{Network: provider.Network{Mode: provider.NetworkAll}})
+		rec, err := p.lay.readRecord(inst.ID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Kill(rec.InitPID, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		deadline := time.Now().Add(10 * time.Second)
+		for alive(rec) && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if i, err := inst.Info(ctx); err != nil || i.State != provider.StateStopped {
+			t.Errorf("info after kill: %+v %v", i, err)
+		}
+		list, err := p.List(ctx, provider.ListFilter{})
+		if err != nil || len(list) != 0 {
+			t.Errorf("list after kill: %+v %v", list, err)
+		}
+		assertNoLeftovers(t, p)
+		if _, err := os.Stat("/sys/class/net/" + rec.HostVeth); err == nil {
+			t.Errorf("veth %s left", rec.HostVeth)
+		}
+		if _, err := os.Stat("/sys/class/net/" + p.cfg.Bridge); err == nil {
+			t.Errorf("bridge %s left after the last sandbox", p.cfg.Bridge)
+		}
+	})
+}
+
+func TestLimits(t *testing.T) {
+	forRuntimes(t, func(t *testing.T, rt string) {
+		p := newTestProvider(t, rt)
+		inst := create(t, p, provider.CreateSpec{Network: netNone, Size: provider.Size{CPU: 0.5, MemoryMB: 2048, DiskGB: 1}})
+		// The host's view, for both runtimes.
+		for file, want := range map[string]string{
+			"memory/tupper/" + inst.ID() + "/memory.limit_in_bytes": strconv.Itoa(2048 << 20),
+			"pids/tupper/" + inst.ID() + "/pids.max":                "1024",
+			"cpu/tupper/" + inst.ID() + "/cpu.cfs_quota_us":         "50000",
+		} {
+			b, err := os.ReadFile("/sys/fs/cgroup/" + file)
+			if err != nil {
+				testenv.Skip(t, "no cgroup v1 "+file+": "+err.Error())
+			}
+			if got := strings.TrimSpace(string(b)); got != want {
+				t.Errorf("%s = %s, want %s", file, got, want)
+			}
+		}
+		if rt == RuntimeRunc {
+			// The sandbox's own view.
+			if got := run(t, inst, "cat /sys/fs/cgroup/memory/memory.limit_in_bytes"); got != strconv.Itoa(2048<<20) {
+				t.Errorf("memory limit inside: %s", got)
+			}
+			if got := run(t, inst, "cat /proc/self/uid_map"); strings.Fields(got)[1] == "0" {
+				t.Errorf("root inside is root outside: %s", got)
+			}
+		}
+		// The writable layer is bounded by the disk size. (It lives in memory and is charged
+		// to the sandbox's memory limit, so this sandbox has more memory than disk.)
+		_, errOut, code := runCode(t, inst, "dd if=/dev/zero of=/tmp/big bs=1M count=1100")
+		if code == 0 {
+			t.Errorf("wrote 1100 MB into a 1 GB disk")
+		}
+		run(t, inst, "rm -f /tmp/big")
+		_ = errOut
+	})
+}
+
+func TestDefaultLimits(t *testing.T) {
+	p := newTestProvider(t, RuntimeRunc)
+	inst := create(t, p, provider.CreateSpec{Network: netNone})
+	for file, want := range map[string]string{
+		"memory/tupper/" + inst.ID() + "/memory.limit_in_bytes": strconv.Itoa(1024 << 20),
+		"pids/tupper/" + inst.ID() + "/pids.max":                "1024",
+	} {
+		b, err := os.ReadFile("/sys/fs/cgroup/" + file)
+		if err != nil {
+			testenv.Skip(t, "no cgroup v1 "+file)
+		}
+		if got := strings.TrimSpace(string(b)); got != want {
+			t.Errorf("%s = %s, want %s", file, got, want)
+		}
+	}
+}
+
+// TestForkBomb: a fork bomb hits the pids limit and the sandbox survives it.
+func TestForkBomb(t *testing.T) {
+	p := newTestProvider(t, RuntimeRunc)
+	p.cfg.PidsLimit = 64
+	inst := create(t, p, provider.CreateSpec{Network: netNone})
+	// dash exits non-zero when it cannot fork.
+	_, _, code := runCode(t, inst, "for i in $(seq 100); do sleep 2 & done 2>/dev/null; wait")
+	if code == 0 {
+		t.Errorf("100 processes started under a limit of 64")
+	}
+	// The sandbox recovers once the sleepers exit.
+	var got string
+	for start := time.Now(); time.Since(start) < 15*time.Second; time.Sleep(200 * time.Millisecond) {
+		if got, _, _ = runCode(t, inst, "echo alive"); got == "alive" {
+			break
+		}
+	}
+	if got != "alive" {
+		t.Errorf("after fork bomb: %q", got)
+	}
+}
+
+func TestNetworkNone(t *testing.T) {
+	forRuntimes(t, func(t *testing.T, rt string) {
+		p := newTestProvider(t, rt)
+		inst := create(t, p, provider.CreateSpec{Network: netNone})
+		ifaces := run(t, inst, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")
+		if ifaces != "lo" {
+			t.Errorf("interfaces %q, want only lo", ifaces)
+		}
+		routes := run(t, inst, "tail -n +2 /proc/net/route")
+		if routes != "" {
+			t.Errorf("routes: %q", routes)
+		}
+		rec, _ := p.lay.readRecord(inst.ID())
+		if rec.HostVeth != "" {
+			t.Errorf("network none has a veth")
+		}
+	})
+}
+
+func TestNetworkAll(t *testing.T) {
+	forRuntimes(t, func(t *testing.T, rt string) {
+		p := newTestProvider(t, rt)
+		if !p.Capabilities().Has(provider.CapNetworkAll) {
+			testenv.Skip(t, "network all unavailable: "+fmt.Sprint(p.netErr))
+		}
+		inst := create(t, p, provider.CreateSpec{Network: provider.Network{Mode: provider.NetworkAll}})
+		// Only ever the bridge's own address: never the internet.
+		ln, err := net.Listen("tcp", p.net.gateway.String()+":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Write([]byte("pong\n"))
+				c.Close()
+			}
+		}()
+		port := ln.Addr().(*net.TCPAddr).Port
+		got := run(t, inst, fmt.Sprintf("bash -c 'exec 3<>/dev/tcp/%s/%d && cat <&3'", p.net.gateway, port))
+		if got != "pong" {
+			t.Errorf("got %q", got)
+		}
+		if got := run(t, inst, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | sort | tr '\\n' ' '"); got != "eth0 lo" {
+			t.Errorf("interfaces %q", got)
+		}
+	})
+}
+
+func TestPreview(t *testing.T) {
+	testenv.Require(t, fileExists("/usr/bin/python3"), "needs /usr/bin/python3 on the host for an HTTP server")
+	forRuntimes(t, func(t *testing.T, rt string) {
+		p := newTestProvider(t, rt)
+		inst := create(t, p, provider.CreateSpec{Network: netNone})
+		ctx := context.Background()
+		run(t, inst, "mkdir -p /tmp/www && echo preview-ok > /tmp/www/index.html")
+		res, err := inst.Exec(ctx, provider.ExecRequest{Command: "cd /tmp/www && exec python3 -m http.server 8080 --bind 127.0.0.1", Detach: true})
+		if err != nil || res.PID <= 0 {
+			t.Fatalf("detach: %+v %v", res, err)
+		}
+		url, err := inst.PreviewURL(ctx, 8080)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(url, "http://127.0.0.1:") {
+			t.Errorf("url %s is not on loopback", url)
+		}
+		var body string
+		for start := time.Now(); time.Since(start) < 15*time.Second; time.Sleep(50 * time.Millisecond) {
+			resp, err := http.Get(url + "index.html")
+			if err != nil {
+				continue
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				body = strings.TrimSpace(string(b))
+				break
+			}
+		}
+		if body != "preview-ok" {
+			t.Errorf("preview body %q", body)
+		}
+		if err := p.Destroy(ctx, inst.ID()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := http.Get(url); err == nil {
+			t.Errorf("preview listener still open after destroy")
+		}
+	})
+}
+
+func TestPauseResume(t *testing.T) {
+	forRuntimes(t, func(t *testing.T, rt string) {
+		p := newTestProvider(t, rt)
+		if !p.Capabilities().Has(provider.CapPause) {
+			testenv.Skip(t, "no freezer")
+		}
+		inst := create(t, p, provider.CreateSpec{Network: netNone})
+		ctx := context.Background()
+		run(t, inst, "true")
+		if err := inst.Pause(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if i, _ := inst.Info(ctx); i.State != provider.StatePaused {
+			t.Errorf("state %s", i.State)
+		}
+		if _, err := inst.Exec(ctx, provider.ExecRequest{Command: "true"}); provider.CodeOf(err) != provider.CodeConflict {
+			t.Errorf("exec while paused: %v", err)
+		}
+		if err := inst.Resume(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := run(t, inst, "echo back"); got != "back" {
+			t.Errorf("got %q", got)
+		}
+	})
+}
+
+func TestExactKey(t *testing.T) {
+	p := newTestProvider(t, RuntimeRunc)
+	ctx := context.Background()
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		ids     = map[string]int{}
+		created int
+		errs    []error
+	)
+	for range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			inst, c, err := p.GetOrCreate(ctx, provider.CreateSpec{Key: "exact", Network: netNone})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			ids[inst.(*Instance).ID()]++
+			if c {
+				created++
+			}
+			inst.Close()
+		}()
+	}
+	wg.Wait()
+	if len(errs) > 0 || len(ids) != 1 || created != 1 {
+		t.Errorf("ids %v, created %d, errors %v", ids, created, errs)
+	}
+}
+
+func TestDeadlines(t *testing.T) {
+	p := newTestProvider(t, RuntimeRunc)
+	ctx := context.Background()
+	hard := create(t, p, provider.CreateSpec{Network: netNone, Timeout: time.Hour})
+	idle := create(t, p, provider.CreateSpec{Network: netNone, IdleTimeout: time.Second})
+	keep := create(t, p, provider.CreateSpec{Network: netNone})
+	// The host enforces the hard deadline whatever the agent does: move it to the past
+	// behind the agent's back.
+	rec, _ := p.lay.readRecord(hard.ID())
+	rec.Deadline = time.Now().Add(-time.Second)
+	p.lay.writeRecord(rec)
+	if err := keep.SetTimeout(ctx, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	// The agent ends the idle sandbox from inside; the next List cleans up.
+	time.Sleep(2500 * time.Millisecond)
+	list, err := p.List(ctx, provider.ListFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].ID != keep.ID() || list[0].Deadline.IsZero() {
+		t.Errorf("list: %+v", list)
+	}
+	if _, err := p.Connect(ctx, hard.ID()); !errors.Is(err, provider.CodeNotFound) {
+		t.Errorf("expired sandbox: %v", err)
+	}
+	_ = idle
+}
+
+func TestUnsupported(t *testing.T) {
+	p := newTestProvider(t, RuntimeRunc)
+	ctx := context.Background()
+	_, err := p.Create(ctx, provider.CreateSpec{Network: provider.Network{Mode: provider.NetworkAllow, Allow: []string{"example.com"}}})
+	if provider.CodeOf(err) != provider.CodeUnsupported {
+		t.Errorf("allow list: %v", err)
+	}
+	if ids, _ := p.lay.ids(); len(ids) != 0 {
+		t.Errorf("a refused create left %v", ids)
+	}
+}
+
+// TestCreateUndo: a create that fails halfway (the agent binary is not an agent) leaves
+// nothing behind.
+func TestCreateUndo(t *testing.T) {
+	p := newTestProvider(t, RuntimeRunc)
+	bad := filepath.Join(filepath.Dir(buildAgent(t)), "not-an-agent")
+	if err := os.WriteFile(bad, []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p.cfg.AgentPath = bad
+	p.cfg.ReadyTimeout = 5 * time.Second
+	_, err := p.Create(context.Background(), provider.CreateSpec{Network: provider.Network{Mode: provider.NetworkAll}})
+	if err == nil {
+		t.Fatal("create with a broken agent worked")
+	}
+	t.Log(err)
+	assertNoLeftovers(t, p)
+	if ents, _ := os.ReadDir(p.lay.uidLeases()); len(ents) != 0 {
+		t.Errorf("uid leases left: %d", len(ents))
+	}
+	if ents, _ := os.ReadDir(p.lay.ipLeases()); len(ents) != 0 {
+		t.Errorf("ip leases left: %d", len(ents))
+	}
 }

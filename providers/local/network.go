@@ -225,7 +225,8 @@ func (n *network) detach(ctx context.Context, id, ip string) error {
 	var errs []error
 	host, _ := vethNames(id)
 	if _, err := os.Stat("/sys/class/net/" + host); err == nil {
-		if err := n.ip(ctx, "", "link del "+host); err != nil {
+		// The pair vanishes with its namespace, possibly while we look.
+		if err := n.ip(ctx, "", "link del "+host); err != nil && !strings.Contains(err.Error(), "Cannot find device") {
 			errs = append(errs, err)
 		}
 	}

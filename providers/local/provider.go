@@ -521,11 +521,11 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 			return p.net.attach(ctx, id, netnsPath, a)
 		}, undo: func() error {
 			var errs []error
-			if netnsPath != "" {
-				errs = append(errs, removeNetns(netnsPath))
-			}
 			if rec.IP != "" {
 				errs = append(errs, p.net.detach(context.Background(), id, rec.IP))
+			}
+			if netnsPath != "" {
+				errs = append(errs, removeNetns(netnsPath))
 			}
 			return errors.Join(errs...)
 		}},
@@ -591,7 +591,7 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 // runscNetwork is the runsc --network value of a sandbox.
 func runscNetwork(r *record) string {
 	if r.Network == string(provider.NetworkAll) {
-		return "sandbox"
+		return "host"
 	}
 	return "none"
 }
@@ -732,8 +732,10 @@ func (p *Provider) teardown(ctx context.Context, rec *record) error {
 		}
 	}
 	if rec.Network == string(provider.NetworkAll) && p.net != nil {
-		removeNetns(p.lay.netns(id))
 		if err := p.net.detach(ctx, id, rec.IP); err != nil {
+			errs = append(errs, err)
+		}
+		if err := removeNetns(p.lay.netns(id)); err != nil {
 			errs = append(errs, err)
 		}
 	}

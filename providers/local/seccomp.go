@@ -38,15 +38,18 @@ var deniedSyscalls = []string{
 // seccompProfile returns the default profile: deniedSyscalls, no new user namespaces
 // (unshare or clone with CLONE_NEWUSER), and clone3 answered with ENOSYS so libc falls back
 // to clone, whose flags a filter can inspect.
-func seccompProfile() *specs.LinuxSeccomp {
+//
+// runsc applies the profile inside its sentry (--oci-seccomp) but answers every denied call
+// with EPERM, whatever errnoRet says; its clone3 is ENOSYS anyway, so the clone3 rule is
+// left out there (EPERM would stop libc creating threads).
+func seccompProfile(runtime string) *specs.LinuxSeccomp {
 	eperm := uint(unix.EPERM)
 	enosys := uint(unix.ENOSYS)
-	return &specs.LinuxSeccomp{
+	s := &specs.LinuxSeccomp{
 		DefaultAction: specs.ActAllow,
 		Architectures: seccompArches(),
 		Syscalls: []specs.LinuxSyscall{
 			{Names: deniedSyscalls, Action: specs.ActErrno, ErrnoRet: &eperm},
-			{Names: []string{"clone3"}, Action: specs.ActErrno, ErrnoRet: &enosys},
 			{
 				Names:    []string{"unshare"},
 				Action:   specs.ActErrno,
@@ -62,6 +65,10 @@ func seccompProfile() *specs.LinuxSeccomp {
 			},
 		},
 	}
+	if runtime != RuntimeRunsc {
+		s.Syscalls = append(s.Syscalls, specs.LinuxSyscall{Names: []string{"clone3"}, Action: specs.ActErrno, ErrnoRet: &enosys})
+	}
+	return s
 }
 
 // seccompArches are the native architecture and its compatibility modes, so the filter

@@ -97,6 +97,11 @@ func buildSpec(b bundleSpec) *specs.Spec {
 			mounts = append(mounts, specs.Mount{Destination: "/" + d, Type: "bind", Source: "/" + d, Options: ro})
 		}
 	}
+	if b.runtime == RuntimeRunsc {
+		// runsc puts a tmpfs in sentry memory on an empty /tmp unless /tmp is a mount of
+		// the spec; keep /tmp on the bounded writable layer, as under runc.
+		mounts = append(mounts, specs.Mount{Destination: "/tmp", Type: "bind", Source: filepath.Join(b.rootfs, "tmp"), Options: []string{"rbind", "rw", "nosuid", "nodev"}})
+	}
 	mounts = append(mounts,
 		specs.Mount{Destination: agentBinary, Type: "bind", Source: b.agentPath, Options: []string{"bind", "ro", "nosuid", "nodev"}},
 		specs.Mount{Destination: agentRunDir, Type: "bind", Source: b.runDir, Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}},
@@ -111,7 +116,7 @@ func buildSpec(b bundleSpec) *specs.Spec {
 		CgroupsPath:   "/tupper/" + b.id,
 		MaskedPaths:   maskedPaths,
 		ReadonlyPaths: readonlyPaths,
-		Seccomp:       seccompProfile(),
+		Seccomp:       seccompProfile(b.runtime),
 		Resources:     resources(b),
 	}
 	if b.userns {
