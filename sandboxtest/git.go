@@ -212,7 +212,8 @@ func gitToken(c *C) {
 	b := c.Box()
 	bin := c.helper(b)
 	token := "tok" + randHex(16)
-	start(c, b, bin+" -port 18090 -auth401 -log /tmp/sbt-authlog", sandbox.StartOptions{Name: "authsrv", Ready: sandbox.ReadyPort(18090)})
+	start(c, b, bin+" -port 18090 -auth401 -log /tmp/sbt-authlog", sandbox.StartOptions{Name: "authsrv",
+		Ready: sandbox.ReadyLog(regexp.MustCompile("^listening on 18090$"))}) // port readiness is Process/ReadyPort's
 	mon := start(c, b, `echo monitoring
 while true; do
 	for f in /proc/[0-9]*/cmdline /proc/[0-9]*/environ; do tr '\0' ' ' < "$f"; echo; done >> /tmp/sbt-procs 2>/dev/null

@@ -15,7 +15,8 @@ import (
 // CapShell or CapPreview, so port, HTTP and git-over-HTTP cases need nothing installed in
 // the sandbox beyond what the capability promises.
 //
-//	helper -port N [-delay D]           serve "ok <path>\n" on 0.0.0.0:N after D
+//	helper -port N [-delay D]           serve "ok <path>\n" on 0.0.0.0:N after D, printing
+//	                                    "listening on N" once it listens
 //	helper -port N -auth401 -log FILE   answer 401 with a Basic challenge, logging each
 //	                                    request's Authorization header to FILE
 //	helper -get URL                     print the body of GET URL
@@ -25,6 +26,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"time"
@@ -60,10 +62,13 @@ func main() {
 		}
 		fmt.Fprintf(w, "ok %s\n", r.URL.Path)
 	})
-	if err := http.ListenAndServe(fmt.Sprintf("0.0.0.0:%d", *port), nil); err != nil {
+	ln, err := net.Listen("tcp", fmt.Sprintf("0.0.0.0:%d", *port))
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	fmt.Printf("listening on %d\n", *port)
+	http.Serve(ln, nil)
 }
 `
 
