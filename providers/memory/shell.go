@@ -183,7 +183,7 @@ func (sh *shell) run(ctx context.Context, s script) int {
 		fmt.Fprintf(s.stderr, "sh: cd: %s: %s\n", s.dir, reason)
 		return 1
 	}
-	file, err := syntax.NewParser().Parse(strings.NewReader(s.src), s.name)
+	file, err := parseScript(s.src, s.name)
 	if err != nil {
 		fmt.Fprintf(s.stderr, "sh: %v\n", err)
 		return 2
@@ -207,7 +207,9 @@ func (sh *shell) runArgv(ctx context.Context, argv []string, s script) int {
 func (sh *shell) runNode(ctx context.Context, node syntax.Node, s script) int {
 	env := map[string]string{}
 	maps.Copy(env, s.env)
-	env["PWD"] = s.dir
+	if _, isFile := node.(*syntax.File); isFile {
+		env["PWD"] = s.dir
+	}
 	e := newEnviron(env)
 	params := slices.Clone(s.opts)
 	params = append(params, "--")
@@ -277,6 +279,32 @@ func (sh *shell) exitCode(ctx context.Context, err error, stderr io.Writer) int 
 	}
 	fmt.Fprintf(stderr, "sh: %v\n", err)
 	return 1
+}
+
+// crSentinel stands for a carriage return while a script is parsed: the parser drops a CR
+// before a newline even inside quotes, where bash keeps it.
+const crSentinel = "\U0010FFFD"
+
+// parseScript parses src, keeping every carriage return as bash does.
+func parseScript(src, name string) (*syntax.File, error) {
+	protect := strings.Contains(src, "\r\n") && !strings.Contains(src, crSentinel)
+	if protect {
+		src = strings.ReplaceAll(src, "\r", crSentinel)
+	}
+	file, err := syntax.NewParser().Parse(strings.NewReader(src), name)
+	if err != nil || !protect {
+		return file, err
+	}
+	syntax.Walk(file, func(n syntax.Node) bool {
+		switch n := n.(type) {
+		case *syntax.Lit:
+			n.Value = strings.ReplaceAll(n.Value, crSentinel, "\r")
+		case *syntax.SglQuoted:
+			n.Value = strings.ReplaceAll(n.Value, crSentinel, "\r")
+		}
+		return true
+	})
+	return file, nil
 }
 
 // prepare checks a parsed program and adapts it to the sandbox: it rejects process

@@ -1088,16 +1088,29 @@ func (c *cmd) canonical(p string, mode byte) (string, error) {
 	case 'f':
 		return c.fs().RealPath(p, false)
 	}
+	// 'm': follow links as far as they exist, then take the rest literally
 	comps := splitPath(p)
-	for i := len(comps); i >= 0; i-- {
-		prefix := "/" + strings.Join(comps[:i], "/")
-		real, err := c.fs().RealPath(prefix, true)
-		if err != nil {
+	resolved := "/"
+	links := 0
+	for len(comps) > 0 {
+		comp := comps[0]
+		comps = comps[1:]
+		if comp == ".." {
+			resolved = path.Dir(resolved)
 			continue
 		}
-		return path.Clean(real + "/" + strings.Join(comps[i:], "/")), nil
+		next := joinPath(resolved, comp)
+		if fi, err := c.fs().Stat(next, false); err == nil && fi.kind == kindSymlink && links < maxSymlinks {
+			links++
+			if strings.HasPrefix(fi.target, "/") {
+				resolved = "/"
+			}
+			comps = append(splitPath(fi.target), comps...)
+			continue
+		}
+		resolved = next
 	}
-	return path.Clean(p), nil
+	return resolved, nil
 }
 
 // utilReadlink is readlink [-f|-e|-m] [-n] FILE....

@@ -50,6 +50,10 @@ func numericShorthand(args []string, allowPlus bool) []string {
 		if a == "--" {
 			return append(out, args[i:]...)
 		}
+		if i > 0 && (args[i-1] == "-n" || args[i-1] == "-c") {
+			out = append(out, a)
+			continue
+		}
 		if len(a) > 1 && (a[0] == '-' || (allowPlus && a[0] == '+' && i == 0)) {
 			if _, err := strconv.Atoi(a[1:]); err == nil {
 				if a[0] == '+' {
