@@ -1,0 +1,101 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/tupper-dev/tupper/agent"
+	"github.com/tupper-dev/tupper/agent/client"
+	"github.com/tupper-dev/tupper/internal/testenv"
+)
+
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "agent-exec" {
+		os.Exit(agent.ExecMain(os.Args[2:]))
+	}
+	os.Exit(m.Run())
+}
+
+func serve(tb testing.TB, cfg agent.Config) *client.Client {
+	tb.Helper()
+	sock := filepath.Join(tb.TempDir(), "a.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- agent.Serve(ctx, ln, cfg) }()
+	c := client.New(sock)
+	tb.Cleanup(func() { cancel(); <-done; c.Close() })
+	return c
+}
+
+func TestErrorsAreTyped(t *testing.T) {
+	c := serve(t, agent.Config{})
+	_, err := c.Stat(context.Background(), "/definitely/not/here")
+	if !client.IsNotFound(err) {
+		t.Fatalf("got %v", err)
+	}
+	if err := c.Health(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func benchExec(b *testing.B, cfg agent.Config) {
+	c := serve(b, cfg)
+	ctx := context.Background()
+	req := client.ExecRequest{Argv: []string{"/bin/true"}, Cwd: "/"}
+	if _, err := c.Exec(ctx, req); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		res, err := c.Exec(ctx, req)
+		if err != nil || res.ExitCode != 0 {
+			b.Fatal(res, err)
+		}
+	}
+}
+
+// BenchmarkExecTrue is the exec round trip of `true` through client and
+// agent over a unix socket, without hiding (a direct fork+exec).
+func BenchmarkExecTrue(b *testing.B) { benchExec(b, agent.Config{}) }
+
+// BenchmarkExecTrueHidden adds the agent-exec re-exec in a new mount
+// namespace that hides two paths.
+func BenchmarkExecTrueHidden(b *testing.B) {
+	testenv.RequireRoot(b)
+	dir := b.TempDir()
+	f := filepath.Join(dir, "bin")
+	os.WriteFile(f, nil, 0o755)
+	benchExec(b, agent.Config{HidePaths: []string{dir, f}})
+}
+
+func BenchmarkWriteRead64MiB(b *testing.B) {
+	c := serve(b, agent.Config{})
+	ctx := context.Background()
+	data := bytes.Repeat([]byte("0123456789abcdef"), 4<<20)
+	p := filepath.Join(b.TempDir(), "big")
+	b.SetBytes(int64(2 * len(data)))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := c.WriteFile(ctx, p, bytes.NewReader(data), client.WriteOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		rc, err := c.ReadFile(ctx, p, client.ReadOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		n, err := io.Copy(io.Discard, rc)
+		rc.Close()
+		if err != nil || n != int64(len(data)) {
+			b.Fatal(n, err)
+		}
+	}
+}

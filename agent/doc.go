@@ -1,0 +1,81 @@
+// Package agent is the in-sandbox agent, "tupper agent": the tupper binary
+// running as PID 1 of each sandbox (runc or runsc container), serving on a
+// unix socket that the host reaches through a bind-mounted directory.
+//
+// # Wire protocol
+//
+// One listener (HTTP/1.1 and h2c) serves, wire-compatible with E2B's envd so
+// that E2B's SDKs work through Tupper's server unchanged:
+//
+//   - Connect RPC (JSON and binary codecs) for process.Process (List, Start,
+//     Connect, SendInput, StreamInput, CloseStdin, SendSignal, Update) and
+//     filesystem.Filesystem (Stat, MakeDir, Move, ListDir, Remove, WatchDir,
+//     CreateWatcher, GetWatcherEvents, RemoveWatcher), generated from
+//     agent/spec. Start streams start{pid}, data chunks, end{exit_code,
+//     exited, status, error}; keepalives follow Keepalive-Ping-Interval
+//     (seconds, default 90); Connect-Timeout-Ms kills the process group at
+//     the deadline and ends the stream with deadline_exceeded.
+//   - GET /health → 204.
+//   - GET /files?path=&username= → raw bytes (404 missing, 400 directory;
+//     gzip when accepted; Range honoured).
+//   - POST /files?path=&username= → multipart parts named "file" whose
+//     filename is the full target path (or ?path= for one file), or a raw
+//     application/octet-stream body with ?path= (Content-Encoding gzip
+//     allowed). Parent directories are created; the answer is
+//     [{"path","name","type":"file"}]; 507 when the disk is full.
+//   - REST errors are {"code": status, "message": text}.
+//
+// Users: "Authorization: Basic base64(user:)" (or ?username= on /files)
+// selects the OS user, looked up in the sandbox's /etc/passwd and
+// /etc/group; without it Config.DefaultUser is used. Relative paths and
+// cwds resolve against the user's home, "" against Config.DefaultWorkdir.
+// Paths are cleaned, so ".." never climbs above the agent's "/".
+//
+// Auth: with Config.AccessToken set, every request needs X-Access-Token
+// (compared in constant time) except GET /health and GET/POST /files,
+// which instead accept E2B's signed URLs: signature = "v1_" +
+// base64(sha256(path:op:username:token[:signature_expiration])) with op
+// "read" or "write".
+//
+// # Tupper extensions
+//
+//   - GET/POST /files ?mode=0644 (octal): the written file's mode, applied
+//     to existing files too; without it new files are 0644 and existing
+//     ones keep theirs.
+//   - GET /files ?offset=N&length=M: a ranged read (length omitted: to the
+//     end; past the end: empty).
+//   - GET /tupper/tunnel?port=N with "Connection: Upgrade", "Upgrade: tcp":
+//     101 Switching Protocols, then the connection is a raw byte stream to
+//     127.0.0.1:N inside the sandbox (works with network "none"). A failed
+//     dial is 502. Half-close is propagated both ways.
+//   - POST /tupper/deadline {"deadlineUnix": N}: sets (0 clears) the
+//     lifetime deadline; answers the same object.
+//   - GET /tupper/busy → {"busy", "processes", "lastActivityUnixMs",
+//     "deadlineUnix"}: whether processes started through the agent run.
+//     It and /health do not count as activity for the idle timeout.
+//
+// # Processes
+//
+// Every process starts in its own session and process group; SendSignal
+// and timeouts signal the whole group. A process outlives the stream that
+// started it (Detach, then Connect by pid or tag); finished processes stay
+// attachable for a while (their end event is replayed). Stdin is /dev/null
+// unless the request has stdin: true (unset means true, as in envd). PTYs
+// come from /dev/ptmx. Output still pending when the leader exits is read
+// for 100 ms more, so a background child holding stdout cannot hang a run.
+//
+// As PID 1 the agent reaps every child with one wait4(-1) loop that hands
+// statuses of its own processes to their waiters (see reaper); as a normal
+// process it waits for its own children by pid only. Deadlines (Config
+// DeadlineUnix, IdleTimeoutSeconds) kill every process and make Serve
+// return ErrDeadline or ErrIdle; the container then stops.
+//
+// # Hiding
+//
+// With Config.HidePaths set, commands run through "tupper agent-exec"
+// (ExecMain) in a new mount namespace where those paths are covered, and
+// the agent marks itself non-dumpable so /proc/1/root and /proc/1/exe are
+// closed to processes without CAP_SYS_PTRACE. A command that keeps
+// CAP_SYS_ADMIN can still unmount the covers: the provider must drop it (or
+// use a user namespace) for hiding to be a boundary.
+package agent
