@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -114,7 +115,7 @@ func Resolve(ctx context.Context, opts ResolveOptions) (Provider, error) {
 		if err == nil {
 			return p, nil
 		}
-		reasons = append(reasons, err.Error())
+		reasons = append(reasons, messageOf(err))
 	} else {
 		reasons = append(reasons, fmt.Sprintf("the platform default %q is not registered (import github.com/tupper-dev/tupper/providers/%s)", def, def))
 	}
@@ -127,7 +128,7 @@ func Resolve(ctx context.Context, opts ResolveOptions) (Provider, error) {
 		if err == nil {
 			return p, nil
 		}
-		reasons = append(reasons, err.Error())
+		reasons = append(reasons, messageOf(err))
 	}
 	return nil, Errorf(CodeUnavailable, "no sandbox provider is available: %s", strings.Join(reasons, "; "))
 }
@@ -147,5 +148,21 @@ func withInstall(err error, r Registration) error {
 	if r.Install == "" || strings.Contains(err.Error(), r.Install) {
 		return err
 	}
-	return &Error{Code: CodeOf(err), Message: fmt.Sprintf("%v (install: %s)", err, r.Install), Err: err}
+	return &Error{Code: CodeOf(err), Message: fmt.Sprintf("%s (install: %s)", messageOf(err), r.Install), Err: err}
+}
+
+// messageOf is the message of err without its code prefix.
+func messageOf(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		msg := e.Message
+		if msg == "" && e.Err != nil {
+			msg = e.Err.Error()
+		}
+		if e.Op != "" {
+			msg = e.Op + ": " + msg
+		}
+		return StripCredentials(msg)
+	}
+	return StripCredentials(err.Error())
 }

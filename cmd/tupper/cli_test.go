@@ -1,0 +1,194 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/tupper-dev/tupper/internal/testenv"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// tupperBin builds the static binary once per test run.
+func tupperBin(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "tupper-cli-test-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "tupper")
+		cmd := exec.Command("go", "build", "-o", binPath, ".")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = errors.New(string(out))
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("building tupper: %v", buildErr)
+	}
+	return binPath
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// tupper runs the binary with a private TUPPER_HOME.
+func tupper(t *testing.T, home, stdin string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(tupperBin(t), args...)
+	cmd.Env = append(os.Environ(), "TUPPER_HOME="+home, "TUPPER_PROVIDER=")
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("running tupper %v: %v", args, err)
+	}
+	return result{out.String(), errb.String(), code}
+}
+
+func requireLocal(t *testing.T) string {
+	t.Helper()
+	testenv.RequireRoot(t)
+	testenv.RequireBinary(t, "runc")
+	// A short home: unix socket paths below it must stay under 108 bytes.
+	home, err := os.MkdirTemp("/tmp", "tc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Sandboxes run as unprivileged host uids, which must be able to traverse the home.
+	if err := os.Chmod(home, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Whatever a failed test left behind.
+		r := tupper(t, home, "", "ls", "--json")
+		var rows []struct{ ID string }
+		_ = json.Unmarshal([]byte(r.stdout), &rows)
+		for _, row := range rows {
+			tupper(t, home, "", "rm", row.ID)
+		}
+		os.RemoveAll(home)
+	})
+	return home
+}
+
+func TestRunMemoryProvider(t *testing.T) {
+	r := tupper(t, t.TempDir(), "", "run", "--provider", "memory", "--", "sh", "-c", "echo out; echo err >&2; exit 7")
+	if r.code != 7 || r.stdout != "out\n" || r.stderr != "err\n" {
+		t.Fatalf("got %+v, want exit 7, out on stdout and err on stderr", r)
+	}
+}
+
+func TestBadInputIsAClearError(t *testing.T) {
+	home := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--provider", "memory", "--network", "some", "--", "true"}, `--network "some"`},
+		{[]string{"run", "--provider", "memory", "-e", "NOEQUALS", "--", "true"}, "want KEY=VALUE"},
+		{[]string{"run", "--provider", "nosuch", "--", "true"}, `provider "nosuch" is not registered`},
+		{[]string{"run", "--provider", "memory", "--size", "huge", "--", "true"}, "size"},
+		{[]string{"cp", "a", "b"}, "exactly one of SRC and DST"},
+	} {
+		r := tupper(t, home, "", tc.args...)
+		if r.code != exitTupperError || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("tupper %v: exit %d, stderr %q; want exit %d mentioning %q", tc.args, r.code, r.stderr, exitTupperError, tc.want)
+		}
+	}
+}
+
+func TestRunLocal(t *testing.T) {
+	home := requireLocal(t)
+	r := tupper(t, home, "", "run", "--network", "none", "-e", "GREETING=hi there", "--", "sh", "-c", `echo "$GREETING" from $(pwd); ls /sys/class/net`)
+	if r.code != 0 || r.stdout != "hi there from /workspace\nlo\n" {
+		t.Fatalf("got %+v", r)
+	}
+	if r := tupper(t, home, "", "run", "--", "sh", "-c", "exit 42"); r.code != 42 {
+		t.Fatalf("exit code not propagated: %+v", r)
+	}
+	if r := tupper(t, home, "", "run", "--timeout", "300ms", "--", "sleep", "30"); r.code != exitTimedOut {
+		t.Fatalf("timeout: %+v", r)
+	}
+	if r := tupper(t, home, "piped input\n", "run", "-i", "--", "cat"); r.code != 0 || r.stdout != "piped input\n" {
+		t.Fatalf("stdin: %+v", r)
+	}
+	if r := tupper(t, home, "", "ls", "--json"); strings.TrimSpace(r.stdout) != "[]" {
+		t.Fatalf("run left sandboxes behind: %s", r.stdout)
+	}
+}
+
+func TestCreateExecCpLsRm(t *testing.T) {
+	home := requireLocal(t)
+	r := tupper(t, home, "", "create", "--network", "none", "--label", "who=cli-test")
+	id := strings.TrimSpace(r.stdout)
+	if r.code != 0 || id == "" || strings.ContainsAny(id, " \n") {
+		t.Fatalf("create printed %q (stderr %q)", r.stdout, r.stderr)
+	}
+	if r := tupper(t, home, "", "exec", id, "--", "sh", "-c", "echo $0 $1", "a b", "c"); r.code != 0 || r.stdout != "a b c\n" {
+		t.Fatalf("exec argv quoting: %+v", r)
+	}
+	if r := tupper(t, home, "", "exec", id, "--", "false"); r.code != 1 {
+		t.Fatalf("exec exit code: %+v", r)
+	}
+
+	local := t.TempDir()
+	os.MkdirAll(filepath.Join(local, "src", "sub"), 0o755)
+	os.WriteFile(filepath.Join(local, "src", "sub", "f.txt"), []byte("deep\n"), 0o600)
+	os.WriteFile(filepath.Join(local, "one.txt"), []byte("one\n"), 0o644)
+	if r := tupper(t, home, "", "cp", filepath.Join(local, "src"), id+":copied"); r.code != 0 {
+		t.Fatalf("cp dir up: %+v", r)
+	}
+	if r := tupper(t, home, "", "cp", filepath.Join(local, "one.txt"), id+":/tmp"); r.code != 0 {
+		t.Fatalf("cp file up: %+v", r)
+	}
+	r = tupper(t, home, "", "exec", id, "--", "sh", "-c", "cat /workspace/copied/sub/f.txt /tmp/one.txt; stat -c %a /workspace/copied/sub/f.txt")
+	if r.stdout != "deep\none\n600\n" {
+		t.Fatalf("files in the sandbox: %+v", r)
+	}
+	back := filepath.Join(t.TempDir(), "back")
+	if r := tupper(t, home, "", "cp", id+":copied", back); r.code != 0 {
+		t.Fatalf("cp dir down: %+v", r)
+	}
+	if data, err := os.ReadFile(filepath.Join(back, "sub", "f.txt")); err != nil || string(data) != "deep\n" {
+		t.Fatalf("downloaded file: %q %v", data, err)
+	}
+	if r := tupper(t, home, "", "cp", id+":/nonexistent", back); r.code != exitTupperError || !strings.Contains(r.stderr, "not_found") {
+		t.Fatalf("cp of a missing file: %+v", r)
+	}
+
+	r = tupper(t, home, "", "ls", "--json", "--label", "who=cli-test")
+	var rows []struct {
+		ID     string
+		State  string
+		Labels map[string]string
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil || len(rows) != 1 || rows[0].ID != id || rows[0].State != "running" || rows[0].Labels["who"] != "cli-test" {
+		t.Fatalf("ls --json: %s (%v)", r.stdout, err)
+	}
+	if r := tupper(t, home, "", "rm", id); r.code != 0 {
+		t.Fatalf("rm: %+v", r)
+	}
+	if r := tupper(t, home, "", "exec", id, "--", "true"); r.code != exitTupperError || !strings.Contains(r.stderr, "not_found") {
+		t.Fatalf("exec after rm: %+v", r)
+	}
+}
