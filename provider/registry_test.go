@@ -1,0 +1,112 @@
+package provider
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+)
+
+// stub is a provider that only answers Name and Available: enough for the registry.
+type stub struct {
+	name  string
+	avail error
+}
+
+func (s stub) Name() string                    { return s.name }
+func (s stub) Capabilities() Capabilities      { return NewCapabilities() }
+func (s stub) Available(context.Context) error { return s.avail }
+func (s stub) Create(context.Context, CreateSpec) (Instance, error) {
+	return nil, errors.ErrUnsupported
+}
+func (s stub) FindByKey(context.Context, string) (Instance, error)     { return nil, errors.ErrUnsupported }
+func (s stub) Connect(context.Context, string) (Instance, error)       { return nil, errors.ErrUnsupported }
+func (s stub) List(context.Context, ListFilter) ([]Info, error)        { return nil, nil }
+func (s stub) Destroy(context.Context, string) error                   { return nil }
+func (s stub) ReadFile(context.Context, string) (io.ReadCloser, error) { return nil, nil }
+
+func reg(name string, avail error) {
+	Register(Registration{Name: name, Factory: func() (Provider, error) { return stub{name, avail}, nil }, Install: "apt-get install " + name})
+}
+
+func mustPanic(t *testing.T, what string, f func()) {
+	t.Helper()
+	defer func() {
+		if recover() == nil {
+			t.Errorf("%s did not panic", what)
+		}
+	}()
+	f()
+}
+
+func TestRegister(t *testing.T) {
+	reg("test-reg-a", nil)
+	mustPanic(t, "duplicate", func() { reg("test-reg-a", nil) })
+	mustPanic(t, "empty name", func() { Register(Registration{Factory: func() (Provider, error) { return nil, nil }}) })
+	mustPanic(t, "nil factory", func() { Register(Registration{Name: "test-reg-nil"}) })
+	if _, ok := Lookup("test-reg-a"); !ok {
+		t.Fatal("Lookup does not find a registered provider")
+	}
+	if _, ok := Lookup("test-reg-nil"); ok {
+		t.Fatal("a refused registration was kept")
+	}
+	names := List()
+	for i := 1; i < len(names); i++ {
+		if names[i-1] >= names[i] {
+			t.Fatalf("List is not sorted: %v", names)
+		}
+	}
+}
+
+func TestResolve(t *testing.T) {
+	ctx := context.Background()
+	reg("test-res-ok", nil)
+	reg("test-res-down", Errorf(CodeUnavailable, "down here"))
+
+	p, err := Resolve(ctx, ResolveOptions{Name: "test-res-ok"})
+	if err != nil || p.Name() != "test-res-ok" {
+		t.Fatalf("explicit name: %v %v", p, err)
+	}
+	// An explicit provider that is unavailable is an error, never a fallback to another.
+	_, err = Resolve(ctx, ResolveOptions{Name: "test-res-down"})
+	if !errors.Is(err, CodeUnavailable) || !strings.Contains(err.Error(), "apt-get install test-res-down") {
+		t.Fatalf("explicit unavailable: %v", err)
+	}
+	if _, err := Resolve(ctx, ResolveOptions{Name: "test-res-missing"}); !errors.Is(err, CodeUnavailable) || !strings.Contains(err.Error(), "not registered") {
+		t.Fatalf("unregistered: %v", err)
+	}
+	// No name: the platform default is not registered in this package's tests, so an
+	// available registered provider is picked, never one in Skip.
+	p, err = Resolve(ctx, ResolveOptions{Skip: []string{"test-reg-a"}})
+	if err != nil || p.Name() != "test-res-ok" {
+		t.Fatalf("implicit: %v %v", p, err)
+	}
+	_, err = Resolve(ctx, ResolveOptions{Skip: []string{"test-reg-a", "test-res-ok"}})
+	if !errors.Is(err, CodeUnavailable) || !strings.Contains(err.Error(), "down here") || strings.Count(err.Error(), "unavailable:") != 1 {
+		t.Fatalf("nothing available: %v", err)
+	}
+}
+
+func TestCapabilities(t *testing.T) {
+	c := NewCapabilities(CapShell, CapGit)
+	if !c.Has(CapGit) || c.Has(CapPause) || c.String() != "git,shell" {
+		t.Fatalf("capabilities: %v", c)
+	}
+}
+
+func TestStripCredentials(t *testing.T) {
+	for in, leak := range map[string]string{
+		"https://user:pa55word@example.com/repo.git": "pa55word",
+		"Authorization: Bearer abcdefgh12345678":     "abcdefgh12345678",
+		"key ak_0123456789abcdef0123 rejected":       "ak_0123456789abcdef0123",
+		"token ghp_0123456789abcdefghij":             "ghp_0123456789abcdefghij",
+	} {
+		if out := StripCredentials(in); strings.Contains(out, leak) {
+			t.Errorf("StripCredentials(%q) = %q", in, out)
+		}
+	}
+	if out := StripCredentials("plain message"); out != "plain message" {
+		t.Errorf("changed a plain message: %q", out)
+	}
+}
