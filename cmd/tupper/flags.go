@@ -10,20 +10,34 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/providers/remote"
 	"github.com/tupper-dev/tupper/sandbox"
 )
 
 // providerFlags selects and configures the provider.
 type providerFlags struct {
 	name string
+	url  string // a tupper server: use the remote provider
 }
 
 func (f *providerFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.name, "provider", os.Getenv("TUPPER_PROVIDER"),
 		"provider to use (default: $TUPPER_PROVIDER, else the platform default: local on Linux)")
+	cmd.Flags().StringVar(&f.url, "url", os.Getenv("TUPPER_URL"),
+		"a tupper server to use instead of this machine (default: $TUPPER_URL; the API key is $TUPPER_API_KEY)")
 }
 
 func (f *providerFlags) resolve(ctx context.Context) (provider.Provider, error) {
+	if f.url != "" {
+		if f.name != "" && f.name != remote.Name {
+			return nil, fmt.Errorf("--url (or $TUPPER_URL) names a server, which uses the remote provider; drop --provider %s or unset TUPPER_URL", f.name)
+		}
+		p := remote.New(remote.Config{URL: f.url, APIKey: os.Getenv("TUPPER_API_KEY")})
+		if err := p.Available(ctx); err != nil {
+			return nil, err
+		}
+		return p, nil
+	}
 	return provider.Resolve(ctx, provider.ResolveOptions{Name: f.name})
 }
 

@@ -84,6 +84,10 @@ func newRootCmd() *cobra.Command {
 		newDoctorCmd(),
 		newVersionCmd(),
 		newAgentCmd(),
+		newServeCmd(),
+		newKeysCmd(),
+		newLogsCmd(),
+		newSnapshotCmd(),
 		newAgentExecCmd(),
 		newMCPCmd(),
 	)

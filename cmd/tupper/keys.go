@@ -1,0 +1,112 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tupper-dev/tupper/store"
+)
+
+// newKeysCmd is "tupper keys": the server's account API keys, read and written in its store
+// directly (safe while the server runs).
+func newKeysCmd() *cobra.Command {
+	var home string
+	cmd := &cobra.Command{
+		Use:   "keys",
+		Short: "Create, list and revoke the server's API keys",
+		Long: "keys manages the API keys of the tupper server whose state is in --home ($TUPPER_HOME,\n" +
+			"default /var/lib/tupper). It works while the server runs. Keys are stored only as\n" +
+			"hashes: a new key is shown once.",
+	}
+	cmd.PersistentFlags().StringVar(&home, "home", store.Home(), "state directory of the server ($TUPPER_HOME)")
+
+	var name string
+	var createJSON bool
+	create := &cobra.Command{
+		Use:     "create",
+		Short:   "Create an API key and print it (only the key, on stdout)",
+		Example: "  export TUPPER_API_KEY=$(tupper keys create --name ci)",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := store.Open(cmd.Context(), home)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			k, secret, err := st.CreateKey(cmd.Context(), name)
+			if err != nil {
+				return err
+			}
+			if createJSON {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{"id": k.ID, "key": secret, "name": k.Name, "prefix": k.Prefix, "createdAt": k.CreatedAt})
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), secret)
+			cmd.PrintErrf("tupper: created key %s; it is shown only now\n", k.ID)
+			return nil
+		},
+	}
+	create.Flags().StringVar(&name, "name", "", "a name to tell the key apart")
+	create.Flags().BoolVar(&createJSON, "json", false, "print JSON (id, key, prefix) for scripts")
+
+	var listJSON bool
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List API keys (prefix, created, revoked)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := store.Open(cmd.Context(), home)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			keys, err := st.Keys(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if listJSON {
+				if keys == nil {
+					keys = []store.APIKey{}
+				}
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(keys)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tPREFIX\tNAME\tCREATED\tREVOKED")
+			for _, k := range keys {
+				revoked := "-"
+				if k.Revoked() {
+					revoked = k.RevokedAt.Local().Format(time.DateTime)
+				}
+				fmt.Fprintf(tw, "%s\t%s…\t%s\t%s\t%s\n", k.ID, k.Prefix, k.Name, k.CreatedAt.Local().Format(time.DateTime), revoked)
+			}
+			return tw.Flush()
+		},
+	}
+	list.Flags().BoolVar(&listJSON, "json", false, "print JSON for scripts")
+
+	revoke := &cobra.Command{
+		Use:   "revoke ID",
+		Short: "Revoke an API key (by its id, or its prefix when unique); it stops working at once",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := store.Open(cmd.Context(), home)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			k, err := st.RevokeKey(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			cmd.PrintErrf("tupper: revoked key %s (%s…)\n", k.ID, k.Prefix)
+			return nil
+		},
+	}
+	cmd.AddCommand(create, list, revoke)
+	return cmd
+}

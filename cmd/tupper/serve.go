@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/server"
+	"github.com/tupper-dev/tupper/store"
+)
+
+func newServeCmd() *cobra.Command {
+	var (
+		addr, home, domain, baseURL, provName string
+		quiet                                 bool
+	)
+	cmd := &cobra.Command{
+		Use:   "serve [--addr HOST:PORT]",
+		Short: "Serve sandboxes over HTTP (the REST API under /v1)",
+		Long: "serve runs the tupper server: the REST API under /v1 (OpenAPI at /v1/openapi.json),\n" +
+			"events and signed webhooks, and preview URLs, over a provider on this host. Its state\n" +
+			"(API keys, sandbox records, events, webhooks) is an SQLite database in $TUPPER_HOME\n" +
+			"(default /var/lib/tupper). Every request needs an API key: create one with\n" +
+			"`tupper keys create`, also while the server runs.\n\n" +
+			"It listens on " + server.DefaultAddr + " (loopback only) unless told otherwise; put TLS in\n" +
+			"front of it before serving beyond this machine.",
+		Example: "  tupper serve\n  key=$(tupper keys create)\n  curl -H \"Authorization: Bearer $key\" -X POST http://127.0.0.1:7423/v1/sandboxes",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			errw := cmd.ErrOrStderr()
+			level := slog.LevelInfo
+			if quiet {
+				level = slog.LevelWarn
+			}
+			logger := slog.New(slog.NewTextHandler(errw, &slog.HandlerOptions{Level: level}))
+			if provName == "remote" {
+				return fmt.Errorf("--provider remote would serve another server's sandboxes; pick a provider on this host (local, memory)")
+			}
+			prov, err := provider.Resolve(ctx, provider.ResolveOptions{Name: provName})
+			if err != nil {
+				return err
+			}
+			st, err := store.Open(ctx, home)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			srv, err := server.New(ctx, server.Config{Provider: prov, Store: st, Logger: logger, Domain: domain, BaseURL: baseURL})
+			if err != nil {
+				return err
+			}
+			defer srv.Close()
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				return fmt.Errorf("listen on %s: %w (pick another with --addr)", addr, err)
+			}
+			fmt.Fprintf(errw, "tupper: serving on http://%s (provider %s, state %s)\n", ln.Addr(), prov.Name(), st.Path())
+			if prov.Name() == "memory" {
+				fmt.Fprintln(errw, "tupper: warning: the memory provider isolates nothing and forgets its sandboxes when the server stops")
+			}
+			if host, _, err := net.SplitHostPort(ln.Addr().String()); err == nil {
+				if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+					fmt.Fprintln(errw, "tupper: warning: listening beyond loopback without TLS; put a TLS proxy in front")
+				}
+			}
+			if keys, err := st.Keys(ctx); err == nil && len(keys) == 0 {
+				fmt.Fprintln(errw, "tupper: no API keys yet: create one with `tupper keys create`")
+			}
+			hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+			rctx, stop := context.WithCancel(ctx)
+			defer stop()
+			done := make(chan struct{})
+			go func() { srv.Run(rctx); close(done) }()
+			go func() {
+				<-rctx.Done()
+				sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				_ = hs.Shutdown(sctx)
+			}()
+			err = hs.Serve(ln)
+			stop()
+			<-done
+			if errors.Is(err, http.ErrServerClosed) {
+				return nil
+			}
+			return err
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&addr, "addr", envOr("TUPPER_ADDR", server.DefaultAddr), "address to listen on ($TUPPER_ADDR)")
+	fl.StringVar(&home, "home", store.Home(), "state directory ($TUPPER_HOME)")
+	fl.StringVar(&provName, "provider", os.Getenv("TUPPER_PROVIDER"), "provider of the sandboxes (default: $TUPPER_PROVIDER, else the platform default: local on Linux)")
+	fl.StringVar(&domain, "domain", os.Getenv("TUPPER_DOMAIN"), "serve previews on {port}-{id}.DOMAIN too ($TUPPER_DOMAIN)")
+	fl.StringVar(&baseURL, "base-url", os.Getenv("TUPPER_BASE_URL"), "public URL of the server for the links it hands out (default: from each request)")
+	fl.BoolVar(&quiet, "quiet", false, "log warnings and errors only, not every request")
+	return cmd
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}

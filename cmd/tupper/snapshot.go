@@ -1,0 +1,51 @@
+package main
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tupper-dev/tupper/sandbox"
+)
+
+func newSnapshotCmd() *cobra.Command {
+	var (
+		pf      providerFlags
+		expires time.Duration
+		asJSON  bool
+	)
+	cmd := &cobra.Command{
+		Use:   "snapshot ID",
+		Short: "Snapshot a sandbox and print the snapshot's id",
+		Long: "snapshot captures sandbox ID so new sandboxes can start from it (the SDK's\n" +
+			"CreateOptions.From). Providers without snapshots say so (code unsupported).",
+		Example: "  snap=$(tupper snapshot $id --expires 24h)",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			prov, err := pf.resolve(ctx)
+			if err != nil {
+				return err
+			}
+			box, err := sandbox.Connect(ctx, prov, args[0], sandbox.ConnectOptions{SkipRecoverSecrets: true})
+			if err != nil {
+				return err
+			}
+			defer box.Close()
+			snap, err := box.Snapshot(ctx, sandbox.SnapshotOptions{ExpiresIn: expires.Truncate(time.Millisecond)})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]string{"id": snap, "sandbox": box.ID})
+			}
+			cmd.Println(snap)
+			return nil
+		},
+	}
+	pf.register(cmd)
+	cmd.Flags().DurationVar(&expires, "expires", 0, "delete the snapshot after this long (0: keep it)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for scripts")
+	return cmd
+}

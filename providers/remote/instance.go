@@ -1,0 +1,349 @@
+package remote
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/tupper-dev/tupper/provider"
+)
+
+// Instance is one sandbox on the server.
+type Instance struct {
+	p    *Provider
+	id   string
+	path string // /v1/sandboxes/{id}
+
+	mu       sync.Mutex
+	previews map[int]preview
+}
+
+type preview struct {
+	url     string
+	expires time.Time
+}
+
+var (
+	_ provider.Instance         = (*Instance)(nil)
+	_ provider.FileSystem       = (*Instance)(nil)
+	_ provider.Searcher         = (*Instance)(nil)
+	_ provider.ChangeTracker    = (*Instance)(nil)
+	_ provider.ActivityReporter = (*Instance)(nil)
+	_ provider.Pauser           = (*Instance)(nil)
+	_ provider.Snapshotter      = (*Instance)(nil)
+	_ provider.TimeoutSetter    = (*Instance)(nil)
+	_ provider.RangeReader      = (*Instance)(nil)
+)
+
+// ID is the sandbox's id.
+func (in *Instance) ID() string { return in.id }
+
+// Info asks the server for the sandbox's identity and state.
+func (in *Instance) Info(ctx context.Context) (provider.Info, error) {
+	var sb sandboxJSON
+	if err := in.p.call(ctx, http.MethodGet, in.path, nil, &sb); err != nil {
+		return provider.Info{}, err
+	}
+	return sb.info(), nil
+}
+
+// Close does nothing: the instance holds no connection of its own.
+func (in *Instance) Close() error { return nil }
+
+// execHeader and execFrame are the wire form of POST /v1/sandboxes/{id}/exec (see the
+// server's OpenAPI document).
+type execHeader struct {
+	Command   string            `json:"command"`
+	Cwd       string            `json:"cwd"`
+	Env       map[string]string `json:"env,omitempty"`
+	User      string            `json:"user,omitempty"`
+	Stdin     bool              `json:"stdin,omitempty"`
+	Detach    bool              `json:"detach,omitempty"`
+	TimeoutMS int64             `json:"timeoutMs,omitempty"`
+}
+
+type execFrame struct {
+	Type     string        `json:"type"`
+	Data     []byte        `json:"data,omitempty"`
+	ExitCode int           `json:"exitCode,omitempty"`
+	Signal   string        `json:"signal,omitempty"`
+	PID      int           `json:"pid,omitempty"`
+	Code     provider.Code `json:"code,omitempty"`
+	Message  string        `json:"message,omitempty"`
+}
+
+// serverGrace is how much longer than the caller's deadline the server lets a command run;
+// the caller's deadline ends the request first, which makes the server kill the command.
+const serverGrace = 5 * time.Second
+
+// Exec runs one command on the server, streaming stdin up and output down in one request.
+func (in *Instance) Exec(ctx context.Context, req provider.ExecRequest) (provider.ExecResult, error) {
+	h := execHeader{Command: req.Command, Cwd: req.Cwd, Env: req.Env, User: req.User, Detach: req.Detach, Stdin: req.Stdin != nil && !req.Detach}
+	if dl, ok := ctx.Deadline(); ok && !req.Detach {
+		h.TimeoutMS = ceilMS(time.Until(dl) + serverGrace)
+	}
+	line, err := json.Marshal(h)
+	if err != nil {
+		return provider.ExecResult{}, provider.Errorf(provider.CodeInvalidArgument, "exec: %v", err)
+	}
+	line = append(line, '\n')
+	var body io.Reader = bytes.NewReader(line)
+	if h.Stdin {
+		body = io.MultiReader(bytes.NewReader(line), req.Stdin)
+	}
+	hr, err := in.p.request(ctx, http.MethodPost, in.path+"/exec", body)
+	if err != nil {
+		return provider.ExecResult{}, err
+	}
+	hr.Header.Set("Content-Type", "application/x-tupper-exec")
+	resp, err := in.p.do(hr, "exec")
+	if err != nil {
+		return provider.ExecResult{}, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 64<<20)
+	for sc.Scan() {
+		var f execFrame
+		if err := json.Unmarshal(sc.Bytes(), &f); err != nil {
+			return provider.ExecResult{}, provider.Errorf(provider.CodeProvider, "exec: malformed frame from the server: %v", err)
+		}
+		switch f.Type {
+		case "stdout", "stderr":
+			w := req.Stdout
+			if f.Type == "stderr" {
+				w = req.Stderr
+			}
+			if w != nil {
+				if _, err := w.Write(f.Data); err != nil {
+					return provider.ExecResult{}, provider.Errorf(provider.CodeAborted, "exec: writing output: %v", err)
+				}
+			}
+		case "exit":
+			return provider.ExecResult{ExitCode: f.ExitCode, Signal: f.Signal, PID: f.PID}, nil
+		case "error":
+			if ctx.Err() != nil {
+				return provider.ExecResult{}, fmt.Errorf("exec: %w", ctx.Err())
+			}
+			code := f.Code
+			if !code.Valid() {
+				code = provider.CodeProvider
+			}
+			return provider.ExecResult{}, &provider.Error{Code: code, Message: f.Message}
+		}
+	}
+	if ctx.Err() != nil {
+		return provider.ExecResult{}, fmt.Errorf("exec: %w", ctx.Err())
+	}
+	msg := "the server ended the stream before the command's exit"
+	if err := sc.Err(); err != nil {
+		msg += ": " + err.Error()
+	}
+	return provider.ExecResult{}, provider.Errorf(provider.CodeUnavailable, "exec: %s", msg)
+}
+
+func (in *Instance) filePath(route, p string, extra url.Values) string {
+	q := url.Values{"path": {p}}
+	for k, v := range extra {
+		q[k] = v
+	}
+	return in.path + "/files/" + route + "?" + q.Encode()
+}
+
+// ReadFile streams a file from the server.
+func (in *Instance) ReadFile(ctx context.Context, path string) (io.ReadCloser, error) {
+	return in.ReadFileRange(ctx, path, 0, -1)
+}
+
+// ReadFileRange streams length bytes (all with length < 0) from offset.
+func (in *Instance) ReadFileRange(ctx context.Context, path string, offset, length int64) (io.ReadCloser, error) {
+	extra := url.Values{}
+	if offset > 0 {
+		extra.Set("offset", strconv.FormatInt(offset, 10))
+	}
+	if length >= 0 {
+		extra.Set("length", strconv.FormatInt(length, 10))
+	}
+	req, err := in.p.request(ctx, http.MethodGet, in.filePath("content", path, extra), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := in.p.do(req, "files.read")
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// WriteFile streams r to a file on the server.
+func (in *Instance) WriteFile(ctx context.Context, path string, r io.Reader, mode *uint32) error {
+	extra := url.Values{}
+	if mode != nil {
+		extra.Set("mode", strconv.FormatUint(uint64(*mode), 8))
+	}
+	req, err := in.p.request(ctx, http.MethodPut, in.filePath("content", path, extra), r)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/octet-stream")
+	resp, err := in.p.do(req, "files.write")
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// previewTTL is how long the signed preview links PreviewURL asks for stay valid; a link is
+// reused until a minute before it expires.
+const previewTTL = time.Hour
+
+// PreviewURL returns the server's signed preview link for port, which needs no credential.
+func (in *Instance) PreviewURL(ctx context.Context, port int) (string, error) {
+	in.mu.Lock()
+	pv, ok := in.previews[port]
+	in.mu.Unlock()
+	if ok && time.Until(pv.expires) > time.Minute {
+		return pv.url, nil
+	}
+	var out struct {
+		SignedURL string    `json:"signedUrl"`
+		ExpiresAt time.Time `json:"expiresAt"`
+	}
+	if err := in.p.call(ctx, http.MethodPost, fmt.Sprintf("%s/ports/%d/expose", in.path, port),
+		map[string]any{"expiresInMs": previewTTL.Milliseconds()}, &out); err != nil {
+		return "", err
+	}
+	in.mu.Lock()
+	in.previews[port] = preview{url: out.SignedURL, expires: out.ExpiresAt}
+	in.mu.Unlock()
+	return out.SignedURL, nil
+}
+
+type fileInfoJSON struct {
+	Path       string    `json:"path"`
+	Type       string    `json:"type"`
+	Size       int64     `json:"size"`
+	Mode       uint32    `json:"mode"`
+	ModifiedAt time.Time `json:"modifiedAt"`
+}
+
+func (f fileInfoJSON) info() provider.FileInfo {
+	return provider.FileInfo{Path: f.Path, Type: provider.FileType(f.Type), Size: f.Size, Mode: f.Mode, ModifiedAt: f.ModifiedAt}
+}
+
+// Stat describes path.
+func (in *Instance) Stat(ctx context.Context, path string) (provider.FileInfo, error) {
+	var fi fileInfoJSON
+	if err := in.p.call(ctx, http.MethodGet, in.filePath("stat", path, nil), nil, &fi); err != nil {
+		return provider.FileInfo{}, err
+	}
+	return fi.info(), nil
+}
+
+// ListDir lists dir.
+func (in *Instance) ListDir(ctx context.Context, dir string, recursive bool) ([]provider.FileInfo, error) {
+	var out struct {
+		Entries []fileInfoJSON `json:"entries"`
+	}
+	extra := url.Values{}
+	if recursive {
+		extra.Set("recursive", "true")
+	}
+	if err := in.p.call(ctx, http.MethodGet, in.filePath("list", dir, extra), nil, &out); err != nil {
+		return nil, err
+	}
+	infos := make([]provider.FileInfo, 0, len(out.Entries))
+	for _, e := range out.Entries {
+		infos = append(infos, e.info())
+	}
+	return infos, nil
+}
+
+// Remove removes path.
+func (in *Instance) Remove(ctx context.Context, path string, recursive bool) error {
+	return in.p.call(ctx, http.MethodPost, in.path+"/files/remove", map[string]any{"path": path, "recursive": recursive}, nil)
+}
+
+// MakeDir creates dir and its parents.
+func (in *Instance) MakeDir(ctx context.Context, dir string) error {
+	return in.p.call(ctx, http.MethodPost, in.path+"/files/mkdir", map[string]any{"path": dir}, nil)
+}
+
+// Rename moves from to to.
+func (in *Instance) Rename(ctx context.Context, from, to string) error {
+	return in.p.call(ctx, http.MethodPost, in.path+"/files/rename", map[string]any{"from": from, "to": to}, nil)
+}
+
+// Search finds lines containing query below dir.
+func (in *Instance) Search(ctx context.Context, query, dir, glob string, max int) ([]provider.SearchMatch, error) {
+	var out struct {
+		Matches []provider.SearchMatch `json:"matches"`
+	}
+	body := map[string]any{"query": query, "path": dir, "glob": glob, "maxMatches": max}
+	if err := in.p.call(ctx, http.MethodPost, in.path+"/files/search", body, &out); err != nil {
+		return nil, err
+	}
+	return out.Matches, nil
+}
+
+// Mark records a checkpoint of /workspace (the server tracks /workspace; dir is that).
+func (in *Instance) Mark(ctx context.Context, dir, name string) error {
+	return in.p.call(ctx, http.MethodPost, in.path+"/files/mark", map[string]any{"name": name}, nil)
+}
+
+// Changes compares /workspace with checkpoint name.
+func (in *Instance) Changes(ctx context.Context, dir, name string) (provider.Changes, error) {
+	var out provider.Changes
+	var raw struct {
+		Added    []string `json:"added"`
+		Modified []string `json:"modified"`
+		Removed  []string `json:"removed"`
+		Patch    string   `json:"patch"`
+	}
+	if err := in.p.call(ctx, http.MethodGet, in.path+"/files/changes?since="+url.QueryEscape(name), nil, &raw); err != nil {
+		return out, err
+	}
+	return provider.Changes{Added: raw.Added, Modified: raw.Modified, Removed: raw.Removed, Patch: raw.Patch}, nil
+}
+
+// Busy reports whether a command or background process runs in the sandbox.
+func (in *Instance) Busy(ctx context.Context) (bool, error) {
+	var out struct {
+		Busy bool `json:"busy"`
+	}
+	err := in.p.call(ctx, http.MethodGet, in.path+"/busy", nil, &out)
+	return out.Busy, err
+}
+
+// Pause freezes the sandbox.
+func (in *Instance) Pause(ctx context.Context) error {
+	return in.p.call(ctx, http.MethodPost, in.path+"/pause", nil, nil)
+}
+
+// Resume thaws the sandbox.
+func (in *Instance) Resume(ctx context.Context) error {
+	return in.p.call(ctx, http.MethodPost, in.path+"/resume", nil, nil)
+}
+
+// Snapshot captures the sandbox and returns the snapshot's id.
+func (in *Instance) Snapshot(ctx context.Context, expires time.Duration) (string, error) {
+	var out struct {
+		ID string `json:"id"`
+	}
+	err := in.p.call(ctx, http.MethodPost, in.path+"/snapshot", map[string]any{"expiresInMs": ceilMS(expires)}, &out)
+	return out.ID, err
+}
+
+// SetTimeout moves the sandbox's deadline to d from now.
+func (in *Instance) SetTimeout(ctx context.Context, d time.Duration) error {
+	return in.p.call(ctx, http.MethodPost, in.path+"/timeout", map[string]any{"timeoutMs": ceilMS(d)}, nil)
+}

@@ -1,0 +1,411 @@
+// Package remote is the provider that drives sandboxes on a tupper server (`tupper serve`)
+// over its REST API, so the Go SDK works the same against a server as on this machine:
+//
+//	prov := remote.New(remote.Config{URL: "http://127.0.0.1:7423", APIKey: os.Getenv("TUPPER_API_KEY")})
+//	box, err := sandbox.Create(ctx, prov, sandbox.CreateOptions{})
+//
+// Importing the package registers it as "remote", configured from TUPPER_URL and
+// TUPPER_API_KEY. The provider's capabilities are the server's (GET /v1/info): the server's
+// provider's, plus an exact get-or-create by key and persistence. Every primitive is one
+// HTTP request: Exec streams NDJSON frames with stdin streamed in the same request (full
+// duplex), files stream both ways, and the optional interfaces (FileSystem, Searcher,
+// ChangeTracker, ActivityReporter, KeyedCreator, Pauser, Snapshotter, TimeoutSetter,
+// RangeReader) map to the server's routes. PreviewURL returns the server's signed preview
+// link, which works without a credential until it expires.
+//
+// A *Provider and its instances may be used from many goroutines at once.
+package remote
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tupper-dev/tupper/provider"
+)
+
+// Name is the registry name.
+const Name = "remote"
+
+// sdkLabel is sandbox.SDKLabel (not imported: the provider sits below the SDK). The server
+// makes every sandbox through the SDK, so every sandbox it lists carries it.
+const sdkLabel = "sandbox-sdk"
+
+func init() {
+	provider.Register(provider.Registration{
+		Name: Name,
+		Factory: func() (provider.Provider, error) {
+			u := os.Getenv("TUPPER_URL")
+			if u == "" {
+				return nil, provider.Errorf(provider.CodeUnavailable, "TUPPER_URL is not set: point it at a tupper server (tupper serve) and set TUPPER_API_KEY")
+			}
+			return New(Config{URL: u, APIKey: os.Getenv("TUPPER_API_KEY")}), nil
+		},
+		Install: "a tupper server: set TUPPER_URL and TUPPER_API_KEY",
+	})
+}
+
+// Config configures the provider.
+type Config struct {
+	URL    string // the server, e.g. http://127.0.0.1:7423
+	APIKey string // an account API key, ak_…
+	// HTTPClient sends the requests; nil is a client without an overall timeout (streams may
+	// last long; every call is bounded by its ctx).
+	HTTPClient *http.Client
+}
+
+// Provider is a tupper server.
+type Provider struct {
+	cfg    Config
+	base   string
+	client *http.Client
+
+	mu   sync.Mutex
+	caps provider.Capabilities
+}
+
+var (
+	_ provider.Provider     = (*Provider)(nil)
+	_ provider.KeyedCreator = (*Provider)(nil)
+)
+
+var defaultTransport = func() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = 256
+	return t
+}()
+
+// New returns the provider for the server at cfg.URL. It does not contact the server; call
+// Available to check it.
+func New(cfg Config) *Provider {
+	c := cfg.HTTPClient
+	if c == nil {
+		c = &http.Client{Transport: defaultTransport}
+	}
+	return &Provider{cfg: cfg, base: strings.TrimSuffix(cfg.URL, "/"), client: c}
+}
+
+// Name returns "remote".
+func (p *Provider) Name() string { return Name }
+
+// Capabilities returns the server's capabilities, asking it the first time (an empty set if
+// it cannot be reached; the next call asks again).
+func (p *Provider) Capabilities() provider.Capabilities {
+	p.mu.Lock()
+	caps := p.caps
+	p.mu.Unlock()
+	if caps != nil {
+		return caps
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.fetchInfo(ctx); err != nil {
+		return provider.Capabilities{}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.caps
+}
+
+func (p *Provider) fetchInfo(ctx context.Context) error {
+	var info struct {
+		Provider     string   `json:"provider"`
+		Capabilities []string `json:"capabilities"`
+	}
+	if err := p.call(ctx, http.MethodGet, "/v1/info", nil, &info); err != nil {
+		return err
+	}
+	caps := provider.Capabilities{}
+	for _, c := range info.Capabilities {
+		caps[provider.Capability(c)] = true
+	}
+	p.mu.Lock()
+	p.caps = caps
+	p.mu.Unlock()
+	return nil
+}
+
+// Available checks that the server answers and accepts the API key.
+func (p *Provider) Available(ctx context.Context) error {
+	if p.base == "" {
+		return provider.Errorf(provider.CodeUnavailable, "no server URL: set TUPPER_URL or Config.URL")
+	}
+	if u, err := url.Parse(p.base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return provider.Errorf(provider.CodeUnavailable, "server URL %q is not an http(s) URL", p.base)
+	}
+	if p.cfg.APIKey == "" {
+		return provider.Errorf(provider.CodeUnavailable, "no API key: set TUPPER_API_KEY (create one on the server with `tupper keys create`)")
+	}
+	if err := p.fetchInfo(ctx); err != nil {
+		if provider.CodeOf(err) == provider.CodeUnauthorized {
+			return provider.Errorf(provider.CodeUnavailable, "the server at %s refused the API key: %v", p.base, err)
+		}
+		return provider.Errorf(provider.CodeUnavailable, "the server at %s: %v", p.base, err)
+	}
+	return nil
+}
+
+// apiError is the server's error body.
+type apiError struct {
+	Code    provider.Code `json:"code"`
+	Message string        `json:"message"`
+}
+
+// errorFrom turns a non-2xx response into a *provider.Error with the server's code.
+func errorFrom(resp *http.Response) error {
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var e apiError
+	if json.Unmarshal(data, &e) == nil && e.Code.Valid() {
+		return &provider.Error{Code: e.Code, Message: e.Message}
+	}
+	msg := strings.TrimSpace(string(data))
+	if len(msg) > 200 {
+		msg = msg[:200]
+	}
+	if msg == "" {
+		msg = resp.Status
+	}
+	return &provider.Error{Code: provider.CodeFromStatus(resp.StatusCode), Message: provider.StripCredentials(msg)}
+}
+
+// transportErr wraps a failed round trip: a context error stays one (wrapped), anything else
+// is CodeUnavailable.
+func transportErr(ctx context.Context, op string, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%s: %w", op, ctx.Err())
+	}
+	var pe *provider.Error
+	if errors.As(err, &pe) {
+		return err
+	}
+	return &provider.Error{Code: provider.CodeUnavailable, Op: op, Message: provider.StripCredentials(err.Error()), Err: err}
+}
+
+// request builds a request to the server with the API key.
+func (p *Provider) request(ctx context.Context, method, path string, body io.Reader) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, p.base+path, body)
+	if err != nil {
+		return nil, provider.Errorf(provider.CodeInvalidArgument, "request: %v", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+p.cfg.APIKey)
+	return req, nil
+}
+
+// do sends req and returns the response when it is 2xx, else the server's error.
+func (p *Provider) do(req *http.Request, op string) (*http.Response, error) {
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return nil, transportErr(req.Context(), op, err)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		defer resp.Body.Close()
+		return nil, errorFrom(resp)
+	}
+	return resp, nil
+}
+
+// call sends a JSON request (in may be nil) and decodes a JSON answer into out (may be nil).
+func (p *Provider) call(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		data, err := json.Marshal(in)
+		if err != nil {
+			return provider.Errorf(provider.CodeInvalidArgument, "encoding the request: %v", err)
+		}
+		body = bytes.NewReader(data)
+	}
+	req, err := p.request(ctx, method, path, body)
+	if err != nil {
+		return err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := p.do(req, strings.ToLower(method)+" "+path)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return transportErr(ctx, path, provider.Errorf(provider.CodeProvider, "decoding the server's answer: %v", err))
+	}
+	return nil
+}
+
+// sandboxJSON is the server's sandbox.
+type sandboxJSON struct {
+	ID        string            `json:"id"`
+	Token     string            `json:"token,omitempty"`
+	Created   *bool             `json:"created,omitempty"`
+	Key       string            `json:"key,omitempty"`
+	Labels    map[string]string `json:"labels"`
+	State     string            `json:"state"`
+	CreatedAt time.Time         `json:"createdAt"`
+	Deadline  time.Time         `json:"deadline,omitzero"`
+	Template  string            `json:"template,omitempty"`
+	Runtime   string            `json:"runtime,omitempty"`
+}
+
+func (s sandboxJSON) info() provider.Info {
+	labels := maps.Clone(s.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[sdkLabel] = "true"
+	return provider.Info{
+		ID: s.ID, Key: s.Key, Labels: labels, State: provider.State(s.State), CreatedAt: s.CreatedAt,
+		Template: s.Template, Runtime: s.Runtime, Deadline: s.Deadline,
+	}
+}
+
+type createRequest struct {
+	Key           string            `json:"key,omitempty"`
+	KeyMode       string            `json:"keyMode,omitempty"`
+	Labels        map[string]string `json:"labels,omitempty"`
+	Env           map[string]string `json:"env,omitempty"`
+	Secrets       map[string]string `json:"secrets,omitempty"`
+	Size          *sizeJSON         `json:"size,omitempty"`
+	Network       *networkJSON      `json:"network,omitempty"`
+	Ports         []int             `json:"ports,omitempty"`
+	TimeoutMS     int64             `json:"timeoutMs,omitempty"`
+	IdleTimeoutMS int64             `json:"idleTimeoutMs,omitempty"`
+	From          string            `json:"from,omitempty"`
+	Template      string            `json:"template,omitempty"`
+	Runtime       string            `json:"runtime,omitempty"`
+}
+
+type sizeJSON struct {
+	Name     string  `json:"name,omitempty"`
+	CPU      float64 `json:"cpu,omitempty"`
+	MemoryMB int     `json:"memoryMb,omitempty"`
+	DiskGB   int     `json:"diskGb,omitempty"`
+}
+
+type networkJSON struct {
+	Mode  string   `json:"mode,omitempty"`
+	Allow []string `json:"allow,omitempty"`
+}
+
+// ceilMS rounds a duration up to whole milliseconds, so a positive one never becomes 0.
+func ceilMS(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+func createBody(spec provider.CreateSpec) createRequest {
+	labels := maps.Clone(spec.Labels)
+	delete(labels, sdkLabel)
+	req := createRequest{
+		Key: spec.Key, Labels: labels, Env: spec.Env, Secrets: spec.Secrets, Ports: spec.Ports,
+		TimeoutMS: ceilMS(spec.Timeout), IdleTimeoutMS: ceilMS(spec.IdleTimeout),
+		From: spec.From, Template: spec.Template, Runtime: spec.Runtime,
+	}
+	if !spec.Size.IsZero() {
+		if spec.Size.Name != "" {
+			req.Size = &sizeJSON{Name: spec.Size.Name} // the server resolves presets itself
+		} else {
+			req.Size = &sizeJSON{CPU: spec.Size.CPU, MemoryMB: spec.Size.MemoryMB, DiskGB: spec.Size.DiskGB}
+		}
+	}
+	if spec.Network.Mode != "" || len(spec.Network.Allow) > 0 {
+		req.Network = &networkJSON{Mode: string(spec.Network.Mode), Allow: spec.Network.Allow}
+	}
+	return req
+}
+
+// Create makes a sandbox on the server. With a key, the server returns the live sandbox made
+// with that key if there is one (its get-or-create is exact).
+func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provider.Instance, error) {
+	inst, _, err := p.GetOrCreate(ctx, spec)
+	return inst, err
+}
+
+// GetOrCreate is the server's exact get-or-create by spec.Key.
+func (p *Provider) GetOrCreate(ctx context.Context, spec provider.CreateSpec) (provider.Instance, bool, error) {
+	var sb sandboxJSON
+	if err := p.call(ctx, http.MethodPost, "/v1/sandboxes", createBody(spec), &sb); err != nil {
+		return nil, false, err
+	}
+	created := sb.Created == nil || *sb.Created
+	return p.instance(sb), created, nil
+}
+
+// FindByKey returns the live sandbox made with key.
+func (p *Provider) FindByKey(ctx context.Context, key string) (provider.Instance, error) {
+	var list struct {
+		Sandboxes []sandboxJSON `json:"sandboxes"`
+	}
+	if err := p.call(ctx, http.MethodGet, "/v1/sandboxes?key="+url.QueryEscape(key), nil, &list); err != nil {
+		return nil, err
+	}
+	if len(list.Sandboxes) == 0 {
+		return nil, provider.Errorf(provider.CodeNotFound, "no sandbox with that key")
+	}
+	return p.instance(list.Sandboxes[len(list.Sandboxes)-1]), nil
+}
+
+// Connect returns a handle to the sandbox id, or CodeNotFound.
+func (p *Provider) Connect(ctx context.Context, id string) (provider.Instance, error) {
+	if id == "" || strings.ContainsAny(id, "/?#") {
+		return nil, provider.Errorf(provider.CodeNotFound, "no sandbox %q", id)
+	}
+	var sb sandboxJSON
+	if err := p.call(ctx, http.MethodGet, "/v1/sandboxes/"+url.PathEscape(id), nil, &sb); err != nil {
+		return nil, err
+	}
+	return p.instance(sb), nil
+}
+
+// List returns the server's sandboxes whose labels include filter.Labels.
+func (p *Provider) List(ctx context.Context, filter provider.ListFilter) ([]provider.Info, error) {
+	q := url.Values{}
+	for k, v := range filter.Labels {
+		if k == sdkLabel {
+			continue // every server sandbox has it
+		}
+		q.Add("label", k+"="+v)
+	}
+	var list struct {
+		Sandboxes []sandboxJSON `json:"sandboxes"`
+	}
+	path := "/v1/sandboxes"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	if err := p.call(ctx, http.MethodGet, path, nil, &list); err != nil {
+		return nil, err
+	}
+	out := make([]provider.Info, 0, len(list.Sandboxes))
+	for _, sb := range list.Sandboxes {
+		in := sb.info()
+		if filter.Matches(in.Labels) {
+			out = append(out, in)
+		}
+	}
+	return out, nil
+}
+
+// Destroy destroys the sandbox id; CodeNotFound when it is already gone.
+func (p *Provider) Destroy(ctx context.Context, id string) error {
+	if id == "" || strings.ContainsAny(id, "/?#") {
+		return provider.Errorf(provider.CodeNotFound, "no sandbox %q", id)
+	}
+	return p.call(ctx, http.MethodDelete, "/v1/sandboxes/"+url.PathEscape(id), nil, nil)
+}
+
+func (p *Provider) instance(sb sandboxJSON) *Instance {
+	return &Instance{p: p, id: sb.ID, path: "/v1/sandboxes/" + url.PathEscape(sb.ID), previews: map[int]preview{}}
+}
