@@ -83,7 +83,11 @@ func (h *HTTPHandler) server(r *http.Request) *mcp.Server {
 	}
 	sess := tools.NewSession(h.opts.Provider, so)
 	h.sessions[sess] = true
-	return newServer(h.opts.Options, sess)
+	return newServer(h.opts.Options, sess, func() {
+		h.mu.Lock()
+		delete(h.sessions, sess)
+		h.mu.Unlock()
+	})
 }
 
 // ServeHTTP implements http.Handler.
@@ -96,22 +100,10 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.h.ServeHTTP(w, r)
-	h.forgetClosed()
 }
 
-// forgetClosed drops sessions whose MCP session has ended (they closed themselves).
-func (h *HTTPHandler) forgetClosed() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for s := range h.sessions {
-		if s.Closed() {
-			delete(h.sessions, s)
-		}
-	}
-}
-
-// Close ends every session and destroys their default sandboxes. Later requests get 503.
-// Idempotent.
+// Close ends every session and destroys their default sandboxes, waiting for sessions that
+// are already ending. Later requests get 503. Idempotent.
 func (h *HTTPHandler) Close(ctx context.Context) error {
 	h.mu.Lock()
 	h.closed = true

@@ -55,8 +55,9 @@ Tools called without sandbox_id use this session's default sandbox, created on f
 Work under /workspace: relative paths resolve there. Each run_command starts a fresh shell; use start_process for servers and process_logs to read their output.
 Prefer edit_file for changes to existing files, and file_changes to review what you changed.`
 
-// newServer returns an MCP server whose tools run in sess.
-func newServer(opts Options, sess *tools.Session) *mcp.Server {
+// newServer returns an MCP server whose tools run in sess. When the MCP session ends, sess
+// is closed and then ended, if not nil, is called.
+func newServer(opts Options, sess *tools.Session, ended func()) *mcp.Server {
 	version := opts.Version
 	if version == "" {
 		version = "dev"
@@ -68,6 +69,9 @@ func newServer(opts Options, sess *tools.Session) *mcp.Server {
 			go func() {
 				_ = ss.Wait()
 				closeSession(sess, opts.Logger)
+				if ended != nil {
+					ended()
+				}
 			}()
 		})
 	}
@@ -143,7 +147,7 @@ func Serve(ctx context.Context, opts Options, in io.ReadCloser, out io.WriteClos
 	}
 	sess := tools.NewSession(opts.Provider, opts.Session)
 	defer closeSession(sess, opts.Logger)
-	err := newServer(opts, sess).Run(ctx, &mcp.IOTransport{Reader: in, Writer: out})
+	err := newServer(opts, sess, nil).Run(ctx, &mcp.IOTransport{Reader: in, Writer: out})
 	if errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, io.EOF) || (err != nil && ctx.Err() != nil) {
 		return nil
 	}

@@ -73,7 +73,7 @@ func (tr *transcript) send(raw string) *jsonrpc.Response {
 func TestTranscript(t *testing.T) {
 	ctx := t.Context()
 	prov := memory.New()
-	srv := newServer(Options{Provider: prov, Version: "test"}, tools.NewSession(prov, tools.SessionOptions{}))
+	srv := newServer(Options{Provider: prov, Version: "test"}, tools.NewSession(prov, tools.SessionOptions{}), nil)
 	clientT, serverT := mcp.NewInMemoryTransports()
 	ss, err := srv.Connect(ctx, serverT, nil)
 	if err != nil {

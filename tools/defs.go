@@ -259,6 +259,9 @@ func createSandbox(ctx context.Context, s *Session, raw json.RawMessage) (Result
 	opts := s.opts.Create
 	switch a.Network {
 	case "all":
+		if opts.Network.Mode == provider.NetworkNone {
+			return Result{Text: "this session's sandboxes have no network (network none), and create_sandbox cannot ask for more", IsError: true}, nil
+		}
 		opts.Network = sandbox.NetworkAll
 	case "none":
 		opts.Network = sandbox.NetworkNone
@@ -711,6 +714,9 @@ func fileChanges(ctx context.Context, s *Session, raw json.RawMessage) (Result, 
 	}
 	ch, err := b.Files.Changes(ctx, sandbox.ChangesOptions{})
 	if err != nil {
+		if terr := s.trackErr(b.ID); terr != nil {
+			return Result{Text: "file_changes is unavailable in this sandbox: recording its starting point failed: " + terr.Error(), IsError: true}, nil
+		}
 		return Result{}, err
 	}
 	var t strings.Builder

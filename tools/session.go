@@ -2,7 +2,6 @@ package tools
 
 import (
 	"context"
-	"errors"
 	"maps"
 	"sync"
 	"time"
@@ -42,15 +41,18 @@ type Session struct {
 
 	mu        sync.Mutex
 	closed    bool
+	closeDone chan struct{} // closed when Close has finished
+	closeErr  error
 	creating  chan struct{} // closed when a pending default creation ends
 	defaultID string
 	handles   map[string]*sandbox.Sandbox // connected or created sandboxes by id
+	untracked map[string]error            // sandboxes whose change checkpoint failed, and why
 }
 
 // NewSession returns a session that makes and finds sandboxes on p.
 func NewSession(p provider.Provider, opts SessionOptions) *Session {
 	opts.Labels = maps.Clone(opts.Labels)
-	return &Session{prov: p, opts: opts, handles: map[string]*sandbox.Sandbox{}}
+	return &Session{prov: p, opts: opts, handles: map[string]*sandbox.Sandbox{}, untracked: map[string]error{}}
 }
 
 // Provider returns the session's provider.
@@ -155,21 +157,33 @@ func (s *Session) defaultSandbox(ctx context.Context) (*sandbox.Sandbox, error) 
 	}
 }
 
-// create makes a sandbox from opts with the session's labels. With track it records the
-// change checkpoint, and retries without one on a provider that cannot track changes.
+// create makes a sandbox from opts with the session's labels. With track it then records
+// the "start" change checkpoint; a sandbox whose checkpoint fails is still returned, and
+// file_changes later reports why it cannot answer.
 func (s *Session) create(ctx context.Context, opts sandbox.CreateOptions, track bool) (*sandbox.Sandbox, error) {
 	opts.Labels = maps.Clone(opts.Labels)
 	if opts.Labels == nil {
 		opts.Labels = map[string]string{}
 	}
 	maps.Copy(opts.Labels, s.opts.Labels)
-	opts.TrackChanges = track
+	opts.TrackChanges = false
 	b, err := sandbox.Create(ctx, s.prov, opts)
-	if track && errors.Is(err, sandbox.ErrUnsupported) {
-		opts.TrackChanges = false
-		b, err = sandbox.Create(ctx, s.prov, opts)
+	if err != nil || !track {
+		return b, err
 	}
-	return b, err
+	if _, err := b.Files.Mark(ctx, "start"); err != nil {
+		s.mu.Lock()
+		s.untracked[b.ID] = err
+		s.mu.Unlock()
+	}
+	return b, nil
+}
+
+// trackErr returns why the sandbox id has no change checkpoint, or nil.
+func (s *Session) trackErr(id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.untracked[id]
 }
 
 // createExtra makes a sandbox for create_sandbox and keeps its handle.
@@ -219,15 +233,24 @@ func (s *Session) Closed() bool {
 }
 
 // Close destroys the default sandbox, if one was created, and releases every handle. It is
-// idempotent and safe to call concurrently; tool calls after Close fail with
-// CodeUnavailable. Close does not wait for ctx past the provider's own destroy.
+// idempotent and safe to call concurrently: a call while another is closing waits for it
+// (or for ctx) and returns its result. Tool calls after Close fail with CodeUnavailable.
 func (s *Session) Close(ctx context.Context) error {
 	s.mu.Lock()
-	if s.closed {
+	if s.closeDone != nil {
+		done := s.closeDone
 		s.mu.Unlock()
-		return nil
+		select {
+		case <-done:
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return s.closeErr
+		case <-ctx.Done():
+			return &sandbox.Error{Code: sandbox.CodeAborted, Op: "session.close", Message: ctx.Err().Error()}
+		}
 	}
 	s.closed = true
+	s.closeDone = make(chan struct{})
 	handles := s.handles
 	def := s.defaultID
 	s.handles = map[string]*sandbox.Sandbox{}
@@ -242,6 +265,10 @@ func (s *Session) Close(ctx context.Context) error {
 		}
 		b.Close()
 	}
+	s.mu.Lock()
+	s.closeErr = err
+	close(s.closeDone)
+	s.mu.Unlock()
 	return err
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 
@@ -8,7 +9,9 @@ import (
 
 	mcpserver "github.com/tupper-dev/tupper/mcp"
 	"github.com/tupper-dev/tupper/provider"
-	_ "github.com/tupper-dev/tupper/providers/local" // the platform default on Linux
+	_ "github.com/tupper-dev/tupper/providers/local"  // the platform default on Linux
+	_ "github.com/tupper-dev/tupper/providers/memory" // --provider memory: no isolation, for trying it out
+	"github.com/tupper-dev/tupper/sandbox"
 )
 
 // newMCPCmd is `tupper mcp`: the sandbox tools over MCP on stdin and stdout, for agent apps
@@ -17,6 +20,7 @@ func newMCPCmd() *cobra.Command {
 	var (
 		providerName string
 		template     string
+		network      string
 		verbose      bool
 	)
 	cmd := &cobra.Command{
@@ -30,6 +34,15 @@ Configure an agent app to start "tupper mcp"; see docs/mcp.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			var net sandbox.Network
+			switch network {
+			case "all":
+				net = sandbox.NetworkAll
+			case "none":
+				net = sandbox.NetworkNone
+			default:
+				return fmt.Errorf("--network %q: use all or none", network)
+			}
 			prov, err := provider.Resolve(ctx, provider.ResolveOptions{Name: providerName})
 			if err != nil {
 				return err
@@ -44,6 +57,7 @@ Configure an agent app to start "tupper mcp"; see docs/mcp.md.`,
 				Logger:   log,
 			}
 			opts.Session.Create.Template = template
+			opts.Session.Create.Network = net
 			return mcpserver.Serve(ctx, opts, os.Stdin, os.Stdout)
 		},
 	}
@@ -51,6 +65,7 @@ Configure an agent app to start "tupper mcp"; see docs/mcp.md.`,
 	fl.StringVar(&providerName, "provider", os.Getenv("TUPPER_PROVIDER"),
 		"provider to use (default: $TUPPER_PROVIDER, else the platform default: local on Linux)")
 	fl.StringVar(&template, "template", "", "template of the sandboxes (local default: host)")
+	fl.StringVar(&network, "network", "all", "network of the sandboxes: all or none (with none, create_sandbox cannot ask for more)")
 	fl.BoolVarP(&verbose, "verbose", "v", false, "log the server's diagnostics to stderr")
 	return cmd
 }

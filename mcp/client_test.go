@@ -1,0 +1,239 @@
+package mcpserver
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tupper-dev/tupper/internal/testenv"
+	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/providers/local"
+	"github.com/tupper-dev/tupper/providers/memory"
+	"github.com/tupper-dev/tupper/sandbox"
+	"github.com/tupper-dev/tupper/tools"
+)
+
+// The official TypeScript MCP client (npm @modelcontextprotocol/sdk, pinned by
+// test/mcp/package-lock.json) drives `tupper mcp` over stdio and NewHTTPHandler over
+// streamable HTTP, in real sandboxes: test/mcp/client.mjs lists the tools, runs commands, and
+// does a file round trip and an edit.
+//
+// The provider is $TUPPER_TEST_PROVIDER, else local when running as root with runc, else
+// memory.
+
+func repoRoot(t *testing.T) string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..")
+}
+
+var (
+	npmOnce sync.Once
+	npmErr  error
+	npmOut  []byte
+)
+
+// nodeClient returns the directory of the client project after `npm ci`, or skips (fails
+// under CI=true) without node and npm.
+func nodeClient(t *testing.T) string {
+	t.Helper()
+	testenv.RequireBinary(t, "node")
+	testenv.RequireBinary(t, "npm")
+	dir := filepath.Join(repoRoot(t), "test", "mcp")
+	npmOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund")
+		cmd.Dir = dir
+		npmOut, npmErr = cmd.CombinedOutput()
+	})
+	if npmErr != nil {
+		t.Fatalf("npm ci in %s: %v\n%s", dir, npmErr, npmOut)
+	}
+	return dir
+}
+
+// testProvider picks the provider name the test runs on.
+func testProvider(t *testing.T) string {
+	if name := os.Getenv("TUPPER_TEST_PROVIDER"); name != "" {
+		return name
+	}
+	if _, err := exec.LookPath("runc"); err == nil && os.Geteuid() == 0 {
+		return "local"
+	}
+	return "memory"
+}
+
+var (
+	buildOnce sync.Once
+	buildBin  string
+	buildErr  error
+	buildOut  []byte
+)
+
+// tupperBinary builds ./cmd/tupper (static, as the local provider's agent must be) once, or
+// returns $TUPPER_TEST_BINARY, a prebuilt one.
+func tupperBinary(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("TUPPER_TEST_BINARY"); p != "" {
+		return p
+	}
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "tupper-mcp-test-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		os.Chmod(dir, 0o711) // the agent inside a user namespace must reach it
+		buildBin = filepath.Join(dir, "tupper")
+		cmd := exec.Command("go", "build", "-o", buildBin, "./cmd/tupper")
+		cmd.Dir = repoRoot(t)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		buildOut, buildErr = cmd.CombinedOutput()
+	})
+	if buildErr != nil {
+		t.Fatalf("go build ./cmd/tupper: %v\n%s", buildErr, buildOut)
+	}
+	return buildBin
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildBin != "" {
+		os.RemoveAll(filepath.Dir(buildBin))
+	}
+	os.Exit(code)
+}
+
+// localHome returns a private state root for the local provider.
+func localHome(t *testing.T) string {
+	home := t.TempDir()
+	if err := os.Chmod(filepath.Dir(home), 0o711); err != nil {
+		t.Fatal(err)
+	}
+	return home
+}
+
+// runClient runs client.mjs with args and fails t with its output unless it passes.
+func runClient(t *testing.T, dir string, env []string, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", append([]string{"client.mjs"}, args...)...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	t.Logf("node client.mjs %s:\n%s", strings.Join(args, " "), out)
+	if err != nil || !strings.Contains(string(out), "PASS") {
+		t.Fatalf("the TypeScript MCP client failed: %v", err)
+	}
+}
+
+func TestOfficialClientStdio(t *testing.T) {
+	dir := nodeClient(t)
+	name := testProvider(t)
+	t.Logf("provider: %s (set TUPPER_TEST_PROVIDER to choose)", name)
+	bin := tupperBinary(t)
+	if out, err := exec.Command(bin, "mcp", "--help").CombinedOutput(); err != nil || !strings.Contains(string(out), "MCP") {
+		t.Fatalf("%s mcp --help: %v\n%s\ncmd/tupper does not register the mcp command yet: add newMCPCmd() to the root command", bin, err, out)
+	}
+	var env []string
+	var home string
+	if name == "local" {
+		home = localHome(t)
+		env = append(env, "TUPPER_HOME="+home)
+	}
+	runClient(t, dir, env, "stdio", bin, "mcp", "--provider", name, "--network", "none")
+
+	if name == "local" {
+		// The default sandbox died with the session (stdin closed).
+		p, err := local.New(local.Config{Home: home, AgentPath: bin})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		waitNoSandboxes(t, p)
+	}
+}
+
+func TestOfficialClientHTTP(t *testing.T) {
+	dir := nodeClient(t)
+	name := testProvider(t)
+	t.Logf("provider: %s (set TUPPER_TEST_PROVIDER to choose)", name)
+	var prov provider.Provider
+	switch name {
+	case "local":
+		p, err := local.New(local.Config{Home: localHome(t), AgentPath: tupperBinary(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		if err := p.Available(t.Context()); err != nil {
+			testenv.Skip(t, err.Error())
+		}
+		prov = p
+	case "memory":
+		prov = memory.New()
+	default:
+		var err error
+		if prov, err = provider.Resolve(t.Context(), provider.ResolveOptions{Name: name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h, err := NewHTTPHandler(HTTPOptions{Options: Options{
+		Provider: prov,
+		Version:  "test",
+		Session:  tools.SessionOptions{Create: sandbox.CreateOptions{Network: sandbox.NetworkNone}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Behind auth, as tupper serve mounts it.
+	const key = "ak_test_key"
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+key {
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	defer h.Close(context.Background())
+
+	runClient(t, dir, nil, "http", srv.URL+"/mcp", key)
+	// The client ended its session (HTTP DELETE): its default sandbox is gone.
+	waitNoSandboxes(t, prov)
+
+	resp, err := http.Post(srv.URL+"/mcp", "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("a request without the key got %d", resp.StatusCode)
+	}
+}
+
+func waitNoSandboxes(t *testing.T, p provider.Provider) {
+	t.Helper()
+	var infos []sandbox.Info
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		var err error
+		if infos, err = sandbox.List(context.Background(), p, sandbox.ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if len(infos) == 0 {
+			return
+		}
+	}
+	t.Errorf("%d sandboxes left after the session ended, want 0: %+v", len(infos), infos)
+}
