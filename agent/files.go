@@ -97,6 +97,31 @@ func (a *Agent) getFiles(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Disposition", mime.FormatMediaType("inline", map[string]string{"filename": filepath.Base(p)}))
 
 	off, length := q.Get("offset"), q.Get("length")
+	// Files whose size stat cannot tell (procfs, sysfs: size 0) are streamed as they read,
+	// without Range or Content-Length, since seeking to their end fails.
+	if fi.Size() == 0 {
+		start, err1 := parseNonNeg(off, 0)
+		n, err2 := parseNonNeg(length, -1)
+		if err1 != nil || err2 != nil {
+			jsonError(w, http.StatusBadRequest, "offset and length must be non-negative integers")
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+		if r.Method == http.MethodHead {
+			return
+		}
+		var src io.Reader = f
+		if start > 0 {
+			if _, err := io.CopyN(io.Discard, src, start); err != nil {
+				return
+			}
+		}
+		if n >= 0 {
+			src = io.LimitReader(src, n)
+		}
+		copyOut(w, src)
+		return
+	}
 	if off != "" || length != "" {
 		start, err1 := parseNonNeg(off, 0)
 		n, err2 := parseNonNeg(length, -1)
