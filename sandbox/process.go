@@ -516,7 +516,8 @@ func (p *Process) state(ctx context.Context) (ProcessStatus, ExitStatus, error) 
 	if pid == 0 {
 		return ProcessExited, ExitStatus{ExitCode: -1}, nil
 	}
-	res, err := p.b.inst.Exec(ctx, provider.ExecRequest{Command: fmt.Sprintf("kill -0 %d 2>/dev/null", pid), Cwd: "/"})
+	// The whole group: the wrapper shell leads it, but a command that traps TERM can outlive it.
+	res, err := p.b.inst.Exec(ctx, provider.ExecRequest{Command: fmt.Sprintf("kill -0 -%d 2>/dev/null", pid), Cwd: "/"})
 	if err != nil {
 		return "", ExitStatus{}, p.b.red.Err(wrapProvider(err, "process"))
 	}
@@ -725,11 +726,19 @@ func (p *Process) Logs(ctx context.Context, opts LogsOptions) (LogPage, error) {
 			return LogPage{}, err
 		}
 		if len(data) > room {
-			data = data[:room]
 			truncated = true
-			if i := bytes.LastIndexByte(data, '\n'); i >= 0 {
-				data = data[:i+1]
+			cut := room
+			if i := bytes.LastIndexByte(data[:room], '\n'); i >= 0 {
+				cut = i + 1
+			} else {
+				// Mid-line: never cut through a secret, or two pages would each hold half.
+				more, err := p.readFrom(ctx, s.name, *s.off+int64(len(data)), p.b.red.longest())
+				if err != nil {
+					return LogPage{}, err
+				}
+				cut = safeCut(append(data, more...), room, p.b.red.snapshot())
 			}
+			data = data[:cut]
 		} else if running {
 			// Keep a partial last line for the next page while the process writes.
 			if i := bytes.LastIndexByte(data, '\n'); i >= 0 {
@@ -810,3 +819,25 @@ func (p *Process) Lines(ctx context.Context, after string) iter.Seq2[LogLine, er
 }
 
 var randReader = rand.Reader
+
+// safeCut returns where to cut data near want so that no secret occurrence spans the cut: at
+// the start of an occurrence that crosses want, or after it when it starts at 0.
+func safeCut(data []byte, want int, secrets []string) int {
+	cut := want
+	for i := 0; i < len(data) && i < want; i++ {
+		for _, s := range secrets { // longest first
+			if bytes.HasPrefix(data[i:], []byte(s)) {
+				end := i + len(s)
+				if end > want {
+					if i == 0 {
+						return end
+					}
+					return i
+				}
+				i = end - 1
+				break
+			}
+		}
+	}
+	return cut
+}

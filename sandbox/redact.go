@@ -49,6 +49,16 @@ func (r *redactor) snapshot() []string {
 	return slices.Clone(r.values)
 }
 
+// longest is the length of the longest secret.
+func (r *redactor) longest() int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if len(r.values) == 0 {
+		return 0
+	}
+	return len(r.values[0])
+}
+
 // String redacts s.
 func (r *redactor) String(s string) string {
 	for _, v := range r.snapshot() {

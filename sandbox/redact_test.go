@@ -80,3 +80,23 @@ func TestLimitedBuffer(t *testing.T) {
 		t.Fatalf("got %q dropped %d", b.String(), b.dropped)
 	}
 }
+
+func TestSafeCut(t *testing.T) {
+	secrets := []string{"topsecret"}
+	for _, tc := range []struct {
+		data string
+		want int
+		cut  int
+	}{
+		{"aaaa topsecret bbb", 8, 5},    // crosses: cut before it
+		{"topsecret bbb", 4, 9},         // starts at 0: take it whole
+		{"aaaa topsecret bbb", 15, 15},  // after it
+		{"aaaa topsecret bbb", 5, 5},    // right before it
+		{"aaaa topsecret bbb", 14, 14},  // right after it
+		{"no secret here at all", 7, 7}, // nothing to avoid
+	} {
+		if got := safeCut([]byte(tc.data), tc.want, secrets); got != tc.cut {
+			t.Errorf("safeCut(%q, %d) = %d, want %d", tc.data, tc.want, got, tc.cut)
+		}
+	}
+}

@@ -273,9 +273,14 @@ func getOrCreate(ctx context.Context, p provider.Provider, opts CreateOptions, s
 			inst, created, err = viaLocator(ctx, p, opts.Locator, spec)
 			return err
 		}
-		if l, ok := opts.Locator.(LocatorLocker); ok && opts.KeyMode == KeyExact {
-			err := l.WithLock(ctx, opts.Key, find)
-			return inst, created, err
+		if opts.KeyMode == KeyExact {
+			if l, ok := opts.Locator.(LocatorLocker); ok {
+				err := l.WithLock(ctx, opts.Key, find)
+				return inst, created, err
+			}
+			// No lock in the locator: the provider's atomic get-or-create decides (failClosed
+			// checked it exists), and the locator learns the id.
+			return keyedViaLocator(ctx, p, opts.Locator, spec)
 		}
 		err := find(ctx)
 		return inst, created, err
@@ -327,6 +332,25 @@ func viaLocator(ctx context.Context, p provider.Provider, l Locator, spec provid
 		return nil, false, provider.Wrap(err, provider.CodeProvider, "locator set")
 	}
 	return inst, true, nil
+}
+
+func keyedViaLocator(ctx context.Context, p provider.Provider, l Locator, spec provider.CreateSpec) (provider.Instance, bool, error) {
+	inst, created, err := p.(provider.KeyedCreator).GetOrCreate(ctx, spec)
+	if err != nil {
+		return nil, false, err
+	}
+	info, err := inst.Info(ctx)
+	if err == nil {
+		err = l.Set(ctx, spec.Key, info.ID)
+	}
+	if err != nil {
+		if created {
+			destroyQuietly(p, inst)
+		}
+		inst.Close()
+		return nil, false, provider.Wrap(err, provider.CodeProvider, "locator set")
+	}
+	return inst, created, nil
 }
 
 func destroyQuietly(p provider.Provider, inst provider.Instance) {

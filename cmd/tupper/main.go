@@ -90,6 +90,7 @@ func newRootCmd() *cobra.Command {
 		newSnapshotCmd(),
 		newAgentExecCmd(),
 		newMCPCmd(),
+		newBenchCmd(),
 	)
 	return root
 }
