@@ -133,6 +133,8 @@ func TestShellFileUtilities(t *testing.T) {
 		{"echo abc | tee t1 t2 > /dev/null; cat t1 t2; echo x | tee -a t1 >/dev/null; cat t1", "abc\nabc\nabc\nx\n", 0},
 		{"mktemp | grep -c '^/tmp/tmp\\.'; d=$(mktemp -d); test -d $d && echo dir", "1\ndir\n", 0},
 		{"du -s d | cut -f2", "d\n", 0},
+		{"du d | cut -f2", "d/.hid\nd/sub\nd\n", 0},
+		{"du -ab d/sub | cut -f2", "d/sub/nums.md\nd/sub\n", 0},
 	})
 }
 

@@ -1467,7 +1467,13 @@ func utilDu(c *cmd, args []string) int {
 				totals[parents[i]] += totals[i]
 			}
 		}
+		// du reports a directory after its contents
+		idx := make(map[string]int, len(entries))
 		for i, e := range entries {
+			idx[e.rel] = i
+		}
+		for _, e := range postOrder(entries) {
+			i := idx[e.rel]
 			if maxDepth >= 0 && e.depth > maxDepth {
 				continue
 			}
