@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
+
+// stepHook, when set (by tests and benchmarks), is told how long each step took.
+var stepHook func(name string, d time.Duration)
 
 // step is one named, undoable stage of building a sandbox.
 type step struct {
@@ -19,7 +23,11 @@ func runSteps(ctx context.Context, steps []step) error {
 	for i, s := range steps {
 		err := ctx.Err()
 		if err == nil {
+			start := time.Now()
 			err = s.do(ctx)
+			if h := stepHook; h != nil {
+				h(s.name, time.Since(start))
+			}
 		}
 		if err == nil {
 			continue

@@ -1,0 +1,174 @@
+package local
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tupper-dev/tupper/provider"
+)
+
+// BenchmarkCreateFirstCommand: create a sandbox, run `true`, destroy (destroy not timed).
+func BenchmarkCreateFirstCommand(b *testing.B) {
+	for _, rt := range runtimes {
+		b.Run(rt, func(b *testing.B) {
+			p := newTestProvider(b, rt)
+			ctx := context.Background()
+			var durs []time.Duration
+			for b.Loop() {
+				start := time.Now()
+				inst, err := p.Create(ctx, provider.CreateSpec{Network: netNone})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if res, err := inst.Exec(ctx, provider.ExecRequest{Command: "true"}); err != nil || res.ExitCode != 0 {
+					b.Fatal(res, err)
+				}
+				durs = append(durs, time.Since(start))
+				b.StopTimer()
+				inst.Close()
+				if err := p.Destroy(ctx, inst.(*Instance).ID()); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+			reportP50(b, durs)
+		})
+	}
+}
+
+// BenchmarkExecTrue: the round trip of `true` through the agent.
+func BenchmarkExecTrue(b *testing.B) {
+	for _, rt := range runtimes {
+		b.Run(rt, func(b *testing.B) {
+			p := newTestProvider(b, rt)
+			inst := create(b, p, provider.CreateSpec{Network: netNone})
+			ctx := context.Background()
+			var durs []time.Duration
+			for b.Loop() {
+				start := time.Now()
+				if res, err := inst.Exec(ctx, provider.ExecRequest{Command: "true"}); err != nil || res.ExitCode != 0 {
+					b.Fatal(res, err)
+				}
+				durs = append(durs, time.Since(start))
+			}
+			reportP50(b, durs)
+		})
+	}
+}
+
+// BenchmarkWriteRead64MiB: write 64 MiB into the sandbox, then read it back.
+func BenchmarkWriteRead64MiB(b *testing.B) {
+	const size = 64 << 20
+	data := bytes.Repeat([]byte("0123456789abcdef"), size/16)
+	for _, rt := range runtimes {
+		b.Run(rt, func(b *testing.B) {
+			p := newTestProvider(b, rt)
+			inst := create(b, p, provider.CreateSpec{Network: netNone, Size: provider.Size{MemoryMB: 1024, DiskGB: 1}})
+			ctx := context.Background()
+			b.SetBytes(2 * size)
+			for b.Loop() {
+				if err := inst.WriteFile(ctx, "/workspace/big", bytes.NewReader(data), nil); err != nil {
+					b.Fatal(err)
+				}
+				rc, err := inst.ReadFile(ctx, "/workspace/big")
+				if err != nil {
+					b.Fatal(err)
+				}
+				n, err := io.Copy(io.Discard, rc)
+				rc.Close()
+				if err != nil || n != size {
+					b.Fatal(n, err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkIdleSandboxes reports the host memory each idle sandbox costs, with 100 of them
+// (runc) or 20 (runsc, slower to start): the drop of MemAvailable per sandbox and the
+// sandboxes' own cgroup memory use. It asserts nothing.
+func BenchmarkIdleSandboxes(b *testing.B) {
+	for _, rt := range runtimes {
+		n := 100
+		if rt == RuntimeRunsc {
+			n = 20
+		}
+		b.Run(fmt.Sprintf("%s/%d", rt, n), func(b *testing.B) {
+			p := newTestProvider(b, rt)
+			ctx := context.Background()
+			for b.Loop() {
+				dropCaches()
+				before := memAvailable()
+				var ids []string
+				for range n {
+					inst, err := p.Create(ctx, provider.CreateSpec{Network: netNone})
+					if err != nil {
+						b.Fatal(err)
+					}
+					ids = append(ids, inst.(*Instance).ID())
+					inst.Close()
+				}
+				time.Sleep(time.Second)
+				dropCaches()
+				after := memAvailable()
+				var cg int64
+				for _, id := range ids {
+					cg += cgroupMemory(id)
+				}
+				b.ReportMetric(float64(before-after)/float64(n)/(1<<20), "MiB-host/sandbox")
+				b.ReportMetric(float64(cg)/float64(n)/(1<<20), "MiB-cgroup/sandbox")
+				for _, id := range ids {
+					if err := p.Destroy(ctx, id); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+	}
+}
+
+func reportP50(b *testing.B, durs []time.Duration) {
+	if len(durs) == 0 {
+		return
+	}
+	sort.Slice(durs, func(i, j int) bool { return durs[i] < durs[j] })
+	b.ReportMetric(float64(durs[len(durs)/2].Microseconds())/1000, "ms-p50")
+}
+
+func dropCaches() { os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0o644) }
+
+// memAvailable is MemAvailable from /proc/meminfo, in bytes.
+func memAvailable() int64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if rest, ok := strings.CutPrefix(s.Text(), "MemAvailable:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+func cgroupMemory(id string) int64 {
+	for _, p := range []string{"/sys/fs/cgroup/memory/tupper/" + id + "/memory.usage_in_bytes", "/sys/fs/cgroup/tupper/" + id + "/memory.current"} {
+		if b, err := os.ReadFile(p); err == nil {
+			v, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+			return v
+		}
+	}
+	return 0
+}

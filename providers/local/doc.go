@@ -1,0 +1,146 @@
+// Package local is Tupper's embedded provider on Linux: real sandboxes made by driving an
+// OCI runtime CLI — runc by default, gVisor's runsc per provider (Config.Runtime) or per
+// sandbox (CreateSpec.Runtime) — with no daemon and no host process per sandbox.
+//
+//	p, err := local.New(local.Config{})           // Home: $TUPPER_HOME or /var/lib/tupper
+//	box, err := p.Create(ctx, provider.CreateSpec{Network: provider.Network{Mode: "none"}})
+//
+// It registers itself as "local" (the platform default on Linux). It needs root; New probes
+// the host and Available says what is missing (a runtime binary, root, overlayfs).
+//
+// # A sandbox
+//
+// Its PID 1 is the in-sandbox agent: the static tupper binary ("tupper agent", package
+// agent), bound read-only at /.tupper/bin/tupper. The agent serves E2B-envd-compatible
+// Connect RPC on /.tupper/run/agent.sock, a bind of the per-sandbox host directory
+// Home/sandboxes/ID/run, so the host reaches it at a path. Every Instance method goes
+// through it (package agent/client). When the agent exits — its lifetime or idle deadline,
+// a crash, a kill — the sandbox stops, and the next List, Create, Destroy, Connect or Reap
+// removes what it left. Nothing of a sandbox lives in the creating process: another process
+// with the same Home finds it by id or key.
+//
+// Config.AgentPath is the binary bound in; by default the running executable, which must
+// then be the tupper binary. The package's tests build ./cmd/tupper once with CGO_ENABLED=0
+// (falling back to internal/testagent, the same agent package behind the same two
+// subcommands, when the CLI does not build) rather than making the test binary an agent.
+//
+// Sandbox ids are 20 lowercase letters and digits (E2B clients require ^[a-z0-9]+$).
+//
+// # Steps of Create
+//
+// state directory → user-namespace range → root file system → agent directory → network →
+// bundle → runtime → agent ready → record. Each step is undoable; a failure (or a cancelled
+// ctx) undoes the finished ones in reverse, so nothing is left behind.
+//
+// # Root file system
+//
+// Template "host" (the only one so far): a shared read-only lower layer built once under
+// Home/templates/host — mount points for the host's /usr, /bin, /sbin and /lib* (bound
+// read-only, nosuid, nodev; on a merged-/usr host the symlinks are copied instead), and the
+// static /etc files that make /usr work (alternatives, the loader cache, CA certificates,
+// shell profiles). The per-sandbox upper layer holds the writable skeleton — /etc with
+// passwd (root, user 1000 with home /home/user), group, hosts, hostname, resolv.conf and
+// nsswitch.conf, /tmp, /root, /home/user, /workspace (the default cwd), /var, /opt … —
+// owned by the sandbox's root. /usr is read-only, so /usr/local is too.
+//
+// The upper layer lives on a tmpfs of the sandbox's disk size (default 5 GB, 64 Ki inodes
+// per GB), mounted at Home/sandboxes/ID/disk: writes past it fail with ENOSPC. The tmpfs is
+// memory, charged to the sandbox's memory cgroup, so the writable layer is bounded by
+// min(disk, memory): a sandbox that fills more than its memory is OOM-killed rather than
+// told ENOSPC (and the OOM killer may pick the agent). A loop-mounted file system would
+// lift that at the cost of create time.
+//
+// # Isolation
+//
+//   - Namespaces: pid, ipc, uts, mount, network, and for runc a user namespace: each sandbox
+//     leases its own range of 65536 host ids from Config.UIDBase (default 0x70000000), so
+//     root inside is an unprivileged uid outside, different for every sandbox. Under runsc
+//     there is no user namespace in the spec: gVisor's sentry is the boundary, and its
+//     host process runs as root with a cut capability set, seccomp and a chroot.
+//   - Capabilities: Docker's default set without CAP_MKNOD, CAP_NET_RAW (no raw sockets),
+//     CAP_AUDIT_WRITE and CAP_SETFCAP; under runc plus CAP_SYS_ADMIN (inside the user
+//     namespace), which the agent needs to start each command in a child mount namespace
+//     hiding /.tupper (its binary, socket and config). no_new_privs is set.
+//   - Seccomp (seccomp.go): a deny list over an allow default — kernel modules, kexec, bpf,
+//     perf, io_uring, keyrings, ptrace and process_vm_*, file handles, clocks, swap, quotas,
+//     syslog, userfaultfd, pivot_root and the new mount API, and new user namespaces
+//     (unshare/clone with CLONE_NEWUSER; clone3 is ENOSYS so libc uses clone).
+//   - Masked and read-only /proc and /sys paths as runc's and Docker's defaults.
+//   - cgroups (cgroupsPath /tupper/ID): memory (default 1024 MB), CPU quota (default 1
+//     core), pids (Config.PidsLimit, default 1024), devices deny-all but the standard
+//     set. Sizes small, medium, large or custom set CPU, memory and disk. runc writes them
+//     to the v1 controllers on this kind of hybrid host and to v2 on a unified one; runsc
+//     applies them to its sandbox's processes.
+//
+// # Network
+//
+// "none": the sandbox's own network namespace with loopback only. "all": a veth pair per
+// sandbox, eth0 inside with an address leased from Config.Subnet (default 10.213.0.0/16,
+// one file per address under Home/leases/ip), the host end on a bridge (Config.Bridge,
+// default tupper0) whose address is the gateway; ports are isolated from each other, so
+// sandboxes reach the host and beyond but not one another; iptables masquerades the subnet
+// (rules tagged "tupper BRIDGE", inserted first in POSTROUTING and FORWARD) and
+// net.ipv4.ip_forward is turned on. The last sandbox's teardown removes the bridge and the
+// rules. Note that the gateway address reaches services listening on the host's wildcard
+// address, as with Docker. "allow" lists fail with CodeUnsupported. resolv.conf gets the
+// host's non-loopback nameservers.
+//
+// With runc and a user namespace the sandbox's network namespace must be owned by that user
+// namespace (or sysfs cannot be mounted), so the provider runs `runc create`, plumbs the
+// veth into /proc/PID/ns/net, then `runc start`; otherwise `runc run --detach`.
+//
+// Preview URLs: PreviewURL(port) opens a listener on 127.0.0.1:random in the calling
+// process, forwarding each connection through the agent's tunnel (GET /tupper/tunnel,
+// upgraded to a raw stream to 127.0.0.1:port inside), so it works with network none. The
+// listener belongs to the Provider: Destroy of the sandbox or Provider.Close ends it.
+//
+// # runsc (gVisor 20221219, as packaged by Debian)
+//
+// Global flags on every call: --root Home/runsc, --network=none|host, --host-uds=create
+// (the agent's socket on the bind mount becomes a host socket), --overlay2=none (writes go
+// to our bounded upper layer, not sentry memory), --oci-seccomp (our profile applies inside
+// the sentry too). What this version needs, found by experiment on kernel 6.18:
+//
+//   - --network=sandbox (netstack) cannot work: runsc decides it runs in the root network
+//     namespace when /proc/sys/net/core/rmem_default exists, which newer kernels show in
+//     every namespace. Network "all" therefore uses --network=host inside a network
+//     namespace the provider makes (Home/sandboxes/ID/netns) and plumbs before start:
+//     gVisor's hostinet, socket calls served by the host kernel within that namespace.
+//     Network "none" uses --network=none (netstack, loopback only).
+//   - runsc mounts a tmpfs in sentry memory on an empty /tmp unless /tmp is in the spec; we
+//     bind the rootfs's own /tmp there.
+//   - Seccomp inside the sentry answers every denied call with EPERM, ignoring errnoRet, so
+//     the clone3→ENOSYS rule is left out (EPERM would stop libc creating threads).
+//   - statx with AT_NO_AUTOMOUNT fails with EINVAL, which breaks GNU coreutils 9.1's ls and
+//     stat of most paths. The provider therefore declares CapShell only when its default
+//     runtime is runc.
+//   - The agent cannot hide /.tupper (gVisor rejects its MS_PRIVATE remount), so under runsc
+//     commands see /.tupper and the sandbox's root gets no CAP_SYS_ADMIN.
+//   - --pid-file names the runsc-sandbox process; it is the init the host watches.
+//
+// runc 1.1.5: --root Home/runc; run --detach (or create, plumb, start); pause/resume use
+// the freezer; delete --force on teardown.
+//
+// # State
+//
+// Under Config.Home (layout in state.go): record.json per sandbox (id, key, labels,
+// createdAt, deadline, idle timeout, runtime, template, network, address, uid range, size,
+// init pid and start time, paused), the bundle, the mounts, the agent directory, the log;
+// leases for addresses and uid ranges; file locks for exact keys, the network and each
+// sandbox. A sandbox's liveness is its recorded init pid with the same start time.
+//
+// # Deadlines
+//
+// The agent enforces the lifetime deadline and the idle timeout from inside. The host
+// enforces the lifetime deadline authoritatively: List, Create, Destroy, Connect and Reap
+// remove sandboxes past their recorded deadline, whatever the agent does. SetTimeout moves
+// both.
+//
+// # Capabilities
+//
+// network-none (always), network-all (a veth pair and the nat table work), timeout and
+// idle-timeout (agent + host), exact-key (a file lock over find and create), preview (the
+// agent tunnel), users (/etc/passwd has user), persistent (state in Home), resource-limit
+// and size (cgroups and the bounded tmpfs), shell (default runtime runc and /bin/sh on the
+// host), git (/usr/bin/git on the host), pause (a freezer cgroup).
+package local
