@@ -29,6 +29,10 @@ func tupperBin(t *testing.T) string {
 			buildErr = err
 			return
 		}
+		// The binary is also the sandboxes' agent, run by unprivileged host uids.
+		if buildErr = os.Chmod(dir, 0o755); buildErr != nil {
+			return
+		}
 		binPath = filepath.Join(dir, "tupper")
 		cmd := exec.Command("go", "build", "-o", binPath, ".")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
