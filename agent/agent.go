@@ -39,7 +39,7 @@ type Agent struct {
 	pid1     bool
 	euid     int
 	egid     int
-	execPath string
+	spawner  *spawner // nil without HidePaths
 	devNull  int
 
 	deadline     atomic.Int64 // unix seconds, 0 = none
@@ -62,11 +62,7 @@ func newAgent(cfg Config) (*Agent, error) {
 		pid1:     os.Getpid() == 1,
 		euid:     os.Geteuid(),
 		egid:     os.Getegid(),
-		execPath: cfg.ExecPath,
 		poke:     make(chan struct{}, 1),
-	}
-	if a.execPath == "" {
-		a.execPath = "/proc/self/exe"
 	}
 	if len(cfg.HidePaths) > 0 && a.euid != 0 {
 		return nil, errors.New("agent: hidePaths needs root (mount namespaces)")
@@ -76,6 +72,14 @@ func newAgent(cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("agent: open /dev/null: %w", err)
 	}
 	a.devNull = fd
+	if len(cfg.HidePaths) > 0 {
+		s, err := newSpawner(cfg.HidePaths)
+		if err != nil {
+			unix.Close(fd)
+			return nil, err
+		}
+		a.spawner = s
+	}
 	a.deadline.Store(cfg.DeadlineUnix)
 	a.touch()
 	a.reaper = newReaper(a.pid1)
@@ -186,6 +190,9 @@ func (a *Agent) shutdown() {
 			}
 		}
 		a.watchers.closeAll()
+		if a.spawner != nil {
+			a.spawner.close()
+		}
 		a.reaper.close()
 		unix.Close(a.devNull)
 	})

@@ -24,8 +24,7 @@ import (
 //	  "deadlineUnix": 1767225600,        // absolute lifetime deadline, unix seconds; 0 = none
 //	  "idleTimeoutSeconds": 600,         // exit after this long idle; 0 = never
 //	  "accessToken": "",                 // when set, requests need X-Access-Token (E2B rules)
-//	  "hidePaths": ["/.tupper/run", "/.tupper/bin/tupper"], // hidden from commands
-//	  "execPath": "/proc/self/exe"       // binary re-executed as "agent-exec" when hiding
+//	  "hidePaths": ["/.tupper/run", "/.tupper/bin/tupper"] // hidden from commands
 //	}
 type Config struct {
 	// Env is set in every process the agent starts, after HOME, USER,
@@ -48,13 +47,15 @@ type Config struct {
 	// AccessToken, when set, is required in X-Access-Token on every request
 	// except GET /health; GET and POST /files also accept a signed URL.
 	AccessToken string `json:"accessToken,omitempty"`
-	// HidePaths are covered, in a private mount namespace of each command, by
-	// an empty read-only tmpfs (directories) or a read-only bind of /dev/null
-	// (other files). Non-empty HidePaths need root (CAP_SYS_ADMIN) and make
-	// commands run through "agent-exec" (see ExecMain).
+	// HidePaths are covered, in the mount namespace commands start in, by an
+	// empty read-only tmpfs (directories) or a read-only bind of /dev/null
+	// (other files), and commands run without CAP_SYS_ADMIN. Non-empty
+	// HidePaths need root with CAP_SYS_ADMIN and CAP_SETPCAP; see the package
+	// documentation, "Hiding", for how each runtime behaves.
 	HidePaths []string `json:"hidePaths,omitempty"`
-	// ExecPath is the binary started as "ExecPath agent-exec ..." to run a
-	// command when HidePaths is set. Empty means /proc/self/exe.
+	// ExecPath is ignored. It named the binary the agent re-executed as
+	// "agent-exec" for each command when hiding; it is still accepted so
+	// that existing config files parse.
 	ExecPath string `json:"execPath,omitempty"`
 }
 

@@ -72,10 +72,33 @@
 //
 // # Hiding
 //
-// With Config.HidePaths set, commands run through "tupper agent-exec"
-// (ExecMain) in a new mount namespace where those paths are covered, and
-// the agent marks itself non-dumpable so /proc/1/root and /proc/1/exe are
-// closed to processes without CAP_SYS_PTRACE. A command that keeps
-// CAP_SYS_ADMIN can still unmount the covers: the provider must drop it (or
-// use a user namespace) for hiding to be a boundary.
+// With Config.HidePaths set, Serve first prepares one OS thread (see
+// spawner): a goroutine locks itself to a thread other than the main one
+// for good, unshares its mount namespace (unshare(CLONE_NEWNS) is per
+// thread), makes every mount private, covers each hidden path with an empty
+// read-only tmpfs (directories) or a read-only bind of /dev/null (other
+// files), and drops CAP_SYS_ADMIN from its bounding, permitted, effective
+// and inheritable sets. Every command is then forked from that thread, so
+// it starts in that namespace without CAP_SYS_ADMIN (it cannot unmount the
+// covers, even as root), while the agent's other threads, and so its file
+// API, keep the original view. The agent also marks itself non-dumpable so
+// /proc/1/root, /proc/1/exe and /proc/1/fd are closed to processes without
+// CAP_SYS_PTRACE. The thread costs nothing per command: no helper process,
+// no re-exec. Hiding needs root with CAP_SYS_ADMIN (unshare, mount) and
+// CAP_SETPCAP (the bounding set); without them Serve fails rather than run
+// commands that would see the agent.
+//
+// Per runtime:
+//
+//   - runc (and the host kernel in tests): as above; the command's
+//     /proc/self/ns/mnt differs from the agent's.
+//   - runsc (gVisor, checked with 0.0~20221219): unshare(CLONE_NEWNS)
+//     succeeds but does nothing, as gVisor of that date has a single mount
+//     namespace; MS_PRIVATE is rejected (EINVAL, ignored), tmpfs does not
+//     know nr_inodes (retried without) and bind mounts cannot be remounted
+//     read-only (ignored: the cover is /dev/null). The covers therefore hide
+//     the paths sandbox-wide, from the agent too, which needs neither after
+//     start-up: its listener is bound and its config read. Capabilities are
+//     per thread there as well, so commands still lack CAP_SYS_ADMIN. The
+//     agent notices that the covers changed its own view (spawner.shared).
 package agent

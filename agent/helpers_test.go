@@ -13,17 +13,15 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	// The agent re-executes its own binary as "agent-exec" when hiding.
-	if len(os.Args) > 1 && os.Args[1] == "agent-exec" {
-		os.Exit(agent.ExecMain(os.Args[2:]))
-	}
 	// Serve as a subprocess (PID 1 of a new PID namespace in the reaping test).
 	if sock := os.Getenv("TUPPER_TEST_AGENT_SOCKET"); sock != "" {
 		ln, err := net.Listen("unix", sock)
 		if err != nil {
 			panic(err)
 		}
-		err = agent.Serve(context.Background(), ln, agent.Config{DefaultUser: "root", DefaultWorkdir: "/"})
+		// Hiding the socket's directory: the reaper and the spawner's thread together.
+		cfg := agent.Config{DefaultUser: "root", DefaultWorkdir: "/", HidePaths: []string{filepath.Dir(sock)}}
+		err = agent.Serve(context.Background(), ln, cfg)
 		if err != nil {
 			panic(err)
 		}

@@ -525,41 +525,23 @@ func lookPath(cmd, dir, path string) (string, error) {
 	return "", fmt.Errorf("exec: %q: executable file not found in $PATH", cmd)
 }
 
-// forkExec starts argv in its own session, as u, in dir. With hiding on it
-// starts "agent-exec" in a new mount namespace, which covers the hidden
-// paths, drops to u and execs prog.
+// forkExec starts argv in its own session, as u, in dir. With hiding on,
+// the fork happens on the spawner's thread, so the child starts in the
+// mount namespace that covers the hidden paths.
 func (a *Agent) forkExec(prog string, argv, env []string, dir string, u *osUser, fds []uintptr, tty bool) (int, error) {
 	sys := &syscall.SysProcAttr{Setsid: true}
 	if tty {
 		sys.Setctty = true
 		sys.Ctty = 0
 	}
+	if a.euid == 0 || u.UID != uint32(a.euid) || u.GID != uint32(a.egid) {
+		sys.Credential = &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: u.Groups}
+	}
 	attr := &syscall.ProcAttr{Dir: dir, Env: env, Files: fds, Sys: sys}
-	if len(a.cfg.HidePaths) == 0 {
-		if a.euid == 0 || u.UID != uint32(a.euid) || u.GID != uint32(a.egid) {
-			sys.Credential = &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: u.Groups}
-		}
-		return syscall.ForkExec(prog, argv, attr)
+	if a.spawner != nil {
+		return a.spawner.forkExec(prog, argv, attr)
 	}
-	sys.Cloneflags = syscall.CLONE_NEWNS
-	args := []string{"tupper", "agent-exec",
-		"--uid", strconv.FormatUint(uint64(u.UID), 10),
-		"--gid", strconv.FormatUint(uint64(u.GID), 10),
-		"--groups", joinUints(u.Groups)}
-	for _, h := range a.cfg.HidePaths {
-		args = append(args, "--hide", h)
-	}
-	args = append(args, "--", prog)
-	args = append(args, argv...)
-	return syscall.ForkExec(a.execPath, args, attr)
-}
-
-func joinUints(v []uint32) string {
-	s := make([]string, len(v))
-	for i, x := range v {
-		s[i] = strconv.FormatUint(uint64(x), 10)
-	}
-	return strings.Join(s, ",")
+	return syscall.ForkExec(prog, argv, attr)
 }
 
 // openPTY allocates a pseudo-terminal pair of the given size.

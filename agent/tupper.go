@@ -2,7 +2,6 @@ package agent
 
 import (
 	"encoding/json"
-	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -115,5 +114,3 @@ func (a *Agent) busy(w http.ResponseWriter, r *http.Request) {
 		DeadlineUnix:       a.deadline.Load(),
 	})
 }
-
-var errUsage = errors.New("usage: agent-exec [--uid N --gid N --groups N,N] [--hide PATH]... -- PROGRAM ARGV0 [ARG]...")

@@ -88,13 +88,15 @@ func agentListener(listen string, fd int) (net.Listener, error) {
 	return nil, errors.New("need --listen unix:PATH (or tcp:HOST:PORT) or --listen-fd N")
 }
 
-// newAgentExecCmd is "tupper agent-exec", which the agent runs to start a
-// command in a mount namespace where its socket and binary are hidden. Not
-// for people.
+// newAgentExecCmd is the retired "tupper agent-exec": the agent no longer
+// re-executes itself to hide paths (see package agent, "Hiding"). It stays
+// registered, hidden and always failing, until main.go stops listing it.
+//
+// Deprecated: remove together with its entry in main.go.
 func newAgentExecCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:                "agent-exec [--uid N --gid N --groups N,...] [--hide PATH]... -- PROGRAM ARGV0 [ARG]...",
-		Short:              "Start a command for the agent (internal)",
+		Use:                "agent-exec",
+		Short:              "Retired; the agent hides paths itself",
 		Hidden:             true,
 		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -1,0 +1,220 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// spawner starts every command from one OS thread whose mount namespace
+// hides Config.HidePaths and whose capabilities lack CAP_SYS_ADMIN.
+//
+// Linux keeps the mount namespace (and the capability sets) per thread, and
+// syscall.ForkExec clones the calling thread, so a child forked from that
+// thread inherits both while the agent's other threads keep theirs. The
+// thread is prepared once (newSpawner) instead of re-executing a helper
+// for every command, which costs a Go runtime start-up each time.
+//
+// The goroutine that owns the thread calls runtime.LockOSThread and never
+// unlocks it: no other goroutine ever runs there, and when the goroutine
+// returns (close) Go terminates the thread instead of reusing it. The Go
+// runtime also never clones new threads from a locked one (it asks its
+// template thread), so the namespace cannot leak into the runtime's
+// threads. It is never the main thread, whose namespace is the process's
+// as seen from outside (/proc/<pid>/ns/mnt, runc exec).
+type spawner struct {
+	mu    sync.Mutex // one request in flight: req and reply carry it
+	req   chan spawnReq
+	reply chan spawnResult
+	stop  chan struct{}
+	done  chan struct{}
+	once  sync.Once
+
+	// shared is set when the covers turned out to be visible to the agent's
+	// other threads too: the runtime has no per-thread mount namespaces
+	// (gVisor runsc up to at least 20221219 accepts unshare(CLONE_NEWNS) as
+	// a no-op). The paths are then hidden sandbox-wide, the agent included.
+	shared bool
+}
+
+type spawnReq struct {
+	prog string
+	argv []string
+	attr *syscall.ProcAttr
+}
+
+type spawnResult struct {
+	pid int
+	err error
+}
+
+var errSpawnerClosed = errors.New("agent is shutting down")
+
+// newSpawner prepares the thread: a new mount namespace where every mount
+// is private (nothing propagates back to the agent), each existing path of
+// hide covered, CAP_SYS_ADMIN dropped so commands cannot unmount the
+// covers. It fails when any of that fails; the agent then refuses to start
+// rather than run commands that see what they must not.
+func newSpawner(hide []string) (*spawner, error) {
+	// What each path is before the covers, to tell afterwards whether the
+	// agent's own view changed (no per-thread namespaces).
+	before := make([]os.FileInfo, len(hide))
+	for i, p := range hide {
+		before[i], _ = os.Lstat(p)
+	}
+	s := &spawner{
+		req:   make(chan spawnReq),
+		reply: make(chan spawnResult),
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
+	}
+	ready := make(chan error, 1)
+	go s.loop(hide, ready)
+	if err := <-ready; err != nil {
+		<-s.done
+		return nil, err
+	}
+	for i, p := range hide {
+		after, _ := os.Lstat(p)
+		if !sameFile(before[i], after) {
+			s.shared = true
+		}
+	}
+	return s, nil
+}
+
+func sameFile(a, b os.FileInfo) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return os.SameFile(a, b)
+}
+
+func (s *spawner) loop(hide []string, ready chan<- error) {
+	runtime.LockOSThread() // for good: see spawner
+	if unix.Gettid() == unix.Getpid() {
+		// The main thread: its namespace is the one /proc/<pid>/ns/mnt
+		// shows and runc exec or nsenter join, so it must stay the agent's.
+		// Keep it occupied (nothing else can run on it while this goroutine
+		// holds it) and start over on another thread.
+		go s.loop(hide, ready)
+		<-s.done
+		runtime.UnlockOSThread()
+		return
+	}
+	defer close(s.done)
+	if err := isolateThread(hide); err != nil {
+		ready <- err
+		return
+	}
+	ready <- nil
+	for {
+		select {
+		case r := <-s.req:
+			pid, err := syscall.ForkExec(r.prog, r.argv, r.attr)
+			s.reply <- spawnResult{pid, err}
+		case <-s.stop:
+			return
+		}
+	}
+}
+
+// forkExec is syscall.ForkExec on the spawner's thread.
+func (s *spawner) forkExec(prog string, argv []string, attr *syscall.ProcAttr) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case s.req <- spawnReq{prog, argv, attr}:
+	case <-s.stop:
+		return 0, errSpawnerClosed
+	}
+	r := <-s.reply
+	return r.pid, r.err
+}
+
+// close ends the goroutine, and with it the thread.
+func (s *spawner) close() {
+	s.once.Do(func() { close(s.stop) })
+	<-s.done
+}
+
+// isolateThread runs on the locked thread.
+func isolateThread(hide []string) error {
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("agent: hide paths: unshare mount namespace: %w", err)
+	}
+	// gVisor answers EINVAL here (it has no mount propagation); newSpawner
+	// notices if the covers leak and says so.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil && err != unix.EINVAL {
+		return fmt.Errorf("agent: hide paths: make mounts private: %w", err)
+	}
+	for _, p := range hide {
+		if err := hidePath(p); err != nil {
+			return fmt.Errorf("agent: hide %s: %w", p, err)
+		}
+	}
+	if err := dropCap(unix.CAP_SYS_ADMIN); err != nil {
+		return fmt.Errorf("agent: hide paths: drop CAP_SYS_ADMIN for commands: %w", err)
+	}
+	return nil
+}
+
+// hidePath covers p with an empty read-only tmpfs (a directory) or a bind
+// mount of /dev/null (anything else); a missing p is left alone.
+func hidePath(p string) error {
+	fi, err := os.Lstat(p)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if fi.IsDir() {
+		const flags = unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
+		err := unix.Mount("tmpfs", p, "tmpfs", flags, "size=4k,nr_inodes=1,mode=0555")
+		if err == unix.EINVAL { // gVisor's tmpfs has no nr_inodes
+			err = unix.Mount("tmpfs", p, "tmpfs", flags, "size=4k,mode=0555")
+		}
+		return err
+	}
+	if err := unix.Mount("/dev/null", p, "", unix.MS_BIND, ""); err != nil {
+		return err
+	}
+	// gVisor cannot remount a bind mount (EINVAL); the cover is /dev/null
+	// anyway, where writes go nowhere.
+	err = unix.Mount("", p, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, "")
+	if err == unix.EINVAL {
+		err = nil
+	}
+	return err
+}
+
+// dropCap removes c from the calling thread's bounding, effective,
+// permitted and inheritable sets (and so from its ambient set), so nothing
+// this thread starts can ever hold it, root or not.
+func dropCap(c uintptr) error {
+	if in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, c, 0, 0, 0); err == nil && in == 1 {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, c, 0, 0, 0); err != nil {
+			return fmt.Errorf("bounding set (needs CAP_SETPCAP): %w", err)
+		}
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3} // Pid 0: this thread
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capget: %w", err)
+	}
+	bit := uint32(1) << (c % 32)
+	d := &data[c/32]
+	d.Effective &^= bit
+	d.Permitted &^= bit
+	d.Inheritable &^= bit
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	return nil
+}
