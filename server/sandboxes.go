@@ -87,6 +87,22 @@ type createRequest struct {
 	Template      string            `json:"template,omitempty"`
 	Runtime       string            `json:"runtime,omitempty"`
 	TrackChanges  bool              `json:"trackChanges,omitempty"`
+	// LabelsExact records Labels exactly as given. Without it the server adds
+	// sandbox-sdk=true, the label of sandboxes made through the SDK (which the server always
+	// uses); providers/remote sets it so a raw provider.Create stays without that label.
+	LabelsExact bool `json:"labelsExact,omitempty"`
+}
+
+// recordLabels are the labels the server records and reports for a new sandbox.
+func (req createRequest) recordLabels() map[string]string {
+	l := maps.Clone(req.Labels)
+	if l == nil {
+		l = map[string]string{}
+	}
+	if !req.LabelsExact {
+		l[sandbox.SDKLabel] = "true"
+	}
+	return l
 }
 
 func (req createRequest) options() (sandbox.CreateOptions, error) {
@@ -108,8 +124,8 @@ func (req createRequest) options() (sandbox.CreateOptions, error) {
 	if opts.IdleTimeout, err = durMS("idleTimeoutMs", req.IdleTimeoutMS); err != nil {
 		return opts, err
 	}
-	if _, ok := opts.Labels[sandbox.SDKLabel]; ok && len(opts.Labels) > 0 {
-		// Clients built on the SDK send its label; it is the server's to set.
+	if _, ok := opts.Labels[sandbox.SDKLabel]; ok {
+		// The SDK on the server sets its own label on the provider's sandbox.
 		opts.Labels = maps.Clone(opts.Labels)
 		delete(opts.Labels, sandbox.SDKLabel)
 	}
@@ -132,18 +148,19 @@ type sandboxJSON struct {
 	Capabilities []string          `json:"capabilities,omitempty"`
 }
 
-func publicLabels(l map[string]string) map[string]string {
-	out := maps.Clone(l)
-	if out == nil {
-		out = map[string]string{}
+// toJSON describes a sandbox: its state from the provider, its key and labels from the
+// server's record (which holds them exactly as the client gave them).
+func (s *Server) toJSON(in provider.Info, rec store.Sandbox) sandboxJSON {
+	labels := maps.Clone(rec.Labels)
+	if labels == nil {
+		labels = map[string]string{}
 	}
-	delete(out, sandbox.SDKLabel)
-	return out
-}
-
-func (s *Server) toJSON(in provider.Info) sandboxJSON {
+	key := rec.Key
+	if key == "" {
+		key = in.Key
+	}
 	return sandboxJSON{
-		ID: in.ID, Provider: s.prov.Name(), Key: in.Key, Labels: publicLabels(in.Labels), State: string(in.State),
+		ID: in.ID, Provider: s.prov.Name(), Key: key, Labels: labels, State: string(in.State),
 		CreatedAt: in.CreatedAt.UTC(), Deadline: in.Deadline.UTC(), Template: in.Template, Runtime: in.Runtime,
 	}
 }
@@ -212,11 +229,17 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, c *caller
 		return
 	}
 	token := store.NewToken()
-	rec := store.Sandbox{
-		ID: b.ID, Provider: s.prov.Name(), APIKeyID: c.KeyID, Key: info.Key, Labels: publicLabels(info.Labels),
-		CreatedAt: info.CreatedAt, Deadline: info.Deadline, State: info.State,
+	var rec store.Sandbox
+	if b.Created {
+		rec = store.Sandbox{
+			ID: b.ID, Provider: s.prov.Name(), APIKeyID: c.KeyID, Key: opts.Key, Labels: req.recordLabels(),
+			CreatedAt: info.CreatedAt, Deadline: info.Deadline, State: info.State,
+		}
+		err = s.st.PutSandbox(context.WithoutCancel(ctx), rec, store.Hash(token))
+	} else if rec, err = s.st.Sandbox(ctx, b.ID); err == nil {
+		err = s.st.AddToken(context.WithoutCancel(ctx), b.ID, store.Hash(token))
 	}
-	if err := s.st.PutSandbox(context.WithoutCancel(ctx), rec, store.Hash(token)); err != nil {
+	if err != nil {
 		if b.Created {
 			_ = b.Destroy(context.WithoutCancel(ctx))
 		}
@@ -227,9 +250,9 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, c *caller
 	status := http.StatusOK
 	if b.Created {
 		status = http.StatusCreated
-		s.emit(ctx, EventCreated, b.ID, map[string]any{"key": info.Key, "labels": rec.Labels, "template": info.Template})
+		s.emit(ctx, EventCreated, b.ID, map[string]any{"key": rec.Key, "labels": rec.Labels, "template": info.Template})
 	}
-	out := s.toJSON(info)
+	out := s.toJSON(info, rec)
 	out.Token = token
 	out.Created = &b.Created
 	out.Capabilities = capList(s.Capabilities())
@@ -256,28 +279,22 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, _ *caller
 		writeError(w, err)
 		return
 	}
-	known := make(map[string]store.Sandbox, len(recs))
-	for _, rec := range recs {
-		known[rec.ID] = rec
-	}
-	infos, err := s.prov.List(ctx, provider.ListFilter{Labels: filter})
+	infos, err := s.prov.List(ctx, provider.ListFilter{})
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	out := []sandboxJSON{}
+	live := make(map[string]provider.Info, len(infos))
 	for _, in := range infos {
-		rec, ok := known[in.ID]
-		if !ok || !(provider.ListFilter{Labels: filter}).Matches(in.Labels) {
+		live[in.ID] = in
+	}
+	out := []sandboxJSON{}
+	for _, rec := range recs {
+		in, ok := live[rec.ID]
+		if !ok || !(provider.ListFilter{Labels: filter}).Matches(rec.Labels) || (key != "" && rec.Key != key) {
 			continue
 		}
-		if key != "" && in.Key != key && rec.Key != key {
-			continue
-		}
-		if in.Key == "" {
-			in.Key = rec.Key
-		}
-		out = append(out, s.toJSON(in))
+		out = append(out, s.toJSON(in, rec))
 	}
 	slices.SortFunc(out, func(a, b sandboxJSON) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	writeJSON(w, http.StatusOK, map[string]any{"sandboxes": out})
@@ -320,10 +337,7 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, _ *caller) {
 		if err != nil {
 			return err
 		}
-		if info.Key == "" {
-			info.Key = rec.Key
-		}
-		out := s.toJSON(info)
+		out := s.toJSON(info, rec)
 		out.Capabilities = capList(s.Capabilities())
 		writeJSON(w, http.StatusOK, out)
 		return nil

@@ -37,10 +37,6 @@ import (
 // Name is the registry name.
 const Name = "remote"
 
-// sdkLabel is sandbox.SDKLabel (not imported: the provider sits below the SDK). The server
-// makes every sandbox through the SDK, so every sandbox it lists carries it.
-const sdkLabel = "sandbox-sdk"
-
 func init() {
 	provider.Register(provider.Registration{
 		Name: Name,
@@ -265,7 +261,6 @@ func (s sandboxJSON) info() provider.Info {
 	if labels == nil {
 		labels = map[string]string{}
 	}
-	labels[sdkLabel] = "true"
 	return provider.Info{
 		ID: s.ID, Key: s.Key, Labels: labels, State: provider.State(s.State), CreatedAt: s.CreatedAt,
 		Template: s.Template, Runtime: s.Runtime, Deadline: s.Deadline,
@@ -286,6 +281,7 @@ type createRequest struct {
 	From          string            `json:"from,omitempty"`
 	Template      string            `json:"template,omitempty"`
 	Runtime       string            `json:"runtime,omitempty"`
+	LabelsExact   bool              `json:"labelsExact,omitempty"`
 }
 
 type sizeJSON struct {
@@ -306,10 +302,8 @@ func ceilMS(d time.Duration) int64 {
 }
 
 func createBody(spec provider.CreateSpec) createRequest {
-	labels := maps.Clone(spec.Labels)
-	delete(labels, sdkLabel)
 	req := createRequest{
-		Key: spec.Key, Labels: labels, Env: spec.Env, Secrets: spec.Secrets, Ports: spec.Ports,
+		Key: spec.Key, Labels: spec.Labels, LabelsExact: true, Env: spec.Env, Secrets: spec.Secrets, Ports: spec.Ports,
 		TimeoutMS: ceilMS(spec.Timeout), IdleTimeoutMS: ceilMS(spec.IdleTimeout),
 		From: spec.From, Template: spec.Template, Runtime: spec.Runtime,
 	}
@@ -373,9 +367,6 @@ func (p *Provider) Connect(ctx context.Context, id string) (provider.Instance, e
 func (p *Provider) List(ctx context.Context, filter provider.ListFilter) ([]provider.Info, error) {
 	q := url.Values{}
 	for k, v := range filter.Labels {
-		if k == sdkLabel {
-			continue // every server sandbox has it
-		}
 		q.Add("label", k+"="+v)
 	}
 	var list struct {

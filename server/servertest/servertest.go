@@ -1,0 +1,187 @@
+// Package servertest starts tupper servers for tests: in-process on loopback, over the local
+// provider when the machine can run it (root and runc) and the memory provider otherwise;
+// under CI=true the local provider is required, so coverage never disappears silently.
+package servertest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tupper-dev/tupper/internal/testenv"
+	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/providers/local"
+	"github.com/tupper-dev/tupper/providers/memory"
+	"github.com/tupper-dev/tupper/server"
+	"github.com/tupper-dev/tupper/store"
+)
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// Binary returns a static tupper binary: $TUPPER_AGENT, or ./cmd/tupper built once into a
+// temporary directory (removed by Cleanup at the end of the test binary is not possible, so
+// it lives in os.TempDir under a fixed per-process name).
+func Binary(t testing.TB) string {
+	t.Helper()
+	binOnce.Do(func() {
+		if p := os.Getenv("TUPPER_AGENT"); p != "" {
+			binPath = p
+			return
+		}
+		_, file, _, _ := runtime.Caller(0)
+		root := filepath.Join(filepath.Dir(file), "..", "..")
+		dir, err := os.MkdirTemp("", "tupper-servertest-")
+		if err != nil {
+			binErr = err
+			return
+		}
+		_ = os.Chmod(dir, 0o711)
+		binPath = filepath.Join(dir, "tupper")
+		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/tupper")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			binErr = fmt.Errorf("go build ./cmd/tupper: %v: %s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+// CanRunLocal reports whether the local provider can run here (root and runc), and why not.
+func CanRunLocal() (bool, string) {
+	if os.Geteuid() != 0 {
+		return false, "needs root"
+	}
+	if _, err := exec.LookPath("runc"); err != nil {
+		return false, "runc not found on PATH"
+	}
+	return true, ""
+}
+
+// LocalConfig is a local provider configuration of its own for a test: its own home, and
+// its own subnet and bridge numbered n (1..200), so packages testing at once never meet.
+func LocalConfig(t testing.TB, n int) local.Config {
+	t.Helper()
+	home := t.TempDir()
+	// A user namespace's root must traverse t.TempDir's private parent.
+	if err := os.Chmod(filepath.Dir(home), 0o711); err != nil {
+		t.Fatal(err)
+	}
+	return local.Config{
+		Home:      home,
+		AgentPath: Binary(t),
+		Subnet:    fmt.Sprintf("10.216.%d.0/24", n),
+		Bridge:    fmt.Sprintf("tuppersrv%d", n),
+	}
+}
+
+// Provider returns the provider server tests run on: local (runc) when this machine can run
+// it, else memory (skipping nothing: the memory provider runs every server feature but
+// isolation). TUPPER_SERVERTEST_PROVIDER=memory picks memory on a developer's machine
+// (never under CI). Under CI=true a machine that cannot run local fails the test. n numbers the
+// local provider's network (see LocalConfig). It logs which provider it picked.
+func Provider(t testing.TB, n int) provider.Provider {
+	t.Helper()
+	ok, why := CanRunLocal()
+	if os.Getenv("TUPPER_SERVERTEST_PROVIDER") == "memory" && !testenv.InCI() {
+		ok, why = false, "TUPPER_SERVERTEST_PROVIDER=memory"
+	}
+	if !ok {
+		if testenv.InCI() {
+			t.Fatalf("the local provider cannot run under CI=true: %s", why)
+		}
+		t.Logf("server tests run on the memory provider (local: %s)", why)
+		return memory.New()
+	}
+	p, err := local.New(LocalConfig(t, n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Available(context.Background()); err != nil {
+		if testenv.InCI() {
+			t.Fatalf("the local provider cannot run under CI=true: %v", err)
+		}
+		t.Logf("server tests run on the memory provider (local: %v)", err)
+		return memory.New()
+	}
+	t.Logf("server tests run on the local provider (runc)")
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		infos, _ := p.List(ctx, provider.ListFilter{})
+		for _, in := range infos {
+			_ = p.Destroy(ctx, in.ID)
+		}
+		p.Close()
+	})
+	return p
+}
+
+// Server is a running in-process server.
+type Server struct {
+	URL    string // http://127.0.0.1:PORT
+	Key    string // an API key
+	Server *server.Server
+	Store  *store.Store
+}
+
+// Start serves prov on 127.0.0.1 with a fresh store in dir ("" is a temporary directory)
+// and an API key, until the test ends.
+func Start(t testing.TB, prov provider.Provider, dir string, mod ...func(*server.Config)) *Server {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	ctx := context.Background()
+	st, err := store.Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := server.Config{Provider: prov, Store: st}
+	for _, m := range mod {
+		m(&cfg)
+	}
+	srv, err := server.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: srv.Handler()}
+	rctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); _ = hs.Serve(ln) }()
+	go func() { defer wg.Done(); srv.Run(rctx) }()
+	t.Cleanup(func() {
+		cancel()
+		sctx, c2 := context.WithTimeout(context.Background(), 10*time.Second)
+		defer c2()
+		_ = hs.Shutdown(sctx)
+		wg.Wait()
+		srv.Close()
+		st.Close()
+	})
+	_, key, err := st.CreateKey(ctx, "servertest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Server{URL: "http://" + ln.Addr().String(), Key: key, Server: srv, Store: st}
+}
