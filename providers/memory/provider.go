@@ -19,7 +19,24 @@
 //
 // Declared capabilities: network-none, timeout, idle-timeout, exact-key and snapshot. It
 // implements provider.FileSystem, Searcher, ChangeTracker, ActivityReporter, KeyedCreator,
-// TimeoutSetter and Snapshotter natively.
+// TimeoutSetter and Snapshotter natively. PreviewURL fails with CodeUnsupported.
+//
+// # Commands
+//
+// Besides the shell's builtins (cd, echo, printf, test, read, set, export, eval, source,
+// trap, wait, command, type, …) the utilities are: sh (also bash), env, printenv, sleep,
+// timeout, nohup, nice, xargs, yes, kill, which, date, id, whoami, uname, hostname, nproc,
+// seq, expr, cat, ls, mkdir, rm, rmdir, mv, cp, touch, chmod, chown, stat, ln, readlink,
+// realpath, find, basename, dirname, tee, mktemp, du, head, tail, wc, grep (egrep, fgrep),
+// sort, uniq, tr, cut, sed, base64, sha256sum, sha1sum, md5sum, rev, tac, diff (unified
+// output only) and cmp, with the flags scripts commonly use. Anything else exits 127 with
+// "sh: NAME: command not found". A script file in the memory file system runs when it is
+// executable and is a shell script (no #! line, or one naming sh or bash).
+//
+// Every command is a job in the sandbox's process table with a pid that is also its group
+// id; kill reaches jobs (a negative pid names the same job), and any signal that ends a
+// process stops the whole job at once. Background jobs a script starts with & end with it.
+// $$ is the job's pid; process substitution is not supported.
 package memory
 
 import (
