@@ -239,15 +239,15 @@ func (a *Agent) start(spec startSpec, first *subscriber) (*proc, error) {
 	argv := append([]string{spec.cfg.GetCmd()}, spec.cfg.GetArgs()...)
 
 	var (
-		childFiles []*os.File // closed in the parent after fork
-		readers    []*os.File
-		kinds      []int
-		stdinW     *os.File
-		term       *os.File
+		childFDs []int // the child's ends, closed in the parent after fork
+		readers  []*os.File
+		kinds    []int
+		stdinW   *os.File
+		term     *os.File
 	)
 	closeAll := func() {
-		for _, f := range childFiles {
-			f.Close()
+		for _, fd := range childFDs {
+			unix.Close(fd)
 		}
 		for _, f := range readers {
 			f.Close()
@@ -263,41 +263,41 @@ func (a *Agent) start(spec startSpec, first *subscriber) (*proc, error) {
 			return nil, fmt.Errorf("allocate pty: %w", err)
 		}
 		term = m
-		childFiles = append(childFiles, s)
-		fds = [3]uintptr{s.Fd(), s.Fd(), s.Fd()}
+		childFDs = append(childFDs, s)
+		fds = [3]uintptr{uintptr(s), uintptr(s), uintptr(s)}
 		readers, kinds = []*os.File{m}, []int{3}
 	} else {
 		if spec.stdin {
-			r, w, err := os.Pipe()
+			w, r, err := pipe(false)
 			if err != nil {
 				return nil, err
 			}
-			childFiles = append(childFiles, r)
+			childFDs = append(childFDs, r)
 			stdinW = w
-			fds[0] = r.Fd()
+			fds[0] = uintptr(r)
 		} else {
 			fds[0] = uintptr(a.devNull)
 		}
 		for i := 1; i <= 2; i++ {
-			r, w, err := os.Pipe()
+			r, w, err := pipe(true)
 			if err != nil {
 				closeAll()
 				return nil, err
 			}
-			childFiles = append(childFiles, w)
+			childFDs = append(childFDs, w)
 			readers = append(readers, r)
 			kinds = append(kinds, i)
-			fds[i] = w.Fd()
+			fds[i] = uintptr(w)
 		}
 	}
 
 	pid, exited, err := a.reaper.spawn(func() (int, error) {
 		return a.forkExec(prog, argv, env, dir, u, fds[:], spec.pty != nil)
 	})
-	for _, f := range childFiles {
-		f.Close()
+	for _, fd := range childFDs {
+		unix.Close(fd)
 	}
-	childFiles = nil
+	childFDs = nil
 	if err != nil {
 		closeAll()
 		if term != nil {
@@ -372,9 +372,37 @@ func (a *Agent) start(spec startSpec, first *subscriber) (*proc, error) {
 	return p, nil
 }
 
+// pipe returns a pipe whose parent end is a pollable *os.File (the read
+// end when read is set) and whose child end is a bare close-on-exec
+// descriptor: unlike os.Pipe it never registers the child's end with the
+// poller, which would cost an epoll_ctl to add and one to remove for every
+// command.
+func pipe(read bool) (parent *os.File, child int, err error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return nil, -1, os.NewSyscallError("pipe2", err)
+	}
+	mine, theirs := p[1], p[0]
+	if read {
+		mine, theirs = p[0], p[1]
+	}
+	if err := unix.SetNonblock(mine, true); err != nil {
+		unix.Close(p[0])
+		unix.Close(p[1])
+		return nil, -1, os.NewSyscallError("setnonblock", err)
+	}
+	return os.NewFile(uintptr(mine), "|pipe"), theirs, nil
+}
+
+// pumpBufs are pump's read buffers: a 32 KiB array on each pump's stack
+// would grow two goroutine stacks to 64 KiB for every command.
+var pumpBufs = sync.Pool{New: func() any { return new([32 << 10]byte) }}
+
 // pump copies one output stream of p into data events.
 func pump(p *proc, f *os.File, kind int) {
-	buf := make([]byte, 32<<10)
+	bp := pumpBufs.Get().(*[32 << 10]byte)
+	defer pumpBufs.Put(bp)
+	buf := bp[:]
 	for {
 		n, err := f.Read(buf)
 		if n > 0 {
@@ -545,10 +573,10 @@ func (a *Agent) forkExec(prog string, argv, env []string, dir string, u *osUser,
 }
 
 // openPTY allocates a pseudo-terminal pair of the given size.
-func openPTY(cols, rows uint32) (master, slave *os.File, err error) {
+func openPTY(cols, rows uint32) (master *os.File, slave int, err error) {
 	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
 	if err != nil {
-		return nil, nil, err
+		return nil, -1, err
 	}
 	var n int
 	var ierr error
@@ -566,18 +594,18 @@ func openPTY(cols, rows uint32) (master, slave *os.File, err error) {
 	}
 	if err != nil {
 		m.Close()
-		return nil, nil, err
+		return nil, -1, err
 	}
 	if err := resizePTY(m, cols, rows); err != nil {
 		m.Close()
-		return nil, nil, err
+		return nil, -1, err
 	}
 	sfd, err := unix.Open("/dev/pts/"+strconv.Itoa(n), unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		m.Close()
-		return nil, nil, err
+		return nil, -1, err
 	}
-	return m, os.NewFile(uintptr(sfd), "/dev/pts/"+strconv.Itoa(n)), nil
+	return m, sfd, nil
 }
 
 func resizePTY(m *os.File, cols, rows uint32) error {

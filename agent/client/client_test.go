@@ -8,7 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/tupper-dev/tupper/agent"
 	"github.com/tupper-dev/tupper/agent/client"
@@ -48,8 +50,8 @@ func benchExec(b *testing.B, cfg agent.Config) {
 	if _, err := c.Exec(ctx, req); err != nil {
 		b.Fatal(err)
 	}
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
+	defer reportCPU(b)()
+	for b.Loop() {
 		res, err := c.Exec(ctx, req)
 		if err != nil || res.ExitCode != 0 {
 			b.Fatal(res, err)
@@ -61,8 +63,41 @@ func benchExec(b *testing.B, cfg agent.Config) {
 // with: the bare cost of fork+exec+wait of /bin/true with os/exec on this
 // machine, measured in the same run (the machine is noisy; report ratios).
 func BenchmarkForkExecTrue(b *testing.B) {
+	defer reportCPU(b)()
 	for b.Loop() {
 		if err := exec.Command("/bin/true").Run(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// reportCPU adds cpu-ns/op: the CPU time of this process and its reaped
+// children per iteration, which a loaded machine inflates less than wall
+// time. Call as defer reportCPU(b)() after set-up.
+func reportCPU(b *testing.B) func() {
+	cpu := func() time.Duration {
+		var self, kids syscall.Rusage
+		syscall.Getrusage(syscall.RUSAGE_SELF, &self)
+		syscall.Getrusage(syscall.RUSAGE_CHILDREN, &kids)
+		d := func(t syscall.Timeval) time.Duration { return time.Duration(t.Nano()) }
+		return d(self.Utime) + d(self.Stime) + d(kids.Utime) + d(kids.Stime)
+	}
+	start := cpu()
+	return func() {
+		if b.N > 0 {
+			b.ReportMetric(float64(cpu()-start)/float64(b.N), "cpu-ns/op")
+		}
+	}
+}
+
+// BenchmarkHealth is the floor of one request through the client and the
+// agent's HTTP stack: GET /health on a pooled connection.
+func BenchmarkHealth(b *testing.B) {
+	c := serve(b, agent.Config{})
+	ctx := context.Background()
+	defer reportCPU(b)()
+	for b.Loop() {
+		if err := c.Health(ctx); err != nil {
 			b.Fatal(err)
 		}
 	}
