@@ -116,6 +116,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Deliveries a previous process had in flight when it died go out again now.
+	if n, err := cfg.Store.ReleaseClaims(ctx); err != nil {
+		return nil, err
+	} else if n > 0 {
+		cfg.Logger.Info("resending webhook deliveries left in flight", "count", n)
+	}
 	s := &Server{
 		cfg: cfg, prov: cfg.Provider, st: cfg.Store, log: cfg.Logger, signer: signer,
 		handles: map[string]*sandbox.Sandbox{}, keyLocks: map[string]*keyLock{},

@@ -229,7 +229,7 @@ func (s *Store) ClaimDeliveries(ctx context.Context, now time.Time, lease time.D
 		return nil, dbErr(err)
 	}
 	for _, d := range out {
-		if _, err := tx.ExecContext(ctx, `UPDATE deliveries SET next_attempt = ? WHERE id = ?`, unixMilli(now.Add(lease)), d.ID); err != nil {
+		if _, err := tx.ExecContext(ctx, `UPDATE deliveries SET next_attempt = ?, claimed = 1 WHERE id = ?`, unixMilli(now.Add(lease)), d.ID); err != nil {
 			return nil, dbErr(err)
 		}
 	}
@@ -238,17 +238,17 @@ func (s *Store) ClaimDeliveries(ctx context.Context, now time.Time, lease time.D
 
 // DeliverySucceeded records a delivery as done.
 func (s *Store) DeliverySucceeded(ctx context.Context, id int64) error {
-	_, err := s.db.ExecContext(ctx, `UPDATE deliveries SET delivered_at = ?, attempts = attempts + 1, last_error = '' WHERE id = ?`, time.Now().UnixMilli(), id)
+	_, err := s.db.ExecContext(ctx, `UPDATE deliveries SET delivered_at = ?, attempts = attempts + 1, last_error = '', claimed = 0 WHERE id = ?`, time.Now().UnixMilli(), id)
 	return dbErr(err)
 }
 
 // DeliveryFailed records a failed attempt: retried at next, or given up when next is zero.
 func (s *Store) DeliveryFailed(ctx context.Context, id int64, msg string, next time.Time) error {
 	if next.IsZero() {
-		_, err := s.db.ExecContext(ctx, `UPDATE deliveries SET failed_at = ?, attempts = attempts + 1, last_error = ? WHERE id = ?`, time.Now().UnixMilli(), msg, id)
+		_, err := s.db.ExecContext(ctx, `UPDATE deliveries SET failed_at = ?, attempts = attempts + 1, last_error = ?, claimed = 0 WHERE id = ?`, time.Now().UnixMilli(), msg, id)
 		return dbErr(err)
 	}
-	_, err := s.db.ExecContext(ctx, `UPDATE deliveries SET next_attempt = ?, attempts = attempts + 1, last_error = ? WHERE id = ?`, unixMilli(next), msg, id)
+	_, err := s.db.ExecContext(ctx, `UPDATE deliveries SET next_attempt = ?, attempts = attempts + 1, last_error = ?, claimed = 0 WHERE id = ?`, unixMilli(next), msg, id)
 	return dbErr(err)
 }
 
@@ -280,4 +280,17 @@ func (s *Store) Deliveries(ctx context.Context, webhookID string) ([]DeliverySta
 		out = append(out, d)
 	}
 	return out, dbErr(rows.Err())
+}
+
+// ReleaseClaims makes every delivery claimed by an earlier process due now. A server calls it
+// when it starts: only one server uses a store, so a claim it finds is one a process that
+// died mid-delivery left behind. Returns how many it released.
+func (s *Store) ReleaseClaims(ctx context.Context) (int, error) {
+	res, err := s.db.ExecContext(ctx, `UPDATE deliveries SET claimed = 0, next_attempt = ?
+		WHERE claimed = 1 AND delivered_at IS NULL AND failed_at IS NULL`, time.Now().UnixMilli())
+	if err != nil {
+		return 0, dbErr(err)
+	}
+	n, _ := res.RowsAffected()
+	return int(n), nil
 }

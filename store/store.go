@@ -121,6 +121,9 @@ CREATE TABLE settings (
 	value BLOB NOT NULL
 );
 `,
+	// 2: tell a delivery in flight (claimed, leased) from one waiting for its retry, so a
+	// restarted server resends what a dead one left in flight at once.
+	`ALTER TABLE deliveries ADD COLUMN claimed INTEGER NOT NULL DEFAULT 0;`,
 }
 
 // Open opens (creating it when missing) the database in dir, which it creates with mode 0700,

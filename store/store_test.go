@@ -154,6 +154,13 @@ func TestOutbox(t *testing.T) {
 	if again, _ := s.ClaimDeliveries(ctx, now.Add(2*time.Minute), time.Minute, 10); len(again) != 3 {
 		t.Fatalf("claimed %d after the lease", len(again))
 	}
+	// A restarted server releases what a dead one had in flight.
+	if n, err := s.ReleaseClaims(ctx); err != nil || n != 3 {
+		t.Fatalf("released %d, %v", n, err)
+	}
+	if again, _ := s.ClaimDeliveries(ctx, time.Now(), time.Minute, 10); len(again) != 3 {
+		t.Fatalf("claimed %d after release", len(again))
+	}
 	for _, d := range ds {
 		if d.Webhook.ID == only.ID && d.Event.Type != "sandbox.destroyed" {
 			t.Errorf("filtered webhook got %s", d.Event.Type)

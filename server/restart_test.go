@@ -1,0 +1,270 @@
+package server_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tupper-dev/tupper/providers/local"
+	"github.com/tupper-dev/tupper/server"
+	"github.com/tupper-dev/tupper/server/servertest"
+	"github.com/tupper-dev/tupper/store"
+)
+
+// child is a `tupper serve` process.
+type child struct {
+	cmd    *exec.Cmd
+	url    string
+	stderr *bytes.Buffer
+	mu     *sync.Mutex
+}
+
+// serve starts `tupper serve` on a free loopback port with state in home and waits until it
+// listens.
+func serve(t *testing.T, home, prov string, env ...string) *child {
+	t.Helper()
+	cmd := exec.Command(servertest.Binary(t), "serve", "--addr", "127.0.0.1:0", "--home", home, "--provider", prov)
+	cmd.Env = append(os.Environ(), "TUPPER_HOME="+home)
+	cmd.Env = append(cmd.Env, env...)
+	pr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &child{cmd: cmd, stderr: &bytes.Buffer{}, mu: &sync.Mutex{}}
+	t.Cleanup(func() { c.kill() })
+	found := make(chan string, 1)
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			line := sc.Text()
+			c.mu.Lock()
+			c.stderr.WriteString(line + "\n")
+			c.mu.Unlock()
+			if i := strings.Index(line, "serving on "); i >= 0 {
+				select {
+				case found <- strings.Fields(line[i+len("serving on "):])[0]:
+				default:
+				}
+			}
+		}
+	}()
+	select {
+	case c.url = <-found:
+	case <-exited:
+		c.kill()
+		t.Fatalf("tupper serve exited: %s", c.logs())
+	case <-time.After(60 * time.Second):
+		c.kill()
+		t.Fatalf("tupper serve did not start: %s", c.logs())
+	}
+	return c
+}
+
+func (c *child) logs() string { c.mu.Lock(); defer c.mu.Unlock(); return c.stderr.String() }
+
+// kill is kill -9: no shutdown of any kind.
+func (c *child) kill() {
+	if c.cmd.ProcessState == nil {
+		_ = c.cmd.Process.Signal(syscall.SIGKILL)
+		_ = c.cmd.Wait()
+	}
+}
+
+func call(t *testing.T, method, url, key string, in, out any) int {
+	t.Helper()
+	var body io.Reader
+	if in != nil {
+		b, _ := json.Marshal(in)
+		body = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, url, body)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if out != nil && resp.StatusCode < 300 {
+		if err := json.Unmarshal(data, out); err != nil {
+			t.Fatalf("%s %s: %v: %s", method, url, err, data)
+		}
+	}
+	if resp.StatusCode >= 300 {
+		t.Logf("%s %s: %d %s", method, url, resp.StatusCode, data)
+	}
+	return resp.StatusCode
+}
+
+func newKey(t *testing.T, home string) string {
+	t.Helper()
+	// The store is opened here, in another process than the server: as `tupper keys` does.
+	st, err := store.Open(context.Background(), home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	_, key, err := st.CreateKey(context.Background(), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key
+}
+
+// TestOutboxSurvivesKill: the server is killed with -9 while a webhook delivery is in flight
+// (the receiver holds the request); after a restart on the same state the delivery is made,
+// with the same event id and a valid signature. At least once, never lost.
+func TestOutboxSurvivesKill(t *testing.T) {
+	home := t.TempDir()
+	key := newKey(t, home)
+	var (
+		mu       sync.Mutex
+		byID     = map[string]int{}
+		secret   string
+		badSig   int
+		inFlight = make(chan struct{})
+		release  = make(chan struct{})
+		redone   = make(chan string, 4)
+		first    = true
+	)
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		ts := r.Header.Get("X-Webhook-Timestamp")
+		var tsn int64
+		fmt.Sscan(ts, &tsn)
+		id := r.Header.Get("X-Webhook-Id")
+		mu.Lock()
+		if r.Header.Get("X-Webhook-Signature") != server.Sign(secret, tsn, body) {
+			badSig++
+		}
+		byID[id]++
+		isFirst := first
+		first = false
+		mu.Unlock()
+		if isFirst {
+			close(inFlight)
+			<-release // hold the delivery open until the server is dead
+			return
+		}
+		redone <- id
+	}))
+	defer recv.Close()
+	defer close(release)
+
+	a := serve(t, home, "memory")
+	var wh struct{ ID, Secret string }
+	if code := call(t, "POST", a.url+"/v1/webhooks", key, map[string]any{"url": recv.URL, "events": []string{"sandbox.created"}}, &wh); code != 201 {
+		t.Fatalf("webhook: %d", code)
+	}
+	mu.Lock()
+	secret = wh.Secret
+	mu.Unlock()
+	var sb struct{ ID string }
+	if code := call(t, "POST", a.url+"/v1/sandboxes", key, map[string]any{}, &sb); code != 201 {
+		t.Fatalf("create: %d", code)
+	}
+	select {
+	case <-inFlight:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no delivery arrived: %s", a.logs())
+	}
+	a.kill()
+
+	b := serve(t, home, "memory")
+	select {
+	case id := <-redone:
+		var evs struct{ Events []store.Event }
+		call(t, "GET", b.url+"/v1/events?type=sandbox.created", key, nil, &evs)
+		if len(evs.Events) != 1 || evs.Events[0].ID != id || evs.Events[0].SandboxID != sb.ID {
+			t.Errorf("redelivered %s; events %+v", id, evs.Events)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the delivery was lost after kill -9: %s", b.logs())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if badSig != 0 {
+		t.Errorf("%d deliveries with a bad signature", badSig)
+	}
+}
+
+// TestSandboxesSurviveKill: sandboxes made through a server that is killed with -9 are
+// listed and usable through the next server on the same state (they live in the local
+// provider, not in the server process).
+func TestSandboxesSurviveKill(t *testing.T) {
+	if ok, why := servertest.CanRunLocal(); !ok {
+		servertestSkip(t, "sandboxes that outlive the server need the local provider: "+why)
+	}
+	home := t.TempDir()
+	// A user namespace's root must traverse t.TempDir's private parent.
+	if err := os.Chmod(filepath.Dir(home), 0o711); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Whatever the test left: destroy through the provider itself.
+		p, err := local.New(local.Config{Home: home, AgentPath: servertest.Binary(t)})
+		if err != nil {
+			return
+		}
+		defer p.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		infos, _ := p.List(ctx, localFilter())
+		for _, in := range infos {
+			_ = p.Destroy(ctx, in.ID)
+		}
+	})
+	key := newKey(t, home)
+	a := serve(t, home, "local")
+	var ids []string
+	for i := range 2 {
+		var sb struct{ ID, Token string }
+		if code := call(t, "POST", a.url+"/v1/sandboxes", key, map[string]any{"network": map[string]string{"mode": "none"}, "labels": map[string]string{"n": fmt.Sprint(i)}}, &sb); code != 201 {
+			t.Fatalf("create: %d: %s", code, a.logs())
+		}
+		ids = append(ids, sb.ID)
+		var res struct{ ExitCode int }
+		call(t, "POST", a.url+"/v1/sandboxes/"+sb.ID+"/run", sb.Token, map[string]string{"command": "echo kept-" + sb.ID + " > /workspace/f"}, &res)
+		if res.ExitCode != 0 {
+			t.Fatalf("write: exit %d", res.ExitCode)
+		}
+	}
+	a.kill()
+
+	b := serve(t, home, "local")
+	var list struct{ Sandboxes []struct{ ID, State string } }
+	call(t, "GET", b.url+"/v1/sandboxes", key, nil, &list)
+	if len(list.Sandboxes) != 2 {
+		t.Fatalf("after kill -9 and restart: %+v; want %v", list.Sandboxes, ids)
+	}
+	for _, id := range ids {
+		var res struct {
+			ExitCode int
+			Stdout   string
+		}
+		if code := call(t, "POST", b.url+"/v1/sandboxes/"+id+"/run", key, map[string]string{"command": "cat /workspace/f"}, &res); code != 200 || res.Stdout != "kept-"+id+"\n" {
+			t.Errorf("sandbox %s after restart: %d %+v", id, code, res)
+		}
+		if code := call(t, "DELETE", b.url+"/v1/sandboxes/"+id, key, nil, nil); code != 204 {
+			t.Errorf("delete %s: %d", id, code)
+		}
+	}
+}
