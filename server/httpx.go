@@ -169,10 +169,13 @@ func startStream(w http.ResponseWriter, format string) *streamWriter {
 
 // send writes one event. fields must marshal to a JSON object.
 func (s *streamWriter) send(typ string, fields any) error {
-	data, err := json.Marshal(fields)
-	if err != nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(fields); err != nil {
 		return err
 	}
+	data := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	var line []byte
 	if s.format == "sse" {
 		line = fmt.Appendf(nil, "event: %s\ndata: %s\n\n", typ, data)
