@@ -400,3 +400,6 @@ func (p *Provider) Destroy(ctx context.Context, id string) error {
 func (p *Provider) instance(sb sandboxJSON) *Instance {
 	return &Instance{p: p, id: sb.ID, path: "/v1/sandboxes/" + url.PathEscape(sb.ID), previews: map[int]preview{}}
 }
+
+// CloseIdleConnections closes the provider's idle keep-alive connections to the server.
+func (p *Provider) CloseIdleConnections() { p.client.CloseIdleConnections() }
