@@ -1,0 +1,79 @@
+package server_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/tupper-dev/tupper/server/servertest"
+)
+
+func tupper(t *testing.T, env []string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	cmd := exec.Command(servertest.Binary(t), args...)
+	cmd.Env = append(os.Environ(), env...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err = cmd.Run()
+	return o.String(), e.String(), err
+}
+
+// TestCLIAgainstServer: `tupper keys` works on the store while the server runs (create prints
+// only the key on stdout; revoke takes effect at once), and the CLI's sandbox commands work
+// against the server with TUPPER_URL.
+func TestCLIAgainstServer(t *testing.T) {
+	home := t.TempDir()
+	srv := serve(t, home, "memory")
+	henv := []string{"TUPPER_HOME=" + home}
+	key, errOut, err := tupper(t, henv, "keys", "create", "--name", "cli")
+	if err != nil {
+		t.Fatalf("keys create: %v: %s", err, errOut)
+	}
+	key = strings.TrimSuffix(key, "\n")
+	if !strings.HasPrefix(key, "ak_") || strings.ContainsAny(key, " \n") {
+		t.Fatalf("keys create printed %q on stdout; want only the key", key)
+	}
+	env := append(henv, "TUPPER_URL="+srv.url, "TUPPER_API_KEY="+key, "TUPPER_PROVIDER=")
+	id, errOut, err := tupper(t, env, "create", "--label", "via=cli")
+	if err != nil {
+		t.Fatalf("create: %v: %s", err, errOut)
+	}
+	id = strings.TrimSpace(id)
+	out, errOut, err := tupper(t, env, "exec", id, "--", "sh", "-c", "echo hello from $0")
+	if err != nil || out != "hello from sh\n" {
+		t.Fatalf("exec: %q %v %s", out, err, errOut)
+	}
+	out, _, err = tupper(t, env, "ls", "--json")
+	var rows []struct{ ID string }
+	if err != nil || json.Unmarshal([]byte(out), &rows) != nil || len(rows) != 1 || rows[0].ID != id {
+		t.Fatalf("ls --json: %q %v", out, err)
+	}
+	snap, errOut, err := tupper(t, env, "snapshot", id, "--json")
+	if err != nil || !strings.Contains(snap, `"id"`) {
+		t.Fatalf("snapshot: %q %v %s", snap, err, errOut)
+	}
+	if _, errOut, err := tupper(t, env, "logs", id, "nope"); err == nil || !strings.Contains(errOut, "not_found") {
+		t.Fatalf("logs of a missing process: %v %s", err, errOut)
+	}
+	// Revoked while the server runs: refused at once.
+	var keys []struct{ ID, Prefix string }
+	out, _, _ = tupper(t, henv, "keys", "list", "--json")
+	if json.Unmarshal([]byte(out), &keys) != nil || len(keys) != 1 || !strings.HasPrefix(key, keys[0].Prefix) {
+		t.Fatalf("keys list --json: %s", out)
+	}
+	if strings.Contains(out, key) {
+		t.Fatal("keys list shows the key itself")
+	}
+	if _, errOut, err := tupper(t, henv, "keys", "revoke", keys[0].ID); err != nil {
+		t.Fatalf("revoke: %v %s", err, errOut)
+	}
+	if _, errOut, err := tupper(t, env, "ls"); err == nil || !strings.Contains(errOut, "revoked") {
+		t.Fatalf("ls with a revoked key: %v %s", err, errOut)
+	}
+	if strings.Contains(srv.logs(), key) {
+		t.Fatal("the server logged the key")
+	}
+}
