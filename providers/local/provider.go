@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tupper-dev/tupper/agent/client"
 	"github.com/tupper-dev/tupper/provider"
 )
 
@@ -429,7 +430,10 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 		CPU: size.CPU, MemoryMB: size.MemoryMB, DiskGB: size.DiskGB, Pids: p.cfg.PidsLimit,
 	}
 	if spec.Timeout > 0 {
-		rec.Deadline = now.Add(spec.Timeout).UTC().Truncate(time.Millisecond)
+		// The lifetime counts from when the sandbox is ready (the "record" step); until
+		// then the deadline leaves room for a slow start, so the agent cannot reach it
+		// before it has answered.
+		rec.Deadline = now.Add(spec.Timeout + p.cfg.ReadyTimeout).UTC().Truncate(time.Millisecond)
 	}
 	id := rec.ID
 	userns := p.userns && rtName == RuntimeRunc
@@ -575,6 +579,15 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 			return p.waitAgent(ctx, rec)
 		}},
 		{name: "record", do: func(ctx context.Context) error {
+			if spec.Timeout > 0 {
+				rec.Deadline = time.Now().Add(spec.Timeout).UTC().Truncate(time.Millisecond)
+				c := client.New(p.lay.socket(id))
+				err := c.SetDeadline(ctx, rec.Deadline.Add(999*time.Millisecond))
+				c.Close()
+				if err != nil {
+					return err
+				}
+			}
 			rec.Status = statusReady
 			return p.lay.writeRecord(rec)
 		}},
