@@ -18,6 +18,7 @@ import (
 	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
 
+	"github.com/tupper-dev/tupper/agent/internal/zerocopy"
 	"github.com/tupper-dev/tupper/agent/spec/filesystem/filesystemconnect"
 	"github.com/tupper-dev/tupper/agent/spec/process/processconnect"
 )
@@ -114,7 +115,8 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config) error {
 		ErrorLog:          nil,
 	}
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	// zerocopy: file downloads go out with sendfile(2), not 32 KiB copies.
+	go func() { serveErr <- srv.Serve(zerocopy.Listener{Listener: ln}) }()
 
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -316,9 +318,6 @@ func (a *Agent) resolvePath(p string, u *osUser) (string, error) {
 			p = u.Home
 		}
 	}
-	if strings.ContainsRune(p, 0) {
-		return "", errors.New("path contains a NUL byte")
-	}
 	if strings.HasPrefix(p, "~") {
 		if len(p) > 1 && p[1] != '/' {
 			return "", fmt.Errorf("cannot expand %q: only ~ and ~/ are supported", p)
@@ -327,6 +326,10 @@ func (a *Agent) resolvePath(p string, u *osUser) (string, error) {
 	}
 	if !strings.HasPrefix(p, "/") {
 		p = u.Home + "/" + p
+	}
+	// Checked last: the home directory comes from the sandbox's /etc/passwd.
+	if strings.ContainsRune(p, 0) {
+		return "", errors.New("path contains a NUL byte")
 	}
 	return cleanAbs(p), nil
 }

@@ -34,6 +34,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/tupper-dev/tupper/agent/internal/zerocopy"
 	"github.com/tupper-dev/tupper/agent/spec/filesystem/filesystemconnect"
 	"github.com/tupper-dev/tupper/agent/spec/process/processconnect"
 )
@@ -96,7 +97,15 @@ func NewWithOptions(o Options) *Client {
 		maxMsg = 64 << 20
 	}
 	tr := &http.Transport{
-		DialContext:            func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			c, err := dial(ctx)
+			if err != nil {
+				return nil, err
+			}
+			// Request bodies from files go out with sendfile(2), in-memory
+			// ones with one write, not in 32 KiB copies.
+			return zerocopy.Wrap(c), nil
+		},
 		DisableCompression:     true,
 		MaxIdleConns:           64,
 		MaxIdleConnsPerHost:    64,
