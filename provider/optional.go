@@ -3,6 +3,7 @@ package provider
 import (
 	"context"
 	"io"
+	"net"
 	"slices"
 	"strings"
 	"time"
@@ -188,4 +189,12 @@ type RangeReader interface {
 	// ReadFileRange returns up to length bytes from offset (length < 0: to the end). An
 	// offset past the end gives an empty reader.
 	ReadFileRange(ctx context.Context, path string, offset, length int64) (io.ReadCloser, error)
+}
+
+// EnvdDialer is optional: a raw connection to the sandbox's agent, which speaks E2B's envd
+// protocol (Connect RPC process and filesystem services, /files, /health) over HTTP. The
+// server passes E2B data-plane traffic through it unchanged. Without it, the E2B data plane
+// is unavailable for that provider.
+type EnvdDialer interface {
+	DialEnvd(ctx context.Context) (net.Conn, error)
 }
