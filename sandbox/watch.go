@@ -212,7 +212,7 @@ printf '%%s\n' "$tree" > "$GIT_DIR/marks/%s"`, name)
 const gitIndexPrelude = `set -e
 export GIT_DIR=` + sdkDir + `/changes.git GIT_WORK_TREE=` + DefaultCwd + `
 export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null
-[ -d "$GIT_DIR/marks" ] || { git init -q >/dev/null; mkdir -p "$GIT_DIR/marks"; }
+[ -d "$GIT_DIR/marks" ] || { mkdir -p "$GIT_DIR" && git init -q >/dev/null && mkdir -p "$GIT_DIR/marks"; }
 mkdir -p ` + DefaultCwd + `
 snap() {
 	export GIT_INDEX_FILE="$GIT_DIR/index.$$"

@@ -1,6 +1,7 @@
 package sandboxtest
 
 import (
+	"context"
 	"errors"
 	"sort"
 	"time"
@@ -191,7 +192,13 @@ func listOnlySDK(c *C) {
 	c.NoErr("provider.Create", err)
 	info, err := inst.Info(c.Ctx)
 	c.NoErr("Instance.Info", err)
-	c.Cleanup(func() { _ = c.P().Destroy(c.Ctx, info.ID); inst.Close() })
+	c.Cleanup(func() {
+		// c.Ctx has ended by the time cleanups run.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = c.P().Destroy(ctx, info.ID)
+		inst.Close()
+	})
 	if infos := c.listCase(); len(infos) != 0 {
 		c.Errorf("sandbox.List shows %d sandbox(es) without the SDK label; want 0", len(infos))
 	}
