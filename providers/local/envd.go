@@ -1,0 +1,35 @@
+package local
+
+import (
+	"context"
+	"net"
+
+	"github.com/tupper-dev/tupper/provider"
+)
+
+var _ provider.EnvdDialer = (*Instance)(nil)
+
+// DialEnvd connects to the sandbox's agent on its unix socket. The agent speaks E2B's envd
+// protocol over HTTP/1.1 (and h2c), so the server can pass E2B data-plane traffic through
+// the connection unchanged. A paused sandbox's agent cannot answer: CodeConflict; a sandbox
+// that is gone: CodeNotFound.
+func (i *Instance) DialEnvd(ctx context.Context) (net.Conn, error) {
+	if err := i.check(); err != nil {
+		return nil, err
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", i.p.lay.socket(i.id))
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		i.mu.Lock()
+		rec := i.rec
+		i.mu.Unlock()
+		if !alive(rec) {
+			return nil, provider.Errorf(provider.CodeNotFound, "sandbox %s has stopped", i.id)
+		}
+		return nil, provider.Errorf(provider.CodeUnavailable, "sandbox %s: connecting to the agent: %v", i.id, err)
+	}
+	return c, nil
+}
