@@ -26,11 +26,25 @@ func (k APIKey) Revoked() bool { return !k.RevokedAt.IsZero() }
 // KeyPrefix is how account API keys begin.
 const KeyPrefix = "ak_"
 
+// E2BKeyPrefix is how API keys made for E2B clients begin: "e2b_" and 40 lowercase hex
+// digits is the form some versions of E2B's SDKs insist on (^e2b_[0-9a-f]+$). Such a key is an
+// account API key like any other.
+const E2BKeyPrefix = "e2b_"
+
 // CreateKey makes a new API key and returns its record and the key, which is not stored and
 // cannot be shown again.
 func (s *Store) CreateKey(ctx context.Context, name string) (APIKey, string, error) {
-	secret := KeyPrefix + RandomString(20)
-	k := APIKey{ID: "key_" + RandomString(6), Name: name, Prefix: secret[:len(KeyPrefix)+6], CreatedAt: time.Now().UTC().Truncate(time.Millisecond)}
+	return s.createKey(ctx, name, KeyPrefix)
+}
+
+// CreateE2BKey is CreateKey for E2B clients: the key begins with E2BKeyPrefix.
+func (s *Store) CreateE2BKey(ctx context.Context, name string) (APIKey, string, error) {
+	return s.createKey(ctx, name, E2BKeyPrefix)
+}
+
+func (s *Store) createKey(ctx context.Context, name, prefix string) (APIKey, string, error) {
+	secret := prefix + RandomString(20)
+	k := APIKey{ID: "key_" + RandomString(6), Name: name, Prefix: secret[:len(prefix)+6], CreatedAt: time.Now().UTC().Truncate(time.Millisecond)}
 	_, err := s.db.ExecContext(ctx, `INSERT INTO api_keys(id, name, prefix, hash, created_at) VALUES(?, ?, ?, ?, ?)`,
 		k.ID, k.Name, k.Prefix, Hash(secret), unixMilli(k.CreatedAt))
 	if err != nil {

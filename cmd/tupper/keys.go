@@ -25,11 +25,11 @@ func newKeysCmd() *cobra.Command {
 	cmd.PersistentFlags().StringVar(&home, "home", store.Home(), "state directory of the server ($TUPPER_HOME)")
 
 	var name string
-	var createJSON bool
+	var createJSON, createE2B bool
 	create := &cobra.Command{
 		Use:     "create",
 		Short:   "Create an API key and print it (only the key, on stdout)",
-		Example: "  export TUPPER_API_KEY=$(tupper keys create --name ci)",
+		Example: "  export TUPPER_API_KEY=$(tupper keys create --name ci)\n  export E2B_API_KEY=$(tupper keys create --e2b --name agents)",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			st, err := store.Open(cmd.Context(), home)
@@ -37,7 +37,11 @@ func newKeysCmd() *cobra.Command {
 				return err
 			}
 			defer st.Close()
-			k, secret, err := st.CreateKey(cmd.Context(), name)
+			create := st.CreateKey
+			if createE2B {
+				create = st.CreateE2BKey
+			}
+			k, secret, err := create(cmd.Context(), name)
 			if err != nil {
 				return err
 			}
@@ -51,6 +55,7 @@ func newKeysCmd() *cobra.Command {
 	}
 	create.Flags().StringVar(&name, "name", "", "a name to tell the key apart")
 	create.Flags().BoolVar(&createJSON, "json", false, "print JSON (id, key, prefix) for scripts")
+	create.Flags().BoolVar(&createE2B, "e2b", false, "make the key e2b_ and 40 hex digits, the form E2B's SDKs accept as E2B_API_KEY")
 
 	var listJSON bool
 	list := &cobra.Command{
