@@ -32,6 +32,7 @@ import (
 
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
+	"github.com/tupper-dev/tupper/server/e2b"
 	"github.com/tupper-dev/tupper/store"
 )
 
@@ -73,6 +74,7 @@ type Server struct {
 
 	routes []route
 	mux    *http.ServeMux
+	e2b    *e2b.Server // E2B's API on the same port
 
 	hmu     sync.Mutex
 	handles map[string]*sandbox.Sandbox
@@ -136,7 +138,32 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		s.mux.Handle(pattern, s.wrap(rt))
 	}
+	if s.e2b, err = e2b.New(ctx, e2b.Config{Provider: s.prov, Store: s.st, Logger: s.log, Domain: cfg.Domain, Hooks: s.e2bHooks()}); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// e2bHooks record what the E2B API does to sandboxes as the native API records its own.
+func (s *Server) e2bHooks() e2b.Hooks {
+	return e2b.Hooks{
+		Created: func(ctx context.Context, id string, data map[string]any) { s.emit(ctx, EventCreated, id, data) },
+		Gone: func(ctx context.Context, id string, destroyed bool) {
+			if destroyed {
+				s.gone(ctx, id, EventDestroyed, nil)
+			} else {
+				s.gone(ctx, id, EventExpired, nil)
+			}
+		},
+		Paused:  func(ctx context.Context, id string) { s.emit(ctx, EventPaused, id, nil) },
+		Resumed: func(ctx context.Context, id string) { s.emit(ctx, EventResumed, id, nil) },
+		TimeoutSet: func(ctx context.Context, id string, deadline time.Time) {
+			s.emit(ctx, EventTimeoutSet, id, map[string]any{"deadline": deadline.UTC()})
+		},
+		SnapshotCreated: func(ctx context.Context, id, snap string) {
+			s.emit(ctx, EventSnapshotCreated, id, map[string]string{"snapshotId": snap})
+		},
+	}
 }
 
 // Handler is the server's HTTP handler: the API, the preview proxy and the logging around them.
@@ -144,6 +171,12 @@ func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		lw := &logWriter{ResponseWriter: w, status: 200}
+		if s.e2b.Match(r) {
+			// E2B's control plane (/sandboxes…) and data plane (E2b-Sandbox-Id, 49983-{id} hosts).
+			s.e2b.ServeHTTP(lw, r)
+			s.logRequest(r, "e2b", lw.status, start)
+			return
+		}
 		if port, id, ok := s.previewHost(r.Host); ok {
 			s.serveHostPreview(lw, r, id, port)
 			s.logRequest(r, "preview-host", lw.status, start)
@@ -253,7 +286,7 @@ func credential(r *http.Request) string {
 
 var (
 	errNoCredential  = provider.Errorf(provider.CodeUnauthorized, "no credential: send Authorization: Bearer <API key or sandbox token>")
-	errBadCredential = provider.Errorf(provider.CodeUnauthorized, "the credential is not an API key (ak_…) or a sandbox token (sbt_…)")
+	errBadCredential = provider.Errorf(provider.CodeUnauthorized, "the credential is not an API key (ak_… or e2b_…) or a sandbox token (sbt_…)")
 )
 
 // authenticate returns the caller of r, or an unauthorized/forbidden error for rt.
@@ -262,7 +295,7 @@ func (s *Server) authenticate(r *http.Request, rt route) (*caller, error) {
 	switch {
 	case cred == "":
 		return nil, errNoCredential
-	case strings.HasPrefix(cred, store.KeyPrefix):
+	case strings.HasPrefix(cred, store.KeyPrefix), strings.HasPrefix(cred, store.E2BKeyPrefix):
 		k, err := s.st.AuthenticateKey(r.Context(), cred)
 		if err != nil {
 			return nil, err

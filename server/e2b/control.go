@@ -1,0 +1,701 @@
+package e2b
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/sandbox"
+	"github.com/tupper-dev/tupper/store"
+)
+
+// Default lifetimes of E2B's API, in seconds.
+const (
+	defaultTimeoutV1 = 15
+	defaultTimeoutV2 = 300
+	connectTimeout   = 300
+	maxTimeout       = 365 * 24 * 3600
+)
+
+// idPattern is the shape of an E2B sandbox id.
+var idPattern = regexp.MustCompile(`^[a-z0-9]+$`)
+
+func (s *Server) controlMux() *http.ServeMux {
+	m := http.NewServeMux()
+	h := func(pattern string, fn func(w http.ResponseWriter, r *http.Request, keyID string)) {
+		m.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			keyID, err := s.authenticate(r)
+			if err != nil {
+				writeError(w, err)
+				return
+			}
+			fn(w, r, keyID)
+		})
+	}
+	m.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"message": "Health check successful"})
+	})
+	h("POST /sandboxes", func(w http.ResponseWriter, r *http.Request, k string) { s.create(w, r, k, defaultTimeoutV1) })
+	h("POST /v2/sandboxes", func(w http.ResponseWriter, r *http.Request, k string) { s.create(w, r, k, defaultTimeoutV2) })
+	h("GET /sandboxes", s.listV1)
+	h("GET /v2/sandboxes", s.listV2)
+	h("GET /sandboxes/{id}", s.get)
+	h("DELETE /sandboxes/{id}", s.kill)
+	h("POST /sandboxes/{id}/connect", s.connect)
+	h("POST /v2/sandboxes/{id}/connect", s.connect)
+	h("POST /sandboxes/{id}/timeout", s.setTimeout)
+	h("POST /sandboxes/{id}/refreshes", s.refresh)
+	h("POST /sandboxes/{id}/pause", s.pause)
+	h("POST /sandboxes/{id}/resume", s.resume)
+	h("GET /sandboxes/{id}/metrics", s.metrics)
+	h("POST /sandboxes/{id}/snapshots", s.snapshot)
+	for _, p := range []string{
+		"GET /snapshots", "DELETE /templates/{template}", "PUT /sandboxes/{id}/network",
+		"POST /sandboxes/{id}/fork", "GET /sandboxes/metrics", "GET /sandboxes/{id}/logs",
+		"GET /v2/sandboxes/{id}/logs",
+	} {
+		h(p, func(w http.ResponseWriter, r *http.Request, _ string) {
+			writeError(w, provider.Errorf(provider.CodeUnsupported, "%s %s is not supported by tupper", r.Method, r.Pattern[strings.IndexByte(r.Pattern, ' ')+1:]))
+		})
+	}
+	h("/", func(w http.ResponseWriter, r *http.Request, _ string) {
+		writeError(w, provider.Errorf(provider.CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
+	})
+	return m
+}
+
+func unsupported(format string, args ...any) error {
+	return provider.Errorf(provider.CodeUnsupported, format, args...)
+}
+
+// options turns a create request into sandbox options.
+func (s *Server) options(req newSandbox, defTimeout int64) (sandbox.CreateOptions, time.Duration, error) {
+	var opts sandbox.CreateOptions
+	switch {
+	case req.AutoPause != nil && *req.AutoPause:
+		return opts, 0, unsupported("autoPause is not supported: a sandbox is killed at its timeout")
+	case isTrue(req.AutoResume):
+		return opts, 0, unsupported("autoResume is not supported")
+	case len(req.VolumeMounts) > 0:
+		return opts, 0, unsupported("volumeMounts are not supported")
+	case isSet(req.MCP):
+		return opts, 0, unsupported("mcp is not supported")
+	case isSet(req.IAM):
+		return opts, 0, unsupported("iam is not supported")
+	}
+	timeout := defTimeout
+	if req.Timeout != nil {
+		timeout = *req.Timeout
+	}
+	if timeout < 0 || timeout > maxTimeout {
+		return opts, 0, provider.Errorf(provider.CodeInvalidArgument, "timeout must be between 0 and %d seconds", maxTimeout)
+	}
+	if timeout == 0 {
+		timeout = defTimeout
+	}
+	d := time.Duration(timeout) * time.Second
+	opts.Labels = req.Metadata
+	opts.Env = req.EnvVars
+	if req.TemplateID != baseTemplate {
+		opts.Template = req.TemplateID
+	}
+	if s.prov.Capabilities().Has(provider.CapTimeout) {
+		opts.Timeout = d
+	}
+	if req.AllowInternetAccess != nil && !*req.AllowInternetAccess {
+		opts.Network = sandbox.NetworkNone
+	}
+	if n := req.Network; n != nil {
+		if isSet(n.Rules) || isSet(n.EgressProxy) {
+			return opts, 0, unsupported("network rules and egress proxies are not supported")
+		}
+		switch {
+		case len(n.DenyOut) == 0:
+			// Everything is allowed; allowOut adds nothing.
+		case slices.Equal(n.DenyOut, []string{"0.0.0.0/0"}):
+			if len(n.AllowOut) == 0 {
+				opts.Network = sandbox.NetworkNone
+			} else if req.AllowInternetAccess == nil || *req.AllowInternetAccess {
+				opts.Network = sandbox.NetworkAllowList(n.AllowOut...)
+			}
+		default:
+			return opts, 0, unsupported("network.denyOut other than 0.0.0.0/0 (all) is not supported")
+		}
+	}
+	return opts, d, opts.Validate()
+}
+
+func isSet(raw json.RawMessage) bool {
+	s := strings.TrimSpace(string(raw))
+	return s != "" && s != "null" && s != "{}" && s != "[]"
+}
+
+// isTrue reports whether raw is true or {"enabled": true}.
+func isTrue(raw json.RawMessage) bool {
+	var b bool
+	if json.Unmarshal(raw, &b) == nil {
+		return b
+	}
+	var o struct {
+		Enabled bool `json:"enabled"`
+	}
+	return json.Unmarshal(raw, &o) == nil && o.Enabled
+}
+
+func (s *Server) create(w http.ResponseWriter, r *http.Request, keyID string, defTimeout int64) {
+	var req newSandbox
+	if err := decodeBody(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if req.TemplateID == "" {
+		writeError(w, provider.Errorf(provider.CodeInvalidArgument, "templateID is required"))
+		return
+	}
+	opts, timeout, err := s.options(req, defTimeout)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	ctx := r.Context()
+	b, err := s.createBox(ctx, opts, req.TemplateID)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer b.Close()
+	undo := func(err error) {
+		_ = b.Destroy(context.WithoutCancel(ctx))
+		writeError(w, err)
+	}
+	if !idPattern.MatchString(b.ID) {
+		undo(provider.Errorf(provider.CodeUnsupported, "provider %s makes sandbox ids E2B clients cannot use", s.prov.Name()))
+		return
+	}
+	info, err := b.Native.Info(ctx)
+	if err != nil {
+		undo(err)
+		return
+	}
+	deadline := info.Deadline
+	if deadline.IsZero() {
+		// A provider that cannot enforce a lifetime: the server's reaper does.
+		deadline = time.Now().Add(timeout)
+	}
+	labels := map[string]string{sandbox.SDKLabel: "true"}
+	for k, v := range req.Metadata {
+		labels[k] = v
+	}
+	rec := store.Sandbox{
+		ID: b.ID, Provider: s.prov.Name(), APIKeyID: keyID, Labels: labels,
+		CreatedAt: info.CreatedAt, Deadline: deadline, State: info.State,
+	}
+	if err := s.st.PutSandbox(context.WithoutCancel(ctx), rec, store.Hash(s.envdToken(b.ID))); err != nil {
+		undo(err)
+		return
+	}
+	s.created(ctx, b.ID, map[string]any{"labels": labels, "template": info.Template, "api": "e2b"})
+	writeJSON(w, http.StatusCreated, s.sandboxJSON(b.ID, info.Template))
+}
+
+// createBox creates the sandbox. A templateID that is not a template of the provider may be
+// a snapshot id (where the provider has snapshots).
+func (s *Server) createBox(ctx context.Context, opts sandbox.CreateOptions, templateID string) (*sandbox.Sandbox, error) {
+	b, err := sandbox.Create(ctx, s.prov, opts)
+	if err == nil || opts.Template == "" || !s.prov.Capabilities().Has(provider.CapSnapshot) {
+		return b, err
+	}
+	if c := provider.CodeOf(err); c != provider.CodeInvalidArgument && c != provider.CodeNotFound {
+		return nil, err
+	}
+	opts.From, opts.Template = templateID, ""
+	if b2, err2 := sandbox.Create(ctx, s.prov, opts); err2 == nil {
+		return b2, nil
+	}
+	return nil, err
+}
+
+// lookup returns the record and the provider's info of a live sandbox, or CodeNotFound.
+func (s *Server) lookup(ctx context.Context, id string) (store.Sandbox, provider.Info, error) {
+	rec, err := s.st.Sandbox(ctx, id)
+	if err != nil {
+		if errors.Is(err, provider.CodeNotFound) {
+			err = notFound(id)
+		}
+		return store.Sandbox{}, provider.Info{}, err
+	}
+	inst, err := s.prov.Connect(ctx, id)
+	if errors.Is(err, provider.CodeNotFound) {
+		s.gone(ctx, id, false)
+		return store.Sandbox{}, provider.Info{}, notFound(id)
+	}
+	if err != nil {
+		return store.Sandbox{}, provider.Info{}, err
+	}
+	defer inst.Close()
+	info, err := inst.Info(ctx)
+	if errors.Is(err, provider.CodeNotFound) {
+		s.gone(ctx, id, false)
+		return store.Sandbox{}, provider.Info{}, notFound(id)
+	}
+	return rec, info, err
+}
+
+func notFound(id string) error {
+	return provider.Errorf(provider.CodeNotFound, "sandbox %q not found", id)
+}
+
+// withBox runs fn on a handle to the live sandbox named by {id}.
+func (s *Server) withBox(w http.ResponseWriter, r *http.Request, fn func(b *sandbox.Sandbox, rec store.Sandbox, info provider.Info) error) {
+	ctx := r.Context()
+	id := r.PathValue("id")
+	rec, info, err := s.lookup(ctx, id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	b, err := sandbox.Connect(ctx, s.prov, id, sandbox.ConnectOptions{SkipRecoverSecrets: true})
+	if errors.Is(err, provider.CodeNotFound) {
+		s.gone(ctx, id, false)
+		err = notFound(id)
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer b.Close()
+	if err := fn(b, rec, info); err != nil {
+		writeError(w, err)
+	}
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request, _ string) {
+	rec, info, err := s.lookup(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sandboxDetail{
+		listedSandbox: s.listed(rec, info), EnvdAccessToken: s.envdToken(rec.ID), Domain: s.domain(),
+		Lifecycle: &lifecycle{OnTimeout: "kill"},
+	})
+}
+
+func (s *Server) kill(w http.ResponseWriter, r *http.Request, _ string) {
+	ctx := r.Context()
+	id := r.PathValue("id")
+	if _, err := s.st.Sandbox(ctx, id); err != nil {
+		if errors.Is(err, provider.CodeNotFound) {
+			err = notFound(id)
+		}
+		writeError(w, err)
+		return
+	}
+	err := s.prov.Destroy(ctx, id)
+	if errors.Is(err, provider.CodeNotFound) {
+		s.gone(ctx, id, false)
+		writeError(w, notFound(id))
+		return
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.gone(ctx, id, true)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// applyTimeout moves the sandbox's deadline to d from now, and records it.
+func (s *Server) applyTimeout(ctx context.Context, b *sandbox.Sandbox, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	if s.prov.Capabilities().Has(provider.CapTimeout) {
+		if err := b.SetTimeout(ctx, d); err != nil {
+			return err
+		}
+		if info, err := b.Native.Info(ctx); err == nil && !info.Deadline.IsZero() {
+			deadline = info.Deadline
+		}
+	}
+	if err := s.st.SetDeadline(ctx, b.ID, deadline); err != nil {
+		return err
+	}
+	s.timeoutSet(ctx, b.ID, deadline)
+	return nil
+}
+
+func timeoutBody(w http.ResponseWriter, r *http.Request, field string, required bool) (time.Duration, bool, error) {
+	var body map[string]json.RawMessage
+	if err := decodeBody(w, r, &body); err != nil {
+		return 0, false, err
+	}
+	raw, ok := body[field]
+	if !ok || string(raw) == "null" {
+		if required {
+			return 0, false, provider.Errorf(provider.CodeInvalidArgument, "%s is required", field)
+		}
+		return 0, false, nil
+	}
+	var secs int64
+	if err := json.Unmarshal(raw, &secs); err != nil || secs < 0 || secs > maxTimeout {
+		return 0, false, provider.Errorf(provider.CodeInvalidArgument, "%s must be a number of seconds between 0 and %d", field, maxTimeout)
+	}
+	return time.Duration(secs) * time.Second, true, nil
+}
+
+func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request, _ string) {
+	d, _, err := timeoutBody(w, r, "timeout", true)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if d <= 0 {
+		writeError(w, provider.Errorf(provider.CodeInvalidArgument, "timeout must be positive"))
+		return
+	}
+	s.withBox(w, r, func(b *sandbox.Sandbox, _ store.Sandbox, _ provider.Info) error {
+		if err := s.applyTimeout(r.Context(), b, d); err != nil {
+			return err
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	})
+}
+
+// refresh is the old keep-alive: extend the lifetime by duration seconds when that is later.
+func (s *Server) refresh(w http.ResponseWriter, r *http.Request, _ string) {
+	d, ok, err := timeoutBody(w, r, "duration", false)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if !ok || d == 0 {
+		d = defaultTimeoutV2 * time.Second
+	}
+	s.withBox(w, r, func(b *sandbox.Sandbox, rec store.Sandbox, info provider.Info) error {
+		if err := s.extend(r.Context(), b, rec, info, d); err != nil {
+			return err
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	})
+}
+
+// extend moves the deadline to d from now when that is later than the current one, as E2B
+// does on connect.
+func (s *Server) extend(ctx context.Context, b *sandbox.Sandbox, rec store.Sandbox, info provider.Info, d time.Duration) error {
+	cur := info.Deadline
+	if cur.IsZero() {
+		cur = rec.Deadline
+	}
+	if cur.IsZero() || !time.Now().Add(d).After(cur) {
+		return nil
+	}
+	return s.applyTimeout(ctx, b, d)
+}
+
+func (s *Server) connect(w http.ResponseWriter, r *http.Request, _ string) {
+	d, ok, err := timeoutBody(w, r, "timeout", false)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if !ok || d == 0 {
+		d = connectTimeout * time.Second
+	}
+	s.withBox(w, r, func(b *sandbox.Sandbox, rec store.Sandbox, info provider.Info) error {
+		ctx := r.Context()
+		status := http.StatusOK
+		if info.State == provider.StatePaused {
+			if err := b.Resume(ctx); err != nil {
+				return err
+			}
+			_ = s.st.SetState(ctx, b.ID, provider.StateRunning)
+			s.resumed(ctx, b.ID)
+			status = http.StatusCreated
+		}
+		if err := s.extend(ctx, b, rec, info, d); err != nil {
+			return err
+		}
+		if err := s.registerToken(ctx, b.ID); err != nil {
+			return err
+		}
+		writeJSON(w, status, s.sandboxJSON(b.ID, info.Template))
+		return nil
+	})
+}
+
+func (s *Server) pause(w http.ResponseWriter, r *http.Request, _ string) {
+	if err := decodeBody(w, r, &struct{}{}); err != nil {
+		writeError(w, err)
+		return
+	}
+	s.withBox(w, r, func(b *sandbox.Sandbox, _ store.Sandbox, info provider.Info) error {
+		if info.State == provider.StatePaused {
+			return provider.Errorf(provider.CodeConflict, "sandbox %q is already paused", b.ID)
+		}
+		if err := b.Pause(r.Context()); err != nil {
+			return err
+		}
+		_ = s.st.SetState(r.Context(), b.ID, provider.StatePaused)
+		s.paused(r.Context(), b.ID)
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	})
+}
+
+// resume is E2B's deprecated POST /sandboxes/{id}/resume: 201 Sandbox, 409 when running.
+func (s *Server) resume(w http.ResponseWriter, r *http.Request, _ string) {
+	d, ok, err := timeoutBody(w, r, "timeout", false)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if !ok || d == 0 {
+		d = defaultTimeoutV1 * time.Second
+	}
+	s.withBox(w, r, func(b *sandbox.Sandbox, rec store.Sandbox, info provider.Info) error {
+		ctx := r.Context()
+		if info.State != provider.StatePaused {
+			return provider.Errorf(provider.CodeConflict, "sandbox %q is already running", b.ID)
+		}
+		if err := b.Resume(ctx); err != nil {
+			return err
+		}
+		_ = s.st.SetState(ctx, b.ID, provider.StateRunning)
+		s.resumed(ctx, b.ID)
+		if err := s.extend(ctx, b, rec, info, d); err != nil {
+			return err
+		}
+		if err := s.registerToken(ctx, b.ID); err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusCreated, s.sandboxJSON(b.ID, info.Template))
+		return nil
+	})
+}
+
+func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, _ string) {
+	var req struct {
+		Name string `json:"name"`
+	}
+	if err := decodeBody(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if req.Name != "" {
+		writeError(w, unsupported("named snapshots are not supported"))
+		return
+	}
+	s.withBox(w, r, func(b *sandbox.Sandbox, _ store.Sandbox, _ provider.Info) error {
+		id, err := b.Snapshot(r.Context(), sandbox.SnapshotOptions{})
+		if err != nil {
+			return err
+		}
+		s.snapshotCreated(r.Context(), b.ID, id)
+		writeJSON(w, http.StatusCreated, map[string]any{"snapshotID": id, "names": []string{}})
+		return nil
+	})
+}
+
+// live lists the live sandboxes: in the store and the provider.
+func (s *Server) live(ctx context.Context) ([]listedSandbox, error) {
+	// The store first: a record is written only after the provider made the sandbox.
+	recs, err := s.st.Sandboxes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	infos, err := s.prov.List(ctx, provider.ListFilter{})
+	if err != nil {
+		return nil, err
+	}
+	byID := make(map[string]provider.Info, len(infos))
+	for _, in := range infos {
+		byID[in.ID] = in
+	}
+	out := []listedSandbox{}
+	for _, rec := range recs {
+		if in, ok := byID[rec.ID]; ok && idPattern.MatchString(rec.ID) {
+			out = append(out, s.listed(rec, in))
+		}
+	}
+	return out, nil
+}
+
+// metadataFilter parses E2B's metadata query: URL-encoded key=value pairs joined by &.
+func metadataFilter(q url.Values) (map[string]string, error) {
+	out := map[string]string{}
+	for _, raw := range q["metadata"] {
+		pairs, err := url.ParseQuery(raw)
+		if err != nil {
+			return nil, provider.Errorf(provider.CodeInvalidArgument, "metadata filter %q: %v", raw, err)
+		}
+		for k, v := range pairs {
+			out[k] = v[len(v)-1]
+		}
+	}
+	return out, nil
+}
+
+func matches(sb listedSandbox, md map[string]string) bool {
+	return provider.ListFilter{Labels: md}.Matches(sb.Metadata)
+}
+
+// listV1 is GET /sandboxes: the running sandboxes, filtered by metadata.
+func (s *Server) listV1(w http.ResponseWriter, r *http.Request, _ string) {
+	md, err := metadataFilter(r.URL.Query())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	all, err := s.live(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := []listedSandbox{}
+	for _, sb := range all {
+		if sb.State == "running" && matches(sb, md) {
+			out = append(out, sb)
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// listV2 is GET /v2/sandboxes with filters and X-Next-Token paging.
+func (s *Server) listV2(w http.ResponseWriter, r *http.Request, _ string) {
+	q := r.URL.Query()
+	md, err := metadataFilter(q)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	states := map[string]bool{}
+	for _, v := range q["state"] {
+		for st := range strings.SplitSeq(v, ",") {
+			if st = strings.TrimSpace(st); st != "" {
+				if st != "running" && st != "paused" {
+					writeError(w, provider.Errorf(provider.CodeInvalidArgument, "state %q: want running or paused", st))
+					return
+				}
+				states[st] = true
+			}
+		}
+	}
+	var after time.Time
+	if v := q.Get("startedAfter"); v != "" {
+		if after, err = time.Parse(time.RFC3339Nano, v); err != nil {
+			writeError(w, provider.Errorf(provider.CodeInvalidArgument, "startedAfter %q is not an RFC 3339 time", v))
+			return
+		}
+	}
+	limit := 100
+	if v := q.Get("limit"); v != "" {
+		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > 100 {
+			writeError(w, provider.Errorf(provider.CodeInvalidArgument, "limit must be between 1 and 100"))
+			return
+		}
+	}
+	desc := false
+	switch q.Get("order") {
+	case "", "asc":
+	case "desc":
+		desc = true
+	default:
+		writeError(w, provider.Errorf(provider.CodeInvalidArgument, "order must be asc or desc"))
+		return
+	}
+	var cursor *pageKey
+	if v := q.Get("nextToken"); v != "" {
+		k, err := parsePageKey(v)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		cursor = &k
+	}
+	all, err := s.live(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	tmpl := q.Get("template")
+	var sel []listedSandbox
+	for _, sb := range all {
+		if (len(states) > 0 && !states[sb.State]) || !matches(sb, md) ||
+			(!after.IsZero() && !sb.StartedAt.After(after)) || (tmpl != "" && sb.TemplateID != tmpl) {
+			continue
+		}
+		sel = append(sel, sb)
+	}
+	slices.SortFunc(sel, func(a, b listedSandbox) int {
+		c := pageKeyOf(a).compare(pageKeyOf(b))
+		if desc {
+			c = -c
+		}
+		return c
+	})
+	if cursor != nil {
+		i := 0
+		for i < len(sel) {
+			c := pageKeyOf(sel[i]).compare(*cursor)
+			if (!desc && c > 0) || (desc && c < 0) {
+				break
+			}
+			i++
+		}
+		sel = sel[i:]
+	}
+	if len(sel) > limit {
+		sel = sel[:limit]
+		w.Header().Set("X-Next-Token", pageKeyOf(sel[limit-1]).String())
+	}
+	if sel == nil {
+		sel = []listedSandbox{}
+	}
+	writeJSON(w, http.StatusOK, sel)
+}
+
+// pageKey is the position of a sandbox in a listing: its start time, then its id.
+type pageKey struct {
+	at int64 // unix nanoseconds
+	id string
+}
+
+func pageKeyOf(sb listedSandbox) pageKey { return pageKey{sb.StartedAt.UnixNano(), sb.SandboxID} }
+
+func (k pageKey) compare(o pageKey) int {
+	switch {
+	case k.at < o.at:
+		return -1
+	case k.at > o.at:
+		return 1
+	}
+	return strings.Compare(k.id, o.id)
+}
+
+func (k pageKey) String() string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(k.at, 10) + "." + k.id))
+}
+
+func parsePageKey(s string) (pageKey, error) {
+	bad := provider.Errorf(provider.CodeInvalidArgument, "nextToken is not valid")
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return pageKey{}, bad
+	}
+	at, id, ok := strings.Cut(string(b), ".")
+	n, err := strconv.ParseInt(at, 10, 64)
+	if !ok || err != nil || !idPattern.MatchString(id) {
+		return pageKey{}, bad
+	}
+	return pageKey{n, id}, nil
+}

@@ -1,0 +1,298 @@
+package e2b
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tupper-dev/tupper/agent/spec/process"
+	"github.com/tupper-dev/tupper/provider"
+)
+
+// The routing headers of E2B's SDKs.
+const (
+	headerSandboxID   = "E2b-Sandbox-Id"
+	headerSandboxPort = "E2b-Sandbox-Port"
+	headerAccessToken = "X-Access-Token"
+)
+
+// defaultUser is the user E2B's SDKs expect commands and relative paths to use.
+const defaultUser = "user"
+
+// envdHostSuffix names a sandbox's agent in outgoing URLs: {id}.envd.invalid. Only the
+// proxy's own transport resolves it (by dialing the provider), and it pools connections per
+// sandbox.
+const envdHostSuffix = ".envd.invalid"
+
+// target is which sandbox a data-plane request is for.
+type target struct {
+	id          string // from the header or the host
+	bySignature bool   // a header-less signed /files URL: found by its signature
+}
+
+// dataPlane reports whether r is for a sandbox's envd, and which.
+func (s *Server) dataPlane(r *http.Request) (target, bool) {
+	if id := r.Header.Get(headerSandboxID); id != "" {
+		return target{id: id}, true
+	}
+	if id, ok := s.envdHost(r.Host); ok {
+		return target{id: id}, true
+	}
+	if r.URL.Path == "/files" && r.URL.Query().Get("signature") != "" {
+		return target{bySignature: true}, true
+	}
+	return target{}, false
+}
+
+// envdHost parses 49983-{id}.{Domain}.
+func (s *Server) envdHost(host string) (string, bool) {
+	if s.cfg.Domain == "" {
+		return "", false
+	}
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	label, ok := strings.CutSuffix(strings.ToLower(host), "."+strings.ToLower(s.cfg.Domain))
+	if !ok {
+		return "", false
+	}
+	id, ok := strings.CutPrefix(label, strconv.Itoa(EnvdPort)+"-")
+	return id, ok && id != "" && !strings.Contains(id, ".")
+}
+
+// notFoundBody is what E2B's proxy answers for a sandbox it does not know.
+func writeSandboxNotFound(w http.ResponseWriter, id string) {
+	writeJSON(w, http.StatusBadGateway, map[string]any{"sandboxId": id, "message": "The sandbox was not found", "code": http.StatusBadGateway})
+}
+
+// writeEnvdError writes envd's REST error body.
+func writeEnvdError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, apiError{Code: status, Message: msg})
+}
+
+const unauthorizedMessage = "unauthorized access, please provide a valid access token or method signing if supported"
+
+func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request, t target) {
+	ctx := r.Context()
+	q := r.URL.Query()
+	id := t.id
+	if t.bySignature {
+		if id = s.sandboxForSignature(ctx, r.Method, q); id == "" {
+			writeEnvdError(w, http.StatusUnauthorized, "the signature is not valid for any sandbox, or it has expired")
+			return
+		}
+	}
+	if p := r.Header.Get(headerSandboxPort); p != "" && p != strconv.Itoa(EnvdPort) {
+		writeJSON(w, http.StatusBadGateway, map[string]any{"sandboxId": id, "message": "only the envd port " + strconv.Itoa(EnvdPort) + " is served through E2B's routing headers", "code": http.StatusBadGateway})
+		return
+	}
+	if !idPattern.MatchString(id) {
+		writeSandboxNotFound(w, id)
+		return
+	}
+	if _, err := s.st.Sandbox(ctx, id); err != nil {
+		if errors.Is(err, provider.CodeNotFound) {
+			writeSandboxNotFound(w, id)
+			return
+		}
+		writeEnvdError(w, http.StatusInternalServerError, provider.StripCredentials(message(err)))
+		return
+	}
+	if !s.envdAuthorized(r, id, q) {
+		writeEnvdError(w, http.StatusUnauthorized, unauthorizedMessage)
+		return
+	}
+	if r.Method == http.MethodPost && r.URL.Path == "/process.Process/Start" {
+		if err := startInHome(r); err != nil {
+			writeEnvdError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+	}
+	s.proxy.ServeHTTP(w, r.WithContext(context.WithValue(ctx, sandboxKey{}, id)))
+}
+
+// envdAuthorized applies envd's rules with the sandbox's token: X-Access-Token on every
+// request but GET /health and /files, where a valid signed URL also does.
+func (s *Server) envdAuthorized(r *http.Request, id string, q url.Values) bool {
+	if r.URL.Path == "/health" && r.Method == http.MethodGet {
+		return true
+	}
+	tok := r.Header.Get(headerAccessToken)
+	if s.tokenOK(r.Context(), id, tok) {
+		return true
+	}
+	if r.URL.Path == "/files" && (r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodPost) {
+		return s.signatureOK(id, r.Method, q, time.Now())
+	}
+	return false
+}
+
+// sandboxForSignature finds the live sandbox whose token signed a /files URL, or "".
+func (s *Server) sandboxForSignature(ctx context.Context, method string, q url.Values) string {
+	recs, err := s.st.Sandboxes(ctx)
+	if err != nil {
+		return ""
+	}
+	now := time.Now()
+	for _, rec := range recs {
+		if idPattern.MatchString(rec.ID) && s.signatureOK(rec.ID, method, q, now) {
+			return rec.ID
+		}
+	}
+	return ""
+}
+
+type sandboxKey struct{}
+
+// newProxy is the reverse proxy to the agents: HTTP/1.1 over the provider's EnvdDialer,
+// every write flushed at once (streamed RPCs), no compression added, credentials of the
+// server removed, and the default user set.
+func (s *Server) newProxy() http.Handler {
+	tr := &http.Transport{
+		DialContext:           s.dialEnvd,
+		MaxIdleConnsPerHost:   32,
+		IdleConnTimeout:       60 * time.Second,
+		DisableCompression:    true,
+		ForceAttemptHTTP2:     false,
+		ExpectContinueTimeout: time.Second,
+	}
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			id, _ := pr.In.Context().Value(sandboxKey{}).(string)
+			pr.Out.URL.Scheme = "http"
+			pr.Out.URL.Host = id + envdHostSuffix
+			pr.Out.Host = "localhost"
+			pr.Out.Header.Del(headerAccessToken)
+			pr.Out.Header.Del("X-Api-Key")
+			if a := pr.Out.Header.Get("Authorization"); !strings.HasPrefix(strings.ToLower(a), "basic ") {
+				pr.Out.SetBasicAuth(defaultUser, "")
+			}
+		},
+		Transport:     tr,
+		FlushInterval: -1,
+		ErrorLog:      nil,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			id, _ := r.Context().Value(sandboxKey{}).(string)
+			switch {
+			case r.Context().Err() != nil:
+				// The client went away.
+			case errors.Is(err, provider.CodeNotFound):
+				writeSandboxNotFound(w, id)
+			case errors.Is(err, provider.CodeConflict):
+				writeJSON(w, http.StatusBadGateway, map[string]any{"sandboxId": id, "message": "The sandbox is paused", "code": http.StatusBadGateway})
+			default:
+				s.log.Warn("e2b data plane", "sandbox", id, "err", provider.StripCredentials(err.Error()))
+				writeJSON(w, http.StatusBadGateway, map[string]any{"sandboxId": id, "message": "The sandbox cannot be reached: " + provider.StripCredentials(message(err)), "code": http.StatusBadGateway})
+			}
+		},
+	}
+}
+
+// dialEnvd connects to the agent of the sandbox named by addr ({id}.envd.invalid:80).
+func (s *Server) dialEnvd(ctx context.Context, _, addr string) (net.Conn, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	id, ok := strings.CutSuffix(host, envdHostSuffix)
+	if !ok || !idPattern.MatchString(id) {
+		return nil, provider.Errorf(provider.CodeNotFound, "no sandbox %q", host)
+	}
+	inst, err := s.prov.Connect(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	d, ok := inst.(provider.EnvdDialer)
+	if !ok {
+		inst.Close()
+		return nil, provider.Errorf(provider.CodeUnsupported, "provider %s has no envd data plane", s.prov.Name())
+	}
+	c, err := d.DialEnvd(ctx)
+	if err != nil {
+		inst.Close()
+		return nil, err
+	}
+	return &instConn{Conn: c, inst: inst}, nil
+}
+
+// instConn closes the instance handle with the connection.
+type instConn struct {
+	net.Conn
+	inst provider.Instance
+	once sync.Once
+}
+
+func (c *instConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { c.inst.Close() })
+	return err
+}
+
+// maxStartBody bounds a Start request the proxy rewrites.
+const maxStartBody = 4 << 20
+
+// startInHome makes a process started without a cwd start in its user's home ("~"), as
+// under envd, instead of the agent's default working directory. It rewrites Connect
+// streaming requests (JSON or binary, uncompressed) and leaves anything else alone.
+func startInHome(r *http.Request) error {
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	asJSON := ct == "application/connect+json"
+	if !asJSON && ct != "application/connect+proto" {
+		return nil
+	}
+	if enc := r.Header.Get("Connect-Content-Encoding"); enc != "" && enc != "identity" {
+		return nil
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxStartBody+1))
+	r.Body.Close()
+	if err != nil {
+		return errors.New("reading the request: " + err.Error())
+	}
+	if len(body) > maxStartBody {
+		return errors.New("the Start request is too large")
+	}
+	out := body
+	if len(body) >= 5 && body[0] == 0 && int(binary.BigEndian.Uint32(body[1:5])) == len(body)-5 {
+		var req process.StartRequest
+		msg := body[5:]
+		if asJSON {
+			err = protojson.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(msg, &req)
+		} else {
+			err = proto.Unmarshal(msg, &req)
+		}
+		if err == nil && req.GetProcess() != nil && req.GetProcess().Cwd == nil {
+			home := "~"
+			req.Process.Cwd = &home
+			var nm []byte
+			if asJSON {
+				nm, err = protojson.Marshal(&req)
+			} else {
+				nm, err = proto.Marshal(&req)
+			}
+			if err == nil {
+				out = make([]byte, 5, 5+len(nm))
+				binary.BigEndian.PutUint32(out[1:5], uint32(len(nm)))
+				out = append(out, nm...)
+			}
+		}
+	}
+	r.Body = io.NopCloser(bytes.NewReader(out))
+	r.ContentLength = int64(len(out))
+	r.Header.Set("Content-Length", strconv.Itoa(len(out)))
+	r.Header.Del("Transfer-Encoding")
+	return nil
+}

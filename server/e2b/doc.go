@@ -1,0 +1,55 @@
+// Package e2b serves E2B's API from a tupper server, so that E2B's unmodified SDKs (and the
+// frameworks built on them) run their sandboxes on Tupper by setting three environment
+// variables: E2B_API_URL and E2B_SANDBOX_URL to the server's URL, E2B_API_KEY to a Tupper
+// API key (`tupper keys create --e2b` makes one of the form E2B's SDKs validate).
+//
+// The wire protocol is E2B's, as described in ../../shared/E2B-PROTOCOL.md of the project
+// (E2B's openapi.yml for the control plane, envd's Connect services for the data plane).
+//
+// # Control plane
+//
+// POST /sandboxes (v1) and POST /v2/sandboxes create a sandbox through package sandbox, so it
+// is an ordinary sandbox of the server: it has a store record, a token, lifecycle events, and
+// it is listed by the native API under /v1. templateID "base" is the provider's default
+// template; metadata become labels; envVars the environment of every command; timeout
+// (seconds: 15 by default on v1, 300 on v2) the hard lifetime, which the provider enforces
+// (or, for a provider that cannot, the server's reaper). Also served: connect (v1 and v2:
+// 200 when running, 201 when resumed from pause), list (GET /sandboxes: running ones; GET
+// /v2/sandboxes: metadata, state, template and startedAfter filters, order, limit and
+// X-Next-Token paging), get, kill, timeout, pause and resume (where the provider declares
+// "pause"; 409 when already in that state), metrics (one sample measured in the sandbox
+// when asked) and snapshot creation (where the provider declares "snapshot"). Everything
+// else — network updates, fork, volumes, MCP, auto-pause, listing and deleting snapshots —
+// answers 501 with E2B's error body {"code": status, "message": text}.
+//
+// Control-plane calls authenticate with an API key of the server in X-API-Key (or
+// Authorization: Bearer).
+//
+// # Data plane
+//
+// Requests carrying E2b-Sandbox-Id (or a Host of the form 49983-{id}.{Config.Domain}) are
+// passed to that sandbox's agent, which speaks envd's protocol (package agent), through the
+// provider's optional provider.EnvdDialer: a reverse proxy over HTTP/1.1 that flushes every
+// write at once, so streamed command output is not held back. The proxy checks what envd
+// would, since the agent inside runs without a token: X-Access-Token must be the sandbox's
+// envd access token (returned by create and connect; it is also a sandbox token of the
+// native API), except for GET /health and for /files with a valid signed URL (E2B's v1
+// scheme, verified here with the sandbox's token). A signed /files URL without
+// E2b-Sandbox-Id (a browser, curl) is routed by its signature. Unknown sandboxes answer 502
+// {"sandboxId", "message": "The sandbox was not found", "code": 502}, as E2B's proxy does.
+//
+// E2B's SDKs expect commands to run as "user" in /home/user. A request without
+// "Authorization: Basic …" is therefore sent as user "user", and a process started without
+// a cwd starts in the user's home.
+//
+// The access token of a sandbox is derived from its id with a key kept in the store
+// (HMAC-SHA256), so the server can check signatures without storing any token: the store
+// holds only its hash, like every other credential.
+//
+// The reported envdVersion is EnvdVersion, the newest envd version whose features the agent
+// implements (file metadata headers, envd 0.6.2, are not).
+//
+// # Concurrency
+//
+// A *Server serves many requests at once.
+package e2b

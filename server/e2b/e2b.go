@@ -1,0 +1,223 @@
+package e2b
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/store"
+)
+
+// EnvdVersion is the envd version reported for every sandbox: the newest whose gated SDK
+// features the agent implements. The next gate, 0.6.2, is file metadata (X-Metadata-*
+// headers on POST /files, EntryInfo.metadata), which the agent does not keep.
+const EnvdVersion = "0.6.1"
+
+// EnvdPort is the port E2B's SDKs address envd on.
+const EnvdPort = 49983
+
+// ClientID is the constant clientID of E2B's API.
+const ClientID = "6532622b"
+
+// Hooks let the server that mounts the E2B API record what happens to sandboxes the way it
+// records its own operations (events, webhooks, its handle cache). A nil hook does only the
+// store part (or nothing).
+type Hooks struct {
+	// Created is called once a new sandbox is recorded in the store.
+	Created func(ctx context.Context, id string, data map[string]any)
+	// Gone records that a sandbox no longer exists: destroyed by a kill (true) or found
+	// missing (false). Nil: store.MarkDestroyed.
+	Gone func(ctx context.Context, id string, destroyed bool)
+	// Paused and Resumed follow a pause and a resume (the store state is already set).
+	Paused, Resumed func(ctx context.Context, id string)
+	// TimeoutSet follows a new deadline (already recorded in the store).
+	TimeoutSet func(ctx context.Context, id string, deadline time.Time)
+	// SnapshotCreated follows a snapshot of a sandbox.
+	SnapshotCreated func(ctx context.Context, id, snapshotID string)
+}
+
+// Config configures a Server. Provider and Store are required.
+type Config struct {
+	Provider provider.Provider
+	Store    *store.Store
+	// Logger receives the server's own messages; nil discards.
+	Logger *slog.Logger
+	// Domain, when set, is returned as the sandboxes' domain (so SDKs without E2B_SANDBOX_URL
+	// use https://49983-{id}.{Domain}), and such hosts are routed to the data plane.
+	Domain string
+	Hooks  Hooks
+}
+
+// Server serves E2B's control plane and data plane. Create it with New.
+type Server struct {
+	cfg      Config
+	prov     provider.Provider
+	st       *store.Store
+	log      *slog.Logger
+	tokenKey []byte
+	control  *http.ServeMux
+	proxy    http.Handler
+}
+
+// New builds a Server. It reads (creating it the first time) the key that derives sandbox
+// access tokens from the store.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.Provider == nil || cfg.Store == nil {
+		return nil, provider.Errorf(provider.CodeInvalidArgument, "e2b: Provider and Store are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	key, err := cfg.Store.Setting(ctx, "e2b-envd-token-key", 32)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, prov: cfg.Provider, st: cfg.Store, log: cfg.Logger, tokenKey: key}
+	s.control = s.controlMux()
+	s.proxy = s.newProxy()
+	return s, nil
+}
+
+// Match reports whether r belongs to the E2B API: its data plane (an E2b-Sandbox-Id header,
+// a 49983-{id}.{Domain} host, or a signed /files URL) or its control plane (/sandboxes…,
+// /v2/sandboxes…, /snapshots, /templates/…, /health).
+func (s *Server) Match(r *http.Request) bool {
+	if _, ok := s.dataPlane(r); ok {
+		return true
+	}
+	return isControlPath(r.URL.Path)
+}
+
+func isControlPath(p string) bool {
+	for _, prefix := range []string{"/sandboxes", "/v2/sandboxes"} {
+		if p == prefix || strings.HasPrefix(p, prefix+"/") {
+			return true
+		}
+	}
+	return p == "/snapshots" || p == "/health" || strings.HasPrefix(p, "/templates/")
+}
+
+// ServeHTTP serves a request Match accepted.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if how, ok := s.dataPlane(r); ok {
+		s.serveEnvd(w, r, how)
+		return
+	}
+	s.control.ServeHTTP(w, r)
+}
+
+// credential is the API key of a control-plane request: X-API-Key, or Authorization: Bearer.
+func credential(r *http.Request) string {
+	if k := strings.TrimSpace(r.Header.Get("X-API-Key")); k != "" {
+		return k
+	}
+	if scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
+		return strings.TrimSpace(tok)
+	}
+	return ""
+}
+
+// authenticate returns the id of the API key of r.
+func (s *Server) authenticate(r *http.Request) (string, error) {
+	cred := credential(r)
+	if cred == "" {
+		return "", provider.Errorf(provider.CodeUnauthorized, "missing API key: send X-API-Key")
+	}
+	k, err := s.st.AuthenticateKey(r.Context(), cred)
+	if err != nil {
+		if provider.CodeOf(err) == provider.CodeUnauthorized {
+			return "", provider.Errorf(provider.CodeUnauthorized, "invalid API key")
+		}
+		return "", err
+	}
+	return k.ID, nil
+}
+
+// apiError is E2B's error body.
+type apiError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+// writeError answers with E2B's error body; the status comes from the error's code.
+func writeError(w http.ResponseWriter, err error) {
+	status := provider.CodeOf(err).StatusCode()
+	if errors.Is(err, context.Canceled) {
+		status = 499
+	}
+	writeJSON(w, status, apiError{Code: status, Message: provider.StripCredentials(message(err))})
+}
+
+// message is an error's text without the "op: code: " prefixes of provider.Error.
+func message(err error) string {
+	var pe *provider.Error
+	if errors.As(err, &pe) && pe.Message != "" {
+		return pe.Message
+	}
+	return err.Error()
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		buf.Reset()
+		buf.WriteString(`{"code":500,"message":"encoding the response failed"}`)
+		status = http.StatusInternalServerError
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// hooks, with the defaults of nil ones.
+
+func (s *Server) created(ctx context.Context, id string, data map[string]any) {
+	if h := s.cfg.Hooks.Created; h != nil {
+		h(context.WithoutCancel(ctx), id, data)
+	}
+}
+
+func (s *Server) gone(ctx context.Context, id string, destroyed bool) {
+	ctx = context.WithoutCancel(ctx)
+	if h := s.cfg.Hooks.Gone; h != nil {
+		h(ctx, id, destroyed)
+		return
+	}
+	if _, err := s.st.MarkDestroyed(ctx, id); err != nil {
+		s.log.Error("recording a destroyed sandbox", "sandbox", id, "err", err)
+	}
+}
+
+func (s *Server) paused(ctx context.Context, id string) {
+	if h := s.cfg.Hooks.Paused; h != nil {
+		h(context.WithoutCancel(ctx), id)
+	}
+}
+
+func (s *Server) resumed(ctx context.Context, id string) {
+	if h := s.cfg.Hooks.Resumed; h != nil {
+		h(context.WithoutCancel(ctx), id)
+	}
+}
+
+func (s *Server) timeoutSet(ctx context.Context, id string, deadline time.Time) {
+	if h := s.cfg.Hooks.TimeoutSet; h != nil {
+		h(context.WithoutCancel(ctx), id, deadline)
+	}
+}
+
+func (s *Server) snapshotCreated(ctx context.Context, id, snap string) {
+	if h := s.cfg.Hooks.SnapshotCreated; h != nil {
+		h(context.WithoutCancel(ctx), id, snap)
+	}
+}

@@ -1,0 +1,80 @@
+package e2b
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/tupper-dev/tupper/store"
+)
+
+// envdToken is the sandbox's envd access token: a sandbox token of the server (sbt_ and 40
+// hex digits) derived from the id, so the server can recompute it to check signed URLs
+// while the store keeps only its hash.
+func (s *Server) envdToken(id string) string {
+	m := hmac.New(sha256.New, s.tokenKey)
+	m.Write([]byte("e2b envd access token\x00" + id))
+	return store.TokenPrefix + hex.EncodeToString(m.Sum(nil))[:40]
+}
+
+// registerToken makes sure the store knows the sandbox's envd token (a sandbox made through
+// the native API gets it at its first E2B connect).
+func (s *Server) registerToken(ctx context.Context, id string) error {
+	tok := s.envdToken(id)
+	if got, err := s.st.SandboxForToken(ctx, tok); err == nil && got == id {
+		return nil
+	}
+	return s.st.AddToken(context.WithoutCancel(ctx), id, store.Hash(tok))
+}
+
+// tokenOK reports whether tok is an access token of sandbox id: its envd token, or any
+// other live sandbox token of it in the store.
+func (s *Server) tokenOK(ctx context.Context, id, tok string) bool {
+	if tok == "" {
+		return false
+	}
+	if subtle.ConstantTimeCompare([]byte(tok), []byte(s.envdToken(id))) == 1 {
+		return true
+	}
+	got, err := s.st.SandboxForToken(ctx, tok)
+	return err == nil && subtle.ConstantTimeCompare([]byte(got), []byte(id)) == 1
+}
+
+// Signature is E2B's v1 signature of a /files URL: "v1_" + base64(sha256(path:op:user:token
+// [:expiration])), unpadded. op is "read" or "write"; user is "" when the URL names none;
+// expiration is unix seconds, 0 for none.
+func Signature(path, op, user, token string, expiration int64) string {
+	msg := path + ":" + op + ":" + user + ":" + token
+	if expiration != 0 {
+		msg += ":" + strconv.FormatInt(expiration, 10)
+	}
+	sum := sha256.Sum256([]byte(msg))
+	return "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
+}
+
+// signatureOK checks a signed /files URL against the sandbox's envd token.
+func (s *Server) signatureOK(id, method string, q url.Values, now time.Time) bool {
+	sig := q.Get("signature")
+	if sig == "" {
+		return false
+	}
+	op := "read"
+	if method == "POST" {
+		op = "write"
+	}
+	var exp int64
+	if v := q.Get("signature_expiration"); v != "" {
+		var err error
+		if exp, err = strconv.ParseInt(v, 10, 64); err != nil || exp <= 0 || now.Unix() > exp {
+			return false
+		}
+	}
+	want := Signature(q.Get("path"), op, q.Get("username"), s.envdToken(id), exp)
+	return subtle.ConstantTimeCompare([]byte(sig), []byte(want)) == 1
+}

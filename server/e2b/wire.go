@@ -1,0 +1,180 @@
+package e2b
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"maps"
+	"net/http"
+	"time"
+
+	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/sandbox"
+	"github.com/tupper-dev/tupper/store"
+)
+
+// maxBody bounds a control-plane request body.
+const maxBody = 1 << 20
+
+// newSandbox is the body of POST /sandboxes (NewSandbox) and POST /v2/sandboxes
+// (NewSandboxV2); unknown fields are ignored, as E2B's API does.
+type newSandbox struct {
+	TemplateID          string            `json:"templateID"`
+	Timeout             *int64            `json:"timeout"`
+	Metadata            map[string]string `json:"metadata"`
+	EnvVars             map[string]string `json:"envVars"`
+	Secure              *bool             `json:"secure"`
+	AllowInternetAccess *bool             `json:"allow_internet_access"`
+	Network             *networkConfig    `json:"network"`
+	AutoPause           *bool             `json:"autoPause"`
+	AutoPauseMemory     *bool             `json:"autoPauseMemory"`
+	AutoResume          json.RawMessage   `json:"autoResume"`
+	MCP                 json.RawMessage   `json:"mcp"`
+	IAM                 json.RawMessage   `json:"iam"`
+	VolumeMounts        []json.RawMessage `json:"volumeMounts"`
+}
+
+// networkConfig is E2B's SandboxNetworkConfig.
+type networkConfig struct {
+	AllowOut           []string        `json:"allowOut"`
+	DenyOut            []string        `json:"denyOut"`
+	AllowPublicTraffic *bool           `json:"allowPublicTraffic"`
+	MaskRequestHost    *string         `json:"maskRequestHost"`
+	Rules              json.RawMessage `json:"rules"`
+	EgressProxy        json.RawMessage `json:"egressProxy"`
+}
+
+// sandboxJSON is E2B's Sandbox: the answer of create and connect.
+type sandboxJSON struct {
+	SandboxID          string  `json:"sandboxID"`
+	TemplateID         string  `json:"templateID"`
+	ClientID           string  `json:"clientID"`
+	EnvdVersion        string  `json:"envdVersion"`
+	EnvdAccessToken    string  `json:"envdAccessToken"`
+	TrafficAccessToken *string `json:"trafficAccessToken"`
+	Domain             *string `json:"domain"`
+}
+
+// listedSandbox is E2B's ListedSandbox.
+type listedSandbox struct {
+	TemplateID   string            `json:"templateID"`
+	SandboxID    string            `json:"sandboxID"`
+	ClientID     string            `json:"clientID"`
+	StartedAt    time.Time         `json:"startedAt"`
+	EndAt        time.Time         `json:"endAt"`
+	CPUCount     int               `json:"cpuCount"`
+	MemoryMB     int               `json:"memoryMB"`
+	DiskSizeMB   int               `json:"diskSizeMB"`
+	State        string            `json:"state"`
+	EnvdVersion  string            `json:"envdVersion"`
+	Metadata     map[string]string `json:"metadata"`
+	VolumeMounts []struct{}        `json:"volumeMounts"`
+}
+
+// sandboxDetail is E2B's SandboxDetail.
+type sandboxDetail struct {
+	listedSandbox
+	EnvdAccessToken string     `json:"envdAccessToken"`
+	Domain          *string    `json:"domain"`
+	Lifecycle       *lifecycle `json:"lifecycle"`
+}
+
+type lifecycle struct {
+	OnTimeout  string `json:"onTimeout"`
+	AutoResume bool   `json:"autoResume"`
+}
+
+// sandboxMetric is E2B's SandboxMetric.
+type sandboxMetric struct {
+	Timestamp     time.Time `json:"timestamp"`
+	TimestampUnix int64     `json:"timestampUnix"`
+	CPUCount      int       `json:"cpuCount"`
+	CPUUsedPct    float64   `json:"cpuUsedPct"`
+	MemUsed       int64     `json:"memUsed"`
+	MemTotal      int64     `json:"memTotal"`
+	MemCache      int64     `json:"memCache"`
+	DiskUsed      int64     `json:"diskUsed"`
+	DiskTotal     int64     `json:"diskTotal"`
+}
+
+// noEnd is the endAt of a sandbox without a deadline (E2B's always have one).
+var noEnd = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
+
+// baseTemplate is E2B's default template, mapped to the provider's default.
+const baseTemplate = "base"
+
+// templateID is the E2B template id of a sandbox of provider template t.
+func templateID(t string) string {
+	if t == "" {
+		return baseTemplate
+	}
+	return t
+}
+
+// metadata is what E2B reports as a sandbox's metadata: its labels, without the one the SDK
+// adds to every sandbox it creates.
+func metadata(labels map[string]string) map[string]string {
+	m := maps.Clone(labels)
+	if m == nil {
+		m = map[string]string{}
+	}
+	delete(m, sandbox.SDKLabel)
+	return m
+}
+
+func (s *Server) size() provider.Size { return provider.Sizes["small"] }
+
+func (s *Server) domain() *string {
+	if s.cfg.Domain == "" {
+		return nil
+	}
+	d := s.cfg.Domain
+	return &d
+}
+
+func (s *Server) listed(rec store.Sandbox, in provider.Info) listedSandbox {
+	end := in.Deadline
+	if end.IsZero() {
+		end = rec.Deadline
+	}
+	if end.IsZero() {
+		end = noEnd
+	}
+	started := in.CreatedAt
+	if started.IsZero() {
+		started = rec.CreatedAt
+	}
+	state := "running"
+	if in.State == provider.StatePaused {
+		state = "paused"
+	}
+	sz := s.size()
+	return listedSandbox{
+		TemplateID: templateID(in.Template), SandboxID: rec.ID, ClientID: ClientID,
+		StartedAt: started.UTC().Truncate(time.Millisecond), EndAt: end.UTC().Truncate(time.Millisecond),
+		CPUCount: max(1, int(sz.CPU)), MemoryMB: sz.MemoryMB, DiskSizeMB: sz.DiskGB * 1024,
+		State: state, EnvdVersion: EnvdVersion, Metadata: metadata(rec.Labels), VolumeMounts: []struct{}{},
+	}
+}
+
+func (s *Server) sandboxJSON(id, template string) sandboxJSON {
+	return sandboxJSON{
+		SandboxID: id, TemplateID: templateID(template), ClientID: ClientID, EnvdVersion: EnvdVersion,
+		EnvdAccessToken: s.envdToken(id), Domain: s.domain(),
+	}
+}
+
+// decodeBody reads a JSON body into v, ignoring unknown fields. An empty body leaves v as is.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		return provider.Errorf(provider.CodeInvalidArgument, "reading the request body: %v", err)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return provider.Errorf(provider.CodeInvalidArgument, "malformed JSON body: %v", err)
+	}
+	return nil
+}
