@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"log/slog"
 	"mime"
 	"net"
 	"net/http"
@@ -184,7 +185,7 @@ func (s *Server) newProxy() http.Handler {
 		},
 		Transport:     tr,
 		FlushInterval: -1,
-		ErrorLog:      nil,
+		ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			id, _ := r.Context().Value(sandboxKey{}).(string)
 			switch {

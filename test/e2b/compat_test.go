@@ -1,0 +1,72 @@
+// Package e2b_test runs E2B's own JS SDK, unmodified, against a real tupper server: one
+// project per SDK version (v251: npm e2b 2.51.0, which uses the v2 paths; v245: 2.45.0, the
+// v1 paths and a client-side check of the key's form), each running compat.mjs.
+package e2b_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/tupper-dev/tupper/internal/testenv"
+	"github.com/tupper-dev/tupper/server/servertest"
+)
+
+// TestE2BSDK needs root and runc (real sandboxes: the memory provider has no envd data
+// plane), node and npm, and the npm registry for `npm ci` the first time.
+func TestE2BSDK(t *testing.T) {
+	if ok, why := servertest.CanRunLocal(); !ok {
+		testenv.Skip(t, "E2B compatibility runs real sandboxes: "+why)
+	}
+	node := testenv.RequireBinary(t, "node")
+	npm := testenv.RequireBinary(t, "npm")
+	if testing.Short() {
+		t.Skip("-short: the E2B SDK runs take a minute")
+	}
+
+	srv := servertest.Start(t, servertest.Provider(t, 5), "")
+	_, key, err := srv.Store.CreateE2BKey(t.Context(), "e2b-compat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, project := range []string{"v251", "v245"} {
+		t.Run(project, func(t *testing.T) {
+			dir, err := filepath.Abs(project)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out, err := command(t, 5*time.Minute, dir, nil, npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"); err != nil {
+				t.Fatalf("npm ci in %s: %v\n%s", project, err, out)
+			}
+			env := []string{"E2B_API_URL=" + srv.URL, "E2B_SANDBOX_URL=" + srv.URL, "E2B_API_KEY=" + key}
+			out, err := command(t, 5*time.Minute, dir, env, node, "run.mjs")
+			if err != nil {
+				t.Fatalf("e2b SDK %s against tupper serve: %v\n%s", project, err, out)
+			}
+			t.Logf("%s", out)
+		})
+	}
+}
+
+// command runs name in dir with env added to the test's environment (minus any E2B_
+// variables of the developer's shell, so nothing can reach E2B's cloud).
+func command(t *testing.T, timeout time.Duration, dir string, env []string, name string, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	for _, kv := range os.Environ() {
+		if !bytes.HasPrefix([]byte(kv), []byte("E2B_")) {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.Bytes(), err
+}
