@@ -120,10 +120,14 @@ func BenchmarkIdleSandboxes(b *testing.B) {
 				time.Sleep(time.Second)
 				dropCaches()
 				after := memAvailable()
-				var cg int64
+				var cg, pss int64
 				for _, id := range ids {
 					cg += cgroupMemory(id)
+					if rec, err := p.lay.readRecord(id); err == nil {
+						pss += procPss(rec.InitPID)
+					}
 				}
+				b.ReportMetric(float64(pss)/float64(n)/(1<<20), "MiB-init-pss/sandbox")
 				b.ReportMetric(float64(before-after)/float64(n)/(1<<20), "MiB-host/sandbox")
 				b.ReportMetric(float64(cg)/float64(n)/(1<<20), "MiB-cgroup/sandbox")
 				for _, id := range ids {
@@ -168,6 +172,21 @@ func cgroupMemory(id string) int64 {
 		if b, err := os.ReadFile(p); err == nil {
 			v, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 			return v
+		}
+	}
+	return 0
+}
+
+// procPss is the proportional set size of pid (shared pages split among their users).
+func procPss(pid int) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "Pss:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10
 		}
 	}
 	return 0

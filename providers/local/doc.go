@@ -76,7 +76,8 @@
 //
 // "none": the sandbox's own network namespace with loopback only. "all": a veth pair per
 // sandbox, eth0 inside with an address leased from Config.Subnet (default 10.213.0.0/16,
-// one file per address under Home/leases/ip), the host end on a bridge (Config.Bridge,
+// one file per address under /run/tupper/net-BRIDGE, shared by every Home on the bridge,
+// since the bridge is host-wide and, like /run, gone after a reboot), the host end on a bridge (Config.Bridge,
 // default tupper0) whose address is the gateway; ports are isolated from each other, so
 // sandboxes reach the host and beyond but not one another; iptables masquerades the subnet
 // (rules tagged "tupper BRIDGE", inserted first in POSTROUTING and FORWARD) and

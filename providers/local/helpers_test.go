@@ -88,8 +88,8 @@ func newTestProvider(t testing.TB, rt string) *Provider {
 		Runtime:   rt,
 		AgentPath: buildAgent(t),
 		// A test subnet and bridge, so tests never touch a real installation's.
-		Subnet: "10.214.0.0/24",
-		Bridge: "tuppertest0",
+		Subnet: "10.215.0.0/24",
+		Bridge: "tupperlt0",
 	})
 	if err != nil {
 		t.Fatal(err)

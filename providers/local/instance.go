@@ -55,7 +55,7 @@ func (p *Provider) waitAgent(ctx context.Context, rec *record) error {
 	defer cancel()
 	c := client.New(p.lay.socket(rec.ID))
 	defer c.Close()
-	delay := 500 * time.Microsecond
+	delay := 200 * time.Microsecond
 	for {
 		if _, err := os.Stat(p.lay.socket(rec.ID)); err == nil {
 			hctx, hcancel := context.WithTimeout(ctx, 2*time.Second)
@@ -73,7 +73,7 @@ func (p *Provider) waitAgent(ctx context.Context, rec *record) error {
 			return fmt.Errorf("the agent did not answer: %w (log: %s)", ctx.Err(), p.logTail(rec.ID))
 		case <-time.After(delay):
 		}
-		delay = min(2*delay, 20*time.Millisecond)
+		delay = min(2*delay, 5*time.Millisecond)
 	}
 }
 

@@ -27,6 +27,10 @@ type network struct {
 	gateway netip.Addr
 	bridge  string
 	lay     layout
+	// dir holds the address leases and the lock of the bridge. The bridge, its rules and
+	// its addresses are host-wide and vanish at reboot, so they are kept in /run, shared by
+	// every Home that uses the bridge: /run/tupper/net-BRIDGE.
+	dir     string
 	ipPath  string
 	iptPath string
 	nsenter string
@@ -38,7 +42,8 @@ func newNetwork(lay layout, subnet, bridge string) (*network, error) {
 		return nil, fmt.Errorf("subnet %q: want an IPv4 prefix between /8 and /28", subnet)
 	}
 	p = p.Masked()
-	n := &network{subnet: p, gateway: p.Addr().Next(), bridge: bridge, lay: lay}
+	n := &network{subnet: p, gateway: p.Addr().Next(), bridge: bridge, lay: lay,
+		dir: filepath.Join("/run/tupper", "net-"+bridge)}
 	if len(bridge) == 0 || len(bridge) > 15 {
 		return nil, fmt.Errorf("bridge name %q: want 1 to 15 characters", bridge)
 	}
@@ -158,18 +163,36 @@ func (n *network) removeBridge(ctx context.Context) error {
 }
 
 func (n *network) lock(ctx context.Context) (*flock, error) {
-	if err := os.MkdirAll(n.lay.locks(), 0o700); err != nil {
+	if err := os.MkdirAll(n.leases(), 0o700); err != nil {
 		return nil, err
 	}
-	return lockFile(ctx, filepath.Join(n.lay.locks(), "net.lock"))
+	return lockFile(ctx, filepath.Join(n.dir, "lock"))
 }
 
-// allocate leases a free address of the subnet for id.
-func (n *network) allocate(id string) (netip.Addr, error) {
-	dir := n.lay.ipLeases()
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return netip.Addr{}, err
+func (n *network) leases() string { return filepath.Join(n.dir, "leases") }
+
+// leaseHolder is what a lease file holds: the sandbox id and its Home, so a lease whose
+// sandbox no longer has a record (its Home was deleted without a teardown) can be reclaimed.
+func (n *network) leaseHolder(id string) string { return id + " " + n.lay.home }
+
+// cleanStale removes leases whose sandbox has no record any more. Call with the lock held.
+func (n *network) cleanStale() {
+	ents, _ := os.ReadDir(n.leases())
+	for _, e := range ents {
+		f := strings.Fields(holder(n.leases(), e.Name()))
+		if len(f) != 2 || !validID(f[0]) {
+			continue
+		}
+		if _, err := os.Stat(layout{home: f[1]}.record(f[0])); errors.Is(err, os.ErrNotExist) {
+			os.Remove(filepath.Join(n.leases(), e.Name()))
+		}
 	}
+}
+
+// allocate leases a free address of the subnet for id. Call with the lock held.
+func (n *network) allocate(id string) (netip.Addr, error) {
+	dir := n.leases()
+	n.cleanStale()
 	base := binary.BigEndian.Uint32(n.subnet.Addr().AsSlice())
 	size := uint32(1) << (32 - n.subnet.Bits())
 	// .0 is the network, .1 the gateway, the last the broadcast address.
@@ -177,7 +200,7 @@ func (n *network) allocate(id string) (netip.Addr, error) {
 		var b [4]byte
 		binary.BigEndian.PutUint32(b[:], base+off)
 		a := netip.AddrFrom4(b)
-		ok, err := lease(dir, a.String(), id)
+		ok, err := lease(dir, a.String(), n.leaseHolder(id))
 		if err != nil {
 			return netip.Addr{}, err
 		}
@@ -236,11 +259,12 @@ func (n *network) detach(ctx context.Context, id, ip string) error {
 	}
 	defer lk.unlock()
 	if ip != "" {
-		if err := release(n.lay.ipLeases(), ip, id); err != nil {
+		if err := release(n.leases(), ip, n.leaseHolder(id)); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if ents, err := os.ReadDir(n.lay.ipLeases()); err == nil && len(ents) == 0 {
+	n.cleanStale()
+	if ents, err := os.ReadDir(n.leases()); err == nil && len(ents) == 0 {
 		if err := n.removeBridge(ctx); err != nil {
 			errs = append(errs, err)
 		}

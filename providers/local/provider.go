@@ -588,6 +588,8 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 					return err
 				}
 			}
+			// A sandbox's age counts from when it is ready too.
+			rec.CreatedAt = time.Now().UTC().Truncate(time.Millisecond)
 			rec.Status = statusReady
 			return p.lay.writeRecord(rec)
 		}},
@@ -740,8 +742,18 @@ func (p *Provider) teardown(ctx context.Context, rec *record) error {
 	p.closePreviews(id)
 	var errs []error
 	if rt, ok := p.runtimes[rec.Runtime]; ok {
+		if rec.Paused {
+			// runsc panics deleting a paused sandbox; thaw it first (runc copes either way).
+			rt.run(ctx, runscNetwork(rec), "resume", id)
+		}
 		if err := rt.remove(ctx, runscNetwork(rec), id); err != nil {
-			errs = append(errs, err)
+			// Kill the init ourselves and let the runtime clean up after a dead one.
+			if alive(rec) {
+				unix.Kill(rec.InitPID, unix.SIGKILL)
+			}
+			if err := rt.remove(ctx, runscNetwork(rec), id); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	if rec.Network == string(provider.NetworkAll) && p.net != nil {

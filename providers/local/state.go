@@ -17,8 +17,6 @@ import (
 // The state layout under Config.Home:
 //
 //	locks/keys.lock                 exact-key get-or-create (flock)
-//	locks/net.lock                  bridge and NAT setup and teardown (flock)
-//	leases/ip/<a.b.c.d>             one file per allocated sandbox address, holding the id
 //	leases/uid/<n>                  one file per allocated user-namespace range, holding the id
 //	templates/<name>/               a template's shared read-only lower layer
 //	runc/, runsc/                   the runtimes' --root (their own container state)
@@ -29,10 +27,14 @@ import (
 //	sandboxes/<id>/run/             bind-mounted at /.tupper/run: agent.sock, config.json
 //	sandboxes/<id>/agent.log        the runtime's and the agent's stdout and stderr
 //	sandboxes/<id>/netns            (runsc, network all) the bind-mounted network namespace
+//
+// and, shared by every Home that uses the same bridge (see network):
+//
+//	/run/tupper/net-<bridge>/lock            bridge and NAT setup and teardown (flock)
+//	/run/tupper/net-<bridge>/leases/<a.b.c.d> one file per address: "<id> <home>"
 type layout struct{ home string }
 
 func (l layout) locks() string                { return filepath.Join(l.home, "locks") }
-func (l layout) ipLeases() string             { return filepath.Join(l.home, "leases", "ip") }
 func (l layout) uidLeases() string            { return filepath.Join(l.home, "leases", "uid") }
 func (l layout) templates() string            { return filepath.Join(l.home, "templates") }
 func (l layout) runtimeRoot(rt string) string { return filepath.Join(l.home, rt) }
