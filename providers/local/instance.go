@@ -483,6 +483,30 @@ type preview struct {
 	port int
 	wg   sync.WaitGroup
 	once sync.Once
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{} // open forwarded connections, both ends
+	closed bool
+}
+
+// track records c as open, or reports false when the preview is closed.
+func (pv *preview) track(c net.Conn) bool {
+	pv.mu.Lock()
+	defer pv.mu.Unlock()
+	if pv.closed {
+		return false
+	}
+	if pv.conns == nil {
+		pv.conns = map[net.Conn]struct{}{}
+	}
+	pv.conns[c] = struct{}{}
+	return true
+}
+
+func (pv *preview) untrack(c net.Conn) {
+	pv.mu.Lock()
+	delete(pv.conns, c)
+	pv.mu.Unlock()
 }
 
 func (p *Provider) preview(id string, port int) (*preview, error) {
@@ -523,6 +547,10 @@ func (pv *preview) serve() {
 // its EOF.
 func (pv *preview) forward(conn net.Conn) {
 	defer conn.Close()
+	if !pv.track(conn) {
+		return
+	}
+	defer pv.untrack(conn)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	up, err := pv.c.DialPort(ctx, pv.port)
 	cancel()
@@ -530,6 +558,10 @@ func (pv *preview) forward(conn net.Conn) {
 		return
 	}
 	defer up.Close()
+	if !pv.track(up) {
+		return
+	}
+	defer pv.untrack(up)
 	done := make(chan struct{}, 2)
 	pipe := func(dst, src net.Conn) {
 		io.Copy(dst, src)
@@ -550,6 +582,12 @@ func (pv *preview) close() {
 	pv.once.Do(func() {
 		pv.ln.Close()
 		pv.wg.Wait()
+		pv.mu.Lock()
+		pv.closed = true
+		for c := range pv.conns {
+			c.Close()
+		}
+		pv.mu.Unlock()
 		pv.c.Close()
 	})
 }

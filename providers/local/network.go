@@ -171,28 +171,10 @@ func (n *network) lock(ctx context.Context) (*flock, error) {
 
 func (n *network) leases() string { return filepath.Join(n.dir, "leases") }
 
-// leaseHolder is what a lease file holds: the sandbox id and its Home, so a lease whose
-// sandbox no longer has a record (its Home was deleted without a teardown) can be reclaimed.
-func (n *network) leaseHolder(id string) string { return id + " " + n.lay.home }
-
-// cleanStale removes leases whose sandbox has no record any more. Call with the lock held.
-func (n *network) cleanStale() {
-	ents, _ := os.ReadDir(n.leases())
-	for _, e := range ents {
-		f := strings.Fields(holder(n.leases(), e.Name()))
-		if len(f) != 2 || !validID(f[0]) {
-			continue
-		}
-		if _, err := os.Stat(layout{home: f[1]}.record(f[0])); errors.Is(err, os.ErrNotExist) {
-			os.Remove(filepath.Join(n.leases(), e.Name()))
-		}
-	}
-}
-
 // allocate leases a free address of the subnet for id. Call with the lock held.
 func (n *network) allocate(id string) (netip.Addr, error) {
 	dir := n.leases()
-	n.cleanStale()
+	cleanStaleLeases(n.leases())
 	base := binary.BigEndian.Uint32(n.subnet.Addr().AsSlice())
 	size := uint32(1) << (32 - n.subnet.Bits())
 	// .0 is the network, .1 the gateway, the last the broadcast address.
@@ -200,7 +182,7 @@ func (n *network) allocate(id string) (netip.Addr, error) {
 		var b [4]byte
 		binary.BigEndian.PutUint32(b[:], base+off)
 		a := netip.AddrFrom4(b)
-		ok, err := lease(dir, a.String(), n.leaseHolder(id))
+		ok, err := lease(dir, a.String(), leaseHolder(n.lay, id))
 		if err != nil {
 			return netip.Addr{}, err
 		}
@@ -259,11 +241,11 @@ func (n *network) detach(ctx context.Context, id, ip string) error {
 	}
 	defer lk.unlock()
 	if ip != "" {
-		if err := release(n.leases(), ip, n.leaseHolder(id)); err != nil {
+		if err := release(n.leases(), ip, leaseHolder(n.lay, id)); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	n.cleanStale()
+	cleanStaleLeases(n.leases())
 	if ents, err := os.ReadDir(n.leases()); err == nil && len(ents) == 0 {
 		if err := n.removeBridge(ctx); err != nil {
 			errs = append(errs, err)

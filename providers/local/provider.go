@@ -478,7 +478,7 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 			if rec.UIDIndex < 0 {
 				return nil
 			}
-			return release(p.lay.uidLeases(), strconv.Itoa(rec.UIDIndex), id)
+			return release(p.uidLeases(), strconv.Itoa(rec.UIDIndex), leaseHolder(p.lay, id))
 		}},
 		{name: "root file system", do: func(ctx context.Context) error {
 			var err error
@@ -619,15 +619,21 @@ func readPidFile(path string) (int, error) {
 	return strconv.Atoi(strings.TrimSpace(string(b)))
 }
 
-// allocUIDs leases a free user-namespace range.
+// uidLeases is the host-wide directory of user-namespace range leases for UIDBase.
+func (p *Provider) uidLeases() string {
+	return filepath.Join("/run/tupper", fmt.Sprintf("uids-%d", p.cfg.UIDBase))
+}
+
+// allocUIDs leases a free user-namespace range, host-wide.
 func (p *Provider) allocUIDs(id string) (int, error) {
-	dir := p.lay.uidLeases()
+	dir := p.uidLeases()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return 0, err
 	}
+	cleanStaleLeases(dir)
 	n := int((uint64(1)<<32 - 2 - uint64(p.cfg.UIDBase)) / idMapSize)
 	for i := 0; i < n; i++ {
-		ok, err := lease(dir, strconv.Itoa(i), id)
+		ok, err := lease(dir, strconv.Itoa(i), leaseHolder(p.lay, id))
 		if err != nil {
 			return 0, err
 		}
@@ -768,7 +774,7 @@ func (p *Provider) teardown(ctx context.Context, rec *record) error {
 		errs = append(errs, err)
 	}
 	if rec.UIDIndex >= 0 {
-		if err := release(p.lay.uidLeases(), strconv.Itoa(rec.UIDIndex), id); err != nil {
+		if err := release(p.uidLeases(), strconv.Itoa(rec.UIDIndex), leaseHolder(p.lay, id)); err != nil {
 			errs = append(errs, err)
 		}
 	}

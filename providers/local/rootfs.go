@@ -57,9 +57,10 @@ func buildTemplate(ctx context.Context, dir, name string) (string, error) {
 	if name != TemplateHost {
 		return "", fmt.Errorf("unknown template %q (the local provider has %q)", name, TemplateHost)
 	}
-	final := filepath.Join(dir, name)
-	stamp := filepath.Join(final, ".tupper", "template-version")
-	if b, err := os.ReadFile(stamp); err == nil && string(b) == templateVersion {
+	// Each version has its own directory: a rebuild never touches the lower layer of a
+	// sandbox that still runs on an older one.
+	final := filepath.Join(dir, name+".v"+templateVersion)
+	if fileExists(filepath.Join(final, ".tupper", "template-version")) {
 		return final, nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -70,7 +71,7 @@ func buildTemplate(ctx context.Context, dir, name string) (string, error) {
 		return "", err
 	}
 	defer lk.unlock()
-	if b, err := os.ReadFile(stamp); err == nil && string(b) == templateVersion {
+	if fileExists(filepath.Join(final, ".tupper", "template-version")) {
 		return final, nil
 	}
 	tmp, err := os.MkdirTemp(dir, "."+name+"-")
@@ -117,16 +118,9 @@ func buildTemplate(ctx context.Context, dir, name string) (string, error) {
 	if err := os.WriteFile(filepath.Join(tmp, ".tupper", "template-version"), []byte(templateVersion), 0o644); err != nil {
 		return "", err
 	}
-	old := final + ".old"
-	os.RemoveAll(old)
-	if err := os.Rename(final, old); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return "", err
-	}
 	if err := os.Rename(tmp, final); err != nil {
 		return "", err
 	}
-	// Sandboxes still running on an older build keep it open through their overlay mount.
-	os.RemoveAll(old)
 	return final, nil
 }
 

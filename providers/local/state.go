@@ -17,8 +17,8 @@ import (
 // The state layout under Config.Home:
 //
 //	locks/keys.lock                 exact-key get-or-create (flock)
-//	leases/uid/<n>                  one file per allocated user-namespace range, holding the id
-//	templates/<name>/               a template's shared read-only lower layer
+//	templates/<name>.v<N>/          a template's shared read-only lower layer (built once;
+//	                                delete it to pick up changes to the host's /etc)
 //	runc/, runsc/                   the runtimes' --root (their own container state)
 //	sandboxes/<id>/record.json      the sandbox's record (see record)
 //	sandboxes/<id>/config.json      the OCI bundle's spec; the directory is the bundle
@@ -32,10 +32,14 @@ import (
 //
 //	/run/tupper/net-<bridge>/lock            bridge and NAT setup and teardown (flock)
 //	/run/tupper/net-<bridge>/leases/<a.b.c.d> one file per address: "<id> <home>"
+//	/run/tupper/uids-<base>/<n>              one file per user-namespace range: "<id> <home>"
+//
+// Host-wide resources (addresses, uid ranges) are leased there rather than in Home, so that
+// two Homes on one host never hand out the same one; like the kernel objects they stand
+// for, the leases do not outlive a reboot.
 type layout struct{ home string }
 
 func (l layout) locks() string                { return filepath.Join(l.home, "locks") }
-func (l layout) uidLeases() string            { return filepath.Join(l.home, "leases", "uid") }
 func (l layout) templates() string            { return filepath.Join(l.home, "templates") }
 func (l layout) runtimeRoot(rt string) string { return filepath.Join(l.home, rt) }
 func (l layout) sandboxes() string            { return filepath.Join(l.home, "sandboxes") }
@@ -190,6 +194,26 @@ func lease(dir, name, id string) (bool, error) {
 		return false, err
 	}
 	return true, nil
+}
+
+// leaseHolder is what a host-wide lease file holds: the sandbox id and its Home.
+func leaseHolder(l layout, id string) string { return id + " " + l.home }
+
+// cleanStaleLeases removes the leases in dir whose sandbox has no record any more (its Home
+// was deleted without a teardown). Call with the lease directory's lock held, or accept that
+// a lease taken at this very moment, before its record exists, is not stale: Create writes
+// the record before it leases anything.
+func cleanStaleLeases(dir string) {
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		f := strings.Fields(holder(dir, e.Name()))
+		if len(f) != 2 || !validID(f[0]) || !filepath.IsAbs(f[1]) {
+			continue
+		}
+		if _, err := os.Stat(layout{home: f[1]}.record(f[0])); errors.Is(err, os.ErrNotExist) {
+			os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
 }
 
 // holder returns the id written in a lease file.
