@@ -1,0 +1,110 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// These run anywhere: no root, no runtime.
+
+func TestNewID(t *testing.T) {
+	seen := map[string]bool{}
+	for range 1000 {
+		id := newID()
+		if !validID(id) || seen[id] {
+			t.Fatalf("bad or repeated id %q", id)
+		}
+		seen[id] = true
+	}
+	for _, bad := range []string{"", "ABCDEFGHIJKLMNOPQRST", "../../../../etc/pass", "abc"} {
+		if validID(bad) {
+			t.Errorf("validID(%q)", bad)
+		}
+	}
+}
+
+func TestSpecRunc(t *testing.T) {
+	s := buildSpec(bundleSpec{id: "a", runtime: RuntimeRunc, rootfs: "/r", agentPath: "/bin/tupper", runDir: "/run",
+		userns: true, uidBase: 0x70000000, cpu: 1.5, memoryMB: 512, pids: 100})
+	if !s.Process.NoNewPrivileges {
+		t.Error("no_new_privs unset")
+	}
+	if slices.Contains(s.Process.Capabilities.Bounding, "CAP_NET_RAW") || slices.Contains(s.Process.Capabilities.Bounding, "CAP_SYS_PTRACE") {
+		t.Errorf("capabilities %v", s.Process.Capabilities.Bounding)
+	}
+	if len(s.Linux.UIDMappings) != 1 || s.Linux.UIDMappings[0].HostID != 0x70000000 || s.Linux.UIDMappings[0].ContainerID != 0 {
+		t.Errorf("uid mappings %+v", s.Linux.UIDMappings)
+	}
+	r := s.Linux.Resources
+	if *r.Memory.Limit != 512<<20 || *r.CPU.Quota != 150000 || *r.Pids.Limit != 100 {
+		t.Errorf("resources %+v", r)
+	}
+	for _, m := range s.Mounts {
+		if m.Destination == agentBinary && !slices.Contains(m.Options, "ro") {
+			t.Errorf("agent binary mount is writable: %v", m.Options)
+		}
+		if m.Destination == "/usr" && !slices.Contains(m.Options, "ro") {
+			t.Errorf("/usr mount is writable: %v", m.Options)
+		}
+	}
+	if !slices.Contains(s.Linux.MaskedPaths, "/proc/kcore") || !slices.Contains(s.Linux.ReadonlyPaths, "/proc/sys") {
+		t.Error("masked or read-only paths missing")
+	}
+	if !denies(s.Linux.Seccomp, "ptrace") || !denies(s.Linux.Seccomp, "bpf") || !denies(s.Linux.Seccomp, "init_module") || !denies(s.Linux.Seccomp, "clone3") {
+		t.Error("seccomp profile misses a denied call")
+	}
+}
+
+func TestSpecRunsc(t *testing.T) {
+	s := buildSpec(bundleSpec{id: "a", runtime: RuntimeRunsc, rootfs: "/r", agentPath: "/bin/tupper", runDir: "/run", cpu: 1, memoryMB: 512, pids: 100})
+	if slices.Contains(s.Process.Capabilities.Bounding, "CAP_SYS_ADMIN") {
+		t.Error("runsc sandboxes get CAP_SYS_ADMIN")
+	}
+	if denies(s.Linux.Seccomp, "clone3") {
+		t.Error("clone3 denied under runsc (gVisor would answer EPERM and break threads)")
+	}
+	if !slices.ContainsFunc(s.Mounts, func(m specs.Mount) bool { return m.Destination == "/tmp" && m.Source == "/r/tmp" }) {
+		t.Error("/tmp is not bound from the rootfs under runsc")
+	}
+}
+
+func denies(s *specs.LinuxSeccomp, name string) bool {
+	for _, r := range s.Syscalls {
+		if r.Action == specs.ActErrno && len(r.Args) == 0 && slices.Contains(r.Names, name) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestSteps(t *testing.T) {
+	var log []string
+	st := func(name string, fail bool) step {
+		return step{name: name, do: func(context.Context) error {
+			log = append(log, "do "+name)
+			if fail {
+				return errors.New("boom")
+			}
+			return nil
+		}, undo: func() error { log = append(log, "undo "+name); return nil }}
+	}
+	err := runSteps(context.Background(), []step{st("a", false), st("b", false), st("c", true), st("d", false)})
+	if err == nil || !slices.Equal(log, []string{"do a", "do b", "do c", "undo b", "undo a"}) {
+		t.Errorf("err %v, log %v", err, log)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, c := range []Config{{Runtime: "kata"}, {Home: "relative"}, {PidsLimit: -1}} {
+		if c.Validate() == nil {
+			t.Errorf("%+v validated", c)
+		}
+	}
+	if err := (Config{}).Validate(); err != nil {
+		t.Error(err)
+	}
+}
