@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -557,6 +558,29 @@ func TestSecuritySmoke(t *testing.T) {
 		// Host processes are invisible: the sandbox sees its agent, the shell and ps.
 		if got, _ := strconv.Atoi(run(t, inst, "ps -e --no-headers | wc -l")); got == 0 || got > 6 {
 			t.Errorf("the sandbox sees %d processes", got)
+		}
+	})
+}
+
+// TestCreateUndoAfterContainer: a create that fails once the container exists (here, before
+// its network is plumbed) kills the container and removes its cgroups too.
+func TestCreateUndoAfterContainer(t *testing.T) {
+	forRuntimes(t, func(t *testing.T, rt string) {
+		p := newTestProvider(t, rt)
+		var made string
+		testHookCreated = func(id string) error { made = id; return errors.New("injected failure") }
+		defer func() { testHookCreated = nil }()
+		_, err := p.Create(context.Background(), provider.CreateSpec{Network: provider.Network{Mode: provider.NetworkAll}})
+		testHookCreated = nil
+		if err == nil || made == "" {
+			t.Fatalf("create: %v (container %q)", err, made)
+		}
+		assertNoLeftovers(t, p)
+		if ents, _ := filepath.Glob("/sys/fs/cgroup/*/tupper/" + made); len(ents) != 0 {
+			t.Errorf("cgroups left: %v", ents)
+		}
+		if out, _ := exec.Command("pgrep", "-f", made).Output(); len(out) != 0 {
+			t.Errorf("processes left: %s", out)
 		}
 	})
 }

@@ -443,6 +443,7 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 	plumbAfterCreate := netMode == provider.NetworkAll && rtName == RuntimeRunc
 	netnsPath := ""
 	var lower string
+	madeDir := false
 
 	steps := []step{
 		{name: "state directory", do: func(ctx context.Context) error {
@@ -459,11 +460,17 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 			if err := os.Mkdir(p.lay.dir(id), 0o711); err != nil {
 				return err
 			}
+			madeDir = true
 			if err := os.Chmod(p.lay.dir(id), 0o711); err != nil {
 				return err
 			}
 			return p.lay.writeRecord(rec)
-		}, undo: func() error { return os.RemoveAll(p.lay.dir(id)) }},
+		}, undo: func() error {
+			if !madeDir {
+				return nil
+			}
+			return os.RemoveAll(p.lay.dir(id))
+		}},
 		{name: "user namespace", do: func(ctx context.Context) error {
 			if !userns {
 				return nil
@@ -549,6 +556,11 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 			if err := rt.start(ctx, runscNetwork(rec), id, p.lay.dir(id), p.lay.pidFile(id), p.lay.log(id), plumbAfterCreate); err != nil {
 				return err
 			}
+			if h := testHookCreated; h != nil {
+				if err := h(id); err != nil {
+					return err
+				}
+			}
 			if plumbAfterCreate {
 				pid, err := readPidFile(p.lay.pidFile(id))
 				if err != nil {
@@ -573,7 +585,9 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 			return p.lay.writeRecord(rec)
 		}, undo: func() error {
 			// A cancelled ctx must not stop the undo.
-			return rt.remove(context.Background(), runscNetwork(rec), id)
+			err := rt.remove(context.Background(), runscNetwork(rec), id)
+			removeCgroups(id)
+			return err
 		}},
 		{name: "agent", do: func(ctx context.Context) error {
 			return p.waitAgent(ctx, rec)
@@ -602,6 +616,10 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 	}
 	return p.instance(rec), nil
 }
+
+// testHookCreated, when set by a test, runs right after the runtime made the container; an
+// error fails the create there.
+var testHookCreated func(id string) error
 
 // runscNetwork is the runsc --network value of a sandbox.
 func runscNetwork(r *record) string {
@@ -778,6 +796,7 @@ func (p *Provider) teardown(ctx context.Context, rec *record) error {
 			errs = append(errs, err)
 		}
 	}
+	removeCgroups(id)
 	if len(errs) > 0 {
 		return provider.Wrap(errors.Join(errs...), provider.CodeProvider, "destroy")
 	}
@@ -787,6 +806,16 @@ func (p *Provider) teardown(ctx context.Context, rec *record) error {
 	os.Remove(filepath.Join(p.lay.sandboxes(), "."+id+".lock"))
 	removeCgroupParents()
 	return nil
+}
+
+// removeCgroups removes a sandbox's cgroup directories if the runtime left them (runc can,
+// when a container is deleted before it started). Directories still holding processes stay.
+func removeCgroups(id string) {
+	ents, _ := os.ReadDir("/sys/fs/cgroup")
+	for _, e := range ents {
+		unix.Rmdir(filepath.Join("/sys/fs/cgroup", e.Name(), "tupper", id))
+	}
+	unix.Rmdir(filepath.Join("/sys/fs/cgroup/tupper", id))
 }
 
 // removeCgroupParents removes the empty /tupper cgroup directories runc leaves behind.

@@ -93,7 +93,7 @@ func TestSteps(t *testing.T) {
 		}, undo: func() error { log = append(log, "undo "+name); return nil }}
 	}
 	err := runSteps(context.Background(), []step{st("a", false), st("b", false), st("c", true), st("d", false)})
-	if err == nil || !slices.Equal(log, []string{"do a", "do b", "do c", "undo b", "undo a"}) {
+	if err == nil || !slices.Equal(log, []string{"do a", "do b", "do c", "undo c", "undo b", "undo a"}) {
 		t.Errorf("err %v, log %v", err, log)
 	}
 }
