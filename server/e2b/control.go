@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -25,6 +26,13 @@ const (
 	connectTimeout   = 300
 	maxTimeout       = 365 * 24 * 3600
 )
+
+// HeaderMetadataExact, "true" on a create, records the metadata exactly as given. Without it
+// the server adds sandbox-sdk=true, the label of sandboxes made through the SDK (which the
+// server uses), so `tupper ls` lists them; providers/e2b sends it so that a raw
+// provider.Create stays without that label, as through the native API's labelsExact. E2B's
+// own API ignores the header.
+const HeaderMetadataExact = "Tupper-Metadata-Exact"
 
 // idPattern is the shape of an E2B sandbox id.
 var idPattern = regexp.MustCompile(`^[a-z0-9]+$`)
@@ -103,7 +111,9 @@ func (s *Server) options(req newSandbox, defTimeout int64) (sandbox.CreateOption
 		timeout = defTimeout
 	}
 	d := time.Duration(timeout) * time.Second
-	opts.Labels = req.Metadata
+	opts.Labels = maps.Clone(req.Metadata)
+	// The SDK on the server sets its own label on the provider's sandbox.
+	delete(opts.Labels, sandbox.SDKLabel)
 	opts.Env = req.EnvVars
 	if req.TemplateID != baseTemplate {
 		opts.Template = req.TemplateID
@@ -191,9 +201,12 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, keyID string, de
 		// A provider that cannot enforce a lifetime: the server's reaper does.
 		deadline = time.Now().Add(timeout)
 	}
-	labels := map[string]string{sandbox.SDKLabel: "true"}
-	for k, v := range req.Metadata {
-		labels[k] = v
+	labels := maps.Clone(req.Metadata)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	if r.Header.Get(HeaderMetadataExact) != "true" {
+		labels[sandbox.SDKLabel] = "true"
 	}
 	rec := store.Sandbox{
 		ID: b.ID, Provider: s.prov.Name(), APIKeyID: keyID, Labels: labels,

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/tupper-dev/tupper/provider"
-	"github.com/tupper-dev/tupper/sandbox"
 	"github.com/tupper-dev/tupper/store"
 )
 
@@ -111,14 +110,14 @@ func templateID(t string) string {
 	return t
 }
 
-// metadata is what E2B reports as a sandbox's metadata: its labels, without the one the SDK
-// adds to every sandbox it creates.
+// metadata is what E2B reports as a sandbox's metadata: its labels as the server records
+// them, so the two APIs agree. They include sandbox-sdk=true, the label of sandboxes made
+// through the SDK (as every sandbox of the server is), which `tupper ls` lists by.
 func metadata(labels map[string]string) map[string]string {
 	m := maps.Clone(labels)
 	if m == nil {
 		m = map[string]string{}
 	}
-	delete(m, sandbox.SDKLabel)
 	return m
 }
 
