@@ -42,7 +42,31 @@ var (
 )
 
 func (p *Provider) instance(rec *record) *Instance {
-	return &Instance{p: p, id: rec.ID, rec: rec, c: client.New(p.lay.socket(rec.ID))}
+	return &Instance{p: p, id: rec.ID, rec: rec, c: agentClient(p.lay.socket(rec.ID))}
+}
+
+// agentClient returns a client of the agent whose socket is at path. The socket lives in a
+// directory the sandbox can write, so the sandbox could put a symlink there to make the host
+// connect elsewhere (another sandbox's agent, a host daemon). The dialer therefore opens the
+// final component without following it, checks that it is a socket, and connects through
+// /proc/self/fd to exactly that inode.
+func agentClient(path string) *client.Client {
+	return client.NewWithDialer(func(ctx context.Context) (net.Conn, error) {
+		fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, &net.OpError{Op: "dial", Net: "unix", Err: err}
+		}
+		defer unix.Close(fd)
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return nil, &net.OpError{Op: "dial", Net: "unix", Err: err}
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+			return nil, &net.OpError{Op: "dial", Net: "unix", Err: fmt.Errorf("%s is not a socket", path)}
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d", fd))
+	})
 }
 
 // ID is the sandbox's id.
@@ -53,7 +77,7 @@ func (i *Instance) ID() string { return i.id }
 func (p *Provider) waitAgent(ctx context.Context, rec *record) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.ReadyTimeout)
 	defer cancel()
-	c := client.New(p.lay.socket(rec.ID))
+	c := agentClient(p.lay.socket(rec.ID))
 	defer c.Close()
 	delay := 200 * time.Microsecond
 	for {
@@ -523,7 +547,7 @@ func (p *Provider) preview(id string, port int) (*preview, error) {
 	if err != nil {
 		return nil, provider.Wrap(err, provider.CodeProvider, "preview")
 	}
-	pv := &preview{ln: ln, c: client.New(p.lay.socket(id)), port: port}
+	pv := &preview{ln: ln, c: agentClient(p.lay.socket(id)), port: port}
 	p.previews[k] = pv
 	pv.wg.Add(1)
 	go pv.serve()

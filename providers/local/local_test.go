@@ -584,3 +584,36 @@ func TestCreateUndoAfterContainer(t *testing.T) {
 		}
 	})
 }
+
+// TestSocketSymlink: a sandbox that swaps its agent socket for a symlink to another
+// sandbox's socket does not make the host talk to the other sandbox.
+func TestSocketSymlink(t *testing.T) {
+	p := newTestProvider(t, RuntimeRunc)
+	a := create(t, p, provider.CreateSpec{Network: netNone})
+	b := create(t, p, provider.CreateSpec{Network: netNone})
+	run(t, b, "echo i-am-b > /workspace/who")
+	sock := p.lay.socket(a.ID())
+	if err := os.Rename(sock, sock+".real"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(p.lay.socket(b.ID()), sock); err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := p.Connect(context.Background(), a.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	var out bytes.Buffer
+	_, err = fresh.Exec(context.Background(), provider.ExecRequest{Command: "cat /workspace/who", Stdout: &out})
+	if err == nil || strings.Contains(out.String(), "i-am-b") {
+		t.Errorf("exec through a symlinked socket: %v, output %q", err, out.String())
+	}
+	os.Remove(sock)
+	if err := os.Rename(sock+".real", sock); err != nil {
+		t.Fatal(err)
+	}
+	if got := run(t, fresh, "echo a"); got != "a" {
+		t.Errorf("after restoring the socket: %q", got)
+	}
+}

@@ -16,7 +16,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tupper-dev/tupper/agent/client"
 	"github.com/tupper-dev/tupper/provider"
 )
 
@@ -595,7 +594,7 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 		{name: "record", do: func(ctx context.Context) error {
 			if spec.Timeout > 0 {
 				rec.Deadline = time.Now().Add(spec.Timeout).UTC().Truncate(time.Millisecond)
-				c := client.New(p.lay.socket(id))
+				c := agentClient(p.lay.socket(id))
 				err := c.SetDeadline(ctx, rec.Deadline.Add(999*time.Millisecond))
 				c.Close()
 				if err != nil {

@@ -25,7 +25,9 @@ import (
 //	sandboxes/<id>/disk/            tmpfs bounding the writable layer: upper/ and work/
 //	sandboxes/<id>/rootfs/          the overlay mount: template lower + private upper
 //	sandboxes/<id>/run/             bind-mounted at /.tupper/run: agent.sock, config.json
-//	sandboxes/<id>/agent.log        the runtime's and the agent's stdout and stderr
+//	sandboxes/<id>/disk/agent.log   the runtime's and the agent's stdout and stderr (on the
+//	                                sandbox's own tmpfs, so a sandbox writing to its agent's
+//	                                output cannot fill the host's disk)
 //	sandboxes/<id>/netns            (runsc, network all) the bind-mounted network namespace
 //
 // and, shared by every Home that uses the same bridge (see network):
@@ -50,7 +52,7 @@ func (l layout) rootfs(id string) string      { return filepath.Join(l.dir(id), 
 func (l layout) run(id string) string         { return filepath.Join(l.dir(id), "run") }
 func (l layout) socket(id string) string      { return filepath.Join(l.run(id), "agent.sock") }
 func (l layout) agentConfig(id string) string { return filepath.Join(l.run(id), "config.json") }
-func (l layout) log(id string) string         { return filepath.Join(l.dir(id), "agent.log") }
+func (l layout) log(id string) string         { return filepath.Join(l.disk(id), "agent.log") }
 func (l layout) netns(id string) string       { return filepath.Join(l.dir(id), "netns") }
 func (l layout) pidFile(id string) string     { return filepath.Join(l.dir(id), "init.pid") }
 
