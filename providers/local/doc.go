@@ -24,7 +24,14 @@
 // (falling back to internal/testagent, the same agent package behind the same two
 // subcommands, when the CLI does not build) rather than making the test binary an agent.
 //
-// Sandbox ids are 20 lowercase letters and digits (E2B clients require ^[a-z0-9]+$).
+// The socket directory is writable by the sandbox, so the host opens the socket with
+// O_PATH|O_NOFOLLOW, checks it is a socket and connects through /proc/self/fd: a symlink
+// planted there cannot point the host at another sandbox's agent or a host daemon. The
+// agent's stdout and stderr go to a log on the sandbox's own bounded tmpfs.
+//
+// Sandbox ids are 20 lowercase letters and digits (E2B clients require ^[a-z0-9]+$). A
+// sandbox's CreatedAt, and the start of its lifetime (CreateSpec.Timeout), is when it became
+// ready.
 //
 // # Steps of Create
 //
