@@ -1,0 +1,181 @@
+package e2b
+
+import (
+	"bytes"
+	"encoding/binary"
+	"io"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tupper-dev/tupper/agent/spec/process"
+)
+
+// The vectors come from getSignature of npm e2b 2.51.0.
+func TestSignatureMatchesTheSDK(t *testing.T) {
+	for _, c := range []struct {
+		path, op, user, token string
+		exp                   int64
+		want                  string
+	}{
+		{"/home/user/a.txt", "read", "", "sbt_0123456789abcdef0123456789abcdef01234567", 0, "v1_u9gpPyBQDdZEbf41zaKj8jltai9gSA5L4Qd3h46L1UY"},
+		{"a b.txt", "write", "root", "tok", 1796018592, "v1_B93Ycb8AmpgmziGFBZHxLxxxVTkdK+MUfLvQVb8lXkc"},
+	} {
+		if got := Signature(c.path, c.op, c.user, c.token, c.exp); got != c.want {
+			t.Errorf("Signature(%q, %q, %q, …, %d) = %s, want %s", c.path, c.op, c.user, c.exp, got, c.want)
+		}
+	}
+}
+
+func TestSignatureOK(t *testing.T) {
+	s := &Server{tokenKey: []byte("k")}
+	tok := s.envdToken("abc")
+	now := time.Unix(1_800_000_000, 0)
+	q := func(path, user string, exp int64, sig string) url.Values {
+		v := url.Values{"path": {path}, "signature": {sig}}
+		if user != "" {
+			v.Set("username", user)
+		}
+		if exp != 0 {
+			v.Set("signature_expiration", strconv.FormatInt(exp, 10))
+		}
+		return v
+	}
+	good := Signature("/x", "read", "", tok, 0)
+	if !s.signatureOK("abc", "GET", q("/x", "", 0, good), now) {
+		t.Error("a valid read signature was refused")
+	}
+	if s.signatureOK("abc", "POST", q("/x", "", 0, good), now) {
+		t.Error("a read signature was accepted for a write")
+	}
+	if s.signatureOK("abd", "GET", q("/x", "", 0, good), now) {
+		t.Error("a signature was accepted for another sandbox")
+	}
+	if s.signatureOK("abc", "GET", q("/y", "", 0, good), now) {
+		t.Error("a signature was accepted for another path")
+	}
+	if s.signatureOK("abc", "GET", q("/x", "root", 0, good), now) {
+		t.Error("a signature was accepted for another user")
+	}
+	exp := now.Unix() + 60
+	timed := Signature("/x", "write", "", tok, exp)
+	if !s.signatureOK("abc", "POST", q("/x", "", exp, timed), now) {
+		t.Error("a valid expiring signature was refused")
+	}
+	if s.signatureOK("abc", "POST", q("/x", "", exp, timed), now.Add(2*time.Minute)) {
+		t.Error("an expired signature was accepted")
+	}
+	if s.signatureOK("abc", "POST", q("/x", "", exp+1, timed), now) {
+		t.Error("a signature was accepted with another expiration")
+	}
+}
+
+func TestEnvdTokenIsStableAndKeyed(t *testing.T) {
+	a := &Server{tokenKey: []byte("one")}
+	b := &Server{tokenKey: []byte("two")}
+	if a.envdToken("x") != a.envdToken("x") {
+		t.Error("the token of a sandbox changed")
+	}
+	if a.envdToken("x") == a.envdToken("y") || a.envdToken("x") == b.envdToken("x") {
+		t.Error("tokens of different sandboxes or keys are equal")
+	}
+	if got := a.envdToken("x"); len(got) != 44 || got[:4] != "sbt_" {
+		t.Errorf("token %q: want sbt_ and 40 hex digits", got)
+	}
+}
+
+func envelope(msg []byte) []byte {
+	b := make([]byte, 5, 5+len(msg))
+	binary.BigEndian.PutUint32(b[1:], uint32(len(msg)))
+	return append(b, msg...)
+}
+
+func TestStartInHome(t *testing.T) {
+	for _, c := range []struct {
+		name, ctype string
+		body        []byte
+		wantCwd     string // "" : left alone
+	}{
+		{"json without cwd", "application/connect+json", envelope([]byte(`{"process":{"cmd":"/bin/bash","args":["-l","-c","pwd"]},"stdin":false}`)), "~"},
+		{"json with cwd", "application/connect+json", envelope([]byte(`{"process":{"cmd":"/bin/bash","cwd":"/tmp"}}`)), "/tmp"},
+		{"proto without cwd", "application/connect+proto", envelope(mustProto(t, &process.StartRequest{Process: &process.ProcessConfig{Cmd: "ls"}})), "~"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := httptest.NewRequest("POST", "/process.Process/Start", bytes.NewReader(c.body))
+			r.Header.Set("Content-Type", c.ctype)
+			if err := startInHome(r); err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(r.Body)
+			if r.ContentLength != int64(len(b)) || int(binary.BigEndian.Uint32(b[1:5])) != len(b)-5 {
+				t.Fatalf("lengths do not match the body: %d, %q", r.ContentLength, b)
+			}
+			var req process.StartRequest
+			if c.ctype == "application/connect+json" {
+				if err := protojson.Unmarshal(b[5:], &req); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := proto.Unmarshal(b[5:], &req); err != nil {
+				t.Fatal(err)
+			}
+			if got := req.GetProcess().GetCwd(); got != c.wantCwd {
+				t.Errorf("cwd = %q, want %q", got, c.wantCwd)
+			}
+		})
+	}
+	// Anything else passes unchanged.
+	body := []byte(`not an envelope`)
+	r := httptest.NewRequest("POST", "/process.Process/Start", bytes.NewReader(body))
+	r.Header.Set("Content-Type", "application/connect+json")
+	if err := startInHome(r); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := io.ReadAll(r.Body); !bytes.Equal(b, body) {
+		t.Errorf("a body that is not one envelope changed: %q", b)
+	}
+}
+
+func mustProto(t *testing.T, m proto.Message) []byte {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestParseMetrics(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	v1 := "t1 1000000000 5000000\nt2 1200000000 55000000\nmemcur 104857600\nmemmax 1073741824\nmemfile 2048\n" +
+		"cpumax -1 100000\nnproc 2\ndisk 5242880 24\nMemTotal: 24000000 kB\nMemAvailable: 12000000 kB\nCached: 100 kB\n"
+	m := parseMetrics(v1, now)
+	if m.CPUCount != 2 || m.CPUUsedPct != 12.5 || m.MemUsed != 104857600 || m.MemTotal != 1073741824 ||
+		m.MemCache != 2048 || m.DiskTotal != 5368709120 || m.DiskUsed != 24576 || m.TimestampUnix != now.Unix() {
+		t.Errorf("cgroup v1 sample: %+v", m)
+	}
+	v2 := "t1 1000000000 1000000\nt2 1200000000 101000000\nmemcur 1000\nmemmax max\nmemfile 10\ncpumax 100000 100000\nnproc 8\ndisk 100 50\nMemTotal: 2000 kB\n"
+	m = parseMetrics(v2, now)
+	if m.CPUCount != 1 || m.CPUUsedPct != 50 || m.MemTotal != 2000*1024 || m.MemUsed != 1000 {
+		t.Errorf("cgroup v2 sample: %+v", m)
+	}
+	if m := parseMetrics("", now); m.CPUCount != 1 || m.MemTotal != 0 {
+		t.Errorf("empty sample: %+v", m)
+	}
+}
+
+func TestPageKeyRoundTrip(t *testing.T) {
+	k := pageKey{at: 1_700_000_000_123_456_789, id: "abc123"}
+	got, err := parsePageKey(k.String())
+	if err != nil || got != k {
+		t.Fatalf("parsePageKey(%q) = %v, %v", k.String(), got, err)
+	}
+	for _, bad := range []string{"", "!!", "bm9kb3Q", "MTIzLkEtQg"} {
+		if _, err := parsePageKey(bad); err == nil {
+			t.Errorf("parsePageKey(%q) accepted", bad)
+		}
+	}
+}
