@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/tupper-dev/tupper/providers/memory"
+	"github.com/tupper-dev/tupper/server"
 	"github.com/tupper-dev/tupper/server/servertest"
 )
 
@@ -23,6 +24,9 @@ func call(t *testing.T, method, url, key, body string, hdr map[string]string, ou
 		req.Header.Set("X-API-Key", key)
 	}
 	for k, v := range hdr {
+		if k == "Host" {
+			req.Host = v
+		}
 		req.Header.Set(k, v)
 	}
 	resp, err := http.DefaultClient.Do(req)
@@ -183,5 +187,18 @@ func TestControlPlane(t *testing.T) {
 	}
 	if got := strings.Join(types, ","); !strings.Contains(got, "sandbox.created") || !strings.Contains(got, "sandbox.destroyed") {
 		t.Errorf("events of an E2B sandbox: %s", got)
+	}
+}
+
+// With a domain, 49983-{id}.{domain} hosts go to the data plane (before previews).
+func TestEnvdHost(t *testing.T) {
+	srv := servertest.Start(t, memory.New(), "", func(c *server.Config) { c.Domain = "sandboxes.test" })
+	var nf struct {
+		SandboxID string `json:"sandboxId"`
+		Code      int    `json:"code"`
+	}
+	r := call(t, "GET", srv.URL+"/health", "", "", map[string]string{"Host": "49983-nosuchsandbox.sandboxes.test"}, &nf)
+	if r.StatusCode != 502 || nf.SandboxID != "nosuchsandbox" || nf.Code != 502 {
+		t.Errorf("envd host of an unknown sandbox: %d %+v", r.StatusCode, nf)
 	}
 }
