@@ -181,7 +181,9 @@ export async function run(sdk, sdkVersion) {
     const w = await sbx.files.watchDir('compat/watched', (e) => events.push(e))
     try {
       await sbx.files.write('compat/watched/new.txt', 'x')
-      await until('a watch event for new.txt', 10_000, async () => events.some((e) => e.name === 'new.txt'))
+      await until('a watch event for new.txt', 10_000, async () => events.some((e) => e.name === 'new.txt')).catch((err) => {
+        throw new Error(`${err.message}; events seen: ${JSON.stringify(events)}`)
+      })
       assert.ok(events.some((e) => e.name === 'new.txt' && (e.type === FilesystemEventType.CREATE || e.type === FilesystemEventType.WRITE)))
     } finally {
       await w.stop()
