@@ -87,20 +87,3 @@ func agentListener(listen string, fd int) (net.Listener, error) {
 	}
 	return nil, errors.New("need --listen unix:PATH (or tcp:HOST:PORT) or --listen-fd N")
 }
-
-// newAgentExecCmd is the retired "tupper agent-exec": the agent no longer
-// re-executes itself to hide paths (see package agent, "Hiding"). It stays
-// registered, hidden and always failing, until main.go stops listing it.
-//
-// Deprecated: remove together with its entry in main.go.
-func newAgentExecCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:                "agent-exec",
-		Short:              "Retired; the agent hides paths itself",
-		Hidden:             true,
-		DisableFlagParsing: true,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return exitError{code: agent.ExecMain(args)}
-		},
-	}
-}

@@ -88,7 +88,6 @@ func newRootCmd() *cobra.Command {
 		newKeysCmd(),
 		newLogsCmd(),
 		newSnapshotCmd(),
-		newAgentExecCmd(),
 		newMCPCmd(),
 		newBenchCmd(),
 	)

@@ -683,7 +683,6 @@ func (p *Provider) writeAgentDir(rec *record, spec provider.CreateSpec) error {
 	}
 	if hideAgent(rec.Runtime) {
 		cfg.HidePaths = []string{agentDir}
-		cfg.ExecPath = agentBinary
 	}
 	if !rec.Deadline.IsZero() {
 		cfg.DeadlineUnix = (rec.Deadline.UnixMilli() + 999) / 1000
@@ -704,11 +703,12 @@ func (p *Provider) writeAgentDir(rec *record, spec provider.CreateSpec) error {
 	return nil
 }
 
-// hideAgent reports whether the agent runs each command in a child mount namespace that
-// covers /.tupper. Under runsc 20221219 it cannot: gVisor of that date rejects the
-// MS_PRIVATE remount the agent does first (EINVAL), so commands there see /.tupper, and the
-// sandbox's root gets no CAP_SYS_ADMIN at all.
-func hideAgent(runtime string) bool { return runtime == RuntimeRunc }
+// hideAgent reports whether the agent covers /.tupper (its socket directory and binary) from
+// the commands it runs. It does under both runtimes: under runc commands get a mount
+// namespace of their own with the covers; gVisor 20221219 has one mount namespace, so there
+// the covers apply sandbox-wide once the agent is serving (see package agent). Either way the
+// agent keeps CAP_SYS_ADMIN only for itself and drops it for every command.
+func hideAgent(runtime string) bool { return runtime == RuntimeRunc || runtime == RuntimeRunsc }
 
 // agentConfig is the agent's --config file (package agent's Config).
 type agentConfig struct {
@@ -718,7 +718,6 @@ type agentConfig struct {
 	DeadlineUnix       int64             `json:"deadlineUnix,omitempty"`
 	IdleTimeoutSeconds int64             `json:"idleTimeoutSeconds,omitempty"`
 	HidePaths          []string          `json:"hidePaths,omitempty"`
-	ExecPath           string            `json:"execPath,omitempty"`
 }
 
 // alive reports whether the sandbox's init is still the process recorded at create.

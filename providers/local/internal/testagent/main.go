@@ -1,6 +1,6 @@
 // Command testagent is the in-sandbox agent for providers/local's tests when ./cmd/tupper
-// does not build (it is the same agent package behind the same two subcommands:
-// "agent --listen unix:PATH --config PATH" and "agent-exec ...").
+// does not build (it is the same agent package behind the same subcommand:
+// "agent --listen unix:PATH --config PATH").
 package main
 
 import (
@@ -19,12 +19,10 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: testagent agent|agent-exec ...")
+		fmt.Fprintln(os.Stderr, "usage: testagent agent ...")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
-	case "agent-exec":
-		os.Exit(agent.ExecMain(os.Args[2:]))
 	case "agent":
 		fs := flag.NewFlagSet("agent", flag.ExitOnError)
 		listen := fs.String("listen", "", "unix:PATH")
