@@ -3,6 +3,7 @@ package local
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -63,7 +64,13 @@ func (n *network) probe(ctx context.Context) error {
 	if n.nsenter, err = findBinary("nsenter"); err != nil {
 		return errors.New("nsenter (util-linux) not found")
 	}
-	name := fmt.Sprintf("tpprobe%d", os.Getpid()%100000)
+	// Random, not the pid: two providers probing at once in one process (runc and runsc
+	// side by side) must not collide, or the loser declares network "all" unavailable.
+	var rnd [3]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return err
+	}
+	name := fmt.Sprintf("tpprobe%x", rnd) // 14 characters with the peer's "p": under IFNAMSIZ
 	if err := n.ip(ctx, "", "link add "+name+" type veth peer name "+name+"p"); err != nil {
 		return fmt.Errorf("veth: %w", err)
 	}
