@@ -807,13 +807,21 @@ func (p *Provider) teardown(ctx context.Context, rec *record) error {
 }
 
 // removeCgroups removes a sandbox's cgroup directories if the runtime left them (runc can,
-// when a container is deleted before it started). Directories still holding processes stay.
+// when a container is deleted before it started, or while the processes it just killed are
+// still exiting: after a fork bomb, hundreds of them). A directory still holding tasks
+// refuses with EBUSY; it is retried for up to 5 s, then left.
 func removeCgroups(id string) {
+	dirs := []string{filepath.Join("/sys/fs/cgroup/tupper", id)}
 	ents, _ := os.ReadDir("/sys/fs/cgroup")
 	for _, e := range ents {
-		unix.Rmdir(filepath.Join("/sys/fs/cgroup", e.Name(), "tupper", id))
+		dirs = append(dirs, filepath.Join("/sys/fs/cgroup", e.Name(), "tupper", id))
 	}
-	unix.Rmdir(filepath.Join("/sys/fs/cgroup/tupper", id))
+	deadline := time.Now().Add(5 * time.Second)
+	for _, d := range dirs {
+		for unix.Rmdir(d) == unix.EBUSY && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 }
 
 // removeCgroupParents removes the empty /tupper cgroup directories runc leaves behind.
