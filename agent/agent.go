@@ -99,6 +99,14 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config) error {
 		return err
 	}
 	defer a.shutdown()
+	if cfg.HideFromAgent {
+		for _, hp := range cfg.HidePaths {
+			if err := hidePath(hp); err != nil {
+				ln.Close()
+				return fmt.Errorf("agent: hide %s from the agent: %w", hp, err)
+			}
+		}
+	}
 	if len(cfg.HidePaths) > 0 {
 		// Without CAP_SYS_PTRACE, commands cannot reach the agent's
 		// namespace through /proc/<agent>/root, /exe or /fd.

@@ -53,6 +53,12 @@ type Config struct {
 	// HidePaths need root with CAP_SYS_ADMIN and CAP_SETPCAP; see the package
 	// documentation, "Hiding", for how each runtime behaves.
 	HidePaths []string `json:"hidePaths,omitempty"`
+	// HideFromAgent covers HidePaths in the agent's own mount namespace too, once it is
+	// serving (its socket is bound and its binary running, so it needs neither path again).
+	// Then the file API cannot reach them either, not even through a symlink a command
+	// planted. Set it only where the agent's mount namespace is the sandbox's own (PID 1 of a
+	// container, as providers/local runs it), never on a host.
+	HideFromAgent bool `json:"hideFromAgent,omitempty"`
 	// ExecPath is ignored. It named the binary the agent re-executed as
 	// "agent-exec" for each command when hiding; it is still accepted so
 	// that existing config files parse.

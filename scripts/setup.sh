@@ -12,6 +12,20 @@ command -v iptables >/dev/null 2>&1 || need+=(iptables)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v git >/dev/null 2>&1 || need+=(git)
 
+# gVisor from before 2023 (bookworm's runsc 20221219) fails statx with AT_NO_AUTOMOUNT, which
+# breaks GNU ls and stat inside runsc sandboxes; Debian 12 has a current runsc in its official
+# backports, so take it from there.
+runsc_date() { runsc --version 2>/dev/null | sed -n 's/.*0\.0~\([0-9]\{8\}\).*/\1/p' | head -n1; }
+codename=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
+backports=""
+if [ "$codename" = bookworm ]; then
+	d=$(runsc_date)
+	if [ -z "$d" ] || [ "$d" -lt 20230101 ]; then
+		backports=bookworm-backports
+		[[ " ${need[*]} " == *" runsc "* ]] || need+=(runsc)
+	fi
+fi
+
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" -ne 0 ]; then
 		echo "setup: missing ${need[*]}; run this script as root (or: sudo apt-get install ${need[*]})" >&2
@@ -23,8 +37,16 @@ if [ ${#need[@]} -gt 0 ]; then
 	fi
 	echo "setup: installing ${need[*]}" >&2
 	export DEBIAN_FRONTEND=noninteractive
+	if [ -n "$backports" ] && ! grep -rqs "$backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+		echo "deb http://deb.debian.org/debian $backports main" >/etc/apt/sources.list.d/tupper-backports.list
+	fi
 	apt-get update -qq
-	apt-get install -y -qq "${need[@]}" >/dev/null
+	rest=()
+	for p in "${need[@]}"; do [ "$p" = runsc ] && [ -n "$backports" ] || rest+=("$p"); done
+	[ ${#rest[@]} -eq 0 ] || apt-get install -y -qq "${rest[@]}" >/dev/null
+	if [ -n "$backports" ]; then
+		apt-get install -y -qq -t "$backports" runsc >/dev/null
+	fi
 fi
 
 if ! command -v go >/dev/null 2>&1; then

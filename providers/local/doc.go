@@ -102,12 +102,12 @@
 // upgraded to a raw stream to 127.0.0.1:port inside), so it works with network none. The
 // listener belongs to the Provider: Destroy of the sandbox or Provider.Close ends it.
 //
-// # runsc (gVisor 20221219, as packaged by Debian)
+// # runsc (gVisor as packaged by Debian: 20240729 from bookworm-backports, or 20221219)
 //
 // Global flags on every call: --root Home/runsc, --network=none|host, --host-uds=create
 // (the agent's socket on the bind mount becomes a host socket), --overlay2=none (writes go
 // to our bounded upper layer, not sentry memory), --oci-seccomp (our profile applies inside
-// the sentry too). What this version needs, found by experiment on kernel 6.18:
+// the sentry too). What these versions need, found by experiment on kernel 6.18:
 //
 //   - --network=sandbox (netstack) cannot work: runsc decides it runs in the root network
 //     namespace when /proc/sys/net/core/rmem_default exists, which newer kernels show in
@@ -119,11 +119,12 @@
 //     bind the rootfs's own /tmp there.
 //   - Seccomp inside the sentry answers every denied call with EPERM, ignoring errnoRet, so
 //     the clone3→ENOSYS rule is left out (EPERM would stop libc creating threads).
-//   - statx with AT_NO_AUTOMOUNT fails with EINVAL, which breaks GNU coreutils 9.1's ls and
-//     stat of most paths. The provider therefore declares CapShell only when its default
-//     runtime is runc.
-//   - The agent cannot hide /.tupper (gVisor rejects its MS_PRIVATE remount), so under runsc
-//     commands see /.tupper and the sandbox's root gets no CAP_SYS_ADMIN.
+//   - runsc 20221219 fails statx with AT_NO_AUTOMOUNT with EINVAL, which breaks GNU
+//     coreutils 9.1's ls and stat of most paths; the provider declares CapShell for runsc
+//     only when `runsc --version` dates from 2023 or later (scripts/setup.sh installs the
+//     bookworm-backports runsc on Debian 12 for that reason).
+//   - gVisor has one mount namespace, so the agent's covers over /.tupper apply sandbox-wide
+//     (see package agent); commands still run without CAP_SYS_ADMIN.
 //   - --pid-file names the runsc-sandbox process; it is the init the host watches.
 //
 // runc 1.1.5: --root Home/runc; run --detach (or create, plumb, start); pause/resume use

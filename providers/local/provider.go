@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -159,6 +161,26 @@ func New(cfg Config) (*Provider, error) {
 	return p, nil
 }
 
+// runscDate is the release date of a runsc binary as YYYYMMDD (Debian versions it
+// 0.0~YYYYMMDD.N), or 0 when it cannot tell.
+func runscDate(path string) int {
+	if path == "" {
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, path, "--version").Output()
+	if err != nil {
+		return 0
+	}
+	m := regexp.MustCompile(`(?:0\.0~|release-)(\d{8})`).FindSubmatch(out)
+	if m == nil {
+		return 0
+	}
+	d, _ := strconv.Atoi(string(m[1]))
+	return d
+}
+
 // probe fills runtimes, userns, net and caps from what this host can do.
 func (p *Provider) probe() {
 	for name, path := range map[string]string{RuntimeRunc: p.cfg.RuncPath, RuntimeRunsc: p.cfg.RunscPath} {
@@ -220,9 +242,10 @@ func (p *Provider) probe() {
 	if p.net != nil {
 		caps = append(caps, provider.CapNetworkAll)
 	}
-	// runsc 20221219 fails statx(AT_NO_AUTOMOUNT) with EINVAL, which breaks GNU ls and stat
-	// of most paths: not a full shell (see the package doc).
-	if p.cfg.Runtime == RuntimeRunc && fileExists("/bin/sh") {
+	// gVisor from before 2023 (Debian bookworm's runsc 20221219) fails
+	// statx(AT_NO_AUTOMOUNT) with EINVAL, which breaks GNU ls and stat of most paths: not a
+	// full shell there (see the package doc); bookworm-backports has a current runsc.
+	if fileExists("/bin/sh") && (p.cfg.Runtime == RuntimeRunc || runscDate(p.runtimes[RuntimeRunsc].path) >= 20230101) {
 		caps = append(caps, provider.CapShell)
 	}
 	if fileExists("/usr/bin/git") {
@@ -682,7 +705,10 @@ func (p *Provider) writeAgentDir(rec *record, spec provider.CreateSpec) error {
 		IdleTimeoutSeconds: int64((spec.IdleTimeout + time.Second - 1) / time.Second),
 	}
 	if hideAgent(rec.Runtime) {
+		// From commands, and from the agent's own file API once it serves: a symlink a
+		// command plants must not lead a file operation into the host directory behind it.
 		cfg.HidePaths = []string{agentDir}
+		cfg.HideFromAgent = true
 	}
 	if !rec.Deadline.IsZero() {
 		cfg.DeadlineUnix = (rec.Deadline.UnixMilli() + 999) / 1000
@@ -718,6 +744,7 @@ type agentConfig struct {
 	DeadlineUnix       int64             `json:"deadlineUnix,omitempty"`
 	IdleTimeoutSeconds int64             `json:"idleTimeoutSeconds,omitempty"`
 	HidePaths          []string          `json:"hidePaths,omitempty"`
+	HideFromAgent      bool              `json:"hideFromAgent,omitempty"`
 }
 
 // alive reports whether the sandbox's init is still the process recorded at create.
