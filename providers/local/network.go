@@ -51,9 +51,8 @@ func newNetwork(lay layout, subnet, bridge string) (*network, error) {
 	return n, nil
 }
 
-// probe reports why network "all" cannot work here, or nil. It checks the tools and that the
-// kernel lets us make a veth pair (created and deleted at once) and read the nat table.
-func (n *network) probe(ctx context.Context) error {
+// findTools looks up the programs network "all" runs.
+func (n *network) findTools() error {
 	var err error
 	if n.ipPath, err = findBinary("ip"); err != nil {
 		return errors.New("ip (iproute2) not found")
@@ -63,6 +62,15 @@ func (n *network) probe(ctx context.Context) error {
 	}
 	if n.nsenter, err = findBinary("nsenter"); err != nil {
 		return errors.New("nsenter (util-linux) not found")
+	}
+	return nil
+}
+
+// probe reports why network "all" cannot work here, or nil. It checks the tools and that the
+// kernel lets us make a veth pair (created and deleted at once) and read the nat table.
+func (n *network) probe(ctx context.Context) error {
+	if err := n.findTools(); err != nil {
+		return err
 	}
 	// Random, not the pid: two providers probing at once in one process (runc and runsc
 	// side by side) must not collide, or the loser declares network "all" unavailable.

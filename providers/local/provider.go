@@ -208,7 +208,16 @@ func (p *Provider) probe() {
 		p.caps = provider.NewCapabilities()
 		return
 	}
-	p.userns = !p.cfg.NoUserNS && usernsWorks()
+	key := p.probeKey()
+	cached, haveCache := p.loadProbe(key)
+	if haveCache {
+		p.userns = cached.UserNS
+	} else {
+		cached.Key = key
+		cached.UserNS = !p.cfg.NoUserNS && usernsWorks()
+		cached.RunscDate = runscDate(p.runtimes[RuntimeRunsc].path)
+		p.userns = cached.UserNS
+	}
 	if p.userns {
 		// runc mounts the rootfs, the agent binary and the socket directory as the sandbox's
 		// root, an unprivileged host uid: their paths must be traversable by others.
@@ -229,10 +238,23 @@ func (p *Provider) probe() {
 	defer cancel()
 	if n, err := newNetwork(p.lay, p.cfg.Subnet, p.cfg.Bridge); err != nil {
 		p.netErr = err
+	} else if haveCache {
+		// The tools are looked up again (cheap); the veth and nat checks are not.
+		if err := n.findTools(); err != nil {
+			p.netErr = err
+		} else if cached.NetErr != "" {
+			p.netErr = errors.New(cached.NetErr)
+		} else {
+			p.net = n
+		}
 	} else if err := n.probe(ctx); err != nil {
 		p.netErr = err
+		cached.NetErr = err.Error()
 	} else {
 		p.net = n
+	}
+	if !haveCache {
+		p.saveProbe(cached)
 	}
 	caps := []provider.Capability{
 		provider.CapNetworkNone, provider.CapTimeout, provider.CapIdleTimeout,
@@ -245,7 +267,7 @@ func (p *Provider) probe() {
 	// gVisor from before 2023 (Debian bookworm's runsc 20221219) fails
 	// statx(AT_NO_AUTOMOUNT) with EINVAL, which breaks GNU ls and stat of most paths: not a
 	// full shell there (see the package doc); bookworm-backports has a current runsc.
-	if fileExists("/bin/sh") && (p.cfg.Runtime == RuntimeRunc || runscDate(p.runtimes[RuntimeRunsc].path) >= 20230101) {
+	if fileExists("/bin/sh") && (p.cfg.Runtime == RuntimeRunc || cached.RunscDate >= 20230101) {
 		caps = append(caps, provider.CapShell)
 	}
 	if fileExists("/usr/bin/git") {

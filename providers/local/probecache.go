@@ -1,0 +1,85 @@
+package local
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// probeCache keeps what New learned by forking processes (a user namespace, a veth pair and
+// the nat table, runsc's version) for the rest of this boot, so a short-lived process — every
+// `tupper exec` — does not pay for the probes again. It lives on /run (a tmpfs, emptied at
+// boot), is keyed by the kernel's boot id and by what the probes depend on (the runtime
+// binaries' paths, sizes and times, the tools, the network settings), and anything it cannot
+// read or trust simply means probing again.
+type probeCache struct {
+	Key       string `json:"key"`
+	UserNS    bool   `json:"userns"`
+	NetErr    string `json:"netErr"`
+	RunscDate int    `json:"runscDate"`
+}
+
+const probeCacheDir = "/run/tupper"
+
+func (p *Provider) probeKey() string {
+	h := sha256.New()
+	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	fmt.Fprintf(h, "v1|%s|%s|%s|%v|%d|", strings.TrimSpace(string(boot)), p.cfg.Subnet, p.cfg.Bridge, p.cfg.NoUserNS, p.cfg.UIDBase)
+	paths := []string{p.runtimes[RuntimeRunc].path, p.runtimes[RuntimeRunsc].path}
+	for _, tool := range []string{"ip", "iptables", "nsenter", "true"} {
+		path, _ := findBinary(tool)
+		paths = append(paths, path)
+	}
+	for _, path := range paths {
+		if fi, err := os.Stat(path); err == nil {
+			fmt.Fprintf(h, "%s:%d:%d|", path, fi.Size(), fi.ModTime().UnixNano())
+		} else {
+			fmt.Fprintf(h, "%s:-|", path)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func (p *Provider) probeCachePath(key string) string {
+	return filepath.Join(probeCacheDir, "probe-"+key[:16]+".json")
+}
+
+// loadProbe returns the cached results for key, if any.
+func (p *Provider) loadProbe(key string) (probeCache, bool) {
+	b, err := os.ReadFile(p.probeCachePath(key))
+	if err != nil {
+		return probeCache{}, false
+	}
+	var c probeCache
+	if json.Unmarshal(b, &c) != nil || c.Key != key {
+		return probeCache{}, false
+	}
+	return c, true
+}
+
+// saveProbe stores c atomically; a failure only costs the next process a probe.
+func (p *Provider) saveProbe(c probeCache) {
+	if os.MkdirAll(probeCacheDir, 0o755) != nil {
+		return
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		return
+	}
+	path := p.probeCachePath(c.Key)
+	tmp, err := os.CreateTemp(probeCacheDir, ".probe-*")
+	if err != nil {
+		return
+	}
+	if _, err := tmp.Write(b); err != nil || tmp.Close() != nil {
+		os.Remove(tmp.Name())
+		return
+	}
+	if os.Rename(tmp.Name(), path) != nil {
+		os.Remove(tmp.Name())
+	}
+}
