@@ -9,6 +9,10 @@ func (s *Server) table() []route {
 	return []route{
 		{"GET", "/v1/health", scopePublic, s.health},
 		{"GET", "/v1/openapi.json", scopePublic, s.openapi},
+
+		{"POST", "/mcp", scopeAccount, s.serveMCP},
+		{"GET", "/mcp", scopeAccount, s.serveMCP},
+		{"DELETE", "/mcp", scopeAccount, s.serveMCP},
 		{"GET", "/v1/info", scopeAny, s.info},
 
 		{"POST", "/v1/sandboxes", scopeAccount, s.createSandbox},

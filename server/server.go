@@ -24,6 +24,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
+	mcpserver "github.com/tupper-dev/tupper/mcp"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -61,6 +62,8 @@ type Config struct {
 	// hour; 0 is 1 s. WebhookMaxAttempts (0: 15) attempts are made before giving up.
 	WebhookBackoff     time.Duration
 	WebhookMaxAttempts int
+	// Version is reported to MCP clients; "" is "dev".
+	Version string
 }
 
 // Server serves the API. Create it with New, serve Handler, and call Run for the background
@@ -83,6 +86,8 @@ type Server struct {
 	keyLocks map[string]*keyLock
 
 	wake chan struct{} // a new event may have queued deliveries
+
+	mcp *mcpserver.HTTPHandler // /mcp
 }
 
 type keyLock struct {
@@ -128,6 +133,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		cfg: cfg, prov: cfg.Provider, st: cfg.Store, log: cfg.Logger, signer: signer,
 		handles: map[string]*sandbox.Sandbox{}, keyLocks: map[string]*keyLock{},
 		wake: make(chan struct{}, 1),
+	}
+	if s.mcp, err = s.newMCP(); err != nil {
+		return nil, err
 	}
 	s.routes = s.table()
 	s.mux = http.NewServeMux()
@@ -220,8 +228,10 @@ func (w *logWriter) Write(p []byte) (int, error) {
 
 func (w *logWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// Close drops the server's sandbox handles (the sandboxes live on). Idempotent.
+// Close ends the MCP sessions (destroying their default sandboxes) and drops the server's
+// sandbox handles (the other sandboxes live on). Idempotent.
 func (s *Server) Close() error {
+	s.closeMCP()
 	s.hmu.Lock()
 	defer s.hmu.Unlock()
 	for id, b := range s.handles {

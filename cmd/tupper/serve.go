@@ -54,7 +54,7 @@ func newServeCmd() *cobra.Command {
 				return err
 			}
 			defer st.Close()
-			srv, err := server.New(ctx, server.Config{Provider: prov, Store: st, Logger: logger, Domain: domain, BaseURL: baseURL})
+			srv, err := server.New(ctx, server.Config{Provider: prov, Store: st, Logger: logger, Domain: domain, BaseURL: baseURL, Version: version})
 			if err != nil {
 				return err
 			}
