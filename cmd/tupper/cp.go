@@ -85,7 +85,9 @@ func upload(ctx context.Context, box *sandbox.Sandbox, local, remote string) err
 	}
 	defer f.Close()
 	mode := int(st.Mode().Perm())
-	return box.Files.WriteFrom(ctx, remote, f, sandbox.WriteOptions{Mode: &mode})
+	bar := newProgress(filepath.Base(local), st.Size())
+	defer bar.finish()
+	return box.Files.WriteFrom(ctx, remote, bar.reader(f), sandbox.WriteOptions{Mode: &mode})
 }
 
 func download(ctx context.Context, box *sandbox.Sandbox, remote, local string) error {
@@ -109,7 +111,10 @@ func download(ctx context.Context, box *sandbox.Sandbox, remote, local string) e
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := io.Copy(tmp, rc); err != nil {
+	bar := newProgress(filepath.Base(rs.Path), rs.Size)
+	_, err = io.Copy(tmp, bar.reader(rc))
+	bar.finish()
+	if err != nil {
 		tmp.Close()
 		return err
 	}
