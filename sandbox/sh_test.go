@@ -166,7 +166,7 @@ func readPOSIXWord(q string) (string, bool) {
 }
 
 func TestReadPOSIXWord(t *testing.T) {
-	for q, want := range map[string]string{`'a'\''b'`: "a'b", `abc`: "abc", `'\xd6 x'`: "\xd6 x", `\$x`: "$x", `''`: ""} {
+	for q, want := range map[string]string{`'a'\''b'`: "a'b", `abc`: "abc", "'\xd6 x'": "\xd6 x", `\$x`: "$x", `''`: ""} {
 		if got, ok := readPOSIXWord(q); !ok || got != want {
 			t.Errorf("readPOSIXWord(%s) = %q, %v; want %q", q, got, ok, want)
 		}
