@@ -111,10 +111,11 @@ func argvCommand(args []string) string {
 	return strings.Join(words, " ")
 }
 
-// streamRun runs command, copying output to the command's stdout and stderr as it arrives,
-// and returns the exit code tupper should exit with.
-func streamRun(ctx context.Context, cmd *cobra.Command, box *sandbox.Sandbox, command string, timeout time.Duration, interactive bool) (int, error) {
-	opts := sandbox.RunOptions{Timeout: timeout, MaxOutputBytes: 64 << 20}
+// streamRun runs command in cwd ("" is /workspace), copying output to the command's stdout
+// and stderr as it arrives. A non-zero exit, a timeout or an interruption comes back as an
+// exitError carrying the code tupper exits with.
+func streamRun(ctx context.Context, cmd *cobra.Command, box *sandbox.Sandbox, command, cwd string, timeout time.Duration, interactive bool) error {
+	opts := sandbox.RunOptions{Cwd: cwd, Timeout: timeout, MaxOutputBytes: 64 << 20}
 	if interactive {
 		opts.StdinReader = cmd.InOrStdin()
 	}
@@ -129,16 +130,19 @@ func streamRun(ctx context.Context, cmd *cobra.Command, box *sandbox.Sandbox, co
 	}
 	res, err := h.Wait()
 	if err != nil {
-		return exitTupperError, err
+		return err
 	}
 	switch {
 	case res.TimedOut:
 		fmt.Fprintf(errw, "tupper: command timed out after %v\n", timeout)
-		return exitTimedOut, nil
+		return exitError{exitTimedOut}
 	case res.Aborted:
-		return exitAborted, nil
+		return exitError{exitAborted}
 	case res.Truncated:
 		fmt.Fprintln(errw, "tupper: output was truncated at 64 MiB per stream")
 	}
-	return res.ExitCode, nil
+	if res.ExitCode != 0 {
+		return exitError{res.ExitCode}
+	}
+	return nil
 }

@@ -50,14 +50,7 @@ func newRunCmd() *cobra.Command {
 					}
 				}()
 			}
-			code, err := streamRun(ctx, cmd, box, argvCommand(args), timeout, interactive)
-			if err != nil {
-				return err
-			}
-			if code != 0 {
-				return exitError{code}
-			}
-			return nil
+			return streamRun(ctx, cmd, box, argvCommand(args), "", timeout, interactive)
 		},
 	}
 	f.register(cmd)
@@ -132,18 +125,7 @@ func newExecCmd() *cobra.Command {
 				return err
 			}
 			defer box.Close()
-			command := argvCommand(args[1:])
-			if cwd != "" {
-				command = "cd " + sandbox.Quote(cwd) + " && " + command
-			}
-			code, err := streamRun(ctx, cmd, box, command, timeout, interactive)
-			if err != nil {
-				return err
-			}
-			if code != 0 {
-				return exitError{code}
-			}
-			return nil
+			return streamRun(ctx, cmd, box, argvCommand(args[1:]), cwd, timeout, interactive)
 		},
 	}
 	pf.register(cmd)
