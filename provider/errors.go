@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"sync"
 )
 
 // Code is a stable error class that callers branch on. The set is fixed; see DESIGN.md.
@@ -178,22 +179,25 @@ func Wrap(err error, c Code, op string) error {
 	return &Error{Code: c, Op: op, Message: err.Error(), Err: err}
 }
 
-var credentialPatterns = []*regexp.Regexp{
-	// user:password@ in URLs
-	regexp.MustCompile(`(?i)([a-z][a-z0-9+.-]*://)[^/\s:@]+(:[^/\s@]*)?@`),
-	// bearer and basic tokens
-	regexp.MustCompile(`(?i)\b(bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{8,}`),
-	// our own key forms
-	regexp.MustCompile(`\b(ak|e2b|sbt)_[A-Za-z0-9]{16,}\b`),
-	// well-known token prefixes (GitHub, GitLab)
-	regexp.MustCompile(`\b(ghp|gho|ghu|ghs|ghr|github_pat|glpat)_[A-Za-z0-9_]{10,}\b`),
-}
+// credentialPatterns are compiled on first use, not at start-up of every program.
+var credentialPatterns = sync.OnceValue(func() []*regexp.Regexp {
+	return []*regexp.Regexp{
+		// user:password@ in URLs
+		regexp.MustCompile(`(?i)([a-z][a-z0-9+.-]*://)[^/\s:@]+(:[^/\s@]*)?@`),
+		// bearer and basic tokens
+		regexp.MustCompile(`(?i)\b(bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{8,}`),
+		// our own key forms
+		regexp.MustCompile(`\b(ak|e2b|sbt)_[A-Za-z0-9]{16,}\b`),
+		// well-known token prefixes (GitHub, GitLab)
+		regexp.MustCompile(`\b(ghp|gho|ghu|ghs|ghr|github_pat|glpat)_[A-Za-z0-9_]{10,}\b`),
+	}
+})
 
 // StripCredentials removes things that look like credentials from s: user information in
 // URLs, bearer/basic tokens, and API-key shaped strings. Providers call it on every message
 // they pass up; Error.Error applies it too.
 func StripCredentials(s string) string {
-	for i, re := range credentialPatterns {
+	for i, re := range credentialPatterns() {
 		if i == 0 {
 			s = re.ReplaceAllString(s, "${1}***@")
 			continue

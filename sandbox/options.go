@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/tupper-dev/tupper/provider"
@@ -111,10 +112,10 @@ type CreateOptions struct {
 }
 
 var (
-	shellName  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	labelKey   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$`)
-	procName   = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
-	markName   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+	shellName  = nameRule{first: wordByte(""), rest: wordByte("0123456789")}      // [A-Za-z_][A-Za-z0-9_]*
+	labelKey   = nameRule{first: alnum, rest: wordByte("0123456789./-"), max: 63} // [A-Za-z0-9][A-Za-z0-9._/-]{0,62}
+	procName   = nameRule{first: wordByte("0123456789-"), rest: wordByte("0123456789-"), max: 128}
+	markName   = nameRule{first: alnum, rest: wordByte("0123456789.-"), max: 64} // [A-Za-z0-9][A-Za-z0-9._-]{0,63}
 	maxKeySize = 256
 )
 
@@ -336,4 +337,37 @@ func containsNUL(s string) bool {
 		}
 	}
 	return false
+}
+
+// nameRule checks a name: one byte that first accepts, then bytes that rest accepts, at
+// most max bytes in all (0: no limit). These checks are not regular expressions because
+// every program linking this package would compile those at start-up, and `tupper exec`
+// is meant to start fast.
+type nameRule struct {
+	first, rest func(byte) bool
+	max         int
+}
+
+// MatchString reports whether s follows the rule.
+func (r nameRule) MatchString(s string) bool {
+	if s == "" || r.max > 0 && len(s) > r.max || !r.first(s[0]) {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if !r.rest(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func alnum(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+}
+
+// wordByte accepts ASCII letters, '_' and the bytes of extra.
+func wordByte(extra string) func(byte) bool {
+	return func(c byte) bool {
+		return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || c == '_' || strings.IndexByte(extra, c) >= 0
+	}
 }

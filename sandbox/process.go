@@ -132,7 +132,12 @@ func defaultProcName(command string) string {
 		if i := strings.LastIndexByte(w, '/'); i >= 0 {
 			w = w[i+1:]
 		}
-		w = regexp.MustCompile(`[^A-Za-z0-9_-]+`).ReplaceAllString(w, "")
+		w = strings.Map(func(r rune) rune {
+			if r < 0x80 && procName.rest(byte(r)) {
+				return r
+			}
+			return -1
+		}, w)
 		if len(w) > 32 {
 			w = w[:32]
 		}

@@ -9,6 +9,7 @@ import (
 	"path"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -30,209 +31,213 @@ const (
 	gitDirDesc      = "Repository directory, absolute or relative to /workspace. Default: app (where git_clone puts a repository by default)."
 )
 
-var all = []Tool{
-	{
-		Name: "create_sandbox",
-		Description: "Create a new, empty Linux sandbox and return its id. Most work needs no call to this: " +
-			"every tool uses this session's default sandbox when sandbox_id is omitted. Create another " +
-			"sandbox to work on something in isolation or in parallel; pass its id as sandbox_id. It lives " +
-			"until destroy_sandbox.",
-		InputSchema: object(nil, map[string]*Schema{
-			"network":       enum("Network access: all (the default) or none (loopback only).", "all", "none"),
-			"env":           stringMap("Environment variables set for every command in the sandbox."),
-			"from_snapshot": str("Start from a snapshot id returned by the snapshot tool, instead of an empty sandbox."),
-		}),
-		Handler: createSandbox,
-	},
-	{
-		Name:        "list_sandboxes",
-		Description: "List the sandboxes this session can use: id, state, creation time, and which one is the default.",
-		InputSchema: object(nil, map[string]*Schema{}),
-		ReadOnly:    true,
-		Handler:     listSandboxes,
-	},
-	{
-		Name: "destroy_sandbox",
-		Description: "Destroy a sandbox and everything in it, including running processes. Destroying the " +
-			"default sandbox makes the next call without sandbox_id start a fresh one.",
-		InputSchema: object([]string{"sandbox_id"}, map[string]*Schema{
-			"sandbox_id": nonEmpty("Id of the sandbox to destroy."),
-		}),
-		Destructive: true,
-		Handler:     destroySandbox,
-	},
-	{
-		Name: "run_command",
-		Description: "Run a shell command (/bin/sh -c) in the sandbox and wait for it to finish. Returns the exit " +
-			"code, stdout and stderr; long output is shortened to its beginning and end. A non-zero exit " +
-			"is reported as an error. Each call starts a fresh shell in /workspace: a cd does not carry " +
-			"over, use cwd or `cd dir && …`. Stdin is closed, so interactive programs must be given " +
-			"flags such as -y. For servers and other long-running programs use start_process.",
-		InputSchema: object([]string{"command"}, withID(map[string]*Schema{
-			"command":    nonEmpty("The shell command line, e.g. `go test ./...` or `ls -la`."),
-			"cwd":        str("Working directory, absolute or relative to /workspace. Default: /workspace."),
-			"timeout_ms": integer("Kill the command after this many milliseconds. Default: 120000 (2 minutes).", 1, 600000),
-		})),
-		Destructive: true,
-		Handler:     runCommand,
-	},
-	{
-		Name: "start_process",
-		Description: "Start a long-running command in the background (a dev server, a watcher, a database) and " +
-			"return once it is ready. With ready_port it waits until the port accepts connections and " +
-			"returns a URL for it; with ready_log it waits for a matching output line. Starting the same " +
-			"command under the same name again returns the running process. Read its output with " +
-			"process_logs and stop it with stop_process.",
-		InputSchema: object([]string{"command"}, withID(map[string]*Schema{
-			"command":          nonEmpty("The shell command line, e.g. `npm run dev`."),
-			"name":             pattern("Name to refer to the process by: letters, digits, - and _. Default: derived from the command.", procNamePattern),
-			"cwd":              str("Working directory, absolute or relative to /workspace. Default: /workspace."),
-			"ready_port":       integer("Wait until this TCP port accepts connections.", 1, 65535),
-			"ready_log":        str("Wait until a line of output matches this regular expression (RE2 syntax)."),
-			"ready_timeout_ms": integer("Give up waiting for readiness after this many milliseconds. Default: 60000.", 1, 600000),
-		})),
-		Destructive: true,
-		Handler:     startProcess,
-	},
-	{
-		Name: "process_logs",
-		Description: "Read the output of a background process started with start_process: a page of stdout then " +
-			"stderr, its status (running or exited with a code), and a cursor. Pass the cursor back to " +
-			"read only what was written since.",
-		InputSchema: object([]string{"name"}, withID(map[string]*Schema{
-			"name":      pattern("The process name returned by start_process.", procNamePattern),
-			"cursor":    str("The cursor returned by an earlier process_logs call. Omit it to read from the beginning."),
-			"max_bytes": integer("Most bytes of output to return. Default: 16384.", 1, 65536),
-		})),
-		ReadOnly: true,
-		Handler:  processLogs,
-	},
-	{
-		Name:        "stop_process",
-		Description: "Stop a background process started with start_process: SIGTERM, then SIGKILL after 5 seconds. Stopping a process that has already exited does nothing.",
-		InputSchema: object([]string{"name"}, withID(map[string]*Schema{
-			"name": pattern("The process name returned by start_process.", procNamePattern),
-		})),
-		Destructive: true,
-		Handler:     stopProcess,
-	},
-	{
-		Name: "read_file",
-		Description: "Read a text file from the sandbox. Long files are cut at 64 KiB; read a range of lines with " +
-			"start_line and end_line. Line numbers start at 1.",
-		InputSchema: object([]string{"path"}, withID(map[string]*Schema{
-			"path":       nonEmpty("File path, absolute or relative to /workspace."),
-			"start_line": integer("First line to return. Default: 1.", 1, 1<<31-1),
-			"end_line":   integer("Last line to return, inclusive. Default: the end of the file.", 1, 1<<31-1),
-		})),
-		ReadOnly: true,
-		Handler:  readFile,
-	},
-	{
-		Name:        "write_file",
-		Description: "Create or replace a file in the sandbox with the given content, creating parent directories. To change part of an existing file, edit_file is safer.",
-		InputSchema: object([]string{"path", "content"}, withID(map[string]*Schema{
-			"path":    nonEmpty("File path, absolute or relative to /workspace."),
-			"content": str("The complete new content of the file."),
-		})),
-		Destructive: true,
-		Handler:     writeFile,
-	},
-	{
-		Name: "edit_file",
-		Description: "Replace one exact occurrence of find with replace in a file. find must occur exactly once, " +
-			"whitespace included: if it does not occur, or occurs more than once, nothing changes and " +
-			"the error says which; then read the file again, or include more surrounding lines.",
-		InputSchema: object([]string{"path", "find", "replace"}, withID(map[string]*Schema{
-			"path":    nonEmpty("File path, absolute or relative to /workspace."),
-			"find":    nonEmpty("The exact text to replace, as it appears in the file."),
-			"replace": str("The text to put in its place (empty to delete it)."),
-		})),
-		Destructive: true,
-		Handler:     editFile,
-	},
-	{
-		Name:        "list_files",
-		Description: "List a directory in the sandbox: one entry per line with its type, size and path. Directories end in /.",
-		InputSchema: object(nil, withID(map[string]*Schema{
-			"path":      str("Directory, absolute or relative to /workspace. Default: /workspace."),
-			"recursive": boolean("List everything below the directory, not just its entries. Default: false."),
-			"glob":      str("Only entries whose name matches this pattern, e.g. *.go (with a /, the pattern matches the path relative to the directory; ** matches any depth)."),
-		})),
-		ReadOnly: true,
-		Handler:  listFiles,
-	},
-	{
-		Name:        "search_files",
-		Description: "Search the text files below a directory for lines containing a literal string (not a regular expression). Returns path:line: text for each match.",
-		InputSchema: object([]string{"query"}, withID(map[string]*Schema{
-			"query":       nonEmpty("The text to look for, on one line."),
-			"path":        str("Directory to search, absolute or relative to /workspace. Default: /workspace."),
-			"glob":        str("Only files whose name matches this pattern, e.g. *.go."),
-			"max_matches": integer("Most matches to return. Default: 100.", 1, 1000),
-		})),
-		ReadOnly: true,
-		Handler:  searchFiles,
-	},
-	{
-		Name: "file_changes",
-		Description: "Show what changed under /workspace since the sandbox was created: files added, modified " +
-			"and removed, and a unified diff. Useful to review your own work before reporting it.",
-		InputSchema: object(nil, withID(map[string]*Schema{})),
-		ReadOnly:    true,
-		Handler:     fileChanges,
-	},
-	{
-		Name:        "git_clone",
-		Description: "Clone a git repository into the sandbox (by default into /workspace/app). Needs network access.",
-		InputSchema: object([]string{"url"}, withID(map[string]*Schema{
-			"url":    nonEmpty("Repository URL, e.g. https://github.com/owner/repo.git."),
-			"dir":    str("Target directory, absolute or relative to /workspace. Default: app."),
-			"branch": str("Branch or tag to check out. Default: the remote's default branch."),
-			"depth":  integer("Clone only this many recent commits. Default: full history.", 1, 1<<31-1),
-		})),
-		Handler: gitClone,
-	},
-	{
-		Name:        "git_status",
-		Description: "Run git status in a repository in the sandbox.",
-		InputSchema: object(nil, withID(map[string]*Schema{"dir": str(gitDirDesc)})),
-		ReadOnly:    true,
-		Handler:     gitStatus,
-	},
-	{
-		Name:        "git_diff",
-		Description: "Show the unstaged changes of a repository in the sandbox (git diff).",
-		InputSchema: object(nil, withID(map[string]*Schema{"dir": str(gitDirDesc)})),
-		ReadOnly:    true,
-		Handler:     gitDiff,
-	},
-	{
-		Name:        "git_commit",
-		Description: "Commit in a repository in the sandbox. By default every change is staged first (git add -A).",
-		InputSchema: object([]string{"message"}, withID(map[string]*Schema{
-			"message": nonEmpty("The commit message."),
-			"dir":     str(gitDirDesc),
-			"all":     boolean("Stage every change, new files included, before committing. Default: true."),
-		})),
-		Handler: gitCommit,
-	},
-	{
-		Name:        "snapshot",
-		Description: "Save the sandbox's files as a snapshot and return its id; create_sandbox with from_snapshot starts a new sandbox from it. Not every sandbox provider can snapshot.",
-		InputSchema: object(nil, withID(map[string]*Schema{})),
-		Handler:     snapshot,
-	},
-	{
-		Name:        "expose_port",
-		Description: "Return a URL at which a server listening on a TCP port inside the sandbox can be reached, e.g. one started with start_process.",
-		InputSchema: object([]string{"port"}, withID(map[string]*Schema{
-			"port": integer("The TCP port the server listens on inside the sandbox.", 1, 65535),
-		})),
-		ReadOnly: true,
-		Handler:  exposePort,
-	},
-}
+// allTools builds the definitions on first use, so programs that link this package but
+// never serve tools (tupper exec, for one) do not pay for them at start-up.
+var allTools = sync.OnceValue(func() []Tool {
+	return []Tool{
+		{
+			Name: "create_sandbox",
+			Description: "Create a new, empty Linux sandbox and return its id. Most work needs no call to this: " +
+				"every tool uses this session's default sandbox when sandbox_id is omitted. Create another " +
+				"sandbox to work on something in isolation or in parallel; pass its id as sandbox_id. It lives " +
+				"until destroy_sandbox.",
+			InputSchema: object(nil, map[string]*Schema{
+				"network":       enum("Network access: all (the default) or none (loopback only).", "all", "none"),
+				"env":           stringMap("Environment variables set for every command in the sandbox."),
+				"from_snapshot": str("Start from a snapshot id returned by the snapshot tool, instead of an empty sandbox."),
+			}),
+			Handler: createSandbox,
+		},
+		{
+			Name:        "list_sandboxes",
+			Description: "List the sandboxes this session can use: id, state, creation time, and which one is the default.",
+			InputSchema: object(nil, map[string]*Schema{}),
+			ReadOnly:    true,
+			Handler:     listSandboxes,
+		},
+		{
+			Name: "destroy_sandbox",
+			Description: "Destroy a sandbox and everything in it, including running processes. Destroying the " +
+				"default sandbox makes the next call without sandbox_id start a fresh one.",
+			InputSchema: object([]string{"sandbox_id"}, map[string]*Schema{
+				"sandbox_id": nonEmpty("Id of the sandbox to destroy."),
+			}),
+			Destructive: true,
+			Handler:     destroySandbox,
+		},
+		{
+			Name: "run_command",
+			Description: "Run a shell command (/bin/sh -c) in the sandbox and wait for it to finish. Returns the exit " +
+				"code, stdout and stderr; long output is shortened to its beginning and end. A non-zero exit " +
+				"is reported as an error. Each call starts a fresh shell in /workspace: a cd does not carry " +
+				"over, use cwd or `cd dir && …`. Stdin is closed, so interactive programs must be given " +
+				"flags such as -y. For servers and other long-running programs use start_process.",
+			InputSchema: object([]string{"command"}, withID(map[string]*Schema{
+				"command":    nonEmpty("The shell command line, e.g. `go test ./...` or `ls -la`."),
+				"cwd":        str("Working directory, absolute or relative to /workspace. Default: /workspace."),
+				"timeout_ms": integer("Kill the command after this many milliseconds. Default: 120000 (2 minutes).", 1, 600000),
+			})),
+			Destructive: true,
+			Handler:     runCommand,
+		},
+		{
+			Name: "start_process",
+			Description: "Start a long-running command in the background (a dev server, a watcher, a database) and " +
+				"return once it is ready. With ready_port it waits until the port accepts connections and " +
+				"returns a URL for it; with ready_log it waits for a matching output line. Starting the same " +
+				"command under the same name again returns the running process. Read its output with " +
+				"process_logs and stop it with stop_process.",
+			InputSchema: object([]string{"command"}, withID(map[string]*Schema{
+				"command":          nonEmpty("The shell command line, e.g. `npm run dev`."),
+				"name":             pattern("Name to refer to the process by: letters, digits, - and _. Default: derived from the command.", procNamePattern),
+				"cwd":              str("Working directory, absolute or relative to /workspace. Default: /workspace."),
+				"ready_port":       integer("Wait until this TCP port accepts connections.", 1, 65535),
+				"ready_log":        str("Wait until a line of output matches this regular expression (RE2 syntax)."),
+				"ready_timeout_ms": integer("Give up waiting for readiness after this many milliseconds. Default: 60000.", 1, 600000),
+			})),
+			Destructive: true,
+			Handler:     startProcess,
+		},
+		{
+			Name: "process_logs",
+			Description: "Read the output of a background process started with start_process: a page of stdout then " +
+				"stderr, its status (running or exited with a code), and a cursor. Pass the cursor back to " +
+				"read only what was written since.",
+			InputSchema: object([]string{"name"}, withID(map[string]*Schema{
+				"name":      pattern("The process name returned by start_process.", procNamePattern),
+				"cursor":    str("The cursor returned by an earlier process_logs call. Omit it to read from the beginning."),
+				"max_bytes": integer("Most bytes of output to return. Default: 16384.", 1, 65536),
+			})),
+			ReadOnly: true,
+			Handler:  processLogs,
+		},
+		{
+			Name:        "stop_process",
+			Description: "Stop a background process started with start_process: SIGTERM, then SIGKILL after 5 seconds. Stopping a process that has already exited does nothing.",
+			InputSchema: object([]string{"name"}, withID(map[string]*Schema{
+				"name": pattern("The process name returned by start_process.", procNamePattern),
+			})),
+			Destructive: true,
+			Handler:     stopProcess,
+		},
+		{
+			Name: "read_file",
+			Description: "Read a text file from the sandbox. Long files are cut at 64 KiB; read a range of lines with " +
+				"start_line and end_line. Line numbers start at 1.",
+			InputSchema: object([]string{"path"}, withID(map[string]*Schema{
+				"path":       nonEmpty("File path, absolute or relative to /workspace."),
+				"start_line": integer("First line to return. Default: 1.", 1, 1<<31-1),
+				"end_line":   integer("Last line to return, inclusive. Default: the end of the file.", 1, 1<<31-1),
+			})),
+			ReadOnly: true,
+			Handler:  readFile,
+		},
+		{
+			Name:        "write_file",
+			Description: "Create or replace a file in the sandbox with the given content, creating parent directories. To change part of an existing file, edit_file is safer.",
+			InputSchema: object([]string{"path", "content"}, withID(map[string]*Schema{
+				"path":    nonEmpty("File path, absolute or relative to /workspace."),
+				"content": str("The complete new content of the file."),
+			})),
+			Destructive: true,
+			Handler:     writeFile,
+		},
+		{
+			Name: "edit_file",
+			Description: "Replace one exact occurrence of find with replace in a file. find must occur exactly once, " +
+				"whitespace included: if it does not occur, or occurs more than once, nothing changes and " +
+				"the error says which; then read the file again, or include more surrounding lines.",
+			InputSchema: object([]string{"path", "find", "replace"}, withID(map[string]*Schema{
+				"path":    nonEmpty("File path, absolute or relative to /workspace."),
+				"find":    nonEmpty("The exact text to replace, as it appears in the file."),
+				"replace": str("The text to put in its place (empty to delete it)."),
+			})),
+			Destructive: true,
+			Handler:     editFile,
+		},
+		{
+			Name:        "list_files",
+			Description: "List a directory in the sandbox: one entry per line with its type, size and path. Directories end in /.",
+			InputSchema: object(nil, withID(map[string]*Schema{
+				"path":      str("Directory, absolute or relative to /workspace. Default: /workspace."),
+				"recursive": boolean("List everything below the directory, not just its entries. Default: false."),
+				"glob":      str("Only entries whose name matches this pattern, e.g. *.go (with a /, the pattern matches the path relative to the directory; ** matches any depth)."),
+			})),
+			ReadOnly: true,
+			Handler:  listFiles,
+		},
+		{
+			Name:        "search_files",
+			Description: "Search the text files below a directory for lines containing a literal string (not a regular expression). Returns path:line: text for each match.",
+			InputSchema: object([]string{"query"}, withID(map[string]*Schema{
+				"query":       nonEmpty("The text to look for, on one line."),
+				"path":        str("Directory to search, absolute or relative to /workspace. Default: /workspace."),
+				"glob":        str("Only files whose name matches this pattern, e.g. *.go."),
+				"max_matches": integer("Most matches to return. Default: 100.", 1, 1000),
+			})),
+			ReadOnly: true,
+			Handler:  searchFiles,
+		},
+		{
+			Name: "file_changes",
+			Description: "Show what changed under /workspace since the sandbox was created: files added, modified " +
+				"and removed, and a unified diff. Useful to review your own work before reporting it.",
+			InputSchema: object(nil, withID(map[string]*Schema{})),
+			ReadOnly:    true,
+			Handler:     fileChanges,
+		},
+		{
+			Name:        "git_clone",
+			Description: "Clone a git repository into the sandbox (by default into /workspace/app). Needs network access.",
+			InputSchema: object([]string{"url"}, withID(map[string]*Schema{
+				"url":    nonEmpty("Repository URL, e.g. https://github.com/owner/repo.git."),
+				"dir":    str("Target directory, absolute or relative to /workspace. Default: app."),
+				"branch": str("Branch or tag to check out. Default: the remote's default branch."),
+				"depth":  integer("Clone only this many recent commits. Default: full history.", 1, 1<<31-1),
+			})),
+			Handler: gitClone,
+		},
+		{
+			Name:        "git_status",
+			Description: "Run git status in a repository in the sandbox.",
+			InputSchema: object(nil, withID(map[string]*Schema{"dir": str(gitDirDesc)})),
+			ReadOnly:    true,
+			Handler:     gitStatus,
+		},
+		{
+			Name:        "git_diff",
+			Description: "Show the unstaged changes of a repository in the sandbox (git diff).",
+			InputSchema: object(nil, withID(map[string]*Schema{"dir": str(gitDirDesc)})),
+			ReadOnly:    true,
+			Handler:     gitDiff,
+		},
+		{
+			Name:        "git_commit",
+			Description: "Commit in a repository in the sandbox. By default every change is staged first (git add -A).",
+			InputSchema: object([]string{"message"}, withID(map[string]*Schema{
+				"message": nonEmpty("The commit message."),
+				"dir":     str(gitDirDesc),
+				"all":     boolean("Stage every change, new files included, before committing. Default: true."),
+			})),
+			Handler: gitCommit,
+		},
+		{
+			Name:        "snapshot",
+			Description: "Save the sandbox's files as a snapshot and return its id; create_sandbox with from_snapshot starts a new sandbox from it. Not every sandbox provider can snapshot.",
+			InputSchema: object(nil, withID(map[string]*Schema{})),
+			Handler:     snapshot,
+		},
+		{
+			Name:        "expose_port",
+			Description: "Return a URL at which a server listening on a TCP port inside the sandbox can be reached, e.g. one started with start_process.",
+			InputSchema: object([]string{"port"}, withID(map[string]*Schema{
+				"port": integer("The TCP port the server listens on inside the sandbox.", 1, 65535),
+			})),
+			ReadOnly: true,
+			Handler:  exposePort,
+		},
+	}
+})
 
 // decode unmarshals validated arguments.
 func decode[T any](tool string, raw json.RawMessage) (T, error) {

@@ -18,8 +18,8 @@ func OpenAI() json.RawMessage {
 		Type     string   `json:"type"`
 		Function function `json:"function"`
 	}
-	out := make([]tool, 0, len(all))
-	for _, t := range all {
+	out := make([]tool, 0, len(allTools()))
+	for _, t := range allTools() {
 		out = append(out, tool{Type: "function", Function: function{Name: t.Name, Description: t.Description, Parameters: t.InputSchema}})
 	}
 	return mustMarshal(out)
@@ -37,8 +37,8 @@ func Anthropic() json.RawMessage {
 		Description string  `json:"description"`
 		InputSchema *Schema `json:"input_schema"`
 	}
-	out := make([]tool, 0, len(all))
-	for _, t := range all {
+	out := make([]tool, 0, len(allTools()))
+	for _, t := range allTools() {
 		out = append(out, tool{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema})
 	}
 	return mustMarshal(out)
@@ -55,8 +55,8 @@ func Definitions() json.RawMessage {
 		ReadOnly    bool    `json:"read_only"`
 		Destructive bool    `json:"destructive"`
 	}
-	out := make([]tool, 0, len(all))
-	for _, t := range all {
+	out := make([]tool, 0, len(allTools()))
+	for _, t := range allTools() {
 		out = append(out, tool{t.Name, t.Description, t.InputSchema, t.ReadOnly, t.Destructive})
 	}
 	return mustMarshal(out)

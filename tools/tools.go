@@ -61,11 +61,11 @@ var ErrUnknownTool = errors.New("unknown tool")
 
 // All returns the tool definitions in a fixed order. The slice is new on every call; the
 // Tools in it must not be modified.
-func All() []Tool { return append([]Tool(nil), all...) }
+func All() []Tool { return append([]Tool(nil), allTools()...) }
 
 // Lookup returns the tool named name.
 func Lookup(name string) (Tool, bool) {
-	for _, t := range all {
+	for _, t := range allTools() {
 		if t.Name == name {
 			return t, true
 		}

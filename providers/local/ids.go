@@ -1,15 +1,10 @@
 package local
 
-import (
-	"crypto/rand"
-	"regexp"
-)
+import "crypto/rand"
 
 // idLen is the length of a sandbox id: lowercase letters and digits only, as E2B clients
 // require (^[a-z0-9]+$).
 const idLen = 20
-
-var idPattern = regexp.MustCompile(`^[a-z0-9]{20}$`)
 
 const idAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
 
@@ -27,4 +22,14 @@ func newID() string {
 }
 
 // validID reports whether id has the shape of a sandbox id, so it is safe in paths and argv.
-func validID(id string) bool { return idPattern.MatchString(id) }
+func validID(id string) bool {
+	if len(id) != idLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; !('a' <= c && c <= 'z' || '0' <= c && c <= '9') {
+			return false
+		}
+	}
+	return true
+}

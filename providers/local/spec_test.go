@@ -20,7 +20,7 @@ func TestNewID(t *testing.T) {
 		}
 		seen[id] = true
 	}
-	for _, bad := range []string{"", "ABCDEFGHIJKLMNOPQRST", "../../../../etc/pass", "abc"} {
+	for _, bad := range []string{"", "ABCDEFGHIJKLMNOPQRST", "../../../../etc/pass", "abc", "abcdefghij/klmnopqrs", "abcdefghij-klmnopqrs", "abcdefghijklmnopqrst0", "abcdefghijklmnopqrs\x00", "abcdefghijklmnopqrs\xe9"} {
 		if validID(bad) {
 			t.Errorf("validID(%q)", bad)
 		}

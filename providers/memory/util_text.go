@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 )
@@ -414,9 +415,9 @@ func breToRE2(s string, extended bool) string {
 	return b.String()
 }
 
-var intervalRE = regexp.MustCompile(`^\{[0-9]+(,[0-9]*)?\}`)
+var intervalRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^\{[0-9]+(,[0-9]*)?\}`) })
 
-func validInterval(s string) bool { return intervalRE.MatchString(s) }
+func validInterval(s string) bool { return intervalRE().MatchString(s) }
 
 // globToRegexp converts a shell glob to an anchored regexp; with slash, * matches '/' too.
 func globToRegexp(glob string, slash bool) (*regexp.Regexp, error) {

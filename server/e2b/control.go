@@ -8,7 +8,6 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,7 +34,19 @@ const (
 const HeaderMetadataExact = "Tupper-Metadata-Exact"
 
 // idPattern is the shape of an E2B sandbox id.
-var idPattern = regexp.MustCompile(`^[a-z0-9]+$`)
+var idPattern = lowerAlnum{}
+
+// lowerAlnum matches ^[a-z0-9]+$ without a regexp compiled at start-up.
+type lowerAlnum struct{}
+
+func (lowerAlnum) MatchString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('a' <= c && c <= 'z' || '0' <= c && c <= '9') {
+			return false
+		}
+	}
+	return s != ""
+}
 
 func (s *Server) controlMux() *http.ServeMux {
 	m := http.NewServeMux()
