@@ -30,6 +30,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -67,8 +68,17 @@ type Client struct {
 	token  string
 	user   string
 	maxMsg int
-	proc   processconnect.ProcessClient
-	fs     filesystemconnect.FilesystemClient
+	rpc    *rpcClients
+}
+
+// rpcClients are the Connect clients of the agent's two services, each built on first
+// use: building one costs reflection over its service's descriptors, and most programs
+// (tupper exec, for one) use only one service.
+type rpcClients struct {
+	procOnce sync.Once
+	proc     processconnect.ProcessClient
+	fsOnce   sync.Once
+	fs       filesystemconnect.FilesystemClient
 }
 
 const baseURL = "http://tupper-agent"
@@ -120,14 +130,26 @@ func NewWithOptions(o Options) *Client {
 	return c
 }
 
-func (c *Client) initRPC() {
-	opts := []connect.ClientOption{
+func (c *Client) initRPC() { c.rpc = &rpcClients{} }
+
+func (c *Client) rpcOptions() []connect.ClientOption {
+	return []connect.ClientOption{
 		connect.WithReadMaxBytes(c.maxMsg),
 		connect.WithAcceptCompression("gzip", nil, nil), // never ask for compressed replies
 		connect.WithInterceptors(headerInterceptor{c}),
 	}
-	c.proc = processconnect.NewProcessClient(c.hc, baseURL, opts...)
-	c.fs = filesystemconnect.NewFilesystemClient(c.hc, baseURL, opts...)
+}
+
+func (c *Client) procRPC() processconnect.ProcessClient {
+	r := c.rpc
+	r.procOnce.Do(func() { r.proc = processconnect.NewProcessClient(c.hc, baseURL, c.rpcOptions()...) })
+	return r.proc
+}
+
+func (c *Client) fsRPC() filesystemconnect.FilesystemClient {
+	r := c.rpc
+	r.fsOnce.Do(func() { r.fs = filesystemconnect.NewFilesystemClient(c.hc, baseURL, c.rpcOptions()...) })
+	return r.fs
 }
 
 // WithUser returns a client that acts as the OS user name (sharing c's

@@ -155,7 +155,7 @@ func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, o Writ
 
 // Stat describes path without following a final symlink.
 func (c *Client) Stat(ctx context.Context, path string) (FileInfo, error) {
-	resp, err := c.fs.Stat(ctx, connect.NewRequest(&filesystem.StatRequest{Path: path}))
+	resp, err := c.fsRPC().Stat(ctx, connect.NewRequest(&filesystem.StatRequest{Path: path}))
 	if err != nil {
 		return FileInfo{}, rpcErr(err)
 	}
@@ -167,7 +167,7 @@ func (c *Client) ListDir(ctx context.Context, dir string, depth int) ([]FileInfo
 	if depth < 0 {
 		return nil, &Error{Code: CodeInvalidArgument, Message: "negative depth"}
 	}
-	resp, err := c.fs.ListDir(ctx, connect.NewRequest(&filesystem.ListDirRequest{Path: dir, Depth: uint32(depth)}))
+	resp, err := c.fsRPC().ListDir(ctx, connect.NewRequest(&filesystem.ListDirRequest{Path: dir, Depth: uint32(depth)}))
 	if err != nil {
 		return nil, rpcErr(err)
 	}
@@ -180,14 +180,14 @@ func (c *Client) ListDir(ctx context.Context, dir string, depth int) ([]FileInfo
 
 // Remove deletes path and everything below it; a missing path is not an error.
 func (c *Client) Remove(ctx context.Context, path string) error {
-	_, err := c.fs.Remove(ctx, connect.NewRequest(&filesystem.RemoveRequest{Path: path}))
+	_, err := c.fsRPC().Remove(ctx, connect.NewRequest(&filesystem.RemoveRequest{Path: path}))
 	return rpcErr(err)
 }
 
 // MakeDir creates dir and its parents. It returns false, nil when dir
 // already exists as a directory.
 func (c *Client) MakeDir(ctx context.Context, dir string) (bool, error) {
-	_, err := c.fs.MakeDir(ctx, connect.NewRequest(&filesystem.MakeDirRequest{Path: dir}))
+	_, err := c.fsRPC().MakeDir(ctx, connect.NewRequest(&filesystem.MakeDirRequest{Path: dir}))
 	if err = rpcErr(err); CodeOf(err) == CodeAlreadyExists {
 		return false, nil
 	}
@@ -196,7 +196,7 @@ func (c *Client) MakeDir(ctx context.Context, dir string) (bool, error) {
 
 // Move renames src to dst, creating dst's parent directories.
 func (c *Client) Move(ctx context.Context, src, dst string) (FileInfo, error) {
-	resp, err := c.fs.Move(ctx, connect.NewRequest(&filesystem.MoveRequest{Source: src, Destination: dst}))
+	resp, err := c.fsRPC().Move(ctx, connect.NewRequest(&filesystem.MoveRequest{Source: src, Destination: dst}))
 	if err != nil {
 		return FileInfo{}, rpcErr(err)
 	}
@@ -232,7 +232,7 @@ type Watcher struct {
 // returns once the agent has set up the watch, so later changes are seen.
 func (c *Client) Watch(ctx context.Context, dir string, recursive bool) (*Watcher, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	stream, err := c.fs.WatchDir(ctx, connect.NewRequest(&filesystem.WatchDirRequest{Path: dir, Recursive: recursive}))
+	stream, err := c.fsRPC().WatchDir(ctx, connect.NewRequest(&filesystem.WatchDirRequest{Path: dir, Recursive: recursive}))
 	if err != nil {
 		cancel()
 		return nil, rpcErr(err)

@@ -99,7 +99,7 @@ func (c *Client) startStream(ctx context.Context, r *ExecRequest, stdin bool) (*
 		stop()
 		cancel()
 	}
-	stream, err := c.proc.Start(sctx, req)
+	stream, err := c.procRPC().Start(sctx, req)
 	if err != nil {
 		release()
 		return nil, 0, nil, rpcErr(err)
@@ -250,7 +250,7 @@ func (c *Client) AttachTag(ctx context.Context, tag string, stdout, stderr io.Wr
 }
 
 func (c *Client) attach(ctx context.Context, sel *process.ProcessSelector, stdout, stderr io.Writer) (ExecResult, error) {
-	stream, err := c.proc.Connect(ctx, connect.NewRequest(&process.ConnectRequest{Process: sel}))
+	stream, err := c.procRPC().Connect(ctx, connect.NewRequest(&process.ConnectRequest{Process: sel}))
 	if err != nil {
 		return ExecResult{}, rpcErr(err)
 	}
@@ -311,19 +311,19 @@ func (c *Client) Signal(ctx context.Context, pid int, sig syscall.Signal) error 
 	if sig <= 0 || sig > 64 {
 		return &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("invalid signal %d", sig)}
 	}
-	_, err := c.proc.SendSignal(ctx, connect.NewRequest(&process.SendSignalRequest{Process: pidSel(pid), Signal: process.Signal(sig)}))
+	_, err := c.procRPC().SendSignal(ctx, connect.NewRequest(&process.SendSignalRequest{Process: pidSel(pid), Signal: process.Signal(sig)}))
 	return rpcErr(err)
 }
 
 // SendInput writes data to the stdin of pid (started with stdin open).
 func (c *Client) SendInput(ctx context.Context, pid int, data []byte) error {
-	_, err := c.proc.SendInput(ctx, connect.NewRequest(&process.SendInputRequest{Process: pidSel(pid), Input: &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: data}}}))
+	_, err := c.procRPC().SendInput(ctx, connect.NewRequest(&process.SendInputRequest{Process: pidSel(pid), Input: &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: data}}}))
 	return rpcErr(err)
 }
 
 // CloseStdin closes the stdin of pid: the process reads EOF.
 func (c *Client) CloseStdin(ctx context.Context, pid int) error {
-	_, err := c.proc.CloseStdin(ctx, connect.NewRequest(&process.CloseStdinRequest{Process: pidSel(pid)}))
+	_, err := c.procRPC().CloseStdin(ctx, connect.NewRequest(&process.CloseStdinRequest{Process: pidSel(pid)}))
 	return rpcErr(err)
 }
 
@@ -338,7 +338,7 @@ type ProcessInfo struct {
 
 // List returns the running processes started through the agent.
 func (c *Client) List(ctx context.Context) ([]ProcessInfo, error) {
-	resp, err := c.proc.List(ctx, connect.NewRequest(&process.ListRequest{}))
+	resp, err := c.procRPC().List(ctx, connect.NewRequest(&process.ListRequest{}))
 	if err != nil {
 		return nil, rpcErr(err)
 	}

@@ -36,7 +36,7 @@ func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code)
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	root := newRootCmd()
+	root := newRootCmd(os.Args[1:])
 	err := root.ExecuteContext(ctx)
 	stop()
 	os.Exit(exitCode(err, root))
@@ -66,7 +66,33 @@ func humanError(err error) string {
 	return msg
 }
 
-func newRootCmd() *cobra.Command {
+// subcommands are the commands of tupper, in the order help lists them.
+var subcommands = []struct {
+	name string
+	make func() *cobra.Command
+}{
+	{"run", newRunCmd},
+	{"create", newCreateCmd},
+	{"exec", newExecCmd},
+	{"cp", newCpCmd},
+	{"ls", newLsCmd},
+	{"rm", newRmCmd},
+	{"doctor", newDoctorCmd},
+	{"version", newVersionCmd},
+	{"agent", newAgentCmd},
+	{"serve", newServeCmd},
+	{"keys", newKeysCmd},
+	{"logs", newLogsCmd},
+	{"snapshot", newSnapshotCmd},
+	{"mcp", newMCPCmd},
+	{"bench", newBenchCmd},
+}
+
+// newRootCmd returns the command tree for args (os.Args[1:]). When args name a subcommand,
+// only that one is built: building all of them, with their flags and help, is start-up
+// work that `tupper exec` should not pay. Help, completion and anything unknown get the
+// whole tree.
+func newRootCmd(args []string) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "tupper",
 		Short:         "Disposable Linux sandboxes for AI agents",
@@ -74,22 +100,16 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(
-		newRunCmd(),
-		newCreateCmd(),
-		newExecCmd(),
-		newCpCmd(),
-		newLsCmd(),
-		newRmCmd(),
-		newDoctorCmd(),
-		newVersionCmd(),
-		newAgentCmd(),
-		newServeCmd(),
-		newKeysCmd(),
-		newLogsCmd(),
-		newSnapshotCmd(),
-		newMCPCmd(),
-		newBenchCmd(),
-	)
+	if len(args) > 0 {
+		for _, c := range subcommands {
+			if c.name == args[0] {
+				root.AddCommand(c.make())
+				return root
+			}
+		}
+	}
+	for _, c := range subcommands {
+		root.AddCommand(c.make())
+	}
 	return root
 }
