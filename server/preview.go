@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tupper-dev/tupper/provider"
@@ -253,12 +254,12 @@ func (s *Server) serveHostPreview(w http.ResponseWriter, r *http.Request, id str
 	s.proxy(w, r, id, port, r.URL.Path)
 }
 
-var proxyTransport = func() *http.Transport {
+var proxyTransport = sync.OnceValue(func() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.Proxy = nil // previews are on this host: never through an HTTP proxy
 	t.MaxIdleConnsPerHost = 16
 	return t
-}()
+})
 
 // proxy forwards r to port in sandbox id. WebSocket and other upgrades pass through. The
 // caller's credentials are not forwarded into the sandbox.
@@ -280,7 +281,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 		return
 	}
 	rp := &httputil.ReverseProxy{
-		Transport: proxyTransport,
+		Transport: proxyTransport(),
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(tu)
 			pr.Out.URL.Path = strings.TrimSuffix(tu.Path, "/") + path

@@ -75,18 +75,19 @@ var (
 	_ provider.KeyedCreator = (*Provider)(nil)
 )
 
-var defaultTransport = func() *http.Transport {
+// defaultTransport is made on first use, not at start-up of every program linking this.
+var defaultTransport = sync.OnceValue(func() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConnsPerHost = 256
 	return t
-}()
+})
 
 // New returns the provider for the server at cfg.URL. It does not contact the server; call
 // Available to check it.
 func New(cfg Config) *Provider {
 	c := cfg.HTTPClient
 	if c == nil {
-		c = &http.Client{Transport: defaultTransport}
+		c = &http.Client{Transport: defaultTransport()}
 	}
 	return &Provider{cfg: cfg, base: strings.TrimSuffix(cfg.URL, "/"), client: c}
 }
