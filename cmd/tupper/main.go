@@ -104,6 +104,7 @@ func newRootCmd(args []string) *cobra.Command {
 		for _, c := range subcommands {
 			if c.name == args[0] {
 				root.AddCommand(c.make())
+				root.CompletionOptions.DisableDefaultCmd = true // "completion" is not being run
 				return root
 			}
 		}
