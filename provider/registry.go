@@ -83,6 +83,11 @@ type ResolveOptions struct {
 	// Skip lists providers never picked implicitly, e.g. "memory", which isolates nothing.
 	// Zero value: memory and remote are skipped unless named.
 	Skip []string
+	// Existing says the caller works only with sandboxes that already exist (connect, list,
+	// destroy): the named provider, or the registered platform default, is returned without
+	// asking whether it can create sandboxes, which for some providers means probing the
+	// host. Its methods then say what is missing. tupper exec resolves this way.
+	Existing bool
 }
 
 // Resolve picks a provider in the order of seeds/000:
@@ -96,6 +101,20 @@ type ResolveOptions struct {
 // Resolve never falls back to a provider less isolated than the one asked for: an explicit
 // name that is unavailable is an error, not a reason to pick another.
 func Resolve(ctx context.Context, opts ResolveOptions) (Provider, error) {
+	if opts.Existing {
+		name := opts.Name
+		if name == "" {
+			name = PlatformDefault(runtime.GOOS)
+		}
+		if r, ok := Lookup(name); ok {
+			p, err := r.Factory()
+			if err != nil {
+				return nil, withInstall(Wrap(err, CodeUnavailable, "provider "+r.Name), r)
+			}
+			return p, nil
+		}
+		opts.Existing = false // not registered: resolve as usual, for its error or a fallback
+	}
 	if opts.Name != "" {
 		r, ok := Lookup(opts.Name)
 		if !ok {

@@ -110,3 +110,24 @@ func TestStripCredentials(t *testing.T) {
 		t.Errorf("changed a plain message: %q", out)
 	}
 }
+
+// Existing returns the named provider without asking whether it could create sandboxes, and
+// falls back to the usual resolution (and its errors) when the name or default is unknown.
+func TestResolveExisting(t *testing.T) {
+	ctx := context.Background()
+	reg("test-ex-down", Errorf(CodeUnavailable, "cannot create here"))
+	p, err := Resolve(ctx, ResolveOptions{Name: "test-ex-down", Existing: true})
+	if err != nil || p.Name() != "test-ex-down" {
+		t.Fatalf("existing, named: %v %v", p, err)
+	}
+	if _, err := Resolve(ctx, ResolveOptions{Name: "test-ex-down"}); !errors.Is(err, CodeUnavailable) {
+		t.Fatalf("without Existing the same provider must be unavailable: %v", err)
+	}
+	if _, err := Resolve(ctx, ResolveOptions{Name: "test-ex-missing", Existing: true}); !errors.Is(err, CodeUnavailable) || !strings.Contains(err.Error(), "not registered") {
+		t.Fatalf("existing, unregistered: %v", err)
+	}
+	Register(Registration{Name: "test-ex-broken", Factory: func() (Provider, error) { return nil, errors.New("bad config") }})
+	if _, err := Resolve(ctx, ResolveOptions{Name: "test-ex-broken", Existing: true}); !errors.Is(err, CodeUnavailable) || !strings.Contains(err.Error(), "bad config") {
+		t.Fatalf("existing, factory fails: %v", err)
+	}
+}

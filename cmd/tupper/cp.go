@@ -44,7 +44,7 @@ func newCpCmd() *cobra.Command {
 				return fmt.Errorf("exactly one of SRC and DST must be ID:PATH")
 			}
 			ctx := cmd.Context()
-			prov, err := pf.resolve(ctx)
+			prov, err := pf.resolveExisting(ctx)
 			if err != nil {
 				return err
 			}

@@ -27,7 +27,18 @@ func (f *providerFlags) register(cmd *cobra.Command) {
 		"a tupper server to use instead of this machine (default: $TUPPER_URL; the API key is $TUPPER_API_KEY)")
 }
 
+// resolve returns the provider to create sandboxes with.
 func (f *providerFlags) resolve(ctx context.Context) (provider.Provider, error) {
+	return f.resolveFor(ctx, false)
+}
+
+// resolveExisting returns the provider of sandboxes that already exist, without checking
+// that it could create new ones (for the local provider, that check probes the host).
+func (f *providerFlags) resolveExisting(ctx context.Context) (provider.Provider, error) {
+	return f.resolveFor(ctx, true)
+}
+
+func (f *providerFlags) resolveFor(ctx context.Context, existing bool) (provider.Provider, error) {
 	if f.url != "" {
 		if f.name != "" && f.name != remote.Name {
 			return nil, fmt.Errorf("--url (or $TUPPER_URL) names a server, which uses the remote provider; drop --provider %s or unset TUPPER_URL", f.name)
@@ -38,7 +49,7 @@ func (f *providerFlags) resolve(ctx context.Context) (provider.Provider, error) 
 		}
 		return p, nil
 	}
-	return provider.Resolve(ctx, provider.ResolveOptions{Name: f.name})
+	return provider.Resolve(ctx, provider.ResolveOptions{Name: f.name, Existing: existing})
 }
 
 // createFlags are the sandbox options of run and create.

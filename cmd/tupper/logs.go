@@ -27,7 +27,7 @@ func newLogsCmd() *cobra.Command {
 		Args:    cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			prov, err := pf.resolve(ctx)
+			prov, err := pf.resolveExisting(ctx)
 			if err != nil {
 				return err
 			}

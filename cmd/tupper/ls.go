@@ -30,7 +30,7 @@ func newLsCmd() *cobra.Command {
 				return err
 			}
 			ctx := cmd.Context()
-			prov, err := pf.resolve(ctx)
+			prov, err := pf.resolveExisting(ctx)
 			if err != nil {
 				return err
 			}
@@ -83,7 +83,7 @@ func newRmCmd() *cobra.Command {
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			prov, err := pf.resolve(ctx)
+			prov, err := pf.resolveExisting(ctx)
 			if err != nil {
 				return err
 			}

@@ -116,7 +116,7 @@ func newExecCmd() *cobra.Command {
 		Args:    cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			prov, err := pf.resolve(ctx)
+			prov, err := pf.resolveExisting(ctx)
 			if err != nil {
 				return err
 			}

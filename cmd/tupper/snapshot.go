@@ -24,7 +24,7 @@ func newSnapshotCmd() *cobra.Command {
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			prov, err := pf.resolve(ctx)
+			prov, err := pf.resolveExisting(ctx)
 			if err != nil {
 				return err
 			}

@@ -448,6 +448,7 @@ func (i *Instance) setPaused(ctx context.Context, pause bool) error {
 	if rec.Paused == pause {
 		return nil
 	}
+	i.p.probed()
 	rt, ok := i.p.runtimes[rec.Runtime]
 	if !ok {
 		return provider.Errorf(provider.CodeUnavailable, "runtime %s not found", rec.Runtime)

@@ -26,6 +26,10 @@ func TestProbeCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p2.Close()
+	if p2.netErr != nil || p2.runtimes[RuntimeRunc].path != "" {
+		t.Fatalf("New probed the host; probing is for first use")
+	}
+	p2.probed()
 	if p2.netErr == nil || p2.netErr.Error() != c.NetErr || p2.Capabilities().Has(provider.CapNetworkAll) {
 		t.Fatalf("New did not use the cached probe: netErr %v, caps %v", p2.netErr, p2.Capabilities())
 	}
@@ -38,6 +42,7 @@ func TestProbeCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p3.Close()
+	p3.probed()
 	t.Cleanup(func() { os.Remove(p3.probeCachePath(p3.probeKey())) })
 	if p3.probeKey() == key || (p1.net != nil && p3.netErr != nil) {
 		t.Fatalf("a cache for other settings was used: key equal %v, netErr %v", p3.probeKey() == key, p3.netErr)

@@ -122,6 +122,10 @@ type Provider struct {
 	caps     provider.Capabilities
 	unavail  error // why Available fails, or nil
 
+	// probeOnce guards the fields above from runtimes on: they are filled on first need,
+	// so a process that only connects to a sandbox (tupper exec) does not probe the host.
+	probeOnce sync.Once
+
 	mu       sync.Mutex
 	previews map[previewKey]*preview
 	closed   bool
@@ -140,9 +144,10 @@ func init() {
 	})
 }
 
-// New probes the host and returns a provider. It fails only on a bad configuration or a
-// state root it cannot create; a host that cannot run sandboxes gives a provider whose
-// Available says why.
+// New returns a provider. It fails only on a bad configuration; a host that cannot run
+// sandboxes gives a provider whose Available says why. The host is probed on first need
+// (Available, Capabilities, Create, a teardown), so a process that only connects to an
+// existing sandbox does not pay for it.
 func New(cfg Config) (*Provider, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -157,9 +162,11 @@ func New(cfg Config) (*Provider, error) {
 	if len(p.lay.socket(strings.Repeat("a", idLen))) > 100 {
 		return nil, provider.Errorf(provider.CodeInvalidArgument, "local: home %q is too long for a unix socket path below it", cfg.Home)
 	}
-	p.probe()
 	return p, nil
 }
+
+// probed fills runtimes, userns, net, caps and unavail, once.
+func (p *Provider) probed() { p.probeOnce.Do(p.probe) }
 
 // runscDate is the release date of a runsc binary as YYYYMMDD (Debian versions it
 // 0.0~YYYYMMDD.N), or 0 when it cannot tell.
@@ -360,10 +367,10 @@ func usernsWorks() bool {
 func (p *Provider) Name() string { return "local" }
 
 // Capabilities are those probed by New.
-func (p *Provider) Capabilities() provider.Capabilities { return p.caps }
+func (p *Provider) Capabilities() provider.Capabilities { p.probed(); return p.caps }
 
 // Available returns nil when sandboxes can be created here.
-func (p *Provider) Available(ctx context.Context) error { return p.unavail }
+func (p *Provider) Available(ctx context.Context) error { p.probed(); return p.unavail }
 
 // Home is the state root in use.
 func (p *Provider) Home() string { return p.cfg.Home }
@@ -419,6 +426,7 @@ func (p *Provider) size(s provider.Size) (provider.Size, error) {
 // Create makes a sandbox: state directory → user-namespace range → root file system →
 // network → bundle → runtime → agent ready. A failure at any step undoes the earlier ones.
 func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provider.Instance, error) {
+	p.probed()
 	if p.unavail != nil {
 		return nil, p.unavail
 	}
@@ -808,6 +816,7 @@ func (p *Provider) Destroy(ctx context.Context, id string) error {
 // tolerates being gone already, so a teardown interrupted halfway can run again. Call with
 // the sandbox lock held.
 func (p *Provider) teardown(ctx context.Context, rec *record) error {
+	p.probed()
 	id := rec.ID
 	ctx = context.WithoutCancel(ctx)
 	p.closePreviews(id)
@@ -944,6 +953,9 @@ func (p *Provider) dead(r *record, now time.Time) bool {
 // List returns the live sandboxes whose labels match. Stopped and expired ones are removed
 // first and not listed.
 func (p *Provider) List(ctx context.Context, filter provider.ListFilter) ([]provider.Info, error) {
+	if p.probed(); p.unavail != nil {
+		return nil, p.unavail
+	}
 	p.reap(ctx, false)
 	ids, err := p.lay.ids()
 	if err != nil {
@@ -1015,6 +1027,7 @@ func (p *Provider) GetOrCreate(ctx context.Context, spec provider.CreateSpec) (p
 	if spec.Key == "" {
 		return nil, false, provider.Errorf(provider.CodeInvalidArgument, "get-or-create needs a key")
 	}
+	p.probed()
 	if p.unavail != nil {
 		return nil, false, p.unavail
 	}
@@ -1041,6 +1054,10 @@ func (p *Provider) GetOrCreate(ctx context.Context, spec provider.CreateSpec) (p
 func (p *Provider) Connect(ctx context.Context, id string) (provider.Instance, error) {
 	rec, err := p.lay.readRecord(id)
 	if err != nil {
+		// Say what this host lacks rather than only that the sandbox is not here.
+		if p.probed(); p.unavail != nil {
+			return nil, p.unavail
+		}
 		return nil, err
 	}
 	if rec.Status != statusReady {
