@@ -2,10 +2,13 @@ package server
 
 import (
 	"context"
+	"maps"
 	"net/http"
 	"time"
 
 	mcpserver "github.com/tupper-dev/tupper/mcp"
+	"github.com/tupper-dev/tupper/sandbox"
+	"github.com/tupper-dev/tupper/store"
 	"github.com/tupper-dev/tupper/tools"
 )
 
@@ -26,9 +29,40 @@ func (s *Server) newMCP() (*mcpserver.HTTPHandler, error) {
 			if c != nil && c.KeyID != "" {
 				key = c.KeyID
 			}
-			return tools.SessionOptions{Labels: map[string]string{mcpKeyLabel: key}}
+			labels := map[string]string{mcpKeyLabel: key}
+			return tools.SessionOptions{
+				Labels: labels,
+				// Sandboxes made over MCP are recorded, listed and evented like the API's own.
+				Created: func(ctx context.Context, b *sandbox.Sandbox) error {
+					return s.recordMCPSandbox(ctx, key, labels, b)
+				},
+				Destroyed: func(ctx context.Context, id string) { s.gone(ctx, id, EventDestroyed, nil) },
+			}
 		},
 	})
+}
+
+// recordMCPSandbox stores a sandbox an MCP session made, owned by the session's API key, and
+// emits sandbox.created. Its token is random and never shown: MCP callers reach the sandbox
+// through the session, API callers with their key.
+func (s *Server) recordMCPSandbox(ctx context.Context, keyID string, labels map[string]string, b *sandbox.Sandbox) error {
+	ctx = context.WithoutCancel(ctx)
+	info, err := b.Native.Info(ctx)
+	if err != nil {
+		return err
+	}
+	if keyID == "unknown" {
+		keyID = ""
+	}
+	rec := store.Sandbox{
+		ID: b.ID, Provider: s.prov.Name(), APIKeyID: keyID, Labels: maps.Clone(labels),
+		CreatedAt: info.CreatedAt, Deadline: info.Deadline, State: info.State,
+	}
+	if err := s.st.PutSandbox(ctx, rec, store.Hash(store.NewToken())); err != nil {
+		return err
+	}
+	s.emit(ctx, EventCreated, b.ID, map[string]any{"labels": rec.Labels, "via": "mcp"})
+	return nil
 }
 
 // serveMCP passes an authenticated request (an API key: scopeAccount) to the MCP handler.

@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"sync"
 	"time"
@@ -26,6 +27,14 @@ type SessionOptions struct {
 	// PreviewURL, when set, gives the URL of a port in a sandbox for expose_port and
 	// start_process (a server answers with its own preview routing). Nil: the provider's.
 	PreviewURL func(ctx context.Context, sandboxID string, port int) (string, error)
+
+	// Created, when set, is told of each sandbox the session makes, before any tool uses
+	// it; an error destroys the sandbox and fails the tool call. A server records the
+	// sandbox here, as its own API does.
+	Created func(ctx context.Context, b *sandbox.Sandbox) error
+	// Destroyed, when set, is told of each sandbox the session destroyed (destroy_sandbox,
+	// or the default sandbox at Close).
+	Destroyed func(ctx context.Context, id string)
 }
 
 // Session is the state tools share in one conversation with a model: a provider, and a
@@ -148,6 +157,7 @@ func (s *Session) defaultSandbox(ctx context.Context) (*sandbox.Sandbox, error) 
 		if s.closed {
 			s.mu.Unlock()
 			destroy(b)
+			s.destroyed(ctx, b.ID)
 			return nil, errClosed
 		}
 		s.defaultID = b.ID
@@ -168,8 +178,17 @@ func (s *Session) create(ctx context.Context, opts sandbox.CreateOptions, track 
 	maps.Copy(opts.Labels, s.opts.Labels)
 	opts.TrackChanges = false
 	b, err := sandbox.Create(ctx, s.prov, opts)
-	if err != nil || !track {
-		return b, err
+	if err != nil {
+		return nil, err
+	}
+	if s.opts.Created != nil {
+		if err := s.opts.Created(ctx, b); err != nil {
+			destroy(b)
+			return nil, err
+		}
+	}
+	if !track {
+		return b, nil
 	}
 	if _, err := b.Files.Mark(ctx, "start"); err != nil {
 		s.mu.Lock()
@@ -202,6 +221,7 @@ func (s *Session) createExtra(ctx context.Context, opts sandbox.CreateOptions) (
 	defer s.mu.Unlock()
 	if s.closed {
 		destroy(b)
+		s.destroyed(ctx, b.ID)
 		return nil, errClosed
 	}
 	s.handles[b.ID] = b
@@ -216,6 +236,9 @@ func (s *Session) destroySandbox(ctx context.Context, id string) error {
 		return err
 	}
 	err = b.Destroy(ctx)
+	if err == nil || errors.Is(err, sandbox.CodeNotFound) {
+		s.destroyed(ctx, id)
+	}
 	s.mu.Lock()
 	delete(s.handles, id)
 	if s.defaultID == id {
@@ -260,7 +283,9 @@ func (s *Session) Close(ctx context.Context) error {
 	var err error
 	for id, b := range handles {
 		if id == def {
-			err = b.Destroy(ctx)
+			if err = b.Destroy(ctx); err == nil || errors.Is(err, sandbox.CodeNotFound) {
+				s.destroyed(ctx, id)
+			}
 			continue
 		}
 		b.Close()
@@ -277,4 +302,11 @@ func destroy(b *sandbox.Sandbox) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_ = b.Destroy(ctx)
+}
+
+// destroyed tells the Destroyed hook, if any.
+func (s *Session) destroyed(ctx context.Context, id string) {
+	if s.opts.Destroyed != nil {
+		s.opts.Destroyed(context.WithoutCancel(ctx), id)
+	}
 }

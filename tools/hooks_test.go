@@ -1,0 +1,68 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/tupper-dev/tupper/sandbox"
+)
+
+// The Created hook sees every sandbox the session makes and can refuse it (the sandbox is
+// then destroyed and the call fails); Destroyed sees destroy_sandbox and the default
+// sandbox's end at Close.
+func TestSessionHooks(t *testing.T) {
+	var mu sync.Mutex
+	var created, destroyed []string
+	refuse := false
+	s, prov := newTestSession(t, SessionOptions{
+		Created: func(ctx context.Context, b *sandbox.Sandbox) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if refuse {
+				return errors.New("the store is full")
+			}
+			created = append(created, b.ID)
+			return nil
+		},
+		Destroyed: func(ctx context.Context, id string) {
+			mu.Lock()
+			defer mu.Unlock()
+			destroyed = append(destroyed, id)
+		},
+	})
+	want(t, call(t, s, "run_command", map[string]any{"command": "true"}), false)
+	var extra struct {
+		ID string `json:"sandbox_id"`
+	}
+	res := call(t, s, "create_sandbox", map[string]any{})
+	want(t, res, false)
+	raw, _ := json.Marshal(res.Data)
+	if err := json.Unmarshal(raw, &extra); err != nil || extra.ID == "" {
+		t.Fatalf("create_sandbox data %s: %v", raw, err)
+	}
+	if len(created) != 2 || !slices.Contains(created, extra.ID) {
+		t.Fatalf("created hook saw %v, want the default and %s", created, extra.ID)
+	}
+	want(t, call(t, s, "destroy_sandbox", map[string]any{"sandbox_id": extra.ID}), false)
+	if !slices.Equal(destroyed, []string{extra.ID}) {
+		t.Fatalf("destroyed hook saw %v, want [%s]", destroyed, extra.ID)
+	}
+
+	refuse = true
+	want(t, call(t, s, "create_sandbox", map[string]any{}), true, "the store is full")
+	if n := sandboxes(t, prov); n != 1 {
+		t.Fatalf("%d sandboxes after a refused create, want only the default", n)
+	}
+
+	def := created[0]
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(destroyed, []string{extra.ID, def}) {
+		t.Fatalf("destroyed hook saw %v after Close, want [%s %s]", destroyed, extra.ID, def)
+	}
+}
