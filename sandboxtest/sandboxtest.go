@@ -138,6 +138,7 @@ func groups() []group {
 		{"Stream", streamCases()},
 		{"Sh", shCases()},
 		{"Process", processCases()},
+		{"Terminal", terminalCases()},
 		{"Files", fileCases()},
 		{"Watch", watchCases()},
 		{"Changes", changesCases()},

@@ -266,7 +266,7 @@ func (p *Provider) probe() {
 	caps := []provider.Capability{
 		provider.CapNetworkNone, provider.CapTimeout, provider.CapIdleTimeout,
 		provider.CapExactKey, provider.CapPreview, provider.CapUsers, provider.CapPersistent,
-		provider.CapResourceLimit, provider.CapSize,
+		provider.CapResourceLimit, provider.CapSize, provider.CapTerminal,
 	}
 	if p.net != nil {
 		caps = append(caps, provider.CapNetworkAll)

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+	"golang.org/x/term"
+
+	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/sandbox"
+)
+
+// commandTerminaler is what a provider's instance offers to run a given command, rather than
+// a login shell, on a terminal (the local provider's does).
+type commandTerminaler interface {
+	TerminalCommand(ctx context.Context, argv []string, cwd string, cols, rows int) (provider.Terminal, error)
+}
+
+// terminalWaiter is what a terminal offers to report how its process ended.
+type terminalWaiter interface {
+	Wait(ctx context.Context) (provider.ExecResult, error)
+}
+
+// Default window size when standard output is not a terminal.
+const defaultCols, defaultRows = 80, 24
+
+// eot is Ctrl-D: sent when piped standard input ends, so a shell or cat reading the
+// terminal sees the end of input as it would from a keyboard.
+const eot = 0x04
+
+// runTerminal runs argv (empty: a login shell) on a terminal in box, like `docker exec -it`:
+// standard input goes to the terminal (in raw mode when it is a terminal itself), the
+// terminal's output to standard output, window size changes follow SIGWINCH, and the
+// process's exit code comes back as an exitError.
+func runTerminal(ctx context.Context, cmd *cobra.Command, box *sandbox.Sandbox, argv []string, cwd string) error {
+	in, out := cmd.InOrStdin(), cmd.OutOrStdout()
+	inFd, inTTY := ttyFd(in)
+	outFd, outTTY := ttyFd(out)
+	sizeFd := -1
+	switch {
+	case outTTY:
+		sizeFd = outFd
+	case inTTY:
+		sizeFd = inFd
+	}
+	size := func() (int, int) {
+		if sizeFd < 0 {
+			return defaultCols, defaultRows
+		}
+		w, h, err := term.GetSize(sizeFd)
+		if err != nil || w < 1 || h < 1 {
+			return defaultCols, defaultRows
+		}
+		return min(w, 1000), min(h, 1000)
+	}
+
+	cols, rows := size()
+	var t provider.Terminal
+	var err error
+	if ct, ok := box.Native.(commandTerminaler); ok && box.Capabilities.Has(provider.CapTerminal) {
+		t, err = ct.TerminalCommand(ctx, argv, cwd, cols, rows)
+	} else if len(argv) == 0 && cwd == "" {
+		t, err = box.Terminal(ctx, cols, rows)
+	} else {
+		err = &sandbox.Error{Code: sandbox.CodeUnsupported, Op: "terminal",
+			Message: fmt.Sprintf("provider %s cannot run a command on a terminal; leave out the command and -w for a shell", box.Provider)}
+	}
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+
+	if inTTY {
+		old, err := term.MakeRaw(inFd)
+		if err != nil {
+			return fmt.Errorf("raw mode: %w", err)
+		}
+		defer term.Restore(inFd, old)
+	}
+
+	if sizeFd >= 0 {
+		winch := make(chan os.Signal, 1)
+		signal.Notify(winch, unix.SIGWINCH)
+		defer signal.Stop(winch)
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case _, ok := <-winch:
+					if !ok {
+						return
+					}
+					c, r := size()
+					rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+					_ = t.Resize(rctx, c, r)
+					cancel()
+				}
+			}
+		}()
+	}
+
+	// Standard input may block forever (a keyboard); this goroutine is left behind when the
+	// process ends, as docker's is.
+	go func() {
+		if _, err := io.Copy(t, in); err == nil {
+			_, _ = t.Write([]byte{eot})
+		}
+	}()
+
+	copied := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(out, t)
+		copied <- err
+	}()
+	select {
+	case err = <-copied:
+	case <-ctx.Done():
+		_ = t.Close()
+		<-copied
+		return exitError{exitAborted}
+	}
+	if err != nil && !errors.Is(err, os.ErrClosed) {
+		return err
+	}
+	w, ok := t.(terminalWaiter)
+	if !ok {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	res, err := w.Wait(wctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return exitError{exitAborted}
+		}
+		return err
+	}
+	if res.ExitCode != 0 {
+		return exitError{res.ExitCode}
+	}
+	return nil
+}
+
+// ttyFd returns v's file descriptor and whether it is a terminal.
+func ttyFd(v any) (int, bool) {
+	f, ok := v.(*os.File)
+	if !ok {
+		return -1, false
+	}
+	fd := int(f.Fd())
+	return fd, term.IsTerminal(fd)
+}
