@@ -173,6 +173,13 @@ type Terminal interface {
 	Close() error
 }
 
+// CapabilityReporter is optional: an Instance whose capabilities are its own rather than
+// its provider's (a local sandbox on gVisor, say, where the provider's default runtime is
+// runc) reports them. The SDK uses them for that sandbox; without it, the provider's.
+type CapabilityReporter interface {
+	Capabilities() Capabilities
+}
+
 // Terminaler is optional (CapTerminal).
 type Terminaler interface {
 	Terminal(ctx context.Context, cols, rows int) (Terminal, error)

@@ -92,13 +92,19 @@ type Info struct {
 }
 
 func newHandle(p provider.Provider, inst provider.Instance, info provider.Info, created bool) *Sandbox {
+	var caps provider.Capabilities
+	if cr, ok := inst.(provider.CapabilityReporter); ok {
+		caps = cr.Capabilities()
+	} else {
+		caps = p.Capabilities()
+	}
 	b := &Sandbox{
 		ID:           info.ID,
 		Key:          info.Key,
 		Provider:     p.Name(),
 		Created:      created,
 		Labels:       maps.Clone(info.Labels),
-		Capabilities: p.Capabilities(),
+		Capabilities: caps,
 		Native:       inst,
 		prov:         p,
 		inst:         inst,

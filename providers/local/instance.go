@@ -41,6 +41,21 @@ var (
 	_ provider.RangeReader      = (*Instance)(nil)
 )
 
+var _ provider.CapabilityReporter = (*Instance)(nil)
+
+// Capabilities are the sandbox's own, kept in its record at creation (they depend on its
+// runtime), so connecting to a sandbox does not probe the host; for a sandbox recorded
+// before they were kept, the provider's.
+func (i *Instance) Capabilities() provider.Capabilities {
+	i.mu.Lock()
+	rec := i.rec
+	i.mu.Unlock()
+	if rec != nil && len(rec.Caps) > 0 {
+		return provider.NewCapabilities(rec.Caps...)
+	}
+	return i.p.Capabilities()
+}
+
 func (p *Provider) instance(rec *record) *Instance {
 	return &Instance{p: p, id: rec.ID, rec: rec, c: agentClient(p.lay.socket(rec.ID))}
 }

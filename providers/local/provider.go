@@ -119,8 +119,10 @@ type Provider struct {
 	net      *network              // nil: network "all" is unavailable
 	netErr   error
 	userns   bool
-	caps     provider.Capabilities
-	unavail  error // why Available fails, or nil
+	// runscDate is the runsc release date (YYYYMMDD), 0 when unknown.
+	runscDate int
+	caps      provider.Capabilities
+	unavail   error // why Available fails, or nil
 
 	// probeOnce guards the fields above from runtimes on: they are filled on first need,
 	// so a process that only connects to a sandbox (tupper exec) does not probe the host.
@@ -274,7 +276,8 @@ func (p *Provider) probe() {
 	// gVisor from before 2023 (Debian bookworm's runsc 20221219) fails
 	// statx(AT_NO_AUTOMOUNT) with EINVAL, which breaks GNU ls and stat of most paths: not a
 	// full shell there (see the package doc); bookworm-backports has a current runsc.
-	if fileExists("/bin/sh") && (p.cfg.Runtime == RuntimeRunc || cached.RunscDate >= 20230101) {
+	p.runscDate = cached.RunscDate
+	if p.shellWorks(p.cfg.Runtime) {
 		caps = append(caps, provider.CapShell)
 	}
 	if fileExists("/usr/bin/git") {
@@ -284,6 +287,26 @@ func (p *Provider) probe() {
 		caps = append(caps, provider.CapPause)
 	}
 	p.caps = provider.NewCapabilities(caps...)
+}
+
+// shellWorks reports whether the host's shell tools work in a sandbox on runtime rt.
+func (p *Provider) shellWorks(rt string) bool {
+	return fileExists("/bin/sh") && (rt == RuntimeRunc || p.runscDate >= 20230101)
+}
+
+// capsFor returns the capabilities of a sandbox on runtime rt: the provider's, with the
+// shell as that runtime allows. Call after probed.
+func (p *Provider) capsFor(rt string) []provider.Capability {
+	var out []provider.Capability
+	for _, c := range p.caps.List() {
+		if c != provider.CapShell {
+			out = append(out, c)
+		}
+	}
+	if p.shellWorks(rt) {
+		out = append(out, provider.CapShell)
+	}
+	return out
 }
 
 // agentPath is the host binary run as the sandbox's agent.
@@ -480,6 +503,7 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 		CreatedAt: now.UTC().Truncate(time.Millisecond), IdleTimeout: spec.IdleTimeout,
 		Runtime: rtName, Template: tmpl, Network: string(netMode), UIDIndex: -1,
 		CPU: size.CPU, MemoryMB: size.MemoryMB, DiskGB: size.DiskGB, Pids: p.cfg.PidsLimit,
+		Caps: p.capsFor(rtName),
 	}
 	if spec.Timeout > 0 {
 		// The lifetime counts from when the sandbox is ready (the "record" step); until

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tupper-dev/tupper/provider"
 )
 
 // The state layout under Config.Home:
@@ -88,6 +90,9 @@ type record struct {
 	InitPID     int               `json:"initPID,omitempty"`
 	InitStart   uint64            `json:"initStart,omitempty"` // /proc/PID/stat starttime, against pid reuse
 	Paused      bool              `json:"paused,omitempty"`
+	// Caps are the sandbox's capabilities, fixed at creation (they depend on its runtime).
+	// Empty in records from before they were kept: the provider's then apply.
+	Caps []provider.Capability `json:"caps,omitempty"`
 }
 
 func (l layout) readRecord(id string) (*record, error) {
