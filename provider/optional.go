@@ -180,6 +180,12 @@ type CapabilityReporter interface {
 	Capabilities() Capabilities
 }
 
+// TerminalWaiter is optional on a Terminal: Wait blocks until the terminal's process ends
+// (or ctx does) and says how it ended.
+type TerminalWaiter interface {
+	Wait(ctx context.Context) (ExecResult, error)
+}
+
 // Terminaler is optional (CapTerminal).
 type Terminaler interface {
 	Terminal(ctx context.Context, cols, rows int) (Terminal, error)

@@ -557,7 +557,57 @@ func (b *Sandbox) Terminal(ctx context.Context, cols, rows int) (provider.Termin
 		return nil, err
 	}
 	term, err := t.Terminal(ctx, cols, rows)
-	return term, wrapProvider(err, "terminal")
+	if err != nil {
+		return nil, wrapProvider(err, "terminal")
+	}
+	if b.red.longest() == 0 {
+		return term, nil
+	}
+	// Secrets are redacted from what the terminal prints, as from command output.
+	rt := &redactedTerminal{Terminal: term, sr: b.red.stream()}
+	if w, ok := term.(provider.TerminalWaiter); ok {
+		return &redactedWaitTerminal{rt, w}, nil
+	}
+	return rt, nil
+}
+
+// redactedTerminal replaces secrets in a terminal's output. A secret split across reads is
+// held back until it is known not to be one.
+type redactedTerminal struct {
+	provider.Terminal
+	sr  *streamRedactor
+	out []byte // redacted bytes not yet returned
+	buf []byte
+	err error // the underlying Read's final error, returned once out is drained
+}
+
+func (t *redactedTerminal) Read(p []byte) (int, error) {
+	for len(t.out) == 0 {
+		if t.err != nil {
+			return 0, t.err
+		}
+		if t.buf == nil {
+			t.buf = make([]byte, 32<<10)
+		}
+		n, err := t.Terminal.Read(t.buf)
+		t.out = append(t.out, t.sr.write(t.buf[:n])...)
+		if err != nil {
+			t.out = append(t.out, t.sr.flush()...)
+			t.err = err
+		}
+	}
+	n := copy(p, t.out)
+	t.out = t.out[n:]
+	return n, nil
+}
+
+type redactedWaitTerminal struct {
+	*redactedTerminal
+	w provider.TerminalWaiter
+}
+
+func (t *redactedWaitTerminal) Wait(ctx context.Context) (provider.ExecResult, error) {
+	return t.w.Wait(ctx)
 }
 
 // SetTimeout moves the sandbox's hard lifetime deadline to d from now (keep-alive).

@@ -1,7 +1,6 @@
 package sandboxtest
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -23,14 +22,9 @@ func terminalCases() []testCase {
 		{"ExitCode", termExitCode},
 		{"CloseKills", termCloseKills},
 		{"InvalidSize", termInvalidSize},
+		{"RedactsSecrets", termRedactsSecrets},
 		{"Unsupported", termUnsupported},
 	}
-}
-
-// termWaiter is what a terminal may offer beyond provider.Terminal to report how its process
-// ended (the local provider's does).
-type termWaiter interface {
-	Wait(ctx context.Context) (provider.ExecResult, error)
 }
 
 // termOut collects a terminal's output in the background, so a case can wait for text
@@ -164,7 +158,7 @@ func termExitCode(c *C) {
 	if err != io.EOF {
 		c.Errorf("Read after exit: got %v, want io.EOF", err)
 	}
-	w, ok := t.(termWaiter)
+	w, ok := t.(provider.TerminalWaiter)
 	if !ok {
 		c.Logf("terminal %T has no Wait; only the end of output was checked", t)
 		return
@@ -203,7 +197,7 @@ func termCloseKills(c *C) {
 		c.Errorf("Write after Close: no error")
 	}
 	out.wait(c, "Read after Close", func(_ string, err error) bool { return err != nil })
-	if w, ok := t.(termWaiter); ok {
+	if w, ok := t.(provider.TerminalWaiter); ok {
 		res, err := w.Wait(c.Ctx)
 		if err == nil && res.ExitCode == 0 {
 			c.Errorf("Wait after Close: exit 0, want the kill to show")
@@ -241,4 +235,28 @@ func termUnsupported(c *C) {
 		c.Errorf("Terminal: a terminal with the unsupported error")
 		_ = t.Close()
 	}
+}
+
+// termRedactsSecrets: a secret the shell prints (also one split by the terminal across
+// reads) comes out redacted, as from Run.
+func termRedactsSecrets(c *C) {
+	c.Need(provider.CapTerminal)
+	sec := newSecret()
+	b := c.Create(sandbox.CreateOptions{Secrets: map[string]string{"API_TOKEN": sec}})
+	t, out := openTerm(c, b, 80, 24)
+	// Printed in two pieces with a pause between, so the value spans two reads.
+	typeIn(c, t, "printf '%s' \"${API_TOKEN%????}\"; sleep 0.3; printf '%s-done-%s\\n' \"${API_TOKEN#${API_TOKEN%????}}\" $((2+3))\n")
+	got := out.until(c, 0, regexp.MustCompile(`(\S*)-done-5`))
+	if strings.Contains(out.all(), sec) {
+		c.Errorf("the secret came out of the terminal unredacted: %q", out.all())
+	}
+	if !strings.Contains(got[1], sandbox.Redacted) {
+		c.Errorf("printed %q, want the redaction marker %q", got[1], sandbox.Redacted)
+	}
+}
+
+func (o *termOut) all() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.String()
 }

@@ -23,11 +23,6 @@ type commandTerminaler interface {
 	TerminalCommand(ctx context.Context, argv []string, cwd string, cols, rows int) (provider.Terminal, error)
 }
 
-// terminalWaiter is what a terminal offers to report how its process ended.
-type terminalWaiter interface {
-	Wait(ctx context.Context) (provider.ExecResult, error)
-}
-
 // Default window size when standard output is not a terminal.
 const defaultCols, defaultRows = 80, 24
 
@@ -130,7 +125,7 @@ func runTerminal(ctx context.Context, cmd *cobra.Command, box *sandbox.Sandbox, 
 	if err != nil && !errors.Is(err, os.ErrClosed) {
 		return err
 	}
-	w, ok := t.(terminalWaiter)
+	w, ok := t.(provider.TerminalWaiter)
 	if !ok {
 		return nil
 	}
