@@ -213,6 +213,12 @@ func (i *Instance) Exec(ctx context.Context, req provider.ExecRequest) (provider
 		}
 		return provider.ExecResult{}, i.agentErr(err, "exec")
 	}
+	return execResult(res), nil
+}
+
+// execResult turns the agent's report of a process's end into the provider's: a signal
+// gives ExitCode 128+n and its name.
+func execResult(res client.ExecResult) provider.ExecResult {
 	out := provider.ExecResult{ExitCode: res.ExitCode}
 	if !res.Exited {
 		if sig := signalOf(res.Status); sig != 0 {
@@ -223,7 +229,7 @@ func (i *Instance) Exec(ctx context.Context, req provider.ExecRequest) (provider
 			out.Signal = "SIGKILL"
 		}
 	}
-	return out, nil
+	return out
 }
 
 // signalOf parses the signal of an envd status text such as "signal: killed".

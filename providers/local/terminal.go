@@ -6,8 +6,6 @@ import (
 	"io"
 	"os"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/tupper-dev/tupper/agent/client"
 	"github.com/tupper-dev/tupper/provider"
 )
@@ -74,17 +72,7 @@ func (t *Terminal) Wait(ctx context.Context) (provider.ExecResult, error) {
 	if err != nil {
 		return provider.ExecResult{}, t.err(err, "terminal.wait")
 	}
-	out := provider.ExecResult{ExitCode: res.ExitCode}
-	if !res.Exited {
-		if sig := signalOf(res.Status); sig != 0 {
-			out.ExitCode = 128 + int(sig)
-			out.Signal = unix.SignalName(sig)
-		} else if out.ExitCode < 0 {
-			out.ExitCode = 128 + int(unix.SIGKILL)
-			out.Signal = "SIGKILL"
-		}
-	}
-	return out, nil
+	return execResult(res), nil
 }
 
 // err passes io.EOF, os.ErrClosed and context errors through and classifies the rest.
