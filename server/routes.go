@@ -29,6 +29,7 @@ func (s *Server) table() []route {
 
 		{"POST", "/v1/sandboxes/{id}/run", scopeSandbox, s.run},
 		{"POST", "/v1/sandboxes/{id}/exec", scopeSandbox, s.exec},
+		{"GET", "/v1/sandboxes/{id}/terminal", scopeSandbox, s.terminal},
 
 		{"POST", "/v1/sandboxes/{id}/processes", scopeSandbox, s.startProcess},
 		{"GET", "/v1/sandboxes/{id}/processes", scopeSandbox, s.listProcesses},

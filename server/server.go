@@ -243,7 +243,7 @@ func (s *Server) Close() error {
 
 // Capabilities is what the server can do for a client: the provider's capabilities, plus an
 // exact get-or-create by key (the server serializes it) and persistence (sandboxes outlive
-// the client), minus an interactive terminal, which the API does not carry yet.
+// the client). A terminal is served over a WebSocket (GET /v1/sandboxes/{id}/terminal).
 func (s *Server) Capabilities() provider.Capabilities {
 	caps := provider.Capabilities{}
 	for c, ok := range s.prov.Capabilities() {
@@ -253,7 +253,6 @@ func (s *Server) Capabilities() provider.Capabilities {
 	}
 	caps[provider.CapExactKey] = true
 	caps[provider.CapPersistent] = true
-	delete(caps, provider.CapTerminal)
 	return caps
 }
 

@@ -10,7 +10,7 @@
 // HTTP request: Exec streams NDJSON frames with stdin streamed in the same request (full
 // duplex), files stream both ways, and the optional interfaces (FileSystem, Searcher,
 // ChangeTracker, ActivityReporter, KeyedCreator, Pauser, Snapshotter, TimeoutSetter,
-// RangeReader) map to the server's routes. PreviewURL returns the server's signed preview
+// RangeReader) map to the server's routes; Terminaler is a WebSocket (terminal.go). PreviewURL returns the server's signed preview
 // link, which works without a credential until it expires.
 //
 // A *Provider and its instances may be used from many goroutines at once.
