@@ -4,8 +4,8 @@ go 1.26.0
 
 require (
 	connectrpc.com/connect v1.21.1
-	github.com/coder/websocket v1.8.15
 	github.com/bmatcuk/doublestar/v4 v4.10.4
+	github.com/coder/websocket v1.8.15
 	github.com/modelcontextprotocol/go-sdk v1.8.0
 	github.com/opencontainers/runtime-spec v1.3.0
 	github.com/spf13/cobra v1.10.2
