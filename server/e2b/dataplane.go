@@ -159,19 +159,28 @@ func (s *Server) sandboxForSignature(ctx context.Context, method string, q url.V
 
 type sandboxKey struct{}
 
-// newProxy is the reverse proxy to the agents: HTTP/1.1 over the provider's EnvdDialer,
-// every write flushed at once (streamed RPCs), no compression added, credentials of the
-// server removed, and the default user set.
-func (s *Server) newProxy() http.Handler {
+// newProxy is the reverse proxy to the agents: HTTP/1.1 over dial (the provider's
+// EnvdDialer), every write flushed at once (streamed RPCs), no compression added,
+// credentials of the server removed, and the default user set.
+//
+// Requests are served full duplex. By default Go's HTTP/1 server discards and closes the
+// rest of a request body when the handler writes its response headers. A proxied request
+// body is still being copied upstream by the Transport at that point: once it has sent the
+// Content-Length bytes, it reads once more to see EOF. An agent answers a server stream
+// (WatchDir, Start) as soon as it has the request message, so that last read could come
+// after the close, fail with "invalid Read on closed Body", and make the Transport drop
+// the connection to the agent. The stream then died just after its start message: the
+// agent cancelled the watch, and the client saw only "terminated".
+func (s *Server) newProxy(dial func(ctx context.Context, network, addr string) (net.Conn, error)) http.Handler {
 	tr := &http.Transport{
-		DialContext:           s.dialEnvd,
+		DialContext:           dial,
 		MaxIdleConnsPerHost:   32,
 		IdleConnTimeout:       60 * time.Second,
 		DisableCompression:    true,
 		ForceAttemptHTTP2:     false,
 		ExpectContinueTimeout: time.Second,
 	}
-	return &httputil.ReverseProxy{
+	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			id, _ := pr.In.Context().Value(sandboxKey{}).(string)
 			pr.Out.URL.Scheme = "http"
@@ -201,6 +210,12 @@ func (s *Server) newProxy() http.Handler {
 			}
 		},
 	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := http.NewResponseController(w).EnableFullDuplex(); err != nil && r.ProtoMajor == 1 {
+			s.log.Warn("e2b data plane: cannot serve full duplex; streams may be cut", "err", err)
+		}
+		rp.ServeHTTP(w, r)
+	})
 }
 
 // dialEnvd connects to the agent of the sandbox named by addr ({id}.envd.invalid:80).

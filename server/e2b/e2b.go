@@ -81,7 +81,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, prov: cfg.Provider, st: cfg.Store, log: cfg.Logger, tokenKey: key}
 	s.control = s.controlMux()
-	s.proxy = s.newProxy()
+	s.proxy = s.newProxy(s.dialEnvd)
 	return s, nil
 }
 
