@@ -66,6 +66,7 @@ func newCreateCmd() *cobra.Command {
 		lifetime time.Duration
 		idle     time.Duration
 		key      string
+		from     string
 	)
 	cmd := &cobra.Command{
 		Use:     "create [flags]",
@@ -77,7 +78,7 @@ func newCreateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			opts.Timeout, opts.IdleTimeout, opts.Key = lifetime, idle, key
+			opts.Timeout, opts.IdleTimeout, opts.Key, opts.From = lifetime, idle, key, from
 			if err := opts.Validate(); err != nil {
 				return err
 			}
@@ -99,6 +100,7 @@ func newCreateCmd() *cobra.Command {
 	cmd.Flags().DurationVar(&lifetime, "timeout", 0, "destroy the sandbox after this long (0: never)")
 	cmd.Flags().DurationVar(&idle, "idle-timeout", 0, "destroy the sandbox after this long idle (0: never)")
 	cmd.Flags().StringVar(&key, "key", "", "get-or-create key: print the id of the sandbox made with this key, or make one")
+	cmd.Flags().StringVar(&from, "from", "", "start from this snapshot (an id printed by tupper snapshot)")
 	return cmd
 }
 

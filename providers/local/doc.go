@@ -145,11 +145,26 @@
 // remove sandboxes past their recorded deadline, whatever the agent does. SetTimeout moves
 // both.
 //
+// # Snapshots
+//
+// Instance.Snapshot copies the sandbox's writable layer — its file system as changed from
+// the template, not its processes or memory — to Home/snapshots/ID (snapshot.go) while the
+// sandbox is frozen (a paused one stays paused), through a temporary directory renamed when
+// complete. The copy never follows a symlink and keeps modes, owners, times, hard links,
+// holes, device nodes, overlay whiteouts and xattrs (the opaque-directory one included).
+// CreateSpec.From fills the new sandbox's upper directory from it before the overlay is
+// mounted, shifting owners from the old user-namespace range to the new one; a snapshot
+// larger than the new disk is invalid_argument before anything is made. Malformed, unknown
+// and expired ids are not_found; expired snapshots are removed by the next create, list,
+// destroy, reap or snapshot. runsc runs with --overlay2=none, so its writes are in the
+// same host layer; named pipes made inside gVisor are not (they live in the sentry).
+//
 // # Capabilities
 //
 // network-none (always), network-all (a veth pair and the nat table work), timeout and
 // idle-timeout (agent + host), exact-key (a file lock over find and create), preview (the
 // agent tunnel), users (/etc/passwd has user), persistent (state in Home), resource-limit
 // and size (cgroups and the bounded tmpfs), shell (default runtime runc and /bin/sh on the
-// host), git (/usr/bin/git on the host), pause (a freezer cgroup).
+// host), git (/usr/bin/git on the host), pause and snapshot (a freezer cgroup;
+// a snapshot is copied frozen).
 package local

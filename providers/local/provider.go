@@ -284,7 +284,8 @@ func (p *Provider) probe() {
 		caps = append(caps, provider.CapGit)
 	}
 	if freezerAvailable() {
-		caps = append(caps, provider.CapPause)
+		// A snapshot is copied with the sandbox frozen.
+		caps = append(caps, provider.CapPause, provider.CapSnapshot)
 	}
 	p.caps = provider.NewCapabilities(caps...)
 }
@@ -472,8 +473,16 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 	if tmpl != TemplateHost {
 		return nil, provider.Errorf(provider.CodeInvalidArgument, "unknown template %q (the local provider has %q)", tmpl, TemplateHost)
 	}
+	var snap *snapMeta
 	if spec.From != "" {
-		return nil, provider.Errorf(provider.CodeUnsupported, "the local provider has no snapshots yet")
+		var err error
+		if snap, err = p.readSnapshot(spec.From); err != nil {
+			return nil, err
+		}
+		if spec.Template != "" && spec.Template != snap.Template {
+			return nil, provider.Errorf(provider.CodeInvalidArgument, "snapshot %s is of template %q, not %q", snap.ID, snap.Template, spec.Template)
+		}
+		tmpl = snap.Template
 	}
 	netMode := spec.Network.Mode
 	switch netMode {
@@ -491,6 +500,11 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 	size, err := p.size(spec.Size)
 	if err != nil {
 		return nil, err
+	}
+	if snap != nil {
+		if err := snapshotFits(snap, size.DiskGB); err != nil {
+			return nil, err
+		}
 	}
 	agentPath, err := p.agentPath()
 	if err != nil {
@@ -572,7 +586,13 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 			if netMode == provider.NetworkAll {
 				ns = hostNameservers()
 			}
-			return mountRootfs(lower, p.lay.disk(id), p.lay.rootfs(id), size.DiskGB, rec.UIDBase, etcFiles(sandboxHostname, ns))
+			var fill func(upper string) error
+			if snap != nil {
+				fill = func(upper string) error {
+					return restoreSnapshot(ctx, p.lay.snapshot(snap.ID), snap, upper, rec.UIDBase)
+				}
+			}
+			return mountRootfs(lower, p.lay.disk(id), p.lay.rootfs(id), size.DiskGB, rec.UIDBase, etcFiles(sandboxHostname, ns), fill)
 		}, undo: func() error { return unmountRootfs(p.lay.disk(id), p.lay.rootfs(id)) }},
 		{name: "agent directory", do: func(ctx context.Context) error {
 			return p.writeAgentDir(rec, spec)
@@ -925,6 +945,7 @@ func (p *Provider) Reap(ctx context.Context) (int, error) {
 // reap scans every record; see Reap. With wait, it waits for sandbox locks held by others;
 // without, it skips those sandboxes.
 func (p *Provider) reap(ctx context.Context, wait bool) (int, error) {
+	p.reapSnapshots()
 	ids, err := p.lay.ids()
 	if err != nil {
 		return 0, err

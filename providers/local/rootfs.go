@@ -197,8 +197,9 @@ func hostNameservers() []string {
 
 // mountRootfs mounts the sandbox's root file system: a tmpfs of diskGB at disk (which bounds
 // the writable layer), the private skeleton in disk/upper owned by uidBase, and an overlay
-// of lower and that upper at rootfs.
-func mountRootfs(lower, disk, rootfs string, diskGB int, uidBase uint32, etc map[string]string) error {
+// of lower and that upper at rootfs. fill, when not nil, adds to the upper layer before the
+// overlay is mounted (a snapshot's files).
+func mountRootfs(lower, disk, rootfs string, diskGB int, uidBase uint32, etc map[string]string, fill func(upper string) error) error {
 	for _, d := range []string{disk, rootfs} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err
@@ -242,6 +243,11 @@ func mountRootfs(lower, disk, rootfs string, diskGB int, uidBase uint32, etc map
 				return err
 			}
 			if err := os.Chown(p, int(uidBase), int(uidBase)); err != nil {
+				return err
+			}
+		}
+		if fill != nil {
+			if err := fill(upper); err != nil {
 				return err
 			}
 		}

@@ -31,6 +31,8 @@ import (
 //	                                sandbox's own tmpfs, so a sandbox writing to its agent's
 //	                                output cannot fill the host's disk)
 //	sandboxes/<id>/netns            (runsc, network all) the bind-mounted network namespace
+//	snapshots/<id>/meta.json        a snapshot's metadata; upper/ is its copy of the writable
+//	                                layer (see snapshot.go)
 //
 // and, shared by every Home that uses the same bridge (see network):
 //

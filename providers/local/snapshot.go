@@ -1,0 +1,562 @@
+package local
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tupper-dev/tupper/provider"
+)
+
+// A snapshot is a copy of a sandbox's writable layer (the overlay's upper directory: every
+// file it changed relative to its template), kept under Home/snapshots:
+//
+//	snapshots/<id>/meta.json   snapMeta
+//	snapshots/<id>/upper/      the copy: modes, owners, symlinks, hard links, device nodes,
+//	                           overlay whiteouts and xattrs (opaque directories) as they were
+//	snapshots/.tmp-<id>-<pid>/ a snapshot being written; renamed to <id> when complete
+//
+// Processes and memory are not captured. The files keep the host uids they had in the
+// sandbox's user namespace (never host root, unless the sandbox had no user namespace);
+// restoring shifts them into the new sandbox's range.
+
+func (l layout) snapshots() string             { return filepath.Join(l.home, "snapshots") }
+func (l layout) snapshot(id string) string     { return filepath.Join(l.snapshots(), id) }
+func (l layout) snapshotMeta(id string) string { return filepath.Join(l.snapshot(id), "meta.json") }
+
+// snapMeta describes a snapshot.
+type snapMeta struct {
+	ID        string    `json:"id"`
+	Template  string    `json:"template"`
+	Runtime   string    `json:"runtime"` // of the sandbox it was taken from
+	Source    string    `json:"source"`  // that sandbox's id
+	CreatedAt time.Time `json:"createdAt"`
+	ExpiresAt time.Time `json:"expiresAt,omitzero"` // zero: kept until deleted
+	Size      int64     `json:"size"`               // bytes allocated by its files
+	Inodes    int64     `json:"inodes"`             // entries
+	UIDBase   uint32    `json:"uidBase"`            // host uid of root inside when taken
+}
+
+func (m *snapMeta) expired(now time.Time) bool {
+	return !m.ExpiresAt.IsZero() && now.After(m.ExpiresAt)
+}
+
+func errSnapNotFound(id string) error {
+	return provider.Errorf(provider.CodeNotFound, "snapshot %s not found", id)
+}
+
+// readSnapshot returns a snapshot's metadata; an id of the wrong shape, a missing snapshot
+// and an expired one (removed here) are all CodeNotFound.
+func (p *Provider) readSnapshot(id string) (*snapMeta, error) {
+	if !validID(id) {
+		return nil, errSnapNotFound(id)
+	}
+	b, err := os.ReadFile(p.lay.snapshotMeta(id))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, errSnapNotFound(id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var m snapMeta
+	if err := json.Unmarshal(b, &m); err != nil || m.ID != id {
+		return nil, fmt.Errorf("snapshot %s: bad metadata", id)
+	}
+	if m.expired(time.Now()) {
+		p.removeSnapshot(id)
+		return nil, errSnapNotFound(id)
+	}
+	return &m, nil
+}
+
+// removeSnapshot deletes a snapshot: it is renamed out of sight first, so a half-removed
+// one is never found.
+func (p *Provider) removeSnapshot(id string) {
+	gone := filepath.Join(p.lay.snapshots(), ".rm-"+id+"-"+strconv.Itoa(os.Getpid()))
+	if os.Rename(p.lay.snapshot(id), gone) == nil {
+		os.RemoveAll(gone)
+	}
+}
+
+// reapSnapshots removes expired snapshots and what a snapshot or removal interrupted by a
+// crash left (temporary directories whose process is gone).
+func (p *Provider) reapSnapshots() {
+	ents, err := os.ReadDir(p.lay.snapshots())
+	if err != nil {
+		return
+	}
+	now := time.Now()
+	for _, e := range ents {
+		name := e.Name()
+		if validID(name) {
+			b, err := os.ReadFile(p.lay.snapshotMeta(name))
+			var m snapMeta
+			if err == nil && json.Unmarshal(b, &m) == nil && m.expired(now) {
+				p.removeSnapshot(name)
+			}
+			continue
+		}
+		if strings.HasPrefix(name, ".tmp-") || strings.HasPrefix(name, ".rm-") {
+			i := strings.LastIndexByte(name, '-')
+			pid, err := strconv.Atoi(name[i+1:])
+			if err == nil && pid != os.Getpid() && unix.Kill(pid, 0) == unix.ESRCH {
+				os.RemoveAll(filepath.Join(p.lay.snapshots(), name))
+			}
+		}
+	}
+}
+
+// Snapshot copies the sandbox's file system (its writable layer) to a new snapshot and
+// returns its id; CreateSpec.From starts a sandbox from it. Running processes and memory
+// are not captured. The sandbox is frozen while the copy runs and thawed after, unless it
+// was paused already (it stays paused). expires > 0 removes the snapshot that long after.
+func (i *Instance) Snapshot(ctx context.Context, expires time.Duration) (string, error) {
+	if expires < 0 {
+		return "", provider.Errorf(provider.CodeInvalidArgument, "negative snapshot expiry %v", expires)
+	}
+	p := i.p
+	p.probed()
+	lk, err := p.lockSandbox(ctx, i.id)
+	if err != nil {
+		return "", err
+	}
+	defer lk.unlock()
+	rec, err := p.lay.readRecord(i.id)
+	if err != nil {
+		return "", err
+	}
+	if rec.Status != statusReady || !alive(rec) {
+		return "", provider.Errorf(provider.CodeNotFound, "sandbox %s has stopped", i.id)
+	}
+	if !provider.NewCapabilities(rec.Caps...).Has(provider.CapSnapshot) && len(rec.Caps) > 0 {
+		return "", provider.Errorf(provider.CodeUnsupported, "sandbox %s cannot be snapshotted", i.id)
+	}
+	p.reapSnapshots()
+	rt, ok := p.runtimes[rec.Runtime]
+	if !ok {
+		return "", provider.Errorf(provider.CodeUnavailable, "runtime %s not found", rec.Runtime)
+	}
+	if !rec.Paused {
+		// Freeze, so the copy is of one moment. The record says paused meanwhile: calls
+		// that would wait on the frozen agent fail at once, and a crash here leaves a
+		// sandbox that Resume thaws.
+		if err := rt.run(ctx, runscNetwork(rec), "pause", i.id); err != nil {
+			return "", provider.Wrap(err, provider.CodeProvider, "snapshot")
+		}
+		rec.Paused = true
+		werr := p.lay.writeRecord(rec)
+		defer func() {
+			bg := context.WithoutCancel(ctx)
+			rt.run(bg, runscNetwork(rec), "resume", i.id)
+			rec.Paused = false
+			p.lay.writeRecord(rec)
+			if !rec.Deadline.IsZero() {
+				_ = i.c.SetDeadline(bg, rec.Deadline.Add(999*time.Millisecond))
+			}
+		}()
+		if werr != nil {
+			return "", provider.Wrap(werr, provider.CodeProvider, "snapshot")
+		}
+	}
+	id := newID()
+	meta := snapMeta{
+		ID: id, Template: rec.Template, Runtime: rec.Runtime, Source: rec.ID,
+		CreatedAt: time.Now().UTC().Truncate(time.Millisecond), UIDBase: rec.UIDBase,
+	}
+	if expires > 0 {
+		meta.ExpiresAt = time.Now().Add(expires).UTC()
+	}
+	if err := os.MkdirAll(p.lay.snapshots(), 0o700); err != nil {
+		return "", provider.Wrap(err, provider.CodeProvider, "snapshot")
+	}
+	tmp := filepath.Join(p.lay.snapshots(), ".tmp-"+id+"-"+strconv.Itoa(os.Getpid()))
+	err = func() error {
+		if err := os.Mkdir(tmp, 0o700); err != nil {
+			return err
+		}
+		st, err := copyLayer(ctx, filepath.Join(p.lay.disk(i.id), "upper"), filepath.Join(tmp, "upper"), nil, nil)
+		if err != nil {
+			return err
+		}
+		meta.Size, meta.Inodes = st.bytes, st.inodes
+		b, err := json.MarshalIndent(meta, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(tmp, "meta.json"), b, 0o600); err != nil {
+			return err
+		}
+		return os.Rename(tmp, p.lay.snapshot(id))
+	}()
+	if err != nil {
+		os.RemoveAll(tmp)
+		if ctx.Err() != nil {
+			return "", provider.Wrap(errors.Join(ctx.Err(), err), provider.CodeAborted, "snapshot")
+		}
+		return "", provider.Wrap(err, provider.CodeProvider, "snapshot")
+	}
+	return id, nil
+}
+
+// snapshotFits reports, as CodeInvalidArgument, a snapshot that cannot fit a disk of diskGB.
+func snapshotFits(m *snapMeta, diskGB int) error {
+	// The sandbox's own skeleton and /etc files take a few inodes and pages besides.
+	const slackBytes, slackInodes = 1 << 20, 64
+	if m.Size+slackBytes > int64(diskGB)<<30 || m.Inodes+slackInodes > int64(diskGB)*65536 {
+		return provider.Errorf(provider.CodeInvalidArgument,
+			"snapshot %s holds %d MB in %d files, more than a %d GB disk takes: ask for a larger size",
+			m.ID, (m.Size+(1<<20)-1)>>20, m.Inodes, diskGB)
+	}
+	return nil
+}
+
+// restoreSnapshot fills a new sandbox's upper directory (before the overlay is mounted) from
+// snapshot m, shifting owners from the snapshot's uid base to uidBase. The new sandbox's own
+// /etc/resolv.conf, which depends on its network, is kept.
+func restoreSnapshot(ctx context.Context, dir string, m *snapMeta, upper string, uidBase uint32) error {
+	shift := func(id uint32) uint32 {
+		if id >= m.UIDBase && id-m.UIDBase < idMapSize {
+			return id - m.UIDBase + uidBase
+		}
+		return uidBase + 65534 // not mapped in the old sandbox: nobody
+	}
+	skip := map[string]bool{"etc/resolv.conf": true}
+	_, err := copyLayer(ctx, filepath.Join(dir, "upper"), upper, shift, skip)
+	return err
+}
+
+type copyStats struct{ bytes, inodes int64 }
+
+// copyLayer copies the tree at src to dst (created; if it exists, merged into: existing
+// directories take the source's metadata, other existing entries are replaced). It keeps
+// types, modes, owners (through shift, when not nil), timestamps, xattrs (overlayfs's
+// trusted.overlay.* included, but not origin, which names an inode of the old mount),
+// symlinks as symlinks, hard links among the copied files, holes in sparse files, and
+// device nodes (overlay whiteouts are 0/0 character devices). Relative paths in skip are
+// left alone. Every lookup is relative to an open directory and never follows a symlink, so
+// a tree its owner changes under the copy cannot lead it out of src or dst.
+func copyLayer(ctx context.Context, src, dst string, shift func(uint32) uint32, skip map[string]bool) (copyStats, error) {
+	c := &copier{ctx: ctx, shift: shift, skip: skip, links: map[[2]uint64]string{}}
+	sfd, err := unix.Open(src, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return c.st, fmt.Errorf("open %s: %w", src, err)
+	}
+	defer unix.Close(sfd)
+	var st unix.Stat_t
+	if err := unix.Fstat(sfd, &st); err != nil {
+		return c.st, err
+	}
+	if err := unix.Mkdir(dst, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
+		return c.st, err
+	}
+	dfd, err := unix.Open(dst, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return c.st, err
+	}
+	defer unix.Close(dfd)
+	c.dstRoot = dst
+	if err := c.dir(sfd, dfd, ""); err != nil {
+		return c.st, err
+	}
+	if err := c.meta(sfd, ".", dfd, ".", &st); err != nil {
+		return c.st, err
+	}
+	return c.st, nil
+}
+
+type copier struct {
+	ctx     context.Context
+	shift   func(uint32) uint32
+	skip    map[string]bool
+	links   map[[2]uint64]string // source dev, inode → destination path, for hard links
+	dstRoot string
+	st      copyStats
+}
+
+// xattrFile is entry name of the directory open as fd, or with name ".", that directory.
+// The l*xattr calls have no *at form; /proc/self/fd/FD/NAME pins the directory, and the l
+// variants do not follow NAME. The directory itself is reached through its descriptor (an
+// l call on /proc/self/fd/FD would act on the magic link).
+type xattrFile struct {
+	fd   int
+	name string
+}
+
+func (x xattrFile) path() string { return "/proc/self/fd/" + strconv.Itoa(x.fd) + "/" + x.name }
+
+func (x xattrFile) list(buf []byte) (int, error) {
+	if x.name == "." {
+		return unix.Flistxattr(x.fd, buf)
+	}
+	return unix.Llistxattr(x.path(), buf)
+}
+
+func (x xattrFile) get(attr string, buf []byte) (int, error) {
+	if x.name == "." {
+		return unix.Fgetxattr(x.fd, attr, buf)
+	}
+	return unix.Lgetxattr(x.path(), attr, buf)
+}
+
+func (x xattrFile) set(attr string, val []byte) error {
+	if x.name == "." {
+		return unix.Fsetxattr(x.fd, attr, val, 0)
+	}
+	return unix.Lsetxattr(x.path(), attr, val, 0)
+}
+
+// dir copies the entries of the directory open as sfd into the one open as dfd.
+func (c *copier) dir(sfd, dfd int, rel string) error {
+	if err := c.ctx.Err(); err != nil {
+		return err
+	}
+	// Read the names through a duplicate, so sfd's offset and lifetime stay ours.
+	f := os.NewFile(uintptr(mustDup(sfd)), "dir")
+	if f == nil {
+		return errors.New("dup failed")
+	}
+	names, err := f.Readdirnames(-1)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		r := filepath.Join(rel, name)
+		if c.skip[r] || (rel == "" && name == ".tupper") {
+			continue
+		}
+		if err := c.entry(sfd, dfd, name, r); err != nil {
+			return fmt.Errorf("%s: %w", r, err)
+		}
+	}
+	return nil
+}
+
+func mustDup(fd int) int {
+	n, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+func (c *copier) entry(sfd, dfd int, name, rel string) error {
+	var st unix.Stat_t
+	if err := unix.Fstatat(sfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return err
+	}
+	c.st.inodes++
+	c.st.bytes += st.Blocks * 512
+	var dst unix.Stat_t
+	exists := unix.Fstatat(dfd, name, &dst, unix.AT_SYMLINK_NOFOLLOW) == nil
+	typ := st.Mode & unix.S_IFMT
+	if exists && !(typ == unix.S_IFDIR && dst.Mode&unix.S_IFMT == unix.S_IFDIR) {
+		flag := 0
+		if dst.Mode&unix.S_IFMT == unix.S_IFDIR {
+			// A directory of the new sandbox's skeleton that the snapshot replaced.
+			if err := os.RemoveAll(filepath.Join(c.dstRoot, rel)); err != nil {
+				return err
+			}
+		} else if err := unix.Unlinkat(dfd, name, flag); err != nil {
+			return err
+		}
+		exists = false
+	}
+	switch typ {
+	case unix.S_IFDIR:
+		if !exists {
+			if err := unix.Mkdirat(dfd, name, 0o700); err != nil {
+				return err
+			}
+		}
+		csfd, err := unix.Openat(sfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(csfd)
+		cdfd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(cdfd)
+		if err := c.dir(csfd, cdfd, rel); err != nil {
+			return err
+		}
+		// Metadata last: a read-only directory still takes its entries, and the times stay.
+		return c.meta(csfd, ".", cdfd, ".", &st)
+	case unix.S_IFLNK:
+		target := make([]byte, 4096)
+		n, err := unix.Readlinkat(sfd, name, target)
+		if err != nil {
+			return err
+		}
+		if err := unix.Symlinkat(string(target[:n]), dfd, name); err != nil {
+			return err
+		}
+		return c.meta(sfd, name, dfd, name, &st)
+	case unix.S_IFREG:
+		key := [2]uint64{st.Dev, st.Ino}
+		if st.Nlink > 1 {
+			if first, ok := c.links[key]; ok {
+				return unix.Linkat(unix.AT_FDCWD, first, dfd, name, 0)
+			}
+		}
+		if err := c.file(sfd, dfd, name, &st); err != nil {
+			return err
+		}
+		if st.Nlink > 1 {
+			c.links[key] = filepath.Join(c.dstRoot, rel)
+		}
+		return nil
+	case unix.S_IFCHR, unix.S_IFBLK, unix.S_IFIFO, unix.S_IFSOCK:
+		if err := unix.Mknodat(dfd, name, st.Mode&unix.S_IFMT|0o600, int(st.Rdev)); err != nil {
+			return err
+		}
+		return c.meta(sfd, name, dfd, name, &st)
+	}
+	return fmt.Errorf("unknown file type %#o", typ)
+}
+
+// file copies a regular file's data, keeping its holes, then its metadata.
+func (c *copier) file(sfd, dfd int, name string, st *unix.Stat_t) error {
+	// O_NONBLOCK: had the entry become a fifo since the stat, opening it must not hang.
+	in, err := unix.Openat(sfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	inf := os.NewFile(uintptr(in), name)
+	defer inf.Close()
+	var ist unix.Stat_t
+	if err := unix.Fstat(in, &ist); err != nil {
+		return err
+	}
+	if ist.Mode&unix.S_IFMT != unix.S_IFREG || ist.Ino != st.Ino {
+		return errors.New("changed during the copy")
+	}
+	out, err := unix.Openat(dfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return err
+	}
+	outf := os.NewFile(uintptr(out), name)
+	defer outf.Close()
+	size := ist.Size
+	for off := int64(0); off < size; {
+		data, err := unix.Seek(in, off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break // only a hole is left
+		}
+		if err != nil {
+			return err
+		}
+		hole, err := unix.Seek(in, data, unix.SEEK_HOLE)
+		if err != nil {
+			return err
+		}
+		if _, err := outf.Seek(data, io.SeekStart); err != nil {
+			return err
+		}
+		if _, err := inf.Seek(data, io.SeekStart); err != nil {
+			return err
+		}
+		if _, err := io.CopyN(outf, inf, hole-data); err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		off = hole
+	}
+	if err := outf.Truncate(size); err != nil {
+		return err
+	}
+	return c.meta(sfd, name, dfd, name, st)
+}
+
+// meta gives the destination entry the source's owner, mode, xattrs and times.
+func (c *copier) meta(sfd int, sname string, dfd int, dname string, st *unix.Stat_t) error {
+	uid, gid := st.Uid, st.Gid
+	if c.shift != nil {
+		uid, gid = c.shift(uid), c.shift(gid)
+	}
+	// Owner before mode: chown clears set-id bits.
+	flag := unix.AT_SYMLINK_NOFOLLOW
+	if dname == "." {
+		flag |= unix.AT_EMPTY_PATH
+		dname = ""
+	}
+	if err := unix.Fchownat(dfd, dname, int(uid), int(gid), flag); err != nil {
+		return err
+	}
+	if err := c.xattrs(xattrFile{sfd, orDot(sname)}, xattrFile{dfd, orDot(dname)}); err != nil {
+		return err
+	}
+	isLink := st.Mode&unix.S_IFMT == unix.S_IFLNK
+	if !isLink {
+		// fchmodat cannot refuse to follow, but the entry is one this copier just made
+		// and not a symlink.
+		if err := unix.Fchmodat(dfd, orDot(dname), st.Mode&0o7777, 0); err != nil {
+			return err
+		}
+	}
+	ts := []unix.Timespec{st.Atim, st.Mtim}
+	return unix.UtimesNanoAt(dfd, orDot(dname), ts, unix.AT_SYMLINK_NOFOLLOW)
+}
+
+func orDot(name string) string {
+	if name == "" {
+		return "."
+	}
+	return name
+}
+
+// xattrs copies the extended attributes of src to dst (neither followed). A file
+// capability of the namespaced kind names the namespace's root uid; it is shifted along
+// with the owners.
+func (c *copier) xattrs(src, dst xattrFile) error {
+	buf := make([]byte, 4096)
+	n, err := src.list(buf)
+	if errors.Is(err, unix.ERANGE) {
+		if n, err = src.list(nil); err == nil {
+			buf = make([]byte, n)
+			n, err = src.list(buf)
+		}
+	}
+	if errors.Is(err, unix.ENOTSUP) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, name := range strings.Split(string(buf[:n]), "\x00") {
+		if name == "" || name == "trusted.overlay.origin" {
+			continue
+		}
+		val := make([]byte, 64<<10)
+		m, err := src.get(name, val)
+		if errors.Is(err, unix.ENODATA) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("get %s: %w", name, err)
+		}
+		val = val[:m]
+		if name == "security.capability" && c.shift != nil && len(val) == 24 {
+			// VFS_CAP_REVISION_3: the last four bytes are the root uid of the namespace.
+			root := binary.LittleEndian.Uint32(val[20:])
+			binary.LittleEndian.PutUint32(val[20:], c.shift(root))
+		}
+		if err := dst.set(name, val); err != nil {
+			return fmt.Errorf("set %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+var _ provider.Snapshotter = (*Instance)(nil)
