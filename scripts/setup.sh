@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what Tupper needs on a Debian or Ubuntu machine, as root: the OCI runtimes (runc,
-# and gVisor's runsc), iptables and iproute2 for sandbox networking, git for the git helpers
+# gVisor's runsc and crun), iptables and iproute2 for sandbox networking, git for the git helpers
 # and change tracking inside sandboxes. It does nothing that is already done, so it is cheap to
 # run before every build or test.
 set -euo pipefail
@@ -8,6 +8,7 @@ set -euo pipefail
 need=()
 command -v runc >/dev/null 2>&1 || need+=(runc)
 command -v runsc >/dev/null 2>&1 || need+=(runsc)
+command -v crun >/dev/null 2>&1 || need+=(crun)
 command -v iptables >/dev/null 2>&1 || need+=(iptables)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v git >/dev/null 2>&1 || need+=(git)
@@ -47,6 +48,23 @@ if [ ${#need[@]} -gt 0 ]; then
 	if [ -n "$backports" ]; then
 		apt-get install -y -qq -t "$backports" runsc >/dev/null
 	fi
+fi
+
+# crun uses the v1 controllers on a hybrid cgroup host (v1 under a tmpfs /sys/fs/cgroup, v2 at
+# /sys/fs/cgroup/unified) but refuses to start anything while cgroup v2 holds a controller, often
+# hugetlb when no v1 hierarchy mounts it. Mount each such controller as v1 (until the next boot,
+# like the other cgroup mounts); runc and runsc do not mind either way.
+if [ "$(stat -fc %T /sys/fs/cgroup 2>/dev/null)" = tmpfs ] &&
+	[ "$(stat -fc %T /sys/fs/cgroup/unified 2>/dev/null)" = cgroup2fs ]; then
+	for c in $(cat /sys/fs/cgroup/unified/cgroup.controllers 2>/dev/null); do
+		if [ "$(id -u)" -ne 0 ]; then
+			echo "setup: cgroup v2 holds the $c controller, so crun cannot run here; run this script as root to mount it as cgroup v1" >&2
+			break
+		fi
+		echo "setup: mounting the $c cgroup controller as v1, for crun" >&2
+		mkdir -p "/sys/fs/cgroup/$c"
+		mount -t cgroup -o "$c" cgroup "/sys/fs/cgroup/$c"
+	done
 fi
 
 if ! command -v go >/dev/null 2>&1; then

@@ -33,11 +33,12 @@ func newBenchCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Measure tupper against docker and runc side by side and print the ratios",
+		Short: "Measure tupper against docker and the OCI runtime side by side and print the ratios",
 		Long: "bench runs the same operations with tupper (local provider) and, when present, with\n" +
 			"docker (docker run / docker exec against an image of this host's /bin/true and /bin/sh,\n" +
-			"made with docker import, so no registry is needed) and runc exec (into the same\n" +
-			"container tupper made), and prints medians and ratios.",
+			"made with docker import, so no registry is needed) and the runtime's own exec (runc exec,\n" +
+			"or crun exec / runsc exec with --runtime, into the same container tupper made), and prints\n" +
+			"medians and ratios.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if n < 1 || idle < 0 {
@@ -49,7 +50,7 @@ func newBenchCmd() *cobra.Command {
 	}
 	cmd.Flags().IntVar(&n, "n", 20, "repetitions of each operation")
 	cmd.Flags().IntVar(&idle, "idle", 20, "idle sandboxes to create for the memory measurement (0: skip)")
-	cmd.Flags().StringVar(&runtime, "runtime", "", "runtime of the local provider: runc (default) or runsc")
+	cmd.Flags().StringVar(&runtime, "runtime", "", "runtime of the local provider: runc (default), runsc or crun")
 	cmd.Flags().BoolVar(&docker, "docker", true, "compare with docker when the docker CLI answers")
 	return cmd
 }

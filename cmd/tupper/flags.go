@@ -66,7 +66,7 @@ type createFlags struct {
 func (f *createFlags) register(cmd *cobra.Command) {
 	f.providerFlags.register(cmd)
 	fl := cmd.Flags()
-	fl.StringVar(&f.runtime, "runtime", "", "OCI runtime of the local provider: runc or runsc (gVisor)")
+	fl.StringVar(&f.runtime, "runtime", "", "OCI runtime of the local provider: runc, runsc (gVisor) or crun")
 	fl.StringVar(&f.template, "template", "", "template to start from (local default: host)")
 	fl.StringVar(&f.network, "network", "all", "network: all or none")
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "environment variable K=V for every command (repeatable)")

@@ -94,7 +94,7 @@ func BenchmarkWriteRead64MiB(b *testing.B) {
 }
 
 // BenchmarkIdleSandboxes reports the host memory each idle sandbox costs, with 100 of them
-// (runc) or 20 (runsc, slower to start): the drop of MemAvailable per sandbox and the
+// (runc, crun) or 20 (runsc, slower to start): the drop of MemAvailable per sandbox and the
 // sandboxes' own cgroup memory use. It asserts nothing.
 func BenchmarkIdleSandboxes(b *testing.B) {
 	for _, rt := range runtimes {

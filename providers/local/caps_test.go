@@ -2,7 +2,9 @@ package local
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/tupper-dev/tupper/provider"
@@ -66,5 +68,21 @@ func TestCapsForRuntime(t *testing.T) {
 	p.runscDate = 20240729
 	if fileExists("/bin/sh") && !slices.Contains(p.capsFor(RuntimeRunsc), provider.CapShell) {
 		t.Error("new runsc lacks the shell capability")
+	}
+}
+
+// A runtime that was found but cannot run here (crun on a hybrid cgroup host whose v2
+// hierarchy holds a controller) fails a create that asks for it with unavailable and the
+// reason, before anything is made.
+func TestUnusableRuntime(t *testing.T) {
+	p := newTestProvider(t, RuntimeRunc)
+	p.probed()
+	p.unusable[RuntimeCrun] = errors.New("crun refuses this host")
+	_, err := p.Create(context.Background(), provider.CreateSpec{Runtime: RuntimeCrun, Network: netNone})
+	if provider.CodeOf(err) != provider.CodeUnavailable || !strings.Contains(err.Error(), "crun refuses this host") {
+		t.Fatalf("create under an unusable runtime: %v", err)
+	}
+	if ids, _ := p.lay.ids(); len(ids) != 0 {
+		t.Errorf("it left sandboxes behind: %v", ids)
 	}
 }

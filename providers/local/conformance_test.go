@@ -8,7 +8,7 @@ import (
 	"github.com/tupper-dev/tupper/sandboxtest"
 )
 
-// TestConformance runs the shared provider suite under runc and under runsc. Under runsc it
+// TestConformance runs the shared provider suite under runc, runsc and crun. Under runsc it
 // takes minutes (gVisor's ptrace platform, as this host has no KVM): -short skips it on a
 // developer's machine, never under CI=true. runsc from before 2023 fails GNU ls and stat
 // (statx), so the provider does not declare "shell" there and the suite skips those cases.

@@ -146,7 +146,7 @@ func runCode(t testing.TB, inst provider.Instance, cmd string) (stdout, stderr s
 }
 
 // runtimes are the runtimes a test runs under.
-var runtimes = []string{RuntimeRunc, RuntimeRunsc}
+var runtimes = []string{RuntimeRunc, RuntimeRunsc, RuntimeCrun}
 
 func forRuntimes(t *testing.T, f func(t *testing.T, rt string)) {
 	for _, rt := range runtimes {

@@ -28,7 +28,7 @@ import (
 )
 
 // TestSecurity is the local provider's security suite (issue 3, item 8): each subtest is an
-// attack from inside a sandbox that must fail, run under runc and under runsc in parallel.
+// attack from inside a sandbox that must fail, run under runc, runsc and crun in parallel.
 // What it checks, and the result per runtime, is tabled in docs/security.md.
 //
 // The host side plants what an escape would reach: a directory under the host's /root
@@ -57,7 +57,7 @@ func TestSecurity(t *testing.T) {
 	}
 }
 
-// secEnv is what the host plants once for both runtimes.
+// secEnv is what the host plants once for every runtime.
 type secEnv struct {
 	helper     []byte // secHelper for the host's architecture
 	marker     string // random text that must never be read from inside
@@ -320,7 +320,7 @@ func (s *secSuite) templateWrite(t *testing.T) {
 	}
 	// Appending to an existing file: under runc root inside does not own the host's files,
 	// so permissions refuse before the read-only mount does.
-	s.mustFail(t, s.a, "echo x >> /usr/bin/env", map[string]string{RuntimeRunc: "Permission denied", RuntimeRunsc: "Read-only file system"}[s.rt])
+	s.mustFail(t, s.a, "echo x >> /usr/bin/env", map[string]string{RuntimeRunc: "Permission denied", RuntimeCrun: "Permission denied", RuntimeRunsc: "Read-only file system"}[s.rt])
 	s.mustFail(t, s.a, "mount -o remount,rw /usr", "")
 	if err := s.sdk(t, s.a).Files.Write(s.ctx, "/usr/bin/"+m, []byte("x"), sandbox.WriteOptions{}); err == nil {
 		t.Errorf("Files.Write into /usr/bin worked")
@@ -508,7 +508,7 @@ func (s *secSuite) hostLoopback(t *testing.T) {
 	}
 	// Network none has no route anywhere: not even the bridge's gateway.
 	// (gVisor's netstack says EHOSTUNREACH where Linux says ENETUNREACH.)
-	unreach := map[string]string{RuntimeRunc: "ENETUNREACH", RuntimeRunsc: "EHOSTUNREACH"}[s.rt]
+	unreach := map[string]string{RuntimeRunc: "ENETUNREACH", RuntimeCrun: "ENETUNREACH", RuntimeRunsc: "EHOSTUNREACH"}[s.rt]
 	if r := s.helper(t, s.n, "connect "+net.JoinHostPort(s.p.net.gateway.String(), strconv.Itoa(e.loopPort))); r["connect"] != unreach {
 		t.Errorf("network none: connect to the gateway: %q, want %s", r["connect"], unreach)
 	}
@@ -792,15 +792,15 @@ func (s *secSuite) memoryHog(t *testing.T) {
 		if got := run(t, hog, "echo agent-ok"); got != "agent-ok" {
 			t.Errorf("after the hog: %q", got)
 		}
-	} else if s.rt == RuntimeRunc {
-		t.Errorf("FINDING: under runc the OOM killer took the agent with the hog: %v", err)
+	} else if s.rt != RuntimeRunsc {
+		t.Errorf("FINDING: under %s the OOM killer took the agent with the hog: %v", s.rt, err)
 	} else {
 		// Under runsc the sentry is one host process that holds all of the sandbox's memory:
 		// the cgroup's OOM killer can only kill the whole sandbox.
 		t.Logf("under runsc the hog took its whole sandbox down: %v", err)
 	}
 	if oc := readTrim(cg + "/memory.oom_control"); !strings.Contains(oc, "oom_kill ") || strings.Contains(oc, "oom_kill 0") {
-		if survived || s.rt == RuntimeRunc {
+		if survived || s.rt != RuntimeRunsc {
 			t.Errorf("memory.oom_control shows no OOM kill: %q", oc)
 		}
 	}

@@ -60,7 +60,7 @@ test -e /etc/profile && echo profile-exists
 ls -A /etc/skel
 grep -c edited /etc/hosts
 test -e after.txt && echo after-exists; true`
-		if rt == RuntimeRunc {
+		if rt != RuntimeRunsc {
 			view += "\ntest -p fifo && echo fifo"
 		}
 		orig := run(t, a, view)

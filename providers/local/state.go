@@ -21,7 +21,7 @@ import (
 //	locks/keys.lock                 exact-key get-or-create (flock)
 //	templates/<name>.v<N>/          a template's shared read-only lower layer (built once;
 //	                                delete it to pick up changes to the host's /etc)
-//	runc/, runsc/                   the runtimes' --root (their own container state)
+//	runc/, runsc/, crun/            the runtimes' --root (their own container state)
 //	sandboxes/<id>/record.json      the sandbox's record (see record)
 //	sandboxes/<id>/config.json      the OCI bundle's spec; the directory is the bundle
 //	sandboxes/<id>/disk/            tmpfs bounding the writable layer: upper/ and work/
