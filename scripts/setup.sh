@@ -63,7 +63,8 @@ if [ "$(stat -fc %T /sys/fs/cgroup 2>/dev/null)" = tmpfs ] &&
 		fi
 		echo "setup: mounting the $c cgroup controller as v1, for crun" >&2
 		mkdir -p "/sys/fs/cgroup/$c"
-		mount -t cgroup -o "$c" cgroup "/sys/fs/cgroup/$c"
+		mount -t cgroup -o "$c" cgroup "/sys/fs/cgroup/$c" ||
+			echo "setup: could not mount the $c controller as v1; crun will report itself unavailable" >&2
 	done
 fi
 
