@@ -44,6 +44,7 @@ type Agent struct {
 	devNull  int
 
 	deadline     atomic.Int64 // unix seconds, 0 = none
+	idle         atomic.Int64 // idle timeout in seconds, 0 = never
 	inflight     atomic.Int64
 	lastActivity atomic.Int64 // unix nanoseconds
 	poke         chan struct{}
@@ -82,6 +83,7 @@ func newAgent(cfg Config) (*Agent, error) {
 		a.spawner = s
 	}
 	a.deadline.Store(cfg.DeadlineUnix)
+	a.idle.Store(cfg.IdleTimeoutSeconds)
 	a.touch()
 	a.reaper = newReaper(a.pid1)
 	return a, nil
@@ -160,7 +162,7 @@ func (a *Agent) nextCheck(now time.Time) (time.Duration, error) {
 		}
 		wait = min(wait, left)
 	}
-	if idle := a.cfg.idleTimeout(); idle > 0 {
+	if idle := time.Duration(a.idle.Load()) * time.Second; idle > 0 {
 		if a.inflight.Load() == 0 && a.procs.count() == 0 {
 			left := time.Unix(0, a.lastActivity.Load()).Add(idle).Sub(now)
 			if left <= 0 {

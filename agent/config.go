@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"time"
 )
 
 // Config is the agent's configuration. The zero value is valid: no extra
@@ -42,7 +41,7 @@ type Config struct {
 	DeadlineUnix int64 `json:"deadlineUnix,omitempty"`
 	// IdleTimeoutSeconds ends the agent like the deadline once no process it
 	// started is running and no request has been in flight for that long;
-	// 0 means never.
+	// 0 means never. POST /tupper/deadline can change it at run time.
 	IdleTimeoutSeconds int64 `json:"idleTimeoutSeconds,omitempty"`
 	// AccessToken, when set, is required in X-Access-Token on every request
 	// except GET /health; GET and POST /files also accept a signed URL.
@@ -113,8 +112,4 @@ func (c Config) Validate() error {
 		}
 	}
 	return nil
-}
-
-func (c Config) idleTimeout() time.Duration {
-	return time.Duration(c.IdleTimeoutSeconds) * time.Second
 }

@@ -375,3 +375,37 @@ func TestReapAsPID1(t *testing.T) {
 		t.Errorf("%s zombies left", n)
 	}
 }
+
+// TestSetIdleTimeout: an agent started without an idle timeout learns one through
+// POST /tupper/deadline (what a pooled sandbox gets when it is handed out) and goes idle
+// after it, counted from the request.
+func TestSetIdleTimeout(t *testing.T) {
+	dir := t.TempDir()
+	ln, _ := net.Listen("unix", filepath.Join(dir, "s"))
+	done := make(chan error, 1)
+	go func() { done <- agent.Serve(context.Background(), ln, agent.Config{}) }()
+	c := client.New(filepath.Join(dir, "s"))
+	ctx := ctxT(t)
+	if err := c.SetLimits(ctx, time.Time{}, -time.Second); err == nil {
+		t.Error("a negative idle timeout was accepted")
+	}
+	time.Sleep(1200 * time.Millisecond) // idle before the timeout was set does not count
+	start := time.Now()
+	if err := c.SetLimits(ctx, time.Time{}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := c.Busy(ctx); b.DeadlineUnix != 0 {
+		t.Errorf("busy %+v: a deadline was set", b)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, agent.ErrIdle) {
+			t.Errorf("serve: %v", err)
+		}
+		if d := time.Since(start); d < 900*time.Millisecond {
+			t.Errorf("stopped %v after the idle timeout was set", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("agent never went idle")
+	}
+}

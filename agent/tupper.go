@@ -73,6 +73,9 @@ func closeWrite(c net.Conn) {
 type DeadlineRequest struct {
 	// DeadlineUnix is the new lifetime deadline in unix seconds; 0 clears it.
 	DeadlineUnix int64 `json:"deadlineUnix"`
+	// IdleTimeoutSeconds, when present, is the new idle timeout in seconds
+	// (0: never), counted from this request; absent leaves it as it is.
+	IdleTimeoutSeconds *int64 `json:"idleTimeoutSeconds,omitempty"`
 }
 
 func (a *Agent) setDeadline(w http.ResponseWriter, r *http.Request) {
@@ -87,7 +90,15 @@ func (a *Agent) setDeadline(w http.ResponseWriter, r *http.Request) {
 		jsonError(w, http.StatusBadRequest, "deadlineUnix must not be negative")
 		return
 	}
+	if req.IdleTimeoutSeconds != nil && *req.IdleTimeoutSeconds < 0 {
+		jsonError(w, http.StatusBadRequest, "idleTimeoutSeconds must not be negative")
+		return
+	}
 	a.deadline.Store(req.DeadlineUnix)
+	if req.IdleTimeoutSeconds != nil {
+		a.touch()
+		a.idle.Store(*req.IdleTimeoutSeconds)
+	}
 	a.wake()
 	writeJSON(w, http.StatusOK, req)
 }

@@ -382,14 +382,30 @@ func (c *Client) Busy(ctx context.Context) (BusyInfo, error) {
 // SetDeadline sets the agent's lifetime deadline; the zero time clears it.
 // At the deadline the agent kills every process and exits.
 func (c *Client) SetDeadline(ctx context.Context, t time.Time) error {
-	var unix int64
-	if !t.IsZero() {
-		unix = t.Unix()
-		if unix <= 0 {
-			unix = 1
-		}
+	return c.postDeadline(ctx, `{"deadlineUnix":`+strconv.FormatInt(deadlineUnix(t), 10)+`}`)
+}
+
+// SetLimits sets the agent's lifetime deadline (the zero time clears it) and
+// its idle timeout (rounded up to whole seconds; 0: never), counted from now,
+// in one request.
+func (c *Client) SetLimits(ctx context.Context, deadline time.Time, idle time.Duration) error {
+	if idle < 0 {
+		return errors.New("negative idle timeout")
 	}
-	body := strings.NewReader(`{"deadlineUnix":` + strconv.FormatInt(unix, 10) + `}`)
+	secs := int64((idle + time.Second - 1) / time.Second)
+	return c.postDeadline(ctx, `{"deadlineUnix":`+strconv.FormatInt(deadlineUnix(deadline), 10)+
+		`,"idleTimeoutSeconds":`+strconv.FormatInt(secs, 10)+`}`)
+}
+
+func deadlineUnix(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return max(t.Unix(), 1)
+}
+
+func (c *Client) postDeadline(ctx context.Context, s string) error {
+	body := strings.NewReader(s)
 	req, err := c.newRequest(ctx, http.MethodPost, "/tupper/deadline", nil, body)
 	if err != nil {
 		return err

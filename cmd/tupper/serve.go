@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/providers/local"
 	"github.com/tupper-dev/tupper/server"
 	"github.com/tupper-dev/tupper/store"
 )
@@ -21,6 +22,7 @@ func newServeCmd() *cobra.Command {
 	var (
 		addr, home, domain, baseURL, provName string
 		quiet                                 bool
+		pool                                  int
 	)
 	cmd := &cobra.Command{
 		Use:   "serve [--addr HOST:PORT]",
@@ -48,6 +50,17 @@ func newServeCmd() *cobra.Command {
 			prov, err := provider.Resolve(ctx, provider.ResolveOptions{Name: provName})
 			if err != nil {
 				return err
+			}
+			if pool > 0 {
+				if _, ok := prov.(*local.Provider); !ok {
+					return fmt.Errorf("--pool needs the local provider, not %s", prov.Name())
+				}
+				lp, err := local.New(local.Config{Pool: pool})
+				if err != nil {
+					return err
+				}
+				defer lp.Close() // destroys the pool's unused sandboxes
+				prov = lp
 			}
 			st, err := store.Open(ctx, home)
 			if err != nil {
@@ -102,6 +115,7 @@ func newServeCmd() *cobra.Command {
 	fl.StringVar(&domain, "domain", os.Getenv("TUPPER_DOMAIN"), "serve previews on {port}-{id}.DOMAIN too ($TUPPER_DOMAIN)")
 	fl.StringVar(&baseURL, "base-url", os.Getenv("TUPPER_BASE_URL"), "public URL of the server for the links it hands out (default: from each request)")
 	fl.BoolVar(&quiet, "quiet", false, "log warnings and errors only, not every request")
+	fl.IntVar(&pool, "pool", 0, "keep this many sandboxes started for creates of the default shape with network none (local provider; see docs/local.md)")
 	return cmd
 }
 

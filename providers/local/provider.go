@@ -55,6 +55,11 @@ type Config struct {
 	PidsLimit int64
 	// ReadyTimeout bounds how long Create waits for the agent to answer; 0 means 30 s.
 	ReadyTimeout time.Duration
+	// Pool is how many ready sandboxes of the default shape (default runtime, template and
+	// size, network "none") the provider keeps started in the background, from New until
+	// Close, for Create to hand out; 0 (the default) keeps none. For long-lived users
+	// (tupper serve --pool); see pool.go.
+	Pool int
 }
 
 // Validate reports a configuration New cannot use.
@@ -70,7 +75,7 @@ func (c Config) Validate() error {
 	if c.UIDBase != 0 && uint64(c.UIDBase)+1<<30 > 1<<32-1 {
 		return provider.Errorf(provider.CodeInvalidArgument, "local: uid base %d leaves too few ids", c.UIDBase)
 	}
-	if c.PidsLimit < 0 || c.ReadyTimeout < 0 {
+	if c.PidsLimit < 0 || c.ReadyTimeout < 0 || c.Pool < 0 {
 		return provider.Errorf(provider.CodeInvalidArgument, "local: negative limit")
 	}
 	return nil
@@ -135,6 +140,8 @@ type Provider struct {
 	mu       sync.Mutex
 	previews map[previewKey]*preview
 	closed   bool
+
+	pool *pool // nil: Config.Pool is 0
 }
 
 var (
@@ -168,6 +175,9 @@ func New(cfg Config) (*Provider, error) {
 	}
 	if len(p.lay.socket(strings.Repeat("a", idLen))) > 100 {
 		return nil, provider.Errorf(provider.CodeInvalidArgument, "local: home %q is too long for a unix socket path below it", cfg.Home)
+	}
+	if cfg.Pool > 0 {
+		p.startPool(cfg.Pool)
 	}
 	return p, nil
 }
@@ -436,9 +446,10 @@ func (p *Provider) Available(ctx context.Context) error { p.probed(); return p.u
 // Home is the state root in use.
 func (p *Provider) Home() string { return p.cfg.Home }
 
-// Close closes the preview listeners this provider opened. Sandboxes live on. It is
-// idempotent.
+// Close closes the preview listeners this provider opened and destroys its pool of unused
+// sandboxes (Config.Pool). The sandboxes it handed out live on. It is idempotent.
 func (p *Provider) Close() error {
+	poolErr := p.closePool()
 	p.mu.Lock()
 	p.closed = true
 	pv := p.previews
@@ -447,7 +458,7 @@ func (p *Provider) Close() error {
 	for _, v := range pv {
 		v.close()
 	}
-	return nil
+	return poolErr
 }
 
 func errNotFound(id string) error {
@@ -486,12 +497,22 @@ func (p *Provider) size(s provider.Size) (provider.Size, error) {
 
 // Create makes a sandbox: state directory → user-namespace range → root file system →
 // network → bundle → runtime → agent ready. A failure at any step undoes the earlier ones.
+// With Config.Pool, a spec the pool can serve takes a pooled sandbox instead.
 func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provider.Instance, error) {
 	p.probed()
 	if p.unavail != nil {
 		return nil, p.unavail
 	}
 	p.reap(ctx, false)
+	if inst := p.fromPool(ctx, spec); inst != nil {
+		return inst, nil
+	}
+	return p.create(ctx, spec, false)
+}
+
+// create makes a sandbox (see Create); a pooled one is marked so in its record from the
+// start.
+func (p *Provider) create(ctx context.Context, spec provider.CreateSpec, pooled bool) (provider.Instance, error) {
 	rtName := spec.Runtime
 	if rtName == "" {
 		rtName = p.cfg.Runtime
@@ -558,6 +579,9 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 		Runtime: rtName, Template: tmpl, Network: string(netMode), UIDIndex: -1,
 		CPU: size.CPU, MemoryMB: size.MemoryMB, DiskGB: size.DiskGB, Pids: p.cfg.PidsLimit,
 		Caps: p.capsFor(rtName),
+	}
+	if pooled {
+		rec.Pooled, rec.PoolOwner, rec.PoolOwnerStart = true, os.Getpid(), procStart(os.Getpid())
 	}
 	if spec.Timeout > 0 {
 		// The lifetime counts from when the sandbox is ready (the "record" step); until
@@ -1017,7 +1041,7 @@ func (p *Provider) reap(ctx context.Context, wait bool) (int, error) {
 		if rec, err = p.lay.readRecord(id); err == nil && p.dead(rec, time.Now()) {
 			if err := p.teardown(ctx, rec); err != nil {
 				errs = append(errs, err)
-			} else {
+			} else if !rec.Pooled {
 				n++
 			}
 		}
@@ -1029,6 +1053,9 @@ func (p *Provider) reap(ctx context.Context, wait bool) (int, error) {
 // dead reports whether a sandbox should be removed: past its deadline, its init gone, or a
 // Create that never finished.
 func (p *Provider) dead(r *record, now time.Time) bool {
+	if r.Pooled && !poolOwnerAlive(r) {
+		return true
+	}
 	if !r.Deadline.IsZero() && now.After(r.Deadline) {
 		return true
 	}
@@ -1055,7 +1082,7 @@ func (p *Provider) List(ctx context.Context, filter provider.ListFilter) ([]prov
 	now := time.Now()
 	for _, id := range ids {
 		rec, err := p.lay.readRecord(id)
-		if err != nil || rec.Status != statusReady || p.dead(rec, now) || !filter.Matches(rec.Labels) {
+		if err != nil || rec.Status != statusReady || rec.Pooled || p.dead(rec, now) || !filter.Matches(rec.Labels) {
 			continue
 		}
 		out = append(out, info(rec))
@@ -1098,7 +1125,7 @@ func (p *Provider) findByKey(ctx context.Context, key string) (*record, error) {
 	var best *record
 	for _, id := range ids {
 		rec, err := p.lay.readRecord(id)
-		if err != nil || rec.Key != key || rec.Status != statusReady || p.dead(rec, now) {
+		if err != nil || rec.Key != key || rec.Status != statusReady || rec.Pooled || p.dead(rec, now) {
 			continue
 		}
 		if best == nil || rec.CreatedAt.Before(best.CreatedAt) {
@@ -1150,7 +1177,7 @@ func (p *Provider) Connect(ctx context.Context, id string) (provider.Instance, e
 		}
 		return nil, err
 	}
-	if rec.Status != statusReady {
+	if rec.Status != statusReady || rec.Pooled {
 		return nil, errNotFound(id)
 	}
 	if p.dead(rec, time.Now()) {

@@ -95,6 +95,12 @@ type record struct {
 	// Caps are the sandbox's capabilities, fixed at creation (they depend on its runtime).
 	// Empty in records from before they were kept: the provider's then apply.
 	Caps []provider.Capability `json:"caps,omitempty"`
+	// Pooled marks a sandbox waiting in its provider's pool (Config.Pool): not listed, not
+	// found by key, not connectable. PoolOwner and PoolOwnerStart (its /proc starttime) name
+	// the process whose pool it is; once that process is gone, any provider removes it.
+	Pooled         bool   `json:"pooled,omitempty"`
+	PoolOwner      int    `json:"poolOwner,omitempty"`
+	PoolOwnerStart uint64 `json:"poolOwnerStart,omitempty"`
 }
 
 func (l layout) readRecord(id string) (*record, error) {
