@@ -73,12 +73,23 @@ func (r *ExecRequest) config() (*process.ProcessConfig, error) {
 	return cfg, nil
 }
 
-func (c *Client) startStream(ctx context.Context, r *ExecRequest, stdin bool) (*connect.ServerStreamForClient[process.StartResponse], int, func(), error) {
+// startOpts are what a Start request carries beyond an ExecRequest.
+type startOpts struct {
+	stdin bool
+	pty   *process.PTY // nil: pipes
+	// startOnly: ctx bounds the start only; once the start event has arrived, only the
+	// returned release ends the stream. If ctx ends as the start event arrives, the process
+	// is killed and ctx's error returned.
+	startOnly bool
+}
+
+func (c *Client) startStream(ctx context.Context, r *ExecRequest, o startOpts) (*connect.ServerStreamForClient[process.StartResponse], int, func(), error) {
 	cfg, err := r.config()
 	if err != nil {
 		return nil, 0, nil, err
 	}
-	msg := &process.StartRequest{Process: cfg, Stdin: &stdin}
+	stdin := o.stdin
+	msg := &process.StartRequest{Process: cfg, Stdin: &stdin, Pty: o.pty}
 	if r.Tag != "" {
 		msg.Tag = &r.Tag
 	}
@@ -119,6 +130,13 @@ func (c *Client) startStream(ctx context.Context, r *ExecRequest, stdin bool) (*
 		release()
 		return nil, 0, nil, errors.New("agent: expected a start event")
 	}
+	if o.startOnly && !stop() {
+		// ctx ended while the start event was on its way; the process is running.
+		c.kill(start.GetPid())
+		stream.Close()
+		cancel()
+		return nil, 0, nil, ctx.Err()
+	}
 	return stream, int(start.GetPid()), release, nil
 }
 
@@ -132,7 +150,7 @@ func basicAuth(user string) string {
 // timeout is a result, not an error. If ctx ends first, the process group
 // is killed (SIGKILL) and ctx's error is returned with the PID filled in.
 func (c *Client) Exec(ctx context.Context, r ExecRequest) (ExecResult, error) {
-	stream, pid, release, err := c.startStream(ctx, &r, r.Stdin != nil)
+	stream, pid, release, err := c.startStream(ctx, &r, startOpts{stdin: r.Stdin != nil})
 	if err != nil {
 		return ExecResult{}, err
 	}
@@ -228,7 +246,7 @@ func (c *Client) pumpStdin(ctx context.Context, pid uint32, r io.Reader) {
 // set, in which case it is kept open for SendInput (r.Stdin itself is not
 // read). The process runs until it exits, is signalled or hits r.Timeout.
 func (c *Client) Detach(ctx context.Context, r ExecRequest) (int, error) {
-	stream, pid, release, err := c.startStream(ctx, &r, r.Stdin != nil)
+	stream, pid, release, err := c.startStream(ctx, &r, startOpts{stdin: r.Stdin != nil})
 	if err != nil {
 		return 0, err
 	}

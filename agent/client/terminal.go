@@ -86,61 +86,18 @@ func (c *Client) Terminal(ctx context.Context, r TerminalRequest) (*Terminal, er
 	if argv[0] == "" {
 		return nil, &Error{Code: CodeInvalidArgument, Message: "empty program name"}
 	}
-	cfg, err := (&ExecRequest{Argv: argv, Env: r.Env, Cwd: r.Cwd}).config()
+	pty := &process.PTY{Size: &process.PTY_Size{Cols: uint32(r.Cols), Rows: uint32(r.Rows)}}
+	stream, pid, release, err := c.startStream(ctx,
+		&ExecRequest{Argv: argv, Env: r.Env, Cwd: r.Cwd, User: r.User, Tag: r.Tag},
+		startOpts{stdin: true, pty: pty, startOnly: true})
 	if err != nil {
-		return nil, err
-	}
-	stdin := true
-	msg := &process.StartRequest{
-		Process: cfg,
-		Stdin:   &stdin,
-		Pty:     &process.PTY{Size: &process.PTY_Size{Cols: uint32(r.Cols), Rows: uint32(r.Rows)}},
-	}
-	if r.Tag != "" {
-		msg.Tag = &r.Tag
-	}
-	req := connect.NewRequest(msg)
-	if r.User != "" {
-		req.Header().Set("Authorization", basicAuth(r.User))
-	}
-	// The stream's context is cancelled by ctx only until the start event has arrived; after
-	// that only Close (or the end of the process) ends it. A ctx deadline is not passed on:
-	// connect-go would send it as the process's timeout.
-	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stop := context.AfterFunc(ctx, cancel)
-	fail := func(stream *connect.ServerStreamForClient[process.StartResponse], err error) (*Terminal, error) {
-		if stream != nil {
-			stream.Close()
-		}
-		stop()
-		cancel()
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
 		return nil, err
 	}
-	stream, err := c.procRPC().Start(sctx, req)
-	if err != nil {
-		return fail(nil, rpcErr(err))
-	}
-	if !stream.Receive() {
-		err := stream.Err()
-		if err == nil {
-			err = errors.New("agent closed the stream before the start event")
-		}
-		return fail(stream, rpcErr(err))
-	}
-	start := stream.Msg().GetEvent().GetStart()
-	if start == nil || start.GetPid() == 0 {
-		return fail(stream, errors.New("agent: expected a start event"))
-	}
-	if !stop() {
-		// ctx ended while the start event was on its way; the process is running.
-		c.kill(start.GetPid())
-		return fail(stream, ctx.Err())
-	}
 	t := &Terminal{
-		c: c, pid: int(start.GetPid()), stream: stream, release: cancel,
+		c: c, pid: pid, stream: stream, release: release,
 		done: make(chan struct{}), closed: make(chan struct{}),
 	}
 	t.pr, t.pw = io.Pipe()
