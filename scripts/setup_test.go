@@ -1,0 +1,333 @@
+// Package scripts holds the tests of the repository's shell scripts. TestSetup runs
+// scripts/setup.sh the way a fresh machine would: none of the runtimes on PATH, a stand-in
+// apt-get that records what it is asked for, and a made-up /etc (TUPPER_SETUP_ROOT).
+package scripts
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// hidden are the real commands a fresh machine lacks (or that the test stands in for).
+var hidden = map[string]bool{
+	"runc": true, "runsc": true, "crun": true, "iptables": true, "ip": true,
+	"apt-get": true, "id": true, "node": true, "npm": true,
+}
+
+// farm is a directory of links to every command on the test's own PATH but the hidden ones.
+func farm(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	path := os.Getenv("PATH") + ":/usr/local/go/bin:/usr/sbin:/sbin"
+	for _, d := range filepath.SplitList(path) {
+		ents, err := os.ReadDir(d)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			if hidden[e.Name()] {
+				continue
+			}
+			link := filepath.Join(dir, e.Name())
+			if _, err := os.Lstat(link); err == nil {
+				continue
+			}
+			os.Symlink(filepath.Join(d, e.Name()), link)
+		}
+	}
+	return dir
+}
+
+// machine is a made-up fresh machine for one run of setup.sh.
+type machine struct {
+	root, stubs, installed, aptLog string
+	uid                            int
+	noAptGet                       bool
+	aptFails                       bool
+	// runsc is the version line of a runsc already installed, or ""; present are the other
+	// commands already installed. Both go where apt-get installs, so an upgrade replaces them.
+	runsc   string
+	present []string
+}
+
+func newMachine(t *testing.T) *machine {
+	d := t.TempDir()
+	m := &machine{
+		root: filepath.Join(d, "root"), stubs: filepath.Join(d, "stubs"),
+		installed: filepath.Join(d, "installed"), aptLog: filepath.Join(d, "apt.log"),
+	}
+	for _, dir := range []string{m.stubs, m.installed, filepath.Join(m.root, "etc/apt/sources.list.d")} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.write(t, "etc/os-release", "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nID=debian\nVERSION_CODENAME=bookworm\n")
+	// As the machine's own file is: comments carry other URLs, which must not be taken.
+	m.write(t, "etc/apt/sources.list.d/debian.sources", `Types: deb
+# http://snapshot.example.invalid/archive/debian/20250520T000000Z
+URIs: http://mirror.example.invalid/debian
+Suites: bookworm bookworm-updates
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb
+URIs: http://mirror.example.invalid/debian-security
+Suites: bookworm-security
+Components: main
+`)
+	return m
+}
+
+func (m *machine) write(t *testing.T, rel, content string) {
+	t.Helper()
+	p := filepath.Join(m.root, rel)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func script(t *testing.T, path, body string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte("#!/bin/sh\n"+body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// run runs setup.sh on m and returns its exit code, stderr and the apt-get calls.
+func (m *machine) run(t *testing.T, farmDir string, args ...string) (int, string, []string) {
+	t.Helper()
+	script(t, filepath.Join(m.stubs, "id"), fmt.Sprintf("[ \"$1\" = -u ] && echo %d && exit 0\necho 'uid=%d'\n", m.uid, m.uid))
+	if !m.noAptGet {
+		// The stand-in records each call and "installs" a package by putting its command in
+		// m.installed; runsc from backports is current, bookworm's own is from 2022.
+		fail := ""
+		if m.aptFails {
+			fail = "[ \"$1\" = install ] && { echo 'E: Unable to locate package' >&2; exit 100; }\n"
+		}
+		script(t, filepath.Join(m.stubs, "apt-get"), fmt.Sprintf(`echo "$*" >>%q
+%s[ "$1" = install ] || exit 0
+shift
+backports=
+for a in "$@"; do
+	case "$a" in
+	-t) backports=next ;;
+	-*) ;;
+	*)
+		if [ "$backports" = next ]; then backports=$a; continue; fi
+		cmd=$a; [ "$a" = iproute2 ] && cmd=ip; [ "$a" = nodejs ] && cmd=node
+		v="0.0~20221219.0"; [ -n "$backports" ] && v="0.0~20240729.0"
+		printf '#!/bin/sh\necho "%%s version %%s"\n' "$cmd" "$v" >%q/$cmd
+		chmod +x %q/$cmd
+		;;
+	esac
+done
+`, m.aptLog, fail, m.installed, m.installed))
+	}
+	if m.runsc != "" {
+		script(t, filepath.Join(m.installed, "runsc"), "echo '"+m.runsc+"'\n")
+	}
+	for _, c := range m.present {
+		script(t, filepath.Join(m.installed, c), "echo present\n")
+	}
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bash, append([]string{"setup.sh"}, args...)...)
+	cmd.Env = []string{
+		"HOME=" + t.TempDir(),
+		"PATH=" + strings.Join([]string{m.stubs, m.installed, farmDir}, ":"),
+		"TUPPER_SETUP_ROOT=" + m.root,
+	}
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stderr, &stderr
+	err = cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	var calls []string
+	if b, err := os.ReadFile(m.aptLog); err == nil {
+		calls = strings.Split(strings.TrimSpace(string(b)), "\n")
+	}
+	return code, stderr.String(), calls
+}
+
+func TestSetup(t *testing.T) {
+	fd := farm(t)
+	for _, c := range []string{"bash", "sed", "awk", "grep", "head", "stat", "cat", "go"} {
+		if _, err := os.Stat(filepath.Join(fd, c)); err != nil {
+			t.Fatalf("the test needs %s on PATH: %v", c, err)
+		}
+	}
+
+	t.Run("FreshMachine", func(t *testing.T) {
+		m := newMachine(t)
+		code, out, calls := m.run(t, fd)
+		if code != 0 {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+		want := []string{
+			"update -qq",
+			"install -y -qq runc crun iptables iproute2",
+			"install -y -qq -t bookworm-backports runsc",
+		}
+		if strings.Join(calls, "\n") != strings.Join(want, "\n") {
+			t.Errorf("apt-get calls:\n%s\nwant:\n%s", strings.Join(calls, "\n"), strings.Join(want, "\n"))
+		}
+		b, err := os.ReadFile(filepath.Join(m.root, "etc/apt/sources.list.d/tupper-backports.sources"))
+		if err != nil {
+			t.Fatalf("no backports source written: %v\n%s", err, out)
+		}
+		if !strings.Contains(string(b), "URIs: http://mirror.example.invalid/debian\n") || !strings.Contains(string(b), "Suites: bookworm-backports\n") {
+			t.Errorf("backports source does not use the machine's own mirror:\n%s", b)
+		}
+		if strings.Contains(out, "nodejs") {
+			t.Errorf("installs Node.js without --test:\n%s", out)
+		}
+		// Run again on the machine as it now is: nothing more to do.
+		os.Remove(m.aptLog)
+		code, out, calls = m.run(t, fd)
+		if code != 0 || len(calls) != 0 {
+			t.Errorf("second run: exit %d, apt-get calls %q\n%s", code, calls, out)
+		}
+	})
+
+	t.Run("ForTests", func(t *testing.T) {
+		m := newMachine(t)
+		code, out, calls := m.run(t, fd, "--test")
+		if code != 0 {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+		if len(calls) < 2 || calls[1] != "install -y -qq runc crun iptables iproute2 nodejs npm" {
+			t.Errorf("apt-get calls: %q\n%s", calls, out)
+		}
+		code, out, _ = m.run(t, fd, "--bogus")
+		if code == 0 || !strings.Contains(out, "unknown argument --bogus") {
+			t.Errorf("a bad argument: exit %d:\n%s", code, out)
+		}
+	})
+
+	t.Run("OneLineSources", func(t *testing.T) {
+		m := newMachine(t)
+		os.Remove(filepath.Join(m.root, "etc/apt/sources.list.d/debian.sources"))
+		m.write(t, "etc/apt/sources.list", "# deb http://old.example.invalid/debian bookworm main\n"+
+			"deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://local.example.invalid/debian bookworm main\n")
+		code, out, _ := m.run(t, fd)
+		if code != 0 {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+		b, _ := os.ReadFile(filepath.Join(m.root, "etc/apt/sources.list.d/tupper-backports.sources"))
+		if !strings.Contains(string(b), "URIs: http://local.example.invalid/debian\n") {
+			t.Errorf("backports source:\n%s\n%s", b, out)
+		}
+	})
+
+	t.Run("BackportsAlreadyConfigured", func(t *testing.T) {
+		m := newMachine(t)
+		m.write(t, "etc/apt/sources.list.d/backports.list", "deb http://mirror.example.invalid/debian bookworm-backports main\n")
+		code, out, calls := m.run(t, fd)
+		if code != 0 {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+		if _, err := os.Stat(filepath.Join(m.root, "etc/apt/sources.list.d/tupper-backports.sources")); err == nil {
+			t.Error("added a second backports source")
+		}
+		if calls[len(calls)-1] != "install -y -qq -t bookworm-backports runsc" {
+			t.Errorf("apt-get calls: %q", calls)
+		}
+	})
+
+	t.Run("OldRunsc", func(t *testing.T) {
+		m := newMachine(t)
+		m.present = []string{"runc", "crun", "iptables", "ip"}
+		m.runsc = "runsc version 0.0~20221219.0"
+		code, out, calls := m.run(t, fd)
+		if code != 0 {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+		want := []string{"update -qq", "install -y -qq -t bookworm-backports runsc"}
+		if strings.Join(calls, "\n") != strings.Join(want, "\n") {
+			t.Errorf("apt-get calls: %q, want %q\n%s", calls, want, out)
+		}
+	})
+
+	t.Run("OldRunscNotDebian12", func(t *testing.T) {
+		m := newMachine(t)
+		m.write(t, "etc/os-release", "ID=ubuntu\nVERSION_CODENAME=jammy\n")
+		m.present = []string{"runc", "crun", "iptables", "ip"}
+		m.runsc = "runsc version release-20221219.0"
+		code, out, calls := m.run(t, fd)
+		if code != 0 || len(calls) != 0 {
+			t.Fatalf("exit %d, apt-get calls %q:\n%s", code, calls, out)
+		}
+		if !strings.Contains(out, "older than 2023") {
+			t.Errorf("no warning about the old runsc:\n%s", out)
+		}
+	})
+
+	t.Run("CurrentRuntimes", func(t *testing.T) {
+		m := newMachine(t)
+		m.present = []string{"runc", "crun", "iptables", "ip"}
+		m.runsc = "runsc version 0.0~20240729.0"
+		code, out, calls := m.run(t, fd)
+		if code != 0 || len(calls) != 0 {
+			t.Fatalf("exit %d, apt-get calls %q:\n%s", code, calls, out)
+		}
+	})
+
+	t.Run("NotRoot", func(t *testing.T) {
+		m := newMachine(t)
+		m.uid = 1000
+		code, out, calls := m.run(t, fd)
+		if code == 0 || len(calls) != 0 {
+			t.Fatalf("exit %d, apt-get calls %q:\n%s", code, calls, out)
+		}
+		for _, want := range []string{"run this script as root", "runc", "runsc", "crun", "iptables"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("output lacks %q:\n%s", want, out)
+			}
+		}
+	})
+
+	t.Run("NoAptGet", func(t *testing.T) {
+		m := newMachine(t)
+		m.noAptGet = true
+		code, out, _ := m.run(t, fd)
+		if code == 0 || !strings.Contains(out, "no apt-get") || !strings.Contains(out, "runc") {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+	})
+
+	t.Run("NoAptSources", func(t *testing.T) {
+		m := newMachine(t)
+		os.Remove(filepath.Join(m.root, "etc/apt/sources.list.d/debian.sources"))
+		code, out, calls := m.run(t, fd)
+		if code == 0 || len(calls) != 0 || !strings.Contains(out, "no apt source for bookworm") {
+			t.Fatalf("exit %d, apt-get calls %q:\n%s", code, calls, out)
+		}
+	})
+
+	t.Run("AptFails", func(t *testing.T) {
+		m := newMachine(t)
+		m.aptFails = true
+		code, out, _ := m.run(t, fd)
+		if code == 0 {
+			t.Fatalf("exit 0:\n%s", out)
+		}
+		if !strings.Contains(out, `step "apt-get install runc crun iptables iproute2" failed`) ||
+			!strings.Contains(out, "try it by hand") {
+			t.Errorf("the failure does not say which step failed and what to do:\n%s", out)
+		}
+	})
+}
