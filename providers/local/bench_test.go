@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -190,4 +192,76 @@ func procPss(pid int) int64 {
 		}
 	}
 	return 0
+}
+
+var benchDensity = flag.Int("density", 1000, "live sandboxes for BenchmarkCreateAtDensity")
+
+// BenchmarkCreateAtDensity reports the create → first command p50 (destroy not timed) with no
+// other sandbox of this Home alive and with -density idle ones alive, and their ratio: the
+// cost of a create must not grow with the sandboxes that exist. It asserts nothing.
+func BenchmarkCreateAtDensity(b *testing.B) {
+	for _, rt := range []string{RuntimeRunc, RuntimeCrun} {
+		b.Run(fmt.Sprintf("%s/%d", rt, *benchDensity), func(b *testing.B) {
+			p := newTestProvider(b, rt)
+			ctx := context.Background()
+			const samples = 30
+			measure := func() time.Duration {
+				var durs []time.Duration
+				for range samples {
+					start := time.Now()
+					inst, err := p.Create(ctx, provider.CreateSpec{Network: netNone})
+					if err != nil {
+						b.Fatal(err)
+					}
+					if res, err := inst.Exec(ctx, provider.ExecRequest{Command: "true"}); err != nil || res.ExitCode != 0 {
+						b.Fatal(res, err)
+					}
+					durs = append(durs, time.Since(start))
+					inst.Close()
+					if err := p.Destroy(ctx, inst.(*Instance).ID()); err != nil {
+						b.Fatal(err)
+					}
+				}
+				sort.Slice(durs, func(i, j int) bool { return durs[i] < durs[j] })
+				return durs[len(durs)/2]
+			}
+			for b.Loop() {
+				empty := measure()
+				// Fill from two goroutines: the machine has two cores.
+				var mu sync.Mutex
+				var ids []string
+				errc := make(chan error, 2)
+				for w := range 2 {
+					go func() {
+						for i := w; i < *benchDensity; i += 2 {
+							inst, err := p.Create(ctx, provider.CreateSpec{Network: netNone})
+							if err != nil {
+								errc <- err
+								return
+							}
+							inst.Close()
+							mu.Lock()
+							ids = append(ids, inst.(*Instance).ID())
+							mu.Unlock()
+						}
+						errc <- nil
+					}()
+				}
+				for range 2 {
+					if err := <-errc; err != nil {
+						b.Fatalf("filling to %d: %v", *benchDensity, err)
+					}
+				}
+				full := measure()
+				b.ReportMetric(float64(empty.Microseconds())/1000, "ms-p50-empty")
+				b.ReportMetric(float64(full.Microseconds())/1000, "ms-p50-full")
+				b.ReportMetric(float64(full)/float64(empty), "full/empty")
+				for _, id := range ids {
+					if err := p.Destroy(ctx, id); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+	}
 }

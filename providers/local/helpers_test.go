@@ -28,6 +28,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if home := os.Getenv(stressEnv); home != "" {
+		os.Exit(stressChild(home))
+	}
 	code := m.Run()
 	if agentTmp != "" {
 		os.RemoveAll(agentTmp)

@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -188,24 +189,22 @@ func (n *network) leases() string { return filepath.Join(n.dir, "leases") }
 
 // allocate leases a free address of the subnet for id. Call with the lock held.
 func (n *network) allocate(id string) (netip.Addr, error) {
-	dir := n.leases()
-	cleanStaleLeases(n.leases())
 	base := binary.BigEndian.Uint32(n.subnet.Addr().AsSlice())
 	size := uint32(1) << (32 - n.subnet.Bits())
 	// .0 is the network, .1 the gateway, the last the broadcast address.
-	for off := uint32(2); off < size-1; off++ {
+	addr := func(i int) netip.Addr {
 		var b [4]byte
-		binary.BigEndian.PutUint32(b[:], base+off)
-		a := netip.AddrFrom4(b)
-		ok, err := lease(dir, a.String(), leaseHolder(n.lay, id))
-		if err != nil {
-			return netip.Addr{}, err
-		}
-		if ok {
-			return a, nil
-		}
+		binary.BigEndian.PutUint32(b[:], base+2+uint32(i))
+		return netip.AddrFrom4(b)
 	}
-	return netip.Addr{}, errors.New("no free address in " + n.subnet.String())
+	i, err := leaseAny(n.leases(), int(size-3), func(i int) string { return addr(i).String() }, leaseHolder(n.lay, id))
+	if errors.Is(err, errLeasesExhausted) {
+		return netip.Addr{}, errors.New("no free address in " + n.subnet.String())
+	}
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	return addr(i), nil
 }
 
 // vethNames are the host and (before renaming to eth0) sandbox ends of a sandbox's pair.
@@ -260,13 +259,27 @@ func (n *network) detach(ctx context.Context, id, ip string) error {
 			errs = append(errs, err)
 		}
 	}
-	cleanStaleLeases(n.leases())
-	if ents, err := os.ReadDir(n.leases()); err == nil && len(ents) == 0 {
+	if empty, err := dirEmpty(n.leases()); err == nil && empty {
 		if err := n.removeBridge(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// dirEmpty reports whether dir has no entries, reading at most one: the work does not grow
+// with the number of leases.
+func dirEmpty(dir string) (bool, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(1)
+	if errors.Is(err, io.EOF) {
+		return true, nil
+	}
+	return len(names) == 0, err
 }
 
 // newNetns makes a persistent network namespace bound at path (for runsc, which must be

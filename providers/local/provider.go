@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	mathrand "math/rand/v2"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -503,7 +504,7 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 	if p.unavail != nil {
 		return nil, p.unavail
 	}
-	p.reap(ctx, false)
+	p.reapSome(ctx)
 	if inst := p.fromPool(ctx, spec); inst != nil {
 		return inst, nil
 	}
@@ -631,7 +632,7 @@ func (p *Provider) create(ctx context.Context, spec provider.CreateSpec, pooled 
 			if !userns {
 				return nil
 			}
-			idx, err := p.allocUIDs(id)
+			idx, err := p.allocUIDs(ctx, id)
 			if err != nil {
 				return err
 			}
@@ -804,24 +805,24 @@ func (p *Provider) uidLeases() string {
 	return filepath.Join("/run/tupper", fmt.Sprintf("uids-%d", p.cfg.UIDBase))
 }
 
-// allocUIDs leases a free user-namespace range, host-wide.
-func (p *Provider) allocUIDs(id string) (int, error) {
+// allocUIDs leases a free user-namespace range, host-wide, under the leases' lock (beside
+// the directory, so the lock file is not taken for a lease).
+func (p *Provider) allocUIDs(ctx context.Context, id string) (int, error) {
 	dir := p.uidLeases()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return 0, err
 	}
-	cleanStaleLeases(dir)
-	n := int((uint64(1)<<32 - 2 - uint64(p.cfg.UIDBase)) / idMapSize)
-	for i := 0; i < n; i++ {
-		ok, err := lease(dir, strconv.Itoa(i), leaseHolder(p.lay, id))
-		if err != nil {
-			return 0, err
-		}
-		if ok {
-			return i, nil
-		}
+	lk, err := lockFile(ctx, dir+".lock")
+	if err != nil {
+		return 0, err
 	}
-	return 0, errors.New("no free user-namespace range")
+	defer lk.unlock()
+	n := int((uint64(1)<<32 - 2 - uint64(p.cfg.UIDBase)) / idMapSize)
+	i, err := leaseAny(dir, n, strconv.Itoa, leaseHolder(p.lay, id))
+	if errors.Is(err, errLeasesExhausted) {
+		return 0, errors.New("no free user-namespace range")
+	}
+	return i, err
 }
 
 // writeAgentDir prepares the directory bound at /.tupper/run: the agent's config, owned so
@@ -911,7 +912,7 @@ func (p *Provider) lockSandbox(ctx context.Context, id string) (*flock, error) {
 
 // Destroy stops the sandbox and removes everything it left.
 func (p *Provider) Destroy(ctx context.Context, id string) error {
-	defer p.reap(ctx, false)
+	defer p.reapSome(ctx)
 	lk, err := p.lockSandbox(ctx, id)
 	if err != nil {
 		return err
@@ -973,7 +974,6 @@ func (p *Provider) teardown(ctx context.Context, rec *record) error {
 		return provider.Wrap(err, provider.CodeProvider, "destroy")
 	}
 	os.Remove(filepath.Join(p.lay.sandboxes(), "."+id+".lock"))
-	removeCgroupParents()
 	return nil
 }
 
@@ -981,6 +981,12 @@ func (p *Provider) teardown(ctx context.Context, rec *record) error {
 // when a container is deleted before it started, or while the processes it just killed are
 // still exiting: after a fork bomb, hundreds of them). A directory still holding tasks
 // refuses with EBUSY; it is retried for up to 5 s, then left.
+//
+// The parents every sandbox's cgroups sit under (/sys/fs/cgroup/<controller>/tupper) are shared
+// by every sandbox of every process on the host and are never removed: the runtimes make them
+// with mkdir -p while creating a container, so removing one that is empty for an instant
+// fails a create running beside this teardown (another goroutine, another tupper process, a
+// server beside a CLI). An empty cgroup directory costs nothing.
 func removeCgroups(id string) {
 	dirs := []string{filepath.Join("/sys/fs/cgroup/tupper", id)}
 	ents, _ := os.ReadDir("/sys/fs/cgroup")
@@ -995,30 +1001,52 @@ func removeCgroups(id string) {
 	}
 }
 
-// removeCgroupParents removes the empty /tupper cgroup directories runc leaves behind.
-func removeCgroupParents() {
-	ents, _ := os.ReadDir("/sys/fs/cgroup")
-	for _, e := range ents {
-		unix.Rmdir(filepath.Join("/sys/fs/cgroup", e.Name(), "tupper"))
-	}
-	unix.Rmdir("/sys/fs/cgroup/tupper")
-}
-
 // Reap destroys sandboxes that stopped (their agent exited or was killed), passed their
-// lifetime deadline, or were left half-made by a Create that died. It returns how many it
-// removed. List, Create and Destroy reap too; a server calls Reap on a timer.
+// lifetime deadline, or were left half-made by a Create that died, and clears what a deleted
+// Home left in the host-wide leases. It returns how many sandboxes it removed. Its work grows
+// with the number of sandboxes: a long-lived process calls it on a timer (tupper serve does,
+// through List), and List reaps the same way. Create and Destroy only check a few sandboxes
+// each (reapSome), so that their cost does not grow with the sandboxes that exist.
 func (p *Provider) Reap(ctx context.Context) (int, error) {
-	return p.reap(ctx, true)
+	n, err := p.reapAll(ctx, true)
+	p.cleanLeases(ctx)
+	return n, err
 }
 
-// reap scans every record; see Reap. With wait, it waits for sandbox locks held by others;
-// without, it skips those sandboxes.
-func (p *Provider) reap(ctx context.Context, wait bool) (int, error) {
+// reapAll checks every record and every snapshot; see Reap. With wait, it waits for sandbox
+// locks held by others; without, it skips those sandboxes.
+func (p *Provider) reapAll(ctx context.Context, wait bool) (int, error) {
 	p.reapSnapshots()
 	ids, err := p.lay.ids()
 	if err != nil {
 		return 0, err
 	}
+	return p.reapIDs(ctx, ids, wait)
+}
+
+// reapBatch is how many sandboxes a Create or Destroy checks on its way.
+const reapBatch = 4
+
+// reapSome checks up to reapBatch sandboxes, picked at random, and removes the dead among
+// them. Listing the directory reads names only; the records and /proc are read for the few
+// picked, so a process that only ever creates and destroys (the CLI) still finds a crashed
+// sandbox's leftovers, after about n/reapBatch calls with n sandboxes, without paying for all
+// n on every call.
+func (p *Provider) reapSome(ctx context.Context) {
+	ids, err := p.lay.ids()
+	if err != nil || len(ids) == 0 {
+		return
+	}
+	if len(ids) > reapBatch {
+		mathrand.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+		ids = ids[:reapBatch]
+	}
+	p.reapIDs(ctx, ids, false)
+}
+
+// reapIDs removes the dead sandboxes among ids and returns how many it removed (pooled ones
+// are not counted).
+func (p *Provider) reapIDs(ctx context.Context, ids []string, wait bool) (int, error) {
 	n := 0
 	var errs []error
 	for _, id := range ids {
@@ -1050,6 +1078,22 @@ func (p *Provider) reap(ctx context.Context, wait bool) (int, error) {
 	return n, errors.Join(errs...)
 }
 
+// cleanLeases removes the host-wide leases of sandboxes whose Home was deleted without a
+// teardown, each directory under its lock. Allocation clears them too, but only once every
+// lease is taken.
+func (p *Provider) cleanLeases(ctx context.Context) {
+	if lk, err := lockFile(ctx, p.uidLeases()+".lock"); err == nil {
+		cleanStaleLeases(p.uidLeases())
+		lk.unlock()
+	}
+	if p.net != nil {
+		if lk, err := p.net.lock(ctx); err == nil {
+			cleanStaleLeases(p.net.leases())
+			lk.unlock()
+		}
+	}
+}
+
 // dead reports whether a sandbox should be removed: past its deadline, its init gone, or a
 // Create that never finished.
 func (p *Provider) dead(r *record, now time.Time) bool {
@@ -1073,7 +1117,7 @@ func (p *Provider) List(ctx context.Context, filter provider.ListFilter) ([]prov
 	if p.probed(); p.unavail != nil {
 		return nil, p.unavail
 	}
-	p.reap(ctx, false)
+	p.reapAll(ctx, false)
 	ids, err := p.lay.ids()
 	if err != nil {
 		return nil, provider.Wrap(err, provider.CodeProvider, "list")

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	mathrand "math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -215,9 +216,10 @@ func lease(dir, name, id string) (bool, error) {
 func leaseHolder(l layout, id string) string { return id + " " + l.home }
 
 // cleanStaleLeases removes the leases in dir whose sandbox has no record any more (its Home
-// was deleted without a teardown). Call with the lease directory's lock held, or accept that
-// a lease taken at this very moment, before its record exists, is not stale: Create writes
-// the record before it leases anything.
+// was deleted without a teardown). Call with the lease directory's lock held: a lease is read,
+// judged and removed in three steps, and another process must not release it and lease the
+// name again in between. A lease taken at this moment, before its record exists, cannot be
+// judged stale either: Create writes the record before it leases anything.
 func cleanStaleLeases(dir string) {
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
@@ -230,6 +232,35 @@ func cleanStaleLeases(dir string) {
 		}
 	}
 }
+
+// leaseAny leases one of count names (name(0) … name(count-1)) in dir for holder and
+// returns its index. It probes from a random index, so the work does not grow with the
+// leases already held (a few probes while the space is mostly free); only when every name is
+// taken does it clear stale leases and look once more. Call with dir's lock held.
+func leaseAny(dir string, count int, name func(int) string, holder string) (int, error) {
+	if count <= 0 {
+		return 0, errors.New("no names to lease")
+	}
+	for attempt := 0; attempt < 2; attempt++ {
+		if attempt == 1 {
+			cleanStaleLeases(dir)
+		}
+		start := mathrand.IntN(count)
+		for i := range count {
+			idx := (start + i) % count
+			ok, err := lease(dir, name(idx), holder)
+			if err != nil {
+				return 0, err
+			}
+			if ok {
+				return idx, nil
+			}
+		}
+	}
+	return 0, errLeasesExhausted
+}
+
+var errLeasesExhausted = errors.New("every one is leased")
 
 // holder returns the id written in a lease file.
 func holder(dir, name string) string {
