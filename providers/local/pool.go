@@ -191,7 +191,7 @@ func (p *Provider) handOut(ctx context.Context, id string, spec provider.CreateS
 	rec.Pooled, rec.PoolOwner, rec.PoolOwnerStart = false, 0, 0
 	rec.Key, rec.Labels, rec.Deadline, rec.IdleTimeout = spec.Key, spec.Labels, deadline, spec.IdleTimeout
 	rec.CreatedAt = now.UTC().Truncate(time.Millisecond)
-	if err := p.lay.writeRecord(rec); err != nil {
+	if err := errors.Join(p.lay.writeRecord(rec), p.indexKey(rec)); err != nil {
 		inst.Close()
 		p.teardown(ctx, rec)
 		return nil, err

@@ -768,7 +768,10 @@ func (p *Provider) create(ctx context.Context, spec provider.CreateSpec, pooled 
 			// A sandbox's age counts from when it is ready too.
 			rec.CreatedAt = time.Now().UTC().Truncate(time.Millisecond)
 			rec.Status = statusReady
-			return p.lay.writeRecord(rec)
+			if err := p.lay.writeRecord(rec); err != nil {
+				return err
+			}
+			return p.indexKey(rec)
 		}},
 	}
 	if err := runSteps(ctx, steps); err != nil {
@@ -974,6 +977,7 @@ func (p *Provider) teardown(ctx context.Context, rec *record) error {
 		return provider.Wrap(err, provider.CodeProvider, "destroy")
 	}
 	os.Remove(filepath.Join(p.lay.sandboxes(), "."+id+".lock"))
+	p.unindexKey(rec.Key, id)
 	return nil
 }
 
@@ -1161,25 +1165,14 @@ func (p *Provider) FindByKey(ctx context.Context, key string) (provider.Instance
 }
 
 func (p *Provider) findByKey(ctx context.Context, key string) (*record, error) {
-	ids, err := p.lay.ids()
-	if err != nil {
+	if err := p.indexKeysOnce(ctx); err != nil {
 		return nil, provider.Wrap(err, provider.CodeProvider, "find")
 	}
-	now := time.Now()
-	var best *record
-	for _, id := range ids {
-		rec, err := p.lay.readRecord(id)
-		if err != nil || rec.Key != key || rec.Status != statusReady || rec.Pooled || p.dead(rec, now) {
-			continue
-		}
-		if best == nil || rec.CreatedAt.Before(best.CreatedAt) {
-			best = rec
-		}
-	}
-	if best == nil {
+	rec, err := p.keyedRecord(key)
+	if err != nil {
 		return nil, provider.Errorf(provider.CodeNotFound, "no sandbox with that key")
 	}
-	return best, nil
+	return rec, nil
 }
 
 // GetOrCreate finds the sandbox with spec.Key or creates it, atomically across goroutines

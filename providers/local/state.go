@@ -20,6 +20,7 @@ import (
 // The state layout under Config.Home:
 //
 //	locks/keys.lock                 exact-key get-or-create (flock)
+//	keys/<hash of a key>            the id of the sandbox created with that key (see keys.go)
 //	templates/<name>.v<N>/          a template's shared read-only lower layer (built once;
 //	                                delete it to pick up changes to the host's /etc)
 //	runc/, runsc/, crun/            the runtimes' --root (their own container state)

@@ -233,3 +233,60 @@ func TestCgroupParentsStay(t *testing.T) {
 		}
 	})
 }
+
+// TestKeyIndex: a keyed sandbox is found through the key index, not by reading every record;
+// the entry goes with the sandbox; a Home from before the index gets one on first lookup.
+func TestKeyIndex(t *testing.T) {
+	p := newTestProvider(t, RuntimeRunc)
+	ctx := context.Background()
+	inst, created, err := p.GetOrCreate(ctx, provider.CreateSpec{Key: "user:1", Network: netNone})
+	if err != nil || !created {
+		t.Fatalf("get-or-create: %v, created %v", err, created)
+	}
+	id := inst.(*Instance).ID()
+	inst.Close()
+	if _, err := os.Stat(p.lay.keyEntry("user:1")); err != nil {
+		t.Fatalf("no index entry: %v", err)
+	}
+	// A record the index does not name is not found by key: the lookup reads the index only.
+	other := create(t, p, provider.CreateSpec{Network: netNone})
+	rec, err := p.lay.readRecord(other.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Key = "user:2"
+	if err := p.lay.writeRecord(rec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.FindByKey(ctx, "user:2"); provider.CodeOf(err) != provider.CodeNotFound {
+		t.Errorf("found a key the index does not have: %v", err)
+	}
+	// Without the index (a Home from an older version), the first lookup builds it.
+	if err := os.RemoveAll(p.lay.keys()); err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]string{"user:1": id, "user:2": other.ID()} {
+		got, err := p.FindByKey(ctx, key)
+		if err != nil {
+			t.Fatalf("find %s after rebuilding the index: %v", key, err)
+		}
+		if got.(*Instance).ID() != want {
+			t.Errorf("find %s: %s, want %s", key, got.(*Instance).ID(), want)
+		}
+		got.Close()
+	}
+	again, created, err := p.GetOrCreate(ctx, provider.CreateSpec{Key: "user:1", Network: netNone})
+	if err != nil || created || again.(*Instance).ID() != id {
+		t.Fatalf("second get-or-create: %v, created %v", err, created)
+	}
+	again.Close()
+	if err := p.Destroy(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p.lay.keyEntry("user:1")); err == nil {
+		t.Error("the index entry outlived its sandbox")
+	}
+	if _, err := p.FindByKey(ctx, "user:1"); provider.CodeOf(err) != provider.CodeNotFound {
+		t.Errorf("find after destroy: %v", err)
+	}
+}
