@@ -1,13 +1,16 @@
 // Package store is the durable state of a tupper server: account API keys, the sandboxes it
 // made and their tokens, lifecycle events, webhooks and the outbox of webhook deliveries.
 //
-// It is an embedded SQLite database (modernc.org/sqlite, pure Go, no cgo) in one file, opened
-// in WAL mode with a busy timeout, so `tupper keys` in another process can read and write it
-// while the server runs. The schema is created by numbered migrations applied in order at
-// Open; the applied version is kept in SQLite's user_version.
+// It is an embedded SQLite database (modernc.org/sqlite, pure Go, no cgo) in one file, in WAL
+// mode, every connection with a busy timeout, so `tupper keys` in another process can read
+// and write it while the server runs. The schema is created by numbered migrations applied
+// in order at Open, one process at a time (a lock on server.db.lock beside the database);
+// the applied version is kept in SQLite's user_version. LockServer keeps a second server off
+// a state directory that a server uses.
 //
 // Credentials are stored only as SHA-256 hashes (API keys, sandbox tokens). Webhook secrets
-// are stored as they are, since the server needs them to sign deliveries.
+// and the server's own secrets (Setting) are stored as they are, since the server needs
+// them to sign; the database's files are readable by their owner only.
 //
 // A *Store may be used from many goroutines at once.
 package store
@@ -23,10 +26,12 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
 
+	"github.com/tupper-dev/tupper/internal/flock"
 	"github.com/tupper-dev/tupper/provider"
 )
 
@@ -46,8 +51,9 @@ func Home() string {
 
 // Store is an open database.
 type Store struct {
-	db   *sql.DB
-	path string
+	db      *sql.DB
+	path    string
+	exposed string // see Exposed
 }
 
 // migrations are applied in order; migration i brings the schema to version i+1. Never edit
@@ -124,36 +130,145 @@ CREATE TABLE settings (
 	// 2: tell a delivery in flight (claimed, leased) from one waiting for its retry, so a
 	// restarted server resends what a dead one left in flight at once.
 	`ALTER TABLE deliveries ADD COLUMN claimed INTEGER NOT NULL DEFAULT 0;`,
+	// 3: replace the server's secrets. Tuppers before this one created server.db-wal and
+	// server.db-shm readable by other users, and the secrets passed through them.
+	`DELETE FROM settings;`,
 }
 
-// Open opens (creating it when missing) the database in dir, which it creates with mode 0700,
-// and applies the migrations it lacks.
+// rotateSecretsVersion is the migration that replaces the secrets of stores made by older
+// tuppers: Open reports it (Exposed) when it applies it to a store that had some.
+const rotateSecretsVersion = 3
+
+// Open opens (creating it when missing) the database in dir and applies the migrations it
+// lacks. Many processes may open one store at once (the server, `tupper keys`, a server
+// started twice by mistake): they wait for each other, never fail with "database is locked".
+//
+// dir is created with mode 0711 when missing: the local provider, whose home it is by
+// default, needs other users to traverse it. The database's files (server.db and SQLite's
+// -wal, -shm and -journal beside it) are 0600 from the moment they exist; files an older
+// tupper left readable by other users are made 0600, and the server's secrets in them are
+// replaced (see Exposed).
 func Open(ctx context.Context, dir string) (*Store, error) {
 	if dir == "" {
-		return nil, provider.Errorf(provider.CodeInvalidArgument, "store directory is empty")
+		return nil, errorf(provider.CodeInvalidArgument, "store directory is empty")
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, provider.Errorf(provider.CodeUnavailable, "store directory: %v (set TUPPER_HOME to a writable directory)", err)
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return nil, errorf(provider.CodeUnavailable, "store directory: %v (set TUPPER_HOME to a writable directory)", err)
 	}
 	path := filepath.Join(dir, FileName)
+	// The set-up below runs in one process at a time. Turning a new database to WAL takes
+	// SQLite's exclusive lock without waiting on the busy timeout, so two processes doing it
+	// at once fail with SQLITE_BUSY; migrations and the repair of modes must not interleave
+	// either. The lock is held only for the set-up: afterwards SQLite's own locks and busy
+	// timeout make writers wait for each other.
+	lk, err := flock.Acquire(ctx, path+".lock")
+	if err != nil {
+		return nil, errorf(provider.CodeUnavailable, "open store: %v", err)
+	}
+	defer lk.Unlock()
+	if err := createFile(path); err != nil {
+		return nil, errorf(provider.CodeUnavailable, "open store: %v", err)
+	}
+	exposed, err := openFiles(path, false)
+	if err != nil {
+		return nil, errorf(provider.CodeUnavailable, "open store: %v", err)
+	}
 	q := url.Values{}
+	// Applied to every connection, which is why journal_mode is not here: it is a property
+	// of the file, set once below.
 	q.Add("_pragma", "busy_timeout(10000)")
-	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(NORMAL)")
 	q.Add("_pragma", "foreign_keys(1)")
 	q.Set("_txlock", "immediate")
 	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
 	if err != nil {
-		return nil, provider.Errorf(provider.CodeUnavailable, "open store: %v", err)
+		return nil, errorf(provider.CodeUnavailable, "open store: %v", err)
 	}
 	db.SetMaxOpenConns(8)
 	s := &Store{db: db, path: path}
-	if err := s.migrate(ctx); err != nil {
+	var mode string
+	if err := db.QueryRowContext(ctx, `PRAGMA journal_mode = WAL`).Scan(&mode); err != nil || mode != "wal" {
+		db.Close()
+		if err == nil {
+			err = fmt.Errorf("journal mode is %q, not wal", mode)
+		}
+		return nil, errorf(provider.CodeUnavailable, "open store %s: %v", path, err)
+	}
+	olderSecrets, err := s.migrate(ctx)
+	if err != nil {
 		db.Close()
 		return nil, err
 	}
-	_ = os.Chmod(path, 0o600)
+	var why []string
+	if len(exposed) > 0 {
+		// Replaced before the modes are repaired: should this process die in between, the
+		// next Open finds the files open still and replaces the secrets again.
+		if _, err := db.ExecContext(ctx, `DELETE FROM settings`); err != nil {
+			db.Close()
+			return nil, dbErr(err)
+		}
+		why = append(why, strings.Join(exposed, ", ")+" could be read by other users (now 0600)")
+	}
+	// Also files the connection above created, after the mode of a database file that
+	// others could read.
+	if _, err := openFiles(path, true); err != nil {
+		db.Close()
+		return nil, errorf(provider.CodeUnavailable, "open store: %v", err)
+	}
+	if olderSecrets {
+		why = append(why, "an older tupper made the store with server.db-wal and server.db-shm readable by other users")
+	}
+	s.exposed = strings.Join(why, "; ")
 	return s, nil
+}
+
+// Exposed says why other users may have read the store's secrets before Open, or "" when
+// they could not: a file of the database was readable by them, or an older tupper made it
+// so. Open has then made the files 0600 and replaced the server's own secrets (the settings:
+// the keys that sign URLs and derive E2B envd tokens), so URLs and tokens signed before no
+// longer verify once a server starts on the store. Webhook secrets are in the store too;
+// only their receivers can replace them.
+func (s *Store) Exposed() string { return s.exposed }
+
+// createFile creates the database file, 0600, when it is missing. SQLite creates the -wal,
+// -shm and -journal files with the database file's mode (it chmods them so, whatever the
+// umask), so they are never readable by others, not even for a moment.
+func createFile(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	// A new file: no SQLite connection of this process holds locks on it, which closing
+	// another descriptor of the file would drop.
+	return errors.Join(f.Chmod(0o600), f.Close())
+}
+
+// openFiles returns the database's files that other users can read, with their modes, and
+// makes every file that grants other users anything 0600 when repair is set.
+func openFiles(path string, repair bool) (readable []string, err error) {
+	for _, p := range []string{path, path + "-wal", path + "-shm", path + "-journal"} {
+		fi, err := os.Stat(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		perm := fi.Mode().Perm()
+		if perm&0o044 != 0 {
+			readable = append(readable, fmt.Sprintf("%s (mode %04o)", filepath.Base(p), perm))
+		}
+		if repair && perm&0o077 != 0 {
+			// By path, not through a descriptor: see createFile.
+			if err := os.Chmod(p, 0o600); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return readable, nil
 }
 
 // Path is the database file.
@@ -162,31 +277,40 @@ func (s *Store) Path() string { return s.path }
 // Close closes the database. It is idempotent.
 func (s *Store) Close() error { return s.db.Close() }
 
-func (s *Store) migrate(ctx context.Context) error {
+// migrate applies the migrations the database lacks. It reports whether it replaced the
+// secrets of a store made by an older tupper (migration rotateSecretsVersion).
+func (s *Store) migrate(ctx context.Context) (olderSecrets bool, err error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return provider.Errorf(provider.CodeUnavailable, "store: %v", err)
+		return false, errorf(provider.CodeUnavailable, "%v", err)
 	}
 	defer tx.Rollback()
 	var v int
 	if err := tx.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
-		return provider.Errorf(provider.CodeUnavailable, "store: reading schema version: %v", err)
+		return false, errorf(provider.CodeUnavailable, "reading schema version: %v", err)
 	}
 	if v > len(migrations) {
-		return provider.Errorf(provider.CodeUnavailable, "store %s has schema version %d, newer than this tupper knows (%d): upgrade tupper", s.path, v, len(migrations))
+		return false, errorf(provider.CodeUnavailable, "%s has schema version %d, newer than this tupper knows (%d): upgrade tupper", s.path, v, len(migrations))
+	}
+	if v > 0 && v < rotateSecretsVersion {
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM settings`).Scan(&n); err != nil {
+			return false, errorf(provider.CodeUnavailable, "%v", err)
+		}
+		olderSecrets = n > 0
 	}
 	for i := v; i < len(migrations); i++ {
 		if _, err := tx.ExecContext(ctx, migrations[i]); err != nil {
-			return provider.Errorf(provider.CodeInternal, "store: migration %d: %v", i+1, err)
+			return false, errorf(provider.CodeInternal, "migration %d: %v", i+1, err)
 		}
 		if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, i+1)); err != nil {
-			return provider.Errorf(provider.CodeInternal, "store: migration %d: %v", i+1, err)
+			return false, errorf(provider.CodeInternal, "migration %d: %v", i+1, err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return provider.Errorf(provider.CodeUnavailable, "store: %v", err)
+		return false, errorf(provider.CodeUnavailable, "%v", err)
 	}
-	return nil
+	return olderSecrets, nil
 }
 
 // Version is the schema version.
@@ -220,6 +344,11 @@ func (s *Store) Setting(ctx context.Context, name string, n int) ([]byte, error)
 	var v []byte
 	err := s.db.QueryRowContext(ctx, `SELECT value FROM settings WHERE name = ?`, name).Scan(&v)
 	return v, dbErr(err)
+}
+
+// errorf is an error of the store: its Op is "store".
+func errorf(code provider.Code, format string, args ...any) error {
+	return &provider.Error{Code: code, Op: "store", Message: fmt.Sprintf(format, args...)}
 }
 
 func dbErr(err error) error {
