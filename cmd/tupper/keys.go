@@ -32,7 +32,7 @@ func newKeysCmd() *cobra.Command {
 		Example: "  export TUPPER_API_KEY=$(tupper keys create --name ci)\n  export E2B_API_KEY=$(tupper keys create --e2b --name agents)",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			st, err := store.Open(cmd.Context(), home)
+			st, err := openStore(cmd, home)
 			if err != nil {
 				return err
 			}
@@ -63,7 +63,7 @@ func newKeysCmd() *cobra.Command {
 		Short: "List API keys (prefix, created, revoked)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			st, err := store.Open(cmd.Context(), home)
+			st, err := openStore(cmd, home)
 			if err != nil {
 				return err
 			}
@@ -99,7 +99,7 @@ func newKeysCmd() *cobra.Command {
 		Short: "Revoke an API key (by its id, or its prefix when unique); it stops working at once",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			st, err := store.Open(cmd.Context(), home)
+			st, err := openStore(cmd, home)
 			if err != nil {
 				return err
 			}
@@ -114,4 +114,19 @@ func newKeysCmd() *cobra.Command {
 	}
 	cmd.AddCommand(create, list, revoke)
 	return cmd
+}
+
+// openStore opens the store in home, as `tupper serve` and `tupper keys` do, and warns on
+// stderr when other users could read its secrets before (see store.Exposed).
+func openStore(cmd *cobra.Command, home string) (*store.Store, error) {
+	st, err := store.Open(cmd.Context(), home)
+	if err != nil {
+		return nil, err
+	}
+	if why := st.Exposed(); why != "" {
+		cmd.PrintErrf("tupper: warning: %s. The keys that sign URLs and E2B envd tokens are replaced: "+
+			"URLs and tokens handed out before stop working once the server (re)starts. The store "+
+			"holds webhook secrets too: replace the webhooks.\n", why)
+	}
+	return st, nil
 }

@@ -57,8 +57,13 @@ func exitCode(err error, root *cobra.Command) int {
 // humanError says what went wrong and, where it can, what to do about it.
 func humanError(err error) string {
 	msg := err.Error()
+	var se *sandbox.Error
+	fromStore := errors.As(err, &se) && se.Op == "store" // the server's database: no host part is missing
 	switch sandbox.CodeOf(err) {
 	case sandbox.CodeUnavailable:
+		if fromStore {
+			return msg
+		}
 		return msg + "\n(run `tupper doctor` to see what this machine lacks)"
 	case sandbox.CodeNotFound:
 		return msg + "\n(`tupper ls` lists the sandboxes)"

@@ -47,6 +47,13 @@ func newServeCmd() *cobra.Command {
 			if provName == "remote" {
 				return fmt.Errorf("--provider remote would serve another server's sandboxes; pick a provider on this host (local, memory)")
 			}
+			// First of all: a second server on this state directory stops here, before it
+			// starts a pool or touches the first one's records.
+			claim, err := store.LockServer(home)
+			if err != nil {
+				return err
+			}
+			defer claim.Unlock()
 			prov, err := provider.Resolve(ctx, provider.ResolveOptions{Name: provName})
 			if err != nil {
 				return err
@@ -62,7 +69,7 @@ func newServeCmd() *cobra.Command {
 				defer lp.Close() // destroys the pool's unused sandboxes
 				prov = lp
 			}
-			st, err := store.Open(ctx, home)
+			st, err := openStore(cmd, home)
 			if err != nil {
 				return err
 			}
@@ -75,6 +82,10 @@ func newServeCmd() *cobra.Command {
 			ln, err := net.Listen("tcp", addr)
 			if err != nil {
 				return fmt.Errorf("listen on %s: %w (pick another with --addr)", addr, err)
+			}
+			if err := claim.Serving("http://" + ln.Addr().String()); err != nil {
+				ln.Close()
+				return err
 			}
 			fmt.Fprintf(errw, "tupper: serving on http://%s (provider %s, state %s)\n", ln.Addr(), prov.Name(), st.Path())
 			if prov.Name() == "memory" {
