@@ -30,11 +30,24 @@ type child struct {
 	url    string
 	stderr *bytes.Buffer
 	mu     *sync.Mutex
+	found  chan string   // the address it serves on, once
+	exited chan struct{} // closed when its stderr ends
 }
 
 // serve starts `tupper serve` on a free loopback port with state in home and waits until it
 // listens.
 func serve(t *testing.T, home, prov string, env ...string) *child {
+	t.Helper()
+	c := startServe(t, home, prov, env...)
+	if err := c.waitServing(60 * time.Second); err != nil {
+		c.kill()
+		t.Fatal(err)
+	}
+	return c
+}
+
+// startServe starts `tupper serve` as serve does, without waiting for it.
+func startServe(t *testing.T, home, prov string, env ...string) *child {
 	t.Helper()
 	cmd := exec.Command(servertest.Binary(t), "serve", "--addr", "127.0.0.1:0", "--home", home, "--provider", prov)
 	cmd.Env = append(os.Environ(), "TUPPER_HOME="+home)
@@ -46,12 +59,10 @@ func serve(t *testing.T, home, prov string, env ...string) *child {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	c := &child{cmd: cmd, stderr: &bytes.Buffer{}, mu: &sync.Mutex{}}
+	c := &child{cmd: cmd, stderr: &bytes.Buffer{}, mu: &sync.Mutex{}, found: make(chan string, 1), exited: make(chan struct{})}
 	t.Cleanup(func() { c.kill() })
-	found := make(chan string, 1)
-	exited := make(chan struct{})
 	go func() {
-		defer close(exited)
+		defer close(c.exited)
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
 			line := sc.Text()
@@ -60,22 +71,30 @@ func serve(t *testing.T, home, prov string, env ...string) *child {
 			c.mu.Unlock()
 			if i := strings.Index(line, "serving on "); i >= 0 {
 				select {
-				case found <- strings.Fields(line[i+len("serving on "):])[0]:
+				case c.found <- strings.Fields(line[i+len("serving on "):])[0]:
 				default:
 				}
 			}
 		}
 	}()
-	select {
-	case c.url = <-found:
-	case <-exited:
-		c.kill()
-		t.Fatalf("tupper serve exited: %s", c.logs())
-	case <-time.After(60 * time.Second):
-		c.kill()
-		t.Fatalf("tupper serve did not start: %s", c.logs())
-	}
 	return c
+}
+
+// waitServing waits until c serves, and sets c.url.
+func (c *child) waitServing(timeout time.Duration) error {
+	select {
+	case c.url = <-c.found:
+		return nil
+	case <-c.exited:
+		select {
+		case c.url = <-c.found: // it served, then stopped
+			return nil
+		default:
+		}
+		return fmt.Errorf("tupper serve exited: %s", c.logs())
+	case <-time.After(timeout):
+		return fmt.Errorf("tupper serve did not start: %s", c.logs())
+	}
 }
 
 func (c *child) logs() string { c.mu.Lock(); defer c.mu.Unlock(); return c.stderr.String() }

@@ -1,0 +1,45 @@
+package e2b
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/tupper-dev/tupper/providers/memory"
+	"github.com/tupper-dev/tupper/store"
+)
+
+// The envd token of a sandbox is the same through every server on a store, until the store
+// is found readable by other users: then its key is replaced and earlier tokens stop working.
+func TestEnvdTokensAfterAnExposedStore(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	token := func() string {
+		t.Helper()
+		st, err := store.Open(ctx, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		s, err := New(ctx, Config{Provider: memory.New(), Store: st})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.envdToken("sbx")
+	}
+	first := token()
+	if again := token(); again != first {
+		t.Fatal("a restart changed the envd token")
+	}
+	if err := os.Chmod(filepath.Join(dir, store.FileName), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rotated := token()
+	if rotated == first {
+		t.Fatal("the envd token survived a store that others could read")
+	}
+	if again := token(); again != rotated {
+		t.Fatal("a clean restart changed the envd token")
+	}
+}
