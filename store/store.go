@@ -202,7 +202,7 @@ func Open(ctx context.Context, dir string) (*Store, error) {
 	var why []string
 	if len(exposed) > 0 {
 		// Replaced before the modes are repaired: should this process die in between, the
-		// next Open finds the files open still and replaces the secrets again.
+		// next Open finds the files still readable and replaces the secrets again.
 		if _, err := db.ExecContext(ctx, `DELETE FROM settings`); err != nil {
 			db.Close()
 			return nil, dbErr(err)
