@@ -40,8 +40,14 @@ func (s *Server) reapLoop(ctx context.Context) {
 const deadlineGrace = 5 * time.Second
 
 // Reconcile compares the server's records with the provider: a sandbox the provider no longer
-// has is recorded as expired, and one past its deadline is destroyed (the host side enforces
-// deadlines too, whatever happens inside the sandbox).
+// has, two reconciles in a row, is recorded as expired, and one past its deadline is destroyed
+// (the host side enforces deadlines too, whatever happens inside the sandbox).
+//
+// Why two: a sandbox that a request (REST, E2B, MCP) is destroying can be read from the store
+// before its destroy and be missing from the provider's list after it, before the request has
+// recorded it as destroyed; expiring it at once would record "expired" for a sandbox the user
+// destroyed. By the next reconcile the request has recorded it, and a sandbox that really
+// stopped is recorded one reap interval later.
 func (s *Server) Reconcile(ctx context.Context) error {
 	recs, err := s.st.Sandboxes(ctx)
 	if err != nil {
@@ -59,11 +65,21 @@ func (s *Server) Reconcile(ctx context.Context) error {
 		live[in.ID] = in
 	}
 	now := time.Now()
+	s.missingMu.Lock()
+	missedBefore := s.missing
+	s.missing = map[string]bool{}
+	s.missingMu.Unlock()
 	for _, rec := range recs {
 		in, ok := live[rec.ID]
 		if !ok {
-			// Listed by the store before the provider was asked: truly gone.
-			s.gone(ctx, rec.ID, EventExpired, nil)
+			// Listed by the store before the provider was asked: gone, or being destroyed.
+			if missedBefore[rec.ID] {
+				s.gone(ctx, rec.ID, EventExpired, nil)
+			} else {
+				s.missingMu.Lock()
+				s.missing[rec.ID] = true
+				s.missingMu.Unlock()
+			}
 			continue
 		}
 		deadline := in.Deadline

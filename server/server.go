@@ -85,6 +85,10 @@ type Server struct {
 	klmu     sync.Mutex
 	keyLocks map[string]*keyLock
 
+	// missing are the sandboxes the last Reconcile found recorded but not in the provider.
+	missingMu sync.Mutex
+	missing   map[string]bool
+
 	wake chan struct{} // a new event may have queued deliveries
 
 	mcp *mcpserver.HTTPHandler // /mcp
