@@ -15,7 +15,8 @@ import (
 // `tupper exec` — does not pay for the probes again. It lives on /run (a tmpfs, emptied at
 // boot), is keyed by the kernel's boot id and by what the probes depend on (the runtime
 // binaries' paths, sizes and times, the tools, the network settings), and anything it cannot
-// read or trust simply means probing again.
+// read or trust simply means probing again. A failed user-namespace probe is never cached:
+// it makes runc and crun unusable (see probe), and the next process probes again.
 type probeCache struct {
 	Key       string `json:"key"`
 	UserNS    bool   `json:"userns"`
@@ -28,7 +29,7 @@ const probeCacheDir = "/run/tupper"
 func (p *Provider) probeKey() string {
 	h := sha256.New()
 	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	fmt.Fprintf(h, "v1|%s|%s|%s|%v|%d|", strings.TrimSpace(string(boot)), p.cfg.Subnet, p.cfg.Bridge, p.cfg.NoUserNS, p.cfg.UIDBase)
+	fmt.Fprintf(h, "v2|%s|%s|%s|%v|%d|", strings.TrimSpace(string(boot)), p.cfg.Subnet, p.cfg.Bridge, p.cfg.NoUserNS, p.cfg.UIDBase)
 	paths := []string{p.runtimes[RuntimeRunc].path, p.runtimes[RuntimeRunsc].path, p.runtimes[RuntimeCrun].path}
 	for _, tool := range []string{"ip", "iptables", "nsenter", "true"} {
 		path, _ := findBinary(tool)

@@ -242,13 +242,36 @@ func (p *Provider) probe() {
 	}
 	key := p.probeKey()
 	cached, haveCache := p.loadProbe(key)
+	if haveCache && !cached.UserNS && !p.cfg.NoUserNS {
+		// Only a working user namespace is ever cached (see below); a cache that says
+		// otherwise is not this code's and is not trusted.
+		haveCache = false
+	}
 	if haveCache {
 		p.userns = cached.UserNS
 	} else {
-		cached.Key = key
-		cached.UserNS = !p.cfg.NoUserNS && usernsWorks()
+		cached = probeCache{Key: key}
+		cached.UserNS = !p.cfg.NoUserNS && usernsProbe()
 		cached.RunscDate = runscDate(p.runtimes[RuntimeRunsc].path)
 		p.userns = cached.UserNS
+	}
+	// runc and crun share the host's kernel: without a user namespace root inside would
+	// be root on the host. That takes the operator's explicit NoUserNS; a probe that fails
+	// (a transient error, a sysctl turned off) makes them unusable instead, and is not
+	// cached, so the next process probes again. runsc does not use one (its sentry is the
+	// boundary).
+	usernsFailed := !p.userns && !p.cfg.NoUserNS
+	if usernsFailed {
+		for _, rt := range []string{RuntimeRunc, RuntimeCrun} {
+			if _, ok := p.runtimes[rt]; ok && p.unusable[rt] == nil {
+				p.unusable[rt] = fmt.Errorf("%s needs a user namespace and this host refused one (check /proc/sys/user/max_user_namespaces and kernel.unprivileged_userns_clone), or set NoUserNS to run its sandboxes' root as host root", rt)
+			}
+		}
+		if err := p.unusable[p.cfg.Runtime]; err != nil {
+			p.unavail = provider.Errorf(provider.CodeUnavailable, "local: %v", err)
+			p.caps = provider.NewCapabilities()
+			return
+		}
 	}
 	if p.userns {
 		// runc mounts the rootfs, the agent binary and the socket directory as the sandbox's
@@ -285,7 +308,7 @@ func (p *Provider) probe() {
 	} else {
 		p.net = n
 	}
-	if !haveCache {
+	if !haveCache && !usernsFailed {
 		p.saveProbe(cached)
 	}
 	caps := []provider.Capability{
@@ -410,6 +433,9 @@ func crunCgroups() error {
 	}
 	return nil
 }
+
+// usernsProbe is usernsWorks; a test replaces it to make the probe fail.
+var usernsProbe = usernsWorks
 
 // usernsWorks starts a process in a new user namespace with a mapping, as runc will.
 func usernsWorks() bool {
