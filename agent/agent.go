@@ -41,6 +41,9 @@ type Agent struct {
 	euid     int
 	egid     int
 	spawner  *spawner // nil without HidePaths
+	// oomProtected is set when the agent runs as PID 1: commands then start at the highest
+	// OOM score, so the OOM killer picks them before the agent (commandOOMScore).
+	oomProtected bool
 	devNull  int
 
 	deadline     atomic.Int64 // unix seconds, 0 = none
@@ -66,6 +69,7 @@ func newAgent(cfg Config) (*Agent, error) {
 		egid:     os.Getegid(),
 		poke:     make(chan struct{}, 1),
 	}
+	a.oomProtected = a.pid1
 	if len(cfg.HidePaths) > 0 && a.euid != 0 {
 		return nil, errors.New("agent: hidePaths needs root (mount namespaces)")
 	}

@@ -566,10 +566,32 @@ func (a *Agent) forkExec(prog string, argv, env []string, dir string, u *osUser,
 		sys.Credential = &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: u.Groups}
 	}
 	attr := &syscall.ProcAttr{Dir: dir, Env: env, Files: fds, Sys: sys}
+	var pid int
+	var err error
 	if a.spawner != nil {
-		return a.spawner.forkExec(prog, argv, attr)
+		pid, err = a.spawner.forkExec(prog, argv, attr)
+	} else {
+		pid, err = syscall.ForkExec(prog, argv, attr)
 	}
-	return syscall.ForkExec(prog, argv, attr)
+	if err == nil && a.oomProtected {
+		commandOOMScore(pid)
+	}
+	return pid, err
+}
+
+// commandOOMScore gives a command the highest oom_score_adj, 1000: when the sandbox runs out
+// of memory the OOM killer then picks a command (among commands, the largest, as before),
+// never the agent (PID 1), whose score is 0 or, where the host could lower it, -1000.
+// Raising a score needs no privilege. The command has just exec'd, before it could start
+// children of its own in practice; one that lowers its own score again (no lower than the
+// agent's) can only stall its own sandbox.
+func commandOOMScore(pid int) {
+	f, err := os.OpenFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", os.O_WRONLY, 0)
+	if err != nil {
+		return // it exited already
+	}
+	f.WriteString("1000")
+	f.Close()
 }
 
 // openPTY allocates a pseudo-terminal pair of the given size.

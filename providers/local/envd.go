@@ -11,14 +11,14 @@ var _ provider.EnvdDialer = (*Instance)(nil)
 
 // DialEnvd connects to the sandbox's agent on its unix socket. The agent speaks E2B's envd
 // protocol over HTTP/1.1 (and h2c), so the server can pass E2B data-plane traffic through
-// the connection unchanged. A paused sandbox's agent cannot answer: CodeConflict; a sandbox
+// the connection unchanged. It dials like every other connection to the agent (dialAgent):
+// a symlink planted in place of the socket is refused, never followed. A paused sandbox's agent cannot answer: CodeConflict; a sandbox
 // that is gone: CodeNotFound.
 func (i *Instance) DialEnvd(ctx context.Context) (net.Conn, error) {
 	if err := i.check(); err != nil {
 		return nil, err
 	}
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", i.p.lay.socket(i.id))
+	c, err := dialAgent(ctx, i.p.lay.socket(i.id))
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

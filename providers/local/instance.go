@@ -60,28 +60,33 @@ func (p *Provider) instance(rec *record) *Instance {
 	return &Instance{p: p, id: rec.ID, rec: rec, c: agentClient(p.lay.socket(rec.ID))}
 }
 
-// agentClient returns a client of the agent whose socket is at path. The socket lives in a
-// directory the sandbox can write, so the sandbox could put a symlink there to make the host
-// connect elsewhere (another sandbox's agent, a host daemon). The dialer therefore opens the
-// final component without following it, checks that it is a socket, and connects through
-// /proc/self/fd to exactly that inode.
+// agentClient returns a client of the agent whose socket is at path, dialled with
+// dialAgent.
 func agentClient(path string) *client.Client {
-	return client.NewWithDialer(func(ctx context.Context) (net.Conn, error) {
-		fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return nil, &net.OpError{Op: "dial", Net: "unix", Err: err}
-		}
-		defer unix.Close(fd)
-		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err != nil {
-			return nil, &net.OpError{Op: "dial", Net: "unix", Err: err}
-		}
-		if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
-			return nil, &net.OpError{Op: "dial", Net: "unix", Err: fmt.Errorf("%s is not a socket", path)}
-		}
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d", fd))
-	})
+	return client.NewWithDialer(func(ctx context.Context) (net.Conn, error) { return dialAgent(ctx, path) })
+}
+
+// dialAgent connects to the agent's socket at path. The socket lives in a directory the
+// sandbox can write, so the sandbox could put a symlink there to make the host connect
+// elsewhere (another sandbox's agent, a host daemon). It therefore opens the final
+// component without following it, checks that it is a socket, and connects through
+// /proc/self/fd to exactly that inode. Every connection the host makes to an agent goes
+// through here.
+func dialAgent(ctx context.Context, path string) (net.Conn, error) {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &net.OpError{Op: "dial", Net: "unix", Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, &net.OpError{Op: "dial", Net: "unix", Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return nil, &net.OpError{Op: "dial", Net: "unix", Err: fmt.Errorf("%s is not a socket", path)}
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d", fd))
 }
 
 // ID is the sandbox's id.

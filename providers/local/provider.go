@@ -635,16 +635,18 @@ func (p *Provider) create(ctx context.Context, spec provider.CreateSpec, pooled 
 					return err
 				}
 			}
-			// The sandbox's root (an unprivileged uid with a user namespace) must be able to
-			// reach its rootfs and socket directory; the names in them are random.
+			// sandboxes/ lets every user through (a sandbox's root, an unprivileged uid with a
+			// user namespace, must reach its own directory); a sandbox's directory is host
+			// root's alone (0700) until the user-namespace step lets the sandbox's root group
+			// through. No other host user can list, read or run anything in it.
 			if err := os.MkdirAll(p.lay.sandboxes(), 0o711); err != nil {
 				return err
 			}
-			if err := os.Mkdir(p.lay.dir(id), 0o711); err != nil {
+			if err := os.Mkdir(p.lay.dir(id), 0o700); err != nil {
 				return err
 			}
 			madeDir = true
-			if err := os.Chmod(p.lay.dir(id), 0o711); err != nil {
+			if err := os.Chmod(p.lay.dir(id), 0o700); err != nil {
 				return err
 			}
 			return p.lay.writeRecord(rec)
@@ -663,7 +665,16 @@ func (p *Provider) create(ctx context.Context, spec provider.CreateSpec, pooled 
 				return err
 			}
 			rec.UIDIndex, rec.UIDBase = idx, p.cfg.UIDBase+uint32(idx)*idMapSize
-			return p.lay.writeRecord(rec)
+			if err := p.lay.writeRecord(rec); err != nil {
+				return err
+			}
+			// runc's and crun's init run as the sandbox's root (host uid and gid UIDBase) when
+			// they mount the rootfs and the socket directory: its group may pass (0710), no
+			// one else.
+			if err := os.Chown(p.lay.dir(id), 0, int(rec.UIDBase)); err != nil {
+				return err
+			}
+			return os.Chmod(p.lay.dir(id), 0o710)
 		}, undo: func() error {
 			if rec.UIDIndex < 0 {
 				return nil
@@ -770,6 +781,11 @@ func (p *Provider) create(ctx context.Context, spec provider.CreateSpec, pooled 
 			if err != nil {
 				return err
 			}
+			if rtName != RuntimeRunsc {
+				if err := protectFromOOM(pid); err != nil {
+					return err
+				}
+			}
 			rec.InitPID, rec.InitStart = pid, procStart(pid)
 			return p.lay.writeRecord(rec)
 		}, undo: func() error {
@@ -819,6 +835,22 @@ func runscNetwork(r *record) string {
 		return "host"
 	}
 	return "none"
+}
+
+// protectFromOOM lowers the agent's oom_score_adj to -1000, so the OOM killer never picks
+// it: a command that exhausts the sandbox's memory is what gets killed, not the sandbox. It
+// needs CAP_SYS_RESOURCE, which the host may lack (a container's root often does; inside
+// its user namespace the agent never has it): then the agent keeps the score it inherited
+// and the protection rests on the agent starting every command at the highest score, 1000
+// (raising needs no privilege), which the OOM killer picks before any process at 0. Not
+// under runsc: its init is the sentry, the one host process of the sandbox, and an
+// unkillable one would leave its memory cgroup stuck at the limit.
+func protectFromOOM(pid int) error {
+	err := os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte("-1000"), 0)
+	if errors.Is(err, os.ErrPermission) {
+		return nil
+	}
+	return err
 }
 
 func readPidFile(path string) (int, error) {

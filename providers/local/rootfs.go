@@ -18,21 +18,63 @@ const TemplateHost = "host"
 
 // templateVersion changes when the layout of a built template changes; an older build is
 // rebuilt.
-const templateVersion = "1"
+const templateVersion = "2"
 
 // hostDirs are the host directories the host template binds read-only. On a merged-/usr
 // host most are symlinks, which the template copies instead.
 var hostDirs = []string{"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"}
 
+// hostEtcDir is the host's /etc, which hostEtc is copied from; a test points it elsewhere.
+var hostEtcDir = "/etc"
+
 // hostEtc are the host /etc entries copied into the host template's shared lower layer:
 // what makes /usr work (alternatives symlinks, the loader cache), CA certificates for TLS,
-// and the usual shell start-up files. Nothing account- or host-specific.
+// and static tables. Nothing an administrator puts secrets in: the files that can carry
+// them (environment, profile, profile.d, bash.bashrc, gitconfig, skel, …) are never
+// copied; templateEtc writes clean versions instead.
 var hostEtc = []string{
 	"alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone",
-	"ssl/certs/ca-certificates.crt", "ca-certificates.conf", "profile", "profile.d",
-	"bash.bashrc", "inputrc", "login.defs", "mime.types", "protocols", "services",
-	"host.conf", "gai.conf", "debian_version", "os-release", "environment", "shells",
-	"gitconfig", "skel", "terminfo", "magic", "mke2fs.conf", "ethertypes", "rpc",
+	"ssl/certs/ca-certificates.crt", "ca-certificates.conf", "inputrc", "login.defs",
+	"mime.types", "protocols", "services", "host.conf", "gai.conf", "debian_version",
+	"os-release", "shells", "terminfo", "magic", "mke2fs.conf", "ethertypes", "rpc",
+}
+
+// templateEtc are the shell start-up files of the host template, the same on every host:
+// a login shell's PATH and prompt, and the dotfiles useradd copies into a new home.
+var templateEtc = map[string]string{
+	"profile": `# /etc/profile: for login shells (written by tupper).
+if [ "$(id -u)" -eq 0 ]; then
+  PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+else
+  PATH="/usr/local/bin:/usr/bin:/bin"
+fi
+export PATH
+if [ "${PS1-}" ]; then
+  if [ "${BASH-}" ] && [ "$BASH" != "/bin/sh" ]; then
+    [ -f /etc/bash.bashrc ] && . /etc/bash.bashrc
+  elif [ "$(id -u)" -eq 0 ]; then
+    PS1='# '
+  else
+    PS1='$ '
+  fi
+fi
+`,
+	"bash.bashrc": `# /etc/bash.bashrc: for interactive bash shells (written by tupper).
+[ -z "${PS1-}" ] && return
+shopt -s checkwinsize
+PS1='\u@\h:\w\$ '
+`,
+	"skel/.bashrc": `# ~/.bashrc (written by tupper)
+case $- in *i*) ;; *) return ;; esac
+HISTCONTROL=ignoreboth
+alias ls='ls --color=auto'
+`,
+	"skel/.profile": `# ~/.profile (written by tupper)
+if [ -n "${BASH_VERSION-}" ] && [ -f "$HOME/.bashrc" ]; then
+  . "$HOME/.bashrc"
+fi
+`,
+	"skel/.bash_logout": "# ~/.bash_logout (written by tupper)\n",
 }
 
 // skeleton is the writable directory tree every sandbox gets in its private upper layer,
@@ -51,7 +93,7 @@ var skeleton = []struct {
 
 // buildTemplate makes the shared lower layer of template name under dir (once; later calls
 // return at once). It holds mount points for the host directories, the host's symlinks for
-// merged /usr, and the static /etc files above. It is owned by host root and never written
+// merged /usr, the static /etc files above and templateEtc. It is owned by host root and never written
 // after it is built, so every sandbox can share it.
 func buildTemplate(ctx context.Context, dir, name string) (string, error) {
 	if name != TemplateHost {
@@ -111,8 +153,17 @@ func buildTemplate(ctx context.Context, dir, name string) (string, error) {
 		}
 	}
 	for _, e := range hostEtc {
-		if err := copyTree("/etc/"+e, filepath.Join(tmp, "etc", e)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := copyTree(filepath.Join(hostEtcDir, e), filepath.Join(tmp, "etc", e)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return "", fmt.Errorf("copy /etc/%s: %w", e, err)
+		}
+	}
+	for name, content := range templateEtc {
+		p := filepath.Join(tmp, "etc", name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return "", err
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			return "", err
 		}
 	}
 	if err := os.WriteFile(filepath.Join(tmp, ".tupper", "template-version"), []byte(templateVersion), 0o644); err != nil {
@@ -252,7 +303,9 @@ func mountRootfs(lower, disk, rootfs string, diskGB int, uidBase uint32, etc map
 			}
 		}
 		data := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, upper, work)
-		if err := unix.Mount("overlay", rootfs, "overlay", 0, data); err != nil {
+		// nosuid, nodev: the host never honours a set-id bit or a device node that sandbox
+		// code made (under runsc files made inside are host root's).
+		if err := unix.Mount("overlay", rootfs, "overlay", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
 			return fmt.Errorf("mount overlay: %w", err)
 		}
 		return nil

@@ -53,6 +53,7 @@ func TestSecurity(t *testing.T) {
 			t.Run("fork-bomb", s.forkBomb)
 			t.Run("memory-hog", s.memoryHog)
 			t.Run("disk-fill", s.diskFill)
+			t.Run("host-user", s.hostUser)
 		})
 	}
 }
@@ -706,13 +707,19 @@ func (s *secSuite) forkBomb(t *testing.T) {
 	if got := readTrim(cg + "/pids.max"); got != strconv.Itoa(limit) {
 		testenv.Skip(t, "no cgroup v1 pids controller at "+cg+": pids.max = "+got)
 	}
-	if _, err := bomb.Exec(s.ctx, provider.ExecRequest{Command: "f() { f | f & }; f", Detach: true}); err != nil {
+	rec, _ := s.p.lay.readRecord(bomb.ID())
+	// A bomb that ends by itself: after bombFor seconds no process of it forks again, so
+	// the sandbox can be asked afterwards whether its agent survived.
+	const bombFor = 15
+	cmd := fmt.Sprintf("exec bash -c 'f() { [ $SECONDS -lt %d ] || exit 0; f | f & }; f'", bombFor)
+	started := time.Now()
+	if _, err := bomb.Exec(s.ctx, provider.ExecRequest{Command: cmd, Detach: true}); err != nil {
 		t.Fatal(err)
 	}
-	// Wait until the bomb runs into the limit.
+	// Wait until the bomb runs into the limit (runsc: or takes the sandbox down).
 	hit := false
-	for start := time.Now(); time.Since(start) < 20*time.Second; time.Sleep(50 * time.Millisecond) {
-		if pidsEventsMax(cg) > 0 {
+	for ; time.Since(started) < bombFor*time.Second; time.Sleep(50 * time.Millisecond) {
+		if pidsEventsMax(cg) > 0 || !alive(rec) {
 			hit = true
 			break
 		}
@@ -732,11 +739,32 @@ func (s *secSuite) forkBomb(t *testing.T) {
 	}
 	t.Logf("neighbour command during the bomb: %v", time.Since(start))
 	cur, _ := strconv.Atoi(readTrim(cg + "/pids.current"))
-	if cur > limit || cur == 0 {
+	if cur > limit {
 		t.Errorf("pids.current %d with a limit of %d", cur, limit)
 	}
 	t.Logf("pids.current %d, limit hit %d times", cur, pidsEventsMax(cg))
-	ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
+	// After the bomb: its processes are gone, and the agent answers (runc, crun). Under runsc
+	// the sentry's host threads run into the limit and the whole sandbox stops (see
+	// docs/security.md, finding 7); it must then be reported stopped, not hang.
+	for time.Since(started) < (bombFor+60)*time.Second && alive(rec) {
+		if n, _ := strconv.Atoi(readTrim(cg + "/pids.current")); n < 16 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+	var out bytes.Buffer
+	res, err := bomb.Exec(ctx, provider.ExecRequest{Command: "echo agent-ok", Stdout: &out})
+	cancel()
+	switch {
+	case err == nil && res.ExitCode == 0 && strings.TrimSpace(out.String()) == "agent-ok":
+		t.Logf("the bomb's sandbox answers %v after the bomb started", time.Since(started))
+	case s.rt == RuntimeRunsc && err != nil:
+		t.Logf("KNOWN LIMITATION: under runsc the bomb took its whole sandbox down: %v", err)
+	default:
+		t.Errorf("FINDING: after the bomb its sandbox does not answer: %+v %v (pids.current %s)", res, err, readTrim(cg+"/pids.current"))
+	}
+	ctx, cancel = context.WithTimeout(s.ctx, time.Minute)
 	defer cancel()
 	start = time.Now()
 	if err := s.p.Destroy(ctx, bomb.ID()); err != nil {
@@ -775,7 +803,16 @@ func (s *secSuite) memoryHog(t *testing.T) {
 		testenv.Skip(t, "no cgroup v1 memory controller at "+cg+": limit "+got)
 	}
 	rec, _ := s.p.lay.readRecord(hog.ID())
-	t.Logf("the agent's (init's) oom_score_adj on the host: %s", readTrim(fmt.Sprintf("/proc/%d/oom_score_adj", rec.InitPID)))
+	agentAdj := readTrim(fmt.Sprintf("/proc/%d/oom_score_adj", rec.InitPID))
+	cmdAdj := run(t, hog, "cat /proc/self/oom_score_adj")
+	t.Logf("oom_score_adj on the host: the agent (init) %s, a command %s", agentAdj, cmdAdj)
+	if s.rt != RuntimeRunsc {
+		// The OOM killer must pick a command before the agent: commands at 1000, the agent at
+		// 0, or -1000 where the host has CAP_SYS_RESOURCE to lower it.
+		if a, _ := strconv.Atoi(agentAdj); cmdAdj != "1000" || a > 0 || agentAdj == "" {
+			t.Errorf("oom_score_adj: agent %q, command %q; want at most 0 and 1000", agentAdj, cmdAdj)
+		}
+	}
 	ctx, cancel := context.WithTimeout(s.ctx, 60*time.Second)
 	defer cancel()
 	var out bytes.Buffer
@@ -1175,3 +1212,176 @@ func main() {
 	}
 }
 `
+
+// TestSecurityDialSymlink replaces a sandbox's agent socket with a symlink to a host unix
+// listener, as sandbox code that reached its socket directory could: every way the host
+// dials the agent (the provider's client and DialEnvd, which the server's E2B data plane
+// uses) must refuse it, and the host listener must see no connection.
+func TestSecurityDialSymlink(t *testing.T) {
+	p := newTestProvider(t, RuntimeRunc)
+	inst := create(t, p, provider.CreateSpec{Network: netNone})
+	hostSock := filepath.Join(t.TempDir(), "host.sock")
+	ln, err := net.Listen("unix", hostSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var accepted atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			c.Close()
+		}
+	}()
+	sock := p.lay.socket(inst.ID())
+	if err := os.Rename(sock, sock+".real"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(hostSock, sock); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { os.Remove(sock); os.Rename(sock+".real", sock) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if c, err := inst.DialEnvd(ctx); err == nil {
+		c.Close()
+		t.Error("ESCAPE: DialEnvd followed a symlink in place of the agent's socket")
+	}
+	if _, err := inst.Exec(ctx, provider.ExecRequest{Command: "true"}); err == nil {
+		t.Error("ESCAPE: Exec followed a symlink in place of the agent's socket")
+	}
+	if n := accepted.Load(); n != 0 {
+		t.Errorf("ESCAPE: the host listener behind the symlink accepted %d connections", n)
+	}
+}
+
+// TestSecurityHostEtc plants a marker in every host /etc file an administrator may keep
+// credentials in (a proxy password in environment, a token in gitconfig, an exported secret
+// in profile.d, bash.bashrc, profile, skel): no sandbox may see any of it, in its files or
+// in a login or interactive shell's environment. The template is built from a copy of the
+// host's /etc with the markers added (hostEtcDir), so the real one is never touched.
+func TestSecurityHostEtc(t *testing.T) {
+	testenv.RequireRoot(t)
+	marker := "tupper-etc-marker-" + randHex(t)
+	etc := t.TempDir()
+	for _, e := range hostEtc {
+		if err := copyTree(filepath.Join("/etc", e), filepath.Join(etc, e)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Fatal(err)
+		}
+	}
+	plant := map[string]string{
+		"environment":        "https_proxy=http://user:" + marker + "@proxy:3128\n",
+		"gitconfig":          "[http]\n\textraHeader = Authorization: Bearer " + marker + "\n",
+		"profile.d/creds.sh": "export API_TOKEN=" + marker + "\n",
+		"profile":            "export PROFILE_TOKEN=" + marker + "\n",
+		"bash.bashrc":        "export BASHRC_TOKEN=" + marker + "\n",
+		"skel/.bashrc":       "export SKEL_TOKEN=" + marker + "\n",
+		"skel/.netrc":        "machine example.com password " + marker + "\n",
+	}
+	for name, content := range plant {
+		p := filepath.Join(etc, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hostEtcDir = etc
+	t.Cleanup(func() { hostEtcDir = "/etc" })
+	forRuntimes(t, func(t *testing.T, rt string) {
+		p := newTestProvider(t, rt)
+		inst := create(t, p, provider.CreateSpec{Network: netNone})
+		for _, cmd := range []string{
+			"grep -rl " + marker + " /etc /root /home /workspace /tmp; true",
+			"bash -lc env", "bash -ic env", "sh -lc env", "git config --list; true",
+			"useradd -m tester 2>&1; cat /home/tester/.bashrc /home/tester/.netrc 2>&1; true",
+		} {
+			out, errOut, _ := runCode(t, inst, cmd)
+			if strings.Contains(out+errOut, marker) {
+				t.Errorf("LEAK: %q shows the host /etc marker:\n%s\n%s", cmd, out, errOut)
+			}
+		}
+		// The generated start-up files work: a login shell has a PATH and an interactive
+		// one a prompt.
+		if got := run(t, inst, `bash -lc 'echo "$PATH"'`); !strings.Contains(got, "/usr/bin") {
+			t.Errorf("login shell PATH %q", got)
+		}
+		if got := run(t, inst, `bash -ic 'echo "$PS1"' 2>/dev/null`); !strings.Contains(got, `\u@\h`) {
+			t.Errorf("interactive prompt %q", got)
+		}
+	})
+}
+
+// 11. Another user of the host: the sandbox's host directories are out of reach, and a
+// set-uid binary that sandbox code planted (under runsc, host root's) gives nothing.
+func (s *secSuite) hostUser(t *testing.T) {
+	const nobody = 65534
+	id := s.a.ID()
+	run(t, s.a, "cp /usr/bin/id /workspace/suid-id && chmod 4755 /workspace/suid-id && mkdir -p /workspace/open && chmod 777 /workspace/open && echo "+s.env.marker+" > /workspace/open/secret.txt && chmod 644 /workspace/open/secret.txt")
+	suid := filepath.Join(s.p.lay.rootfs(id), "workspace", "suid-id")
+	fi, err := os.Stat(suid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	t.Logf("the planted file on the host: %v, owner %d", fi.Mode(), st.Uid)
+	if fi.Mode()&os.ModeSetuid == 0 {
+		t.Fatalf("the planted file lost its set-uid bit on the host (%v): nothing to test", fi.Mode())
+	}
+	asNobody := func(extra []*os.File, name string, args ...string) (string, error) {
+		cmd := exec.Command(name, args...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+		cmd.ExtraFiles = extra
+		cmd.Dir = "/"
+		out, err := cmd.CombinedOutput()
+		return strings.TrimSpace(string(out)), err
+	}
+	// Listing, reading, writing and running anything under the sandbox's directory.
+	dir := s.p.lay.dir(id)
+	for _, c := range [][]string{
+		{"ls", dir}, {"ls", filepath.Join(s.p.lay.rootfs(id), "etc")},
+		{"cat", filepath.Join(s.p.lay.rootfs(id), "workspace/open/secret.txt")},
+		{"cat", filepath.Join(s.p.lay.disk(id), "upper/workspace/open/secret.txt")},
+		{"touch", filepath.Join(s.p.lay.rootfs(id), "workspace/open/x")},
+		{"touch", filepath.Join(s.p.lay.rootfs(id), "tmp/x")},
+		{"ls", s.p.lay.run(id)},
+		{suid, "-u"},
+	} {
+		out, err := asNobody(nil, c[0], c[1:]...)
+		if err == nil || strings.Contains(out, s.env.marker) || !strings.Contains(out, "Permission denied") {
+			t.Errorf("ESCAPE: uid %d on the host ran %q: %v\n%s", nobody, c, err, out)
+		}
+	}
+	for _, p := range []string{filepath.Join(s.p.lay.rootfs(id), "workspace/open/x"), filepath.Join(s.p.lay.rootfs(id), "tmp/x")} {
+		if _, err := os.Lstat(p); err == nil {
+			t.Errorf("ESCAPE: uid %d created %s", nobody, p)
+		}
+	}
+	// Even handed the planted binary (an open descriptor, past the directories), it runs as
+	// the user who runs it: the sandbox's file systems are mounted nosuid (and nodev).
+	for _, m := range []string{s.p.lay.rootfs(id), s.p.lay.disk(id)} {
+		var sfs syscall.Statfs_t
+		if err := syscall.Statfs(m, &sfs); err != nil {
+			t.Fatal(err)
+		}
+		const stNosuid, stNodev = 0x2, 0x4
+		if sfs.Flags&stNosuid == 0 || sfs.Flags&stNodev == 0 {
+			t.Errorf("%s is mounted without nosuid,nodev (flags %#x)", m, sfs.Flags)
+		}
+	}
+	f, err := os.Open(suid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out, err := asNobody([]*os.File{f}, "/proc/self/fd/3", "-u")
+	if err != nil || out != strconv.Itoa(nobody) {
+		t.Errorf("ESCAPE: the planted set-uid binary run by uid %d on the host: %q %v; want %d", nobody, out, err, nobody)
+	}
+	t.Logf("the planted set-uid binary, run by uid %d through a descriptor: euid %s", nobody, out)
+}

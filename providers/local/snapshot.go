@@ -244,7 +244,8 @@ type copyStats struct{ bytes, inodes int64 }
 // symlinks as symlinks, hard links among the copied files, holes in sparse files, and
 // device nodes (overlay whiteouts are 0/0 character devices). Relative paths in skip are
 // left alone. Every lookup is relative to an open directory and never follows a symlink, so
-// a tree its owner changes under the copy cannot lead it out of src or dst.
+// a tree its owner changes under the copy cannot lead it out of src or dst. A tree deeper
+// than maxCopyDepth is refused (CodeResourceExhausted).
 func copyLayer(ctx context.Context, src, dst string, shift func(uint32) uint32, skip map[string]bool) (copyStats, error) {
 	c := &copier{ctx: ctx, shift: shift, skip: skip, links: map[[2]uint64]string{}}
 	sfd, err := unix.Open(src, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -273,6 +274,9 @@ func copyLayer(ctx context.Context, src, dst string, shift func(uint32) uint32, 
 	}
 	return c.st, nil
 }
+
+// maxCopyDepth bounds how deep copyLayer descends (two descriptors per level).
+const maxCopyDepth = 512
 
 type copier struct {
 	ctx     context.Context
@@ -374,6 +378,11 @@ func (c *copier) entry(sfd, dfd int, name, rel string) error {
 	}
 	switch typ {
 	case unix.S_IFDIR:
+		if depth := strings.Count(rel, "/") + 1; depth > maxCopyDepth {
+			// Each level holds two descriptors and a frame until its subtree is done: a
+			// tree sandbox code made arbitrarily deep must not exhaust the host's.
+			return provider.Errorf(provider.CodeResourceExhausted, "directories nested deeper than %d levels", maxCopyDepth)
+		}
 		if !exists {
 			if err := unix.Mkdirat(dfd, name, 0o700); err != nil {
 				return err
