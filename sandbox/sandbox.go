@@ -26,7 +26,7 @@
 // # State
 //
 // Nothing important lives in the caller's memory: keys and labels live in the provider,
-// background process records and logs inside the sandbox under /tmp/.sandbox-sdk/, log cursors
+// background process records and logs inside the sandbox under /var/lib/sandbox-sdk/, log cursors
 // are strings the caller stores, and change checkpoints live inside the sandbox. Any process
 // with access to the provider can find a sandbox by key, list its processes and keep reading
 // logs from a stored cursor.
@@ -47,8 +47,10 @@ import (
 	"github.com/tupper-dev/tupper/provider"
 )
 
-// sdkDir is where the SDK keeps its state inside a sandbox.
-const sdkDir = "/tmp/.sandbox-sdk"
+// sdkDir is where the SDK keeps its state inside a sandbox. Not under /tmp: commands clear
+// /tmp (rm -rf /tmp, a tmp cleaner) or replace it, and the SDK's state (secret names,
+// background processes, change checkpoints) must survive that.
+const sdkDir = "/var/lib/sandbox-sdk"
 
 // secretsFile holds the names of the secrets set at creation, one per line.
 const secretsFile = sdkDir + "/secrets"
@@ -652,48 +654,36 @@ func (b *Sandbox) ensureSecrets(ctx context.Context) error {
 	return nil
 }
 
+// recoverSecretsScript prints, for each valid name in the secret names file, the name and
+// its value in the sandbox's environment, each ended by a NUL. It exits 3 when the state
+// directory or the file is a symbolic link (never followed: sandbox code may have replaced
+// them) and prints nothing when there is no file. Names are checked before they are
+// expanded.
+const recoverSecretsScript = `f=` + secretsFile + `
+for p in /var /var/lib ` + sdkDir + ` "$f"; do [ -L "$p" ] && { echo "$p is a symbolic link" >&2; exit 3; }; done
+[ -f "$f" ] || exit 0
+while IFS= read -r n || [ -n "$n" ]; do
+	case $n in ''|[0-9]*|*[!A-Za-z0-9_]*) continue ;; esac
+	eval "v=\${$n-}"
+	printf '%s\0%s\0' "$n" "$v"
+done < "$f"`
+
 func (b *Sandbox) recoverSecrets(ctx context.Context) (map[string]string, error) {
 	const op = "recover_secrets"
-	rc, err := b.inst.ReadFile(ctx, secretsFile)
-	if errors.Is(err, provider.CodeNotFound) {
-		return nil, nil // no secrets were set
-	}
+	var out, errOut limitedBuffer
+	out.limit, errOut.limit = 1<<20, 4<<10
+	res, err := b.inst.Exec(ctx, provider.ExecRequest{Command: recoverSecretsScript, Cwd: "/", Stdout: &out, Stderr: &errOut})
 	if err != nil {
-		return nil, errorf(CodeProvider, op, "reading secret names: %v", err)
-	}
-	data, err := readAllLimit(rc, 64<<10)
-	rc.Close()
-	if err != nil {
-		return nil, errorf(CodeProvider, op, "reading secret names: %v", err)
-	}
-	var names []string
-	for _, n := range strings.Split(string(data), "\n") {
-		if shellName.MatchString(n) {
-			names = append(names, n)
-		}
-	}
-	if len(names) == 0 {
-		return nil, nil
-	}
-	var script strings.Builder
-	script.WriteString("printf '%s\\0'")
-	for _, n := range names {
-		script.WriteString(` "${` + n + `-}"`)
-	}
-	var out limitedBuffer
-	out.limit = 1 << 20
-	res, err := b.inst.Exec(ctx, provider.ExecRequest{Command: script.String(), Cwd: "/", Stdout: &out})
-	if err != nil {
-		return nil, errorf(CodeProvider, op, "reading secret values: %v", err)
+		return nil, errorf(CodeProvider, op, "reading secrets: %v", err)
 	}
 	if res.ExitCode != 0 {
-		return nil, errorf(CodeProvider, op, "reading secret values exited %d", res.ExitCode)
+		return nil, errorf(CodeProvider, op, "reading secrets exited %d: %s", res.ExitCode, strings.TrimSpace(errOut.String()))
 	}
 	parts := strings.Split(out.String(), "\x00")
 	vals := map[string]string{}
-	for i, n := range names {
-		if i < len(parts) && parts[i] != "" {
-			vals[n] = parts[i]
+	for i := 0; i+1 < len(parts); i += 2 {
+		if shellName.MatchString(parts[i]) && parts[i+1] != "" {
+			vals[parts[i]] = parts[i+1]
 		}
 	}
 	return vals, nil

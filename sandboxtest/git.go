@@ -251,7 +251,7 @@ done`, sandbox.StartOptions{Name: "monitor", Ready: sandbox.ReadyLog(regexp.Must
 	texts["~/.bash_history"] = hist2
 	found := c.Run(b, `grep -rlF -e "$T" /tmp /workspace /root /home /etc 2>/dev/null; true`, sandbox.RunOptions{Env: map[string]string{"T": token}}).Stdout
 	texts["files holding the token (grep -rl)"] = found
-	leftovers := c.Run(b, `ls -a /tmp/.sandbox-sdk/ | grep '^cred-'; true`, sandbox.RunOptions{}).Stdout
+	leftovers := c.Run(b, `ls -a /var/lib/sandbox-sdk/ | grep '^cred-'; true`, sandbox.RunOptions{}).Stdout
 	if leftovers != "" {
 		c.Errorf("credential files left behind: %q", leftovers)
 	}

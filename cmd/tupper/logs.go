@@ -38,7 +38,7 @@ func newLogsCmd() *cobra.Command {
 			defer box.Close()
 			p, err := box.Process(ctx, args[1])
 			if err != nil {
-				return fmt.Errorf("%w\n(`tupper exec %s -- ls /tmp/.sandbox-sdk/procs` lists the process names)", err, args[0])
+				return fmt.Errorf("%w\n(`tupper exec %s -- ls /var/lib/sandbox-sdk/procs` lists the process names)", err, args[0])
 			}
 			out := cmd.OutOrStdout()
 			enc := json.NewEncoder(out)

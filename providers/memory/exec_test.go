@@ -119,7 +119,7 @@ func readFile(t *testing.T, in *Instance, p string) (string, error) {
 
 // wrapper is the shape of the core's background-process command.
 func wrapper(name, user string) string {
-	d := "/tmp/.sandbox-sdk/procs/" + name
+	d := "/var/lib/sandbox-sdk/procs/" + name
 	return fmt.Sprintf("mkdir -p %[1]s && cd /workspace && sh -c '%[2]s' >%[1]s/stdout 2>%[1]s/stderr </dev/null; echo $? > %[1]s/exit", d, user)
 }
 
@@ -129,11 +129,11 @@ func TestDetachRunsToCompletion(t *testing.T) {
 	if err != nil || res.PID <= 0 {
 		t.Fatalf("detach: %+v, %v", res, err)
 	}
-	wait(t, "the exit file", func() bool { s, _ := readFile(t, in, "/tmp/.sandbox-sdk/procs/ok/exit"); return s == "3\n" })
-	if s, _ := readFile(t, in, "/tmp/.sandbox-sdk/procs/ok/stdout"); s != "out\n" {
+	wait(t, "the exit file", func() bool { s, _ := readFile(t, in, "/var/lib/sandbox-sdk/procs/ok/exit"); return s == "3\n" })
+	if s, _ := readFile(t, in, "/var/lib/sandbox-sdk/procs/ok/stdout"); s != "out\n" {
 		t.Errorf("stdout %q", s)
 	}
-	if s, _ := readFile(t, in, "/tmp/.sandbox-sdk/procs/ok/stderr"); s != "err\n" {
+	if s, _ := readFile(t, in, "/var/lib/sandbox-sdk/procs/ok/stderr"); s != "err\n" {
 		t.Errorf("stderr %q", s)
 	}
 	wait(t, "the job to leave the table", func() bool { b, _ := in.Busy(context.Background()); return !b })
@@ -163,7 +163,7 @@ func TestDetachKill(t *testing.T) {
 			}
 			pid := strconv.Itoa(res.PID)
 			wait(t, "output while the job runs", func() bool {
-				s, _ := readFile(t, in, "/tmp/.sandbox-sdk/procs/job/stdout")
+				s, _ := readFile(t, in, "/var/lib/sandbox-sdk/procs/job/stdout")
 				return strings.Contains(s, "tick 3")
 			})
 			if b, _ := in.Busy(context.Background()); !b {
@@ -172,12 +172,12 @@ func TestDetachKill(t *testing.T) {
 			expect(t, in, "kill -0 "+pid+" && echo alive", "alive\n", 0)
 			expect(t, in, "kill "+sig+" -"+pid+"; echo $?", "0\n", 0)
 			wait(t, "the job to stop", func() bool { return sh(t, in, "kill -0 "+pid).code == 1 })
-			if _, err := readFile(t, in, "/tmp/.sandbox-sdk/procs/job/exit"); !errors.Is(err, provider.CodeNotFound) {
+			if _, err := readFile(t, in, "/var/lib/sandbox-sdk/procs/job/exit"); !errors.Is(err, provider.CodeNotFound) {
 				t.Errorf("a killed job wrote its exit file (err %v)", err)
 			}
-			before, _ := readFile(t, in, "/tmp/.sandbox-sdk/procs/job/stdout")
+			before, _ := readFile(t, in, "/var/lib/sandbox-sdk/procs/job/stdout")
 			time.Sleep(50 * time.Millisecond)
-			after, _ := readFile(t, in, "/tmp/.sandbox-sdk/procs/job/stdout")
+			after, _ := readFile(t, in, "/var/lib/sandbox-sdk/procs/job/stdout")
 			if before != after {
 				t.Error("the job kept writing after it was killed")
 			}
