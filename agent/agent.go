@@ -44,7 +44,7 @@ type Agent struct {
 	// oomProtected is set when the agent runs as PID 1: commands then start at the highest
 	// OOM score, so the OOM killer picks them before the agent (commandOOMScore).
 	oomProtected bool
-	devNull  int
+	devNull      int
 
 	deadline     atomic.Int64 // unix seconds, 0 = none
 	idle         atomic.Int64 // idle timeout in seconds, 0 = never
