@@ -690,13 +690,18 @@ func (p *Provider) create(ctx context.Context, spec provider.CreateSpec, pooled 
 			if netMode == provider.NetworkAll {
 				ns = hostNameservers()
 			}
+			hostTmp := rtName == RuntimeRunsc
 			var fill func(upper string) error
 			if snap != nil {
 				fill = func(upper string) error {
-					return restoreSnapshot(ctx, p.lay.snapshot(snap.ID), snap, upper, rec.UIDBase)
+					tmp := ""
+					if hostTmp {
+						tmp = p.lay.tmp(id)
+					}
+					return restoreSnapshot(ctx, p.lay.snapshot(snap.ID), snap, upper, tmp, rec.UIDBase)
 				}
 			}
-			return mountRootfs(lower, p.lay.disk(id), p.lay.rootfs(id), size.DiskGB, rec.UIDBase, etcFiles(sandboxHostname, ns), fill)
+			return mountRootfs(lower, p.lay.disk(id), p.lay.rootfs(id), size.DiskGB, rec.UIDBase, hostTmp, etcFiles(sandboxHostname, ns), fill)
 		}, undo: func() error { return unmountRootfs(p.lay.disk(id), p.lay.rootfs(id)) }},
 		{name: "agent directory", do: func(ctx context.Context) error {
 			return p.writeAgentDir(rec, spec)
@@ -743,7 +748,7 @@ func (p *Provider) create(ctx context.Context, spec provider.CreateSpec, pooled 
 		{name: "bundle", do: func(ctx context.Context) error {
 			s := buildSpec(bundleSpec{
 				id: id, runtime: rtName, rootfs: p.lay.rootfs(id), agentPath: agentPath,
-				runDir: p.lay.run(id), userns: userns, uidBase: rec.UIDBase, netnsPath: netnsPath,
+				runDir: p.lay.run(id), tmpDir: p.lay.tmp(id), userns: userns, uidBase: rec.UIDBase, netnsPath: netnsPath,
 				cpu: size.CPU, memoryMB: size.MemoryMB, pids: p.cfg.PidsLimit,
 			})
 			b, err := json.Marshal(s)

@@ -248,9 +248,10 @@ func hostNameservers() []string {
 
 // mountRootfs mounts the sandbox's root file system: a tmpfs of diskGB at disk (which bounds
 // the writable layer), the private skeleton in disk/upper owned by uidBase, and an overlay
-// of lower and that upper at rootfs. fill, when not nil, adds to the upper layer before the
-// overlay is mounted (a snapshot's files).
-func mountRootfs(lower, disk, rootfs string, diskGB int, uidBase uint32, etc map[string]string, fill func(upper string) error) error {
+// of lower and that upper at rootfs. With hostTmp it also makes disk/tmp, the directory
+// runsc binds at /tmp (see layout.tmp). fill, when not nil, adds to the upper layer (and
+// disk/tmp) before the overlay is mounted (a snapshot's files).
+func mountRootfs(lower, disk, rootfs string, diskGB int, uidBase uint32, hostTmp bool, etc map[string]string, fill func(upper string) error) error {
 	for _, d := range []string{disk, rootfs} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err
@@ -285,6 +286,18 @@ func mountRootfs(lower, disk, rootfs string, diskGB int, uidBase uint32, etc map
 			}
 			id := int(uidBase + s.uid)
 			if err := os.Chown(p, id, id); err != nil {
+				return err
+			}
+		}
+		if hostTmp {
+			tmp := filepath.Join(disk, "tmp")
+			if err := os.Mkdir(tmp, 0o755); err != nil {
+				return err
+			}
+			if err := os.Chown(tmp, int(uidBase), int(uidBase)); err != nil {
+				return err
+			}
+			if err := os.Chmod(tmp, 0o1777|os.ModeSticky); err != nil {
 				return err
 			}
 		}

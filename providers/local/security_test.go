@@ -1385,3 +1385,89 @@ func (s *secSuite) hostUser(t *testing.T) {
 	}
 	t.Logf("the planted set-uid binary, run by uid %d through a descriptor: euid %s", nobody, out)
 }
+
+// TestSecuritySnapshotTmpSymlink: sandbox code replaces /tmp with a symlink to a host
+// directory, the sandbox is snapshotted, and a runsc sandbox is made from the snapshot. The
+// host binds /tmp of a runsc sandbox; it must bind a directory it made, never follow the
+// snapshot's symlink: the new sandbox gets a working, empty /tmp and the host directory is
+// neither read nor written.
+func TestSecuritySnapshotTmpSymlink(t *testing.T) {
+	p := newTestProvider(t, RuntimeRunc)
+	if _, ok := p.runtimes[RuntimeRunsc]; !ok {
+		testenv.Skip(t, "runsc not found")
+	}
+	if !p.Capabilities().Has(provider.CapSnapshot) {
+		testenv.Skip(t, "snapshots unavailable here")
+	}
+	marker := "tupper-tmp-marker-" + randHex(t)
+	hostDir, err := os.MkdirTemp("/root", "tupper-sec-tmp-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(hostDir) })
+	if err := os.WriteFile(filepath.Join(hostDir, "secret.txt"), []byte(marker), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	a := create(t, p, provider.CreateSpec{Network: netNone})
+	run(t, a, "rm -rf /tmp && ln -s "+hostDir+" /tmp && ls -ld /tmp")
+	snap, err := a.Snapshot(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	inst, err := p.Create(cctx, provider.CreateSpec{From: snap, Runtime: RuntimeRunsc, Network: netNone})
+	if err != nil {
+		t.Fatalf("create a runsc sandbox from the snapshot: %v", err)
+	}
+	defer inst.Close()
+	out, errOut, code := runCode(t, inst, "cat /tmp/secret.txt; ls -la /tmp; echo x > /tmp/written && cat /tmp/written")
+	if strings.Contains(out+errOut, marker) {
+		t.Errorf("ESCAPE: the runsc sandbox reads the host directory through the snapshot's /tmp:\n%s\n%s", out, errOut)
+	}
+	if code != 0 || !strings.HasSuffix(out, "x") {
+		t.Errorf("/tmp of the restored sandbox does not work: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if ents, _ := os.ReadDir(hostDir); len(ents) != 1 {
+		t.Errorf("ESCAPE: the host directory now holds %d entries", len(ents))
+	}
+}
+
+// TestSecurityTmpReplaced: sandbox code clears /tmp and replaces it with a symlink (rm -rf
+// /tmp; ln -s / /tmp), as agents do by accident. The SDK's state must survive: a new handle
+// still recovers the secrets and redacts them, and background processes still start.
+func TestSecurityTmpReplaced(t *testing.T) {
+	forRuntimes(t, func(t *testing.T, rt string) {
+		p := newTestProvider(t, rt)
+		ctx := context.Background()
+		sec := "tupper-tmp-secret-" + randHex(t)
+		box, err := sandbox.Create(ctx, p, sandbox.CreateOptions{Network: sandbox.NetworkNone, Secrets: map[string]string{"API_TOKEN": sec}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer box.Close()
+		res, err := box.Run(ctx, "rm -rf /tmp/* /tmp/.[!.]* /tmp; ln -s / /tmp; ln -s /tmp /tmp/loop 2>/dev/null; ls -ld /tmp", sandbox.RunOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("after the attack: %s", strings.TrimSpace(res.Output))
+		again, err := sandbox.Connect(ctx, p, box.ID, sandbox.ConnectOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer again.Close()
+		res, err = again.Run(ctx, `echo "token $API_TOKEN"`, sandbox.RunOptions{})
+		if err != nil {
+			t.Fatalf("run after /tmp was replaced: %v", err)
+		}
+		if strings.Contains(res.Output, sec) || strings.TrimSpace(res.Stdout) != "token "+sandbox.Redacted {
+			t.Errorf("after /tmp was replaced the secret is not redacted: %q", res.Output)
+		}
+		proc, err := again.Start(ctx, "echo started; sleep 30", sandbox.StartOptions{Name: "after-tmp"})
+		if err != nil {
+			t.Fatalf("start after /tmp was replaced: %v", err)
+		}
+		defer proc.Stop(ctx, sandbox.StopOptions{})
+	})
+}

@@ -184,9 +184,22 @@ func (i *Instance) Snapshot(ctx context.Context, expires time.Duration) (string,
 		if err := os.Mkdir(tmp, 0o700); err != nil {
 			return err
 		}
-		st, err := copyLayer(ctx, filepath.Join(p.lay.disk(i.id), "upper"), filepath.Join(tmp, "upper"), nil, nil)
+		var skip map[string]bool
+		hostTmp := fileExists(p.lay.tmp(i.id))
+		if hostTmp {
+			// runsc: /tmp is the host-made disk/tmp, not the layer's (empty) tmp.
+			skip = map[string]bool{"tmp": true}
+		}
+		st, err := copyLayer(ctx, filepath.Join(p.lay.disk(i.id), "upper"), filepath.Join(tmp, "upper"), nil, skip)
 		if err != nil {
 			return err
+		}
+		if hostTmp {
+			tst, err := copyLayer(ctx, p.lay.tmp(i.id), filepath.Join(tmp, "upper", "tmp"), nil, nil)
+			if err != nil {
+				return err
+			}
+			st.bytes, st.inodes = st.bytes+tst.bytes, st.inodes+tst.inodes
 		}
 		meta.Size, meta.Inodes = st.bytes, st.inodes
 		b, err := json.MarshalIndent(meta, "", "  ")
@@ -222,8 +235,11 @@ func snapshotFits(m *snapMeta, diskGB int) error {
 
 // restoreSnapshot fills a new sandbox's upper directory (before the overlay is mounted) from
 // snapshot m, shifting owners from the snapshot's uid base to uidBase. The new sandbox's own
-// /etc/resolv.conf, which depends on its network, is kept.
-func restoreSnapshot(ctx context.Context, dir string, m *snapMeta, upper string, uidBase uint32) error {
+// /etc/resolv.conf, which depends on its network, is kept. With tmp (runsc), the snapshot's
+// /tmp goes there instead of into upper, and only when it is a directory: sandbox code may
+// have made it a symlink, and the host binds tmp, a directory it made, whatever the
+// snapshot holds.
+func restoreSnapshot(ctx context.Context, dir string, m *snapMeta, upper, tmp string, uidBase uint32) error {
 	shift := func(id uint32) uint32 {
 		if id >= m.UIDBase && id-m.UIDBase < idMapSize {
 			return id - m.UIDBase + uidBase
@@ -231,7 +247,20 @@ func restoreSnapshot(ctx context.Context, dir string, m *snapMeta, upper string,
 		return uidBase + 65534 // not mapped in the old sandbox: nobody
 	}
 	skip := map[string]bool{"etc/resolv.conf": true}
-	_, err := copyLayer(ctx, filepath.Join(dir, "upper"), upper, shift, skip)
+	if tmp != "" {
+		skip["tmp"] = true
+	}
+	if _, err := copyLayer(ctx, filepath.Join(dir, "upper"), upper, shift, skip); err != nil {
+		return err
+	}
+	if tmp == "" {
+		return nil
+	}
+	src := filepath.Join(dir, "upper", "tmp")
+	if fi, err := os.Lstat(src); err != nil || !fi.IsDir() {
+		return nil // no /tmp, or not a directory: the sandbox starts with an empty one
+	}
+	_, err := copyLayer(ctx, src, tmp, shift, nil)
 	return err
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -326,5 +327,24 @@ func TestCopyLayer(t *testing.T) {
 	}
 	if _, err := unix.Lgetxattr(filepath.Join(dst, "opaque"), "trusted.overlay.origin", buf); err == nil {
 		t.Errorf("trusted.overlay.origin was copied")
+	}
+}
+
+// TestSnapshotDeepTree: a tree nested deeper than the copier goes is refused with
+// resource_exhausted (it holds two descriptors per level, and sandbox code can nest without
+// bound), and the sandbox is thawed and answers afterwards.
+func TestSnapshotDeepTree(t *testing.T) {
+	p := newTestProvider(t, RuntimeRunc)
+	a := create(t, p, provider.CreateSpec{Network: provider.Network{Mode: provider.NetworkNone}})
+	run(t, a, fmt.Sprintf(`cd /workspace && for i in $(seq %d); do mkdir d && cd d || exit 1; done`, maxCopyDepth+10))
+	_, err := a.Snapshot(context.Background(), 0)
+	if !errors.Is(err, provider.CodeResourceExhausted) {
+		t.Fatalf("snapshot of a tree %d deep: %v; want resource_exhausted", maxCopyDepth+10, err)
+	}
+	if got := run(t, a, "echo ok"); got != "ok" {
+		t.Errorf("after the refused snapshot: %q", got)
+	}
+	if ents, _ := os.ReadDir(p.lay.snapshots()); len(ents) != 0 {
+		t.Errorf("the refused snapshot left %d entries", len(ents))
 	}
 }

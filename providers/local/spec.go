@@ -29,6 +29,7 @@ type bundleSpec struct {
 	rootfs    string
 	agentPath string // the host binary bound at agentBinary
 	runDir    string // the host directory bound at agentRunDir
+	tmpDir    string // runsc: the host-made directory bound at /tmp
 	userns    bool
 	uidBase   uint32
 	netnsPath string // "": a new network namespace with loopback only
@@ -100,7 +101,7 @@ func buildSpec(b bundleSpec) *specs.Spec {
 	if b.runtime == RuntimeRunsc {
 		// runsc puts a tmpfs in sentry memory on an empty /tmp unless /tmp is a mount of
 		// the spec; keep /tmp on the bounded writable layer, as under runc.
-		mounts = append(mounts, specs.Mount{Destination: "/tmp", Type: "bind", Source: filepath.Join(b.rootfs, "tmp"), Options: []string{"rbind", "rw", "nosuid", "nodev"}})
+		mounts = append(mounts, specs.Mount{Destination: "/tmp", Type: "bind", Source: b.tmpDir, Options: []string{"rbind", "rw", "nosuid", "nodev"}})
 	}
 	mounts = append(mounts,
 		specs.Mount{Destination: agentBinary, Type: "bind", Source: b.agentPath, Options: []string{"bind", "ro", "nosuid", "nodev"}},

@@ -24,11 +24,17 @@ import (
 //	templates/<name>.v<N>/          a template's shared read-only lower layer (built once;
 //	                                delete it to pick up changes to the host's /etc)
 //	runc/, runsc/, crun/            the runtimes' --root (their own container state)
+//	sandboxes/<id>/                 0700 root, or 0710 root:<its root's gid> with a user
+//	                                namespace: no other host user reaches anything below
 //	sandboxes/<id>/record.json      the sandbox's record (see record)
 //	sandboxes/<id>/config.json      the OCI bundle's spec; the directory is the bundle
 //	sandboxes/<id>/disk/            tmpfs bounding the writable layer: upper/ and work/
 //	sandboxes/<id>/rootfs/          the overlay mount: template lower + private upper
 //	sandboxes/<id>/run/             bind-mounted at /.tupper/run: agent.sock, config.json
+//	sandboxes/<id>/disk/tmp/        (runsc) bound at /tmp: made by the host, on the sandbox's
+//	                                disk, never a path of the sandbox's own layer (a /tmp
+//	                                that sandbox code made a symlink must not pick what the
+//	                                host binds)
 //	sandboxes/<id>/disk/agent.log   the runtime's and the agent's stdout and stderr (on the
 //	                                sandbox's own tmpfs, so a sandbox writing to its agent's
 //	                                output cannot fill the host's disk)
@@ -59,6 +65,7 @@ func (l layout) run(id string) string         { return filepath.Join(l.dir(id), 
 func (l layout) socket(id string) string      { return filepath.Join(l.run(id), "agent.sock") }
 func (l layout) agentConfig(id string) string { return filepath.Join(l.run(id), "config.json") }
 func (l layout) log(id string) string         { return filepath.Join(l.disk(id), "agent.log") }
+func (l layout) tmp(id string) string         { return filepath.Join(l.disk(id), "tmp") }
 func (l layout) netns(id string) string       { return filepath.Join(l.dir(id), "netns") }
 func (l layout) pidFile(id string) string     { return filepath.Join(l.dir(id), "init.pid") }
 
