@@ -44,8 +44,9 @@
 // Template "host" (the only one so far): a shared read-only lower layer built once under
 // Home/templates/host — mount points for the host's /usr, /bin, /sbin and /lib* (bound
 // read-only, nosuid, nodev; on a merged-/usr host the symlinks are copied instead), and the
-// static /etc files that make /usr work (alternatives, the loader cache, CA certificates,
-// shell profiles). The per-sandbox upper layer holds the writable skeleton — /etc with
+// static /etc files that make /usr work (alternatives, the loader cache, CA certificates),
+// and shell start-up files the provider writes (never the host's, which can carry
+// credentials). The per-sandbox upper layer holds the writable skeleton — /etc with
 // passwd (root, user 1000 with home /home/user), group, hosts, hostname, resolv.conf and
 // nsswitch.conf, /tmp, /root, /home/user, /workspace (the default cwd), /var, /opt … —
 // owned by the sandbox's root. /usr is read-only, so /usr/local is too.
