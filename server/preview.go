@@ -241,11 +241,16 @@ func splitHostPort(h string) (string, string, error) {
 }
 
 // serveHostPreview serves {port}-{id}.{domain}: public ports to anyone, others to a caller
-// with an API key or the sandbox's token.
+// with an API key or the sandbox's token; but every port of a sandbox created through E2B's
+// API with allowPublicTraffic false only with its traffic access token (e2b.PublicTraffic).
 func (s *Server) serveHostPreview(w http.ResponseWriter, r *http.Request, id string, port int) {
 	r.SetPathValue("id", id)
 	r.SetPathValue("port", strconv.Itoa(port))
-	if !s.isPublicPort(r) {
+	if restricted, ok := s.e2b.PublicTraffic(w, r, id); restricted {
+		if !ok {
+			return
+		}
+	} else if !s.isPublicPort(r) {
 		if _, err := s.authenticate(r, route{Scope: scopePreview}); err != nil {
 			writeError(w, err)
 			return

@@ -28,9 +28,9 @@ const (
 
 // HeaderMetadataExact, "true" on a create, records the metadata exactly as given. Without it
 // the server adds sandbox-sdk=true, the label of sandboxes made through the SDK (which the
-// server uses), so `tupper ls` lists them; providers/e2b sends it so that a raw
-// provider.Create stays without that label, as through the native API's labelsExact. E2B's
-// own API ignores the header.
+// server uses), so `tupper ls` lists them (E2B's API does not show it); providers/e2b sends
+// it so that a raw provider.Create stays without that label, as through the native API's
+// labelsExact. E2B's own API ignores the header.
 const HeaderMetadataExact = "Tupper-Metadata-Exact"
 
 // idPattern is the shape of an E2B sandbox id.
@@ -48,10 +48,10 @@ func (lowerAlnum) MatchString(s string) bool {
 	return s != ""
 }
 
-func (s *Server) controlMux() *http.ServeMux {
-	m := http.NewServeMux()
+func (s *Server) controlMux() *router {
+	m := &router{}
 	h := func(pattern string, fn func(w http.ResponseWriter, r *http.Request, keyID string)) {
-		m.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		m.handle(pattern, func(w http.ResponseWriter, r *http.Request) {
 			keyID, err := s.authenticate(r)
 			if err != nil {
 				writeError(w, err)
@@ -60,36 +60,122 @@ func (s *Server) controlMux() *http.ServeMux {
 			fn(w, r, keyID)
 		})
 	}
-	m.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+	m.handle("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"message": "Health check successful"})
 	})
 	h("POST /sandboxes", func(w http.ResponseWriter, r *http.Request, k string) { s.create(w, r, k, defaultTimeoutV1) })
 	h("POST /v2/sandboxes", func(w http.ResponseWriter, r *http.Request, k string) { s.create(w, r, k, defaultTimeoutV2) })
 	h("GET /sandboxes", s.listV1)
 	h("GET /v2/sandboxes", s.listV2)
-	h("GET /sandboxes/{id}", s.get)
-	h("DELETE /sandboxes/{id}", s.kill)
-	h("POST /sandboxes/{id}/connect", s.connect)
-	h("POST /v2/sandboxes/{id}/connect", s.connect)
-	h("POST /sandboxes/{id}/timeout", s.setTimeout)
-	h("POST /sandboxes/{id}/refreshes", s.refresh)
-	h("POST /sandboxes/{id}/pause", s.pause)
-	h("POST /sandboxes/{id}/resume", s.resume)
-	h("GET /sandboxes/{id}/metrics", s.metrics)
-	h("POST /sandboxes/{id}/snapshots", s.snapshot)
-	for _, p := range []string{
-		"GET /snapshots", "DELETE /templates/{template}", "PUT /sandboxes/{id}/network",
-		"POST /sandboxes/{id}/fork", "GET /sandboxes/metrics", "GET /sandboxes/{id}/logs",
-		"GET /v2/sandboxes/{id}/logs",
-	} {
-		h(p, func(w http.ResponseWriter, r *http.Request, _ string) {
-			writeError(w, provider.Errorf(provider.CodeUnsupported, "%s %s is not supported by tupper", r.Method, r.Pattern[strings.IndexByte(r.Pattern, ' ')+1:]))
+	h("GET /sandboxes/{sandboxID}", s.get)
+	h("DELETE /sandboxes/{sandboxID}", s.kill)
+	h("POST /sandboxes/{sandboxID}/connect", s.connect)
+	h("POST /v2/sandboxes/{sandboxID}/connect", s.connect)
+	h("POST /sandboxes/{sandboxID}/timeout", s.setTimeout)
+	h("POST /sandboxes/{sandboxID}/refreshes", s.refresh)
+	h("POST /sandboxes/{sandboxID}/pause", s.pause)
+	h("POST /sandboxes/{sandboxID}/resume", s.resume)
+	h("GET /sandboxes/{sandboxID}/metrics", s.metrics)
+	h("POST /sandboxes/{sandboxID}/snapshots", s.snapshot)
+	h("GET /templates/aliases/{alias}", s.templateAlias)
+	for _, op := range notServed {
+		h(op.pattern, func(w http.ResponseWriter, r *http.Request, _ string) {
+			writeError(w, unsupported("%s is not supported by tupper%s", r.Pattern, op.why))
 		})
 	}
-	h("/", func(w http.ResponseWriter, r *http.Request, _ string) {
-		writeError(w, provider.Errorf(provider.CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
-	})
 	return m
+}
+
+// Why the server does not serve parts of E2B's API.
+const (
+	whyTemplates = ": a sandbox's templateID names a template of the server's provider (\"base\" is its default), and templates are not built or managed through E2B's API"
+	whyVolumes   = ": volumes are not supported"
+	whySecrets   = ": stored secrets are not supported; pass envVars when creating a sandbox"
+	whyAccount   = ": manage the server's API keys with `tupper keys`"
+	whyAdmin     = ": E2B's admin API is not served"
+)
+
+// notServed are the operations of E2B's API (its openapi.yml, and the volume content paths
+// of its SDKs) the server does not serve: they answer 501 with E2B's error body, naming
+// E2B's pattern, so an SDK raises a clear error. Listing them also claims their areas
+// (/volumes, /teams, …) for E2B's API (router.covers): any other path there answers 404,
+// also with E2B's error body.
+var notServed = []struct{ pattern, why string }{
+	{"GET /snapshots", ""},
+	{"GET /sandboxes/metrics", ""},
+	{"GET /sandboxes/{sandboxID}/logs", ""},
+	{"GET /v2/sandboxes/{sandboxID}/logs", ""},
+	{"POST /sandboxes/{sandboxID}/fork", ""},
+	{"PUT /sandboxes/{sandboxID}/network", ""},
+
+	{"GET /templates", whyTemplates},
+	{"POST /templates", whyTemplates},
+	{"GET /v2/templates", whyTemplates},
+	{"POST /v2/templates", whyTemplates},
+	{"POST /v3/templates", whyTemplates},
+	{"GET /templates/{templateID}", whyTemplates},
+	{"POST /templates/{templateID}", whyTemplates},
+	{"PATCH /templates/{templateID}", whyTemplates},
+	{"DELETE /templates/{templateID}", whyTemplates},
+	{"PATCH /v2/templates/{templateID}", whyTemplates},
+	{"GET /templates/{templateID}/files/{hash}", whyTemplates},
+	{"POST /templates/{templateID}/builds/{buildID}", whyTemplates},
+	{"POST /v2/templates/{templateID}/builds/{buildID}", whyTemplates},
+	{"GET /templates/{templateID}/builds/{buildID}/status", whyTemplates},
+	{"GET /templates/{templateID}/builds/{buildID}/logs", whyTemplates},
+	{"POST /templates/tags", whyTemplates},
+	{"DELETE /templates/tags", whyTemplates},
+	{"GET /templates/{templateID}/tags", whyTemplates},
+
+	{"GET /volumes", whyVolumes},
+	{"POST /volumes", whyVolumes},
+	{"GET /volumes/{volumeID}", whyVolumes},
+	{"DELETE /volumes/{volumeID}", whyVolumes},
+	{"GET /volumecontent/{volumeID}/dir", whyVolumes},
+	{"POST /volumecontent/{volumeID}/dir", whyVolumes},
+	{"GET /volumecontent/{volumeID}/file", whyVolumes},
+	{"PUT /volumecontent/{volumeID}/file", whyVolumes},
+	{"GET /volumecontent/{volumeID}/path", whyVolumes},
+	{"PATCH /volumecontent/{volumeID}/path", whyVolumes},
+	{"DELETE /volumecontent/{volumeID}/path", whyVolumes},
+
+	{"GET /secrets", whySecrets},
+	{"POST /secrets", whySecrets},
+	{"GET /secrets/{secretID}", whySecrets},
+	{"POST /secrets/{secretID}", whySecrets},
+	{"DELETE /secrets/{secretID}", whySecrets},
+
+	{"GET /teams", whyAccount},
+	{"GET /teams/{teamID}/metrics", whyAccount},
+	{"GET /teams/{teamID}/metrics/max", whyAccount},
+	{"GET /api-keys", whyAccount},
+	{"POST /api-keys", whyAccount},
+	{"PATCH /api-keys/{apiKeyID}", whyAccount},
+	{"DELETE /api-keys/{apiKeyID}", whyAccount},
+	{"POST /access-tokens", whyAccount},
+	{"DELETE /access-tokens/{accessTokenID}", whyAccount},
+
+	{"GET /nodes", whyAdmin},
+	{"GET /nodes/{nodeID}", whyAdmin},
+	{"POST /nodes/{nodeID}", whyAdmin},
+	{"POST /admin/teams/{teamID}/sandboxes/kill", whyAdmin},
+	{"GET /admin/sandboxes/running-counts", whyAdmin},
+	{"POST /admin/teams/{teamID}/builds/cancel", whyAdmin},
+	{"POST /admin/teams/{teamID}/api-keys", whyAdmin},
+	{"DELETE /admin/teams/{teamID}/api-keys/{apiKeyID}", whyAdmin},
+}
+
+// templateAlias is GET /templates/aliases/{alias}: E2B's TemplateAliasResponse for "base",
+// the alias of the provider's default template, the only alias the server knows. Other
+// template ids are provider template names (or snapshot ids), which are not aliases:
+// 404.
+func (s *Server) templateAlias(w http.ResponseWriter, r *http.Request, _ string) {
+	alias := r.PathValue("alias")
+	if alias != baseTemplate {
+		writeError(w, provider.Errorf(provider.CodeNotFound, "template alias %q not found: the only alias is %q", alias, baseTemplate))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"templateID": baseTemplate, "public": true})
 }
 
 func unsupported(format string, args ...any) error {
@@ -122,6 +208,11 @@ func (s *Server) options(req newSandbox, defTimeout int64) (sandbox.CreateOption
 		timeout = defTimeout
 	}
 	d := time.Duration(timeout) * time.Second
+	for k := range req.Metadata {
+		if strings.HasPrefix(k, reservedPrefix) {
+			return opts, 0, provider.Errorf(provider.CodeInvalidArgument, "metadata key %q: keys beginning with %q are reserved for the server", k, reservedPrefix)
+		}
+	}
 	opts.Labels = maps.Clone(req.Metadata)
 	// The SDK on the server sets its own label on the provider's sandbox.
 	delete(opts.Labels, sandbox.SDKLabel)
@@ -216,8 +307,12 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, keyID string, de
 	if labels == nil {
 		labels = map[string]string{}
 	}
-	if r.Header.Get(HeaderMetadataExact) != "true" {
+	if _, set := labels[sandbox.SDKLabel]; !set && r.Header.Get(HeaderMetadataExact) != "true" {
 		labels[sandbox.SDKLabel] = "true"
+		labels[labelSDKAdded] = "true"
+	}
+	if n := req.Network; n != nil && n.AllowPublicTraffic != nil && !*n.AllowPublicTraffic {
+		labels[labelPublicTraffic] = "false"
 	}
 	rec := store.Sandbox{
 		ID: b.ID, Provider: s.prov.Name(), APIKeyID: keyID, Labels: labels,
@@ -228,7 +323,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, keyID string, de
 		return
 	}
 	s.created(ctx, b.ID, map[string]any{"labels": labels, "template": info.Template, "api": "e2b"})
-	writeJSON(w, http.StatusCreated, s.sandboxJSON(b.ID, info.Template))
+	writeJSON(w, http.StatusCreated, s.sandboxJSON(b.ID, info.Template, labels))
 }
 
 // createBox creates the sandbox. A templateID that is not a template of the provider may be
@@ -281,7 +376,7 @@ func notFound(id string) error {
 // withBox runs fn on a handle to the live sandbox named by {id}.
 func (s *Server) withBox(w http.ResponseWriter, r *http.Request, fn func(b *sandbox.Sandbox, rec store.Sandbox, info provider.Info) error) {
 	ctx := r.Context()
-	id := r.PathValue("id")
+	id := r.PathValue("sandboxID")
 	rec, info, err := s.lookup(ctx, id)
 	if err != nil {
 		writeError(w, err)
@@ -303,20 +398,24 @@ func (s *Server) withBox(w http.ResponseWriter, r *http.Request, fn func(b *sand
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request, _ string) {
-	rec, info, err := s.lookup(r.Context(), r.PathValue("id"))
+	rec, info, err := s.lookup(r.Context(), r.PathValue("sandboxID"))
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, sandboxDetail{
+	d := sandboxDetail{
 		listedSandbox: s.listed(rec, info), EnvdAccessToken: s.envdToken(rec.ID), Domain: s.domain(),
 		Lifecycle: &lifecycle{OnTimeout: "kill"},
-	})
+	}
+	if private(rec.Labels) {
+		d.Network = &networkDetail{AllowPublicTraffic: false}
+	}
+	writeJSON(w, http.StatusOK, d)
 }
 
 func (s *Server) kill(w http.ResponseWriter, r *http.Request, _ string) {
 	ctx := r.Context()
-	id := r.PathValue("id")
+	id := r.PathValue("sandboxID")
 	if _, err := s.st.Sandbox(ctx, id); err != nil {
 		if errors.Is(err, provider.CodeNotFound) {
 			err = notFound(id)
@@ -443,6 +542,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, _ string) {
 				return err
 			}
 			_ = s.st.SetState(ctx, b.ID, provider.StateRunning)
+			s.proxy.closeIdle()
 			s.resumed(ctx, b.ID)
 			status = http.StatusCreated
 		}
@@ -452,7 +552,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, _ string) {
 		if err := s.registerToken(ctx, b.ID); err != nil {
 			return err
 		}
-		writeJSON(w, status, s.sandboxJSON(b.ID, info.Template))
+		writeJSON(w, status, s.sandboxJSON(b.ID, info.Template, rec.Labels))
 		return nil
 	})
 }
@@ -470,6 +570,7 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request, _ string) {
 			return err
 		}
 		_ = s.st.SetState(r.Context(), b.ID, provider.StatePaused)
+		s.proxy.closeIdle()
 		s.paused(r.Context(), b.ID)
 		w.WriteHeader(http.StatusNoContent)
 		return nil
@@ -495,6 +596,7 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request, _ string) {
 			return err
 		}
 		_ = s.st.SetState(ctx, b.ID, provider.StateRunning)
+		s.proxy.closeIdle()
 		s.resumed(ctx, b.ID)
 		if err := s.extend(ctx, b, rec, info, d); err != nil {
 			return err
@@ -502,7 +604,7 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request, _ string) {
 		if err := s.registerToken(ctx, b.ID); err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusCreated, s.sandboxJSON(b.ID, info.Template))
+		writeJSON(w, http.StatusCreated, s.sandboxJSON(b.ID, info.Template, rec.Labels))
 		return nil
 	})
 }
@@ -591,6 +693,8 @@ func (s *Server) listV1(w http.ResponseWriter, r *http.Request, _ string) {
 			out = append(out, sb)
 		}
 	}
+	// Newest first, as E2B lists.
+	slices.SortFunc(out, func(a, b listedSandbox) int { return pageKeyOf(b).compare(pageKeyOf(a)) })
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -614,6 +718,7 @@ func (s *Server) listV2(w http.ResponseWriter, r *http.Request, _ string) {
 			}
 		}
 	}
+	// startedAfter is "at or after": a client may pass back a startedAt it was given.
 	var after time.Time
 	if v := q.Get("startedAfter"); v != "" {
 		if after, err = time.Parse(time.RFC3339Nano, v); err != nil {
@@ -628,11 +733,12 @@ func (s *Server) listV2(w http.ResponseWriter, r *http.Request, _ string) {
 			return
 		}
 	}
-	desc := false
+	// Newest first unless asked otherwise, as E2B lists.
+	desc := true
 	switch q.Get("order") {
-	case "", "asc":
-	case "desc":
-		desc = true
+	case "", "desc":
+	case "asc":
+		desc = false
 	default:
 		writeError(w, provider.Errorf(provider.CodeInvalidArgument, "order must be asc or desc"))
 		return
@@ -655,7 +761,7 @@ func (s *Server) listV2(w http.ResponseWriter, r *http.Request, _ string) {
 	var sel []listedSandbox
 	for _, sb := range all {
 		if (len(states) > 0 && !states[sb.State]) || !matches(sb, md) ||
-			(!after.IsZero() && !sb.StartedAt.After(after)) || (tmpl != "" && sb.TemplateID != tmpl) {
+			(!after.IsZero() && sb.started.Before(after)) || (tmpl != "" && sb.TemplateID != tmpl) {
 			continue
 		}
 		sel = append(sel, sb)

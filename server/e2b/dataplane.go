@@ -3,6 +3,7 @@ package e2b
 import (
 	"bytes"
 	"context"
+	"crypto/subtle"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -47,10 +48,11 @@ type target struct {
 
 // dataPlane reports whether r is for a sandbox's envd, and which.
 func (s *Server) dataPlane(r *http.Request) (target, bool) {
-	if id := r.Header.Get(headerSandboxID); id != "" {
-		return target{id: id}, true
+	if port, id, ok := s.portHost(r.Host); ok {
+		// A request for another port is the sandbox's own, whatever its path and headers.
+		return target{id: id}, port == EnvdPort
 	}
-	if id, ok := s.envdHost(r.Host); ok {
+	if id := r.Header.Get(headerSandboxID); id != "" {
 		return target{id: id}, true
 	}
 	if r.URL.Path == "/files" && r.URL.Query().Get("signature") != "" {
@@ -59,20 +61,24 @@ func (s *Server) dataPlane(r *http.Request) (target, bool) {
 	return target{}, false
 }
 
-// envdHost parses 49983-{id}.{Domain}.
-func (s *Server) envdHost(host string) (string, bool) {
+// portHost parses {port}-{id}.{Domain}, the host of a port of a sandbox.
+func (s *Server) portHost(host string) (port int, id string, ok bool) {
 	if s.cfg.Domain == "" {
-		return "", false
+		return 0, "", false
 	}
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
 	label, ok := strings.CutSuffix(strings.ToLower(host), "."+strings.ToLower(s.cfg.Domain))
-	if !ok {
-		return "", false
+	if !ok || strings.Contains(label, ".") {
+		return 0, "", false
 	}
-	id, ok := strings.CutPrefix(label, strconv.Itoa(EnvdPort)+"-")
-	return id, ok && id != "" && !strings.Contains(id, ".")
+	ps, id, ok := strings.Cut(label, "-")
+	port, err := strconv.Atoi(ps)
+	if !ok || err != nil || port < 1 || port > 65535 || id == "" {
+		return 0, "", false
+	}
+	return port, id, true
 }
 
 // notFoundBody is what E2B's proxy answers for a sandbox it does not know.
@@ -85,6 +91,12 @@ func writeEnvdError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, apiError{Code: status, Message: msg})
 }
 
+// writeSandboxPaused is what the proxy answers for a paused sandbox: E2B's proxy answer
+// for a sandbox it cannot reach (502), which the SDKs' isRunning reads as "not running".
+func writeSandboxPaused(w http.ResponseWriter, id string) {
+	writeJSON(w, http.StatusBadGateway, map[string]any{"sandboxId": id, "message": "The sandbox is paused", "code": http.StatusBadGateway})
+}
+
 const unauthorizedMessage = "unauthorized access, please provide a valid access token or method signing if supported"
 
 func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request, t target) {
@@ -92,8 +104,9 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request, t target) {
 	q := r.URL.Query()
 	id := t.id
 	if t.bySignature {
-		if id = s.sandboxForSignature(ctx, r.Method, q); id == "" {
-			writeEnvdError(w, http.StatusUnauthorized, "the signature is not valid for any sandbox, or it has expired")
+		var err error
+		if id, err = s.sandboxForSignature(ctx, r.Method, q); err != nil {
+			writeEnvdError(w, http.StatusUnauthorized, err.Error())
 			return
 		}
 	}
@@ -105,7 +118,8 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request, t target) {
 		writeSandboxNotFound(w, id)
 		return
 	}
-	if _, err := s.st.Sandbox(ctx, id); err != nil {
+	rec, err := s.st.Sandbox(ctx, id)
+	if err != nil {
 		if errors.Is(err, provider.CodeNotFound) {
 			writeSandboxNotFound(w, id)
 			return
@@ -113,8 +127,15 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request, t target) {
 		writeEnvdError(w, http.StatusInternalServerError, provider.StripCredentials(message(err)))
 		return
 	}
-	if !s.envdAuthorized(r, id, q) {
-		writeEnvdError(w, http.StatusUnauthorized, unauthorizedMessage)
+	if rec.State == provider.StatePaused {
+		// Said here, from the record, before anything is sent: a connection the proxy keeps
+		// to the agent of a sandbox that was reached before its pause still stands, but the
+		// agent is frozen and would never answer.
+		writeSandboxPaused(w, id)
+		return
+	}
+	if err := s.envdAuthorize(r, id, q); err != nil {
+		writeEnvdError(w, http.StatusUnauthorized, err.Error())
 		return
 	}
 	if r.Method == http.MethodPost && r.URL.Path == "/process.Process/Start" {
@@ -126,35 +147,73 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request, t target) {
 	s.proxy.ServeHTTP(w, r.WithContext(context.WithValue(ctx, sandboxKey{}, id)))
 }
 
-// envdAuthorized applies envd's rules with the sandbox's token: X-Access-Token on every
-// request but GET /health and /files, where a valid signed URL also does.
-func (s *Server) envdAuthorized(r *http.Request, id string, q url.Values) bool {
+// envdAuthorize applies envd's rules with the sandbox's token: X-Access-Token on every
+// request but GET /health and /files, where a valid signed URL also does. It returns nil,
+// or why the request is refused.
+func (s *Server) envdAuthorize(r *http.Request, id string, q url.Values) error {
 	if r.URL.Path == "/health" && r.Method == http.MethodGet {
-		return true
+		return nil
 	}
-	tok := r.Header.Get(headerAccessToken)
-	if s.tokenOK(r.Context(), id, tok) {
-		return true
+	if s.tokenOK(r.Context(), id, r.Header.Get(headerAccessToken)) {
+		return nil
 	}
-	if r.URL.Path == "/files" && (r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodPost) {
-		return s.signatureOK(id, r.Method, q, time.Now())
+	if r.URL.Path == "/files" && q.Has("signature") && (r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodPost) {
+		return s.checkSignature(id, r.Method, q, time.Now())
 	}
-	return false
+	return errors.New(unauthorizedMessage)
 }
 
-// sandboxForSignature finds the live sandbox whose token signed a /files URL, or "".
-func (s *Server) sandboxForSignature(ctx context.Context, method string, q url.Values) string {
+// sandboxForSignature finds the live sandbox whose token signed a /files URL. It returns
+// errSignatureInvalid when there is none, and the sandbox with errSignatureExpired when
+// the URL is one of its own but has expired.
+func (s *Server) sandboxForSignature(ctx context.Context, method string, q url.Values) (string, error) {
 	recs, err := s.st.Sandboxes(ctx)
 	if err != nil {
-		return ""
+		return "", errSignatureInvalid
 	}
 	now := time.Now()
 	for _, rec := range recs {
-		if idPattern.MatchString(rec.ID) && s.signatureOK(rec.ID, method, q, now) {
-			return rec.ID
+		if !idPattern.MatchString(rec.ID) {
+			continue
+		}
+		if err := s.checkSignature(rec.ID, method, q, now); err != errSignatureInvalid {
+			return rec.ID, err
 		}
 	}
-	return ""
+	return "", errSignatureInvalid
+}
+
+// HeaderTrafficToken carries the traffic access token of a sandbox whose ports take
+// public traffic only with it.
+const HeaderTrafficToken = "E2b-Traffic-Access-Token"
+
+// PublicTraffic decides a request for a port of sandbox id other than envd's (a
+// {port}-{id}.{Domain} host). A sandbox created through E2B's API with
+// network.allowPublicTraffic false takes such requests only with its traffic access token
+// (trafficAccessToken of create and connect) in the e2b-traffic-access-token header, which
+// is then all they need, as on E2B: restricted is true, and ok says whether the token is
+// the sandbox's. When it is not, PublicTraffic has answered 403 with E2B's proxy error
+// body; when it is, it removes the header, so the token does not reach the sandbox. For any
+// other sandbox restricted is false, w and r are left alone, and the server's own rules
+// for previews apply.
+func (s *Server) PublicTraffic(w http.ResponseWriter, r *http.Request, id string) (restricted, ok bool) {
+	rec, err := s.st.Sandbox(r.Context(), id)
+	if err != nil || !private(rec.Labels) || !idPattern.MatchString(id) {
+		return false, false
+	}
+	tok := r.Header.Get(HeaderTrafficToken)
+	var msg string
+	switch {
+	case tok == "":
+		msg = "this sandbox takes requests to its ports only with its traffic access token in the e2b-traffic-access-token header"
+	case subtle.ConstantTimeCompare([]byte(tok), []byte(s.trafficToken(id))) != 1:
+		msg = "the token in the e2b-traffic-access-token header is not this sandbox's traffic access token"
+	default:
+		r.Header.Del(HeaderTrafficToken)
+		return true, true
+	}
+	writeJSON(w, http.StatusForbidden, map[string]any{"sandboxId": id, "message": msg, "code": http.StatusForbidden})
+	return true, false
 }
 
 type sandboxKey struct{}
@@ -171,7 +230,7 @@ type sandboxKey struct{}
 // after the close, fail with "invalid Read on closed Body", and make the Transport drop
 // the connection to the agent. The stream then died just after its start message: the
 // agent cancelled the watch, and the client saw only "terminated".
-func (s *Server) newProxy(dial func(ctx context.Context, network, addr string) (net.Conn, error)) http.Handler {
+func (s *Server) newProxy(dial func(ctx context.Context, network, addr string) (net.Conn, error)) *envdProxy {
 	tr := &http.Transport{
 		DialContext:           dial,
 		MaxIdleConnsPerHost:   32,
@@ -210,13 +269,24 @@ func (s *Server) newProxy(dial func(ctx context.Context, network, addr string) (
 			}
 		},
 	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return &envdProxy{tr: tr, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := http.NewResponseController(w).EnableFullDuplex(); err != nil && r.ProtoMajor == 1 {
 			s.log.Warn("e2b data plane: cannot serve full duplex; streams may be cut", "err", err)
 		}
 		rp.ServeHTTP(w, r)
-	})
+	})}
 }
+
+// envdProxy is the data plane's reverse proxy and the connections it keeps to agents.
+type envdProxy struct {
+	http.Handler
+	tr *http.Transport
+}
+
+// closeIdle closes the connections kept for reuse, after a pause or a resume: a sandbox's
+// agent may not survive either with its connections (a checkpoint does not), and a frozen
+// agent's connections are of no use until it thaws.
+func (p *envdProxy) closeIdle() { p.tr.CloseIdleConnections() }
 
 // dialEnvd connects to the agent of the sandbox named by addr ({id}.envd.invalid:80).
 func (s *Server) dialEnvd(ctx context.Context, _, addr string) (net.Conn, error) {

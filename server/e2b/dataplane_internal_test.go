@@ -3,6 +3,8 @@ package e2b
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,8 +12,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/providers/memory"
+	"github.com/tupper-dev/tupper/store"
 )
 
 // TestProxyKeepsServerStreams sends many server-streaming requests through the data-plane
@@ -83,5 +90,48 @@ func TestProxyKeepsServerStreams(t *testing.T) {
 	wg.Wait()
 	if len(failures) > 0 {
 		t.Fatalf("%d of %d streams were cut, e.g. %s", len(failures), workers*perWorker, failures[0])
+	}
+}
+
+// A paused sandbox's data plane is answered from the store's record, at once, without
+// reaching for the agent: a connection the proxy kept to it would be to a frozen agent,
+// which never answers (the SDK's isRunning hung for its whole request timeout).
+func TestPausedSandboxIsAnsweredWithoutTheAgent(t *testing.T) {
+	ctx := t.Context()
+	st, err := store.Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	s, err := New(ctx, Config{Provider: memory.New(), Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dials atomic.Int32
+	s.proxy = s.newProxy(func(context.Context, string, string) (net.Conn, error) {
+		dials.Add(1)
+		return nil, errors.New("no agent here")
+	})
+	if err := st.PutSandbox(ctx, store.Sandbox{ID: "abc", Provider: "memory", State: provider.StatePaused}, store.Hash(s.envdToken("abc"))); err != nil {
+		t.Fatal(err)
+	}
+	health := func() (int, string) {
+		req := httptest.NewRequest("GET", "/health", nil)
+		req.Header.Set("E2b-Sandbox-Id", "abc")
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		var body struct{ Message string }
+		_ = json.Unmarshal(rec.Body.Bytes(), &body)
+		return rec.Code, body.Message
+	}
+	if code, msg := health(); code != 502 || msg != "The sandbox is paused" || dials.Load() != 0 {
+		t.Errorf("paused: %d %q after %d dials, want 502 \"The sandbox is paused\" and none", code, msg, dials.Load())
+	}
+	// Running again: the request goes to the agent.
+	if err := st.SetState(ctx, "abc", provider.StateRunning); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := health(); code != 502 || dials.Load() == 0 {
+		t.Errorf("running: %d after %d dials, want an attempt to reach the agent", code, dials.Load())
 	}
 }

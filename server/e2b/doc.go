@@ -11,16 +11,21 @@
 // POST /sandboxes (v1) and POST /v2/sandboxes create a sandbox through package sandbox, so it
 // is an ordinary sandbox of the server: it has a store record, a token, lifecycle events, and
 // it is listed by the native API under /v1. templateID "base" is the provider's default
-// template; metadata become labels; envVars the environment of every command; timeout
-// (seconds: 15 by default on v1, 300 on v2) the hard lifetime, which the provider enforces
-// (or, for a provider that cannot, the server's reaper). Also served: connect (v1 and v2:
-// 200 when running, 201 when resumed from pause), list (GET /sandboxes: running ones; GET
-// /v2/sandboxes: metadata, state, template and startedAfter filters, order, limit and
-// X-Next-Token paging), get, kill, timeout, pause and resume (where the provider declares
-// "pause"; 409 when already in that state), metrics (one sample measured in the sandbox
-// when asked) and snapshot creation (where the provider declares "snapshot"). Everything
-// else — network updates, fork, volumes, MCP, auto-pause, listing and deleting snapshots —
-// answers 501 with E2B's error body {"code": status, "message": text}.
+// template; metadata become labels (E2B's API shows exactly those: the server's own labels,
+// sandbox-sdk=true and keys under "tupper.e2b/", stay internal); envVars the environment of
+// every command; timeout (seconds: 15 by default on v1, 300 on v2) the hard lifetime, which
+// the provider enforces (or, for a provider that cannot, the server's reaper);
+// network.allowPublicTraffic false a traffic access token (PublicTraffic). Also served:
+// connect (v1 and v2: 200 when running, 201 when resumed from pause), list (GET /sandboxes:
+// running ones; GET /v2/sandboxes: metadata, state, template and startedAfter (at or after)
+// filters, order, limit and X-Next-Token paging; both newest first by default), get, kill,
+// timeout, pause and resume (where the provider declares "pause"; 409 when already in that
+// state), metrics (one sample measured in the sandbox when asked), snapshot creation (where
+// the provider declares "snapshot") and the template alias "base". Every other operation of
+// E2B's API — network updates, fork, volumes, secrets, templates, teams, MCP, auto-pause,
+// listing and deleting snapshots — answers 501 with E2B's error body {"code": status,
+// "message": text}, naming E2B's path pattern; other paths under E2B's API answer 404 (405
+// for another method) with the same body.
 //
 // Control-plane calls authenticate with an API key of the server in X-API-Key (or
 // Authorization: Bearer).
@@ -36,7 +41,10 @@
 // native API), except for GET /health and for /files with a valid signed URL (E2B's v1
 // scheme, verified here with the sandbox's token). A signed /files URL without
 // E2b-Sandbox-Id (a browser, curl) is routed by its signature. Unknown sandboxes answer 502
-// {"sandboxId", "message": "The sandbox was not found", "code": 502}, as E2B's proxy does.
+// {"sandboxId", "message": "The sandbox was not found", "code": 502}, as E2B's proxy does;
+// paused ones "The sandbox is paused", at once, from the store's record (a connection kept
+// to a frozen agent would never answer). A signed URL that has expired is refused with
+// envd's message.
 //
 // E2B's SDKs expect commands to run as "user" in /home/user. A request without
 // "Authorization: Basic …" is therefore sent as user "user", and a process started without

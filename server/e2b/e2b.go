@@ -62,8 +62,8 @@ type Server struct {
 	st       *store.Store
 	log      *slog.Logger
 	tokenKey []byte
-	control  *http.ServeMux
-	proxy    http.Handler
+	control  *router
+	proxy    *envdProxy
 }
 
 // New builds a Server. It reads (creating it the first time) the key that derives sandbox
@@ -86,22 +86,19 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 }
 
 // Match reports whether r belongs to the E2B API: its data plane (an E2b-Sandbox-Id header,
-// a 49983-{id}.{Domain} host, or a signed /files URL) or its control plane (/sandboxes…,
-// /v2/sandboxes…, /snapshots, /templates/…, /health).
+// a 49983-{id}.{Domain} host, or a signed /files URL) or its control plane (every path in
+// an area of E2B's API: /sandboxes…, /v2/sandboxes…, /templates…, /health, and those the
+// server does not serve, such as /volumes…, which answer E2B's error body). A request to
+// another port of a sandbox ({port}-{id}.{Domain}) is the sandbox's own traffic, whatever
+// its path or headers: never the E2B API's.
 func (s *Server) Match(r *http.Request) bool {
 	if _, ok := s.dataPlane(r); ok {
 		return true
 	}
-	return isControlPath(r.URL.Path)
-}
-
-func isControlPath(p string) bool {
-	for _, prefix := range []string{"/sandboxes", "/v2/sandboxes"} {
-		if p == prefix || strings.HasPrefix(p, prefix+"/") {
-			return true
-		}
+	if _, _, ok := s.portHost(r.Host); ok {
+		return false
 	}
-	return p == "/snapshots" || p == "/health" || strings.HasPrefix(p, "/templates/")
+	return s.control.covers(r.URL.Path)
 }
 
 // ServeHTTP serves a request Match accepted.

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/binary"
 	"io"
+	"maps"
 	"net/http/httptest"
 	"net/url"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,7 +34,7 @@ func TestSignatureMatchesTheSDK(t *testing.T) {
 	}
 }
 
-func TestSignatureOK(t *testing.T) {
+func TestCheckSignature(t *testing.T) {
 	s := &Server{tokenKey: []byte("k")}
 	tok := s.envdToken("abc")
 	now := time.Unix(1_800_000_000, 0)
@@ -47,31 +49,64 @@ func TestSignatureOK(t *testing.T) {
 		return v
 	}
 	good := Signature("/x", "read", "", tok, 0)
-	if !s.signatureOK("abc", "GET", q("/x", "", 0, good), now) {
-		t.Error("a valid read signature was refused")
-	}
-	if s.signatureOK("abc", "POST", q("/x", "", 0, good), now) {
-		t.Error("a read signature was accepted for a write")
-	}
-	if s.signatureOK("abd", "GET", q("/x", "", 0, good), now) {
-		t.Error("a signature was accepted for another sandbox")
-	}
-	if s.signatureOK("abc", "GET", q("/y", "", 0, good), now) {
-		t.Error("a signature was accepted for another path")
-	}
-	if s.signatureOK("abc", "GET", q("/x", "root", 0, good), now) {
-		t.Error("a signature was accepted for another user")
-	}
 	exp := now.Unix() + 60
 	timed := Signature("/x", "write", "", tok, exp)
-	if !s.signatureOK("abc", "POST", q("/x", "", exp, timed), now) {
-		t.Error("a valid expiring signature was refused")
+	for _, c := range []struct {
+		name, id, method string
+		q                url.Values
+		now              time.Time
+		want             error
+	}{
+		{"a valid read signature", "abc", "GET", q("/x", "", 0, good), now, nil},
+		{"a read signature for a write", "abc", "POST", q("/x", "", 0, good), now, errSignatureInvalid},
+		{"another sandbox", "abd", "GET", q("/x", "", 0, good), now, errSignatureInvalid},
+		{"another path", "abc", "GET", q("/y", "", 0, good), now, errSignatureInvalid},
+		{"another user", "abc", "GET", q("/x", "root", 0, good), now, errSignatureInvalid},
+		{"no signature", "abc", "GET", url.Values{"path": {"/x"}}, now, errSignatureInvalid},
+		{"a valid expiring signature", "abc", "POST", q("/x", "", exp, timed), now, nil},
+		{"at its expiration", "abc", "POST", q("/x", "", exp, timed), time.Unix(exp, 0), nil},
+		{"after its expiration", "abc", "POST", q("/x", "", exp, timed), now.Add(2 * time.Minute), errSignatureExpired},
+		{"another expiration", "abc", "POST", q("/x", "", exp+1, timed), now, errSignatureInvalid},
+		// Only the sandbox's own URLs are said to be expired.
+		{"expired for another sandbox", "abd", "POST", q("/x", "", exp, timed), now.Add(2 * time.Minute), errSignatureInvalid},
+		{"an expiration that is not a number", "abc", "POST", url.Values{"path": {"/x"}, "signature": {timed}, "signature_expiration": {"soon"}}, now, errSignatureInvalid},
+	} {
+		if got := s.checkSignature(c.id, c.method, c.q, c.now); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
 	}
-	if s.signatureOK("abc", "POST", q("/x", "", exp, timed), now.Add(2*time.Minute)) {
-		t.Error("an expired signature was accepted")
+	if errSignatureExpired.Error() != "signature is already expired" || errSignatureInvalid.Error() != "invalid signature" {
+		t.Error("the messages are not envd's, which E2B's SDK tests read")
 	}
-	if s.signatureOK("abc", "POST", q("/x", "", exp+1, timed), now) {
-		t.Error("a signature was accepted with another expiration")
+}
+
+func TestTrafficTokenIsKeyedAndNotASandboxToken(t *testing.T) {
+	a := &Server{tokenKey: []byte("one")}
+	b := &Server{tokenKey: []byte("two")}
+	if a.trafficToken("x") != a.trafficToken("x") || len(a.trafficToken("x")) != 40 {
+		t.Errorf("traffic token %q: want 40 hex digits, stable", a.trafficToken("x"))
+	}
+	if a.trafficToken("x") == a.trafficToken("y") || a.trafficToken("x") == b.trafficToken("x") {
+		t.Error("traffic tokens of different sandboxes or keys are equal")
+	}
+	if strings.Contains(a.envdToken("x"), a.trafficToken("x")) {
+		t.Error("the traffic token is part of the envd token")
+	}
+}
+
+func TestMetadataHidesTheServersLabels(t *testing.T) {
+	for _, c := range []struct {
+		labels, want map[string]string
+	}{
+		{nil, map[string]string{}},
+		{map[string]string{"a": "1", "sandbox-sdk": "true", labelSDKAdded: "true"}, map[string]string{"a": "1"}},
+		// Set by the client (providers/e2b does): shown.
+		{map[string]string{"a": "1", "sandbox-sdk": "true"}, map[string]string{"a": "1", "sandbox-sdk": "true"}},
+		{map[string]string{"a": "1", labelPublicTraffic: "false"}, map[string]string{"a": "1"}},
+	} {
+		if got := metadata(c.labels); !maps.Equal(got, c.want) {
+			t.Errorf("metadata(%v) = %v, want %v", c.labels, got, c.want)
+		}
 	}
 }
 

@@ -3,13 +3,18 @@ package e2b_test
 import (
 	"encoding/json"
 	"io"
+	"maps"
 	"net/http"
+	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tupper-dev/tupper/providers/memory"
 	"github.com/tupper-dev/tupper/server"
+	"github.com/tupper-dev/tupper/server/e2b"
 	"github.com/tupper-dev/tupper/server/servertest"
 )
 
@@ -106,7 +111,7 @@ func TestControlPlane(t *testing.T) {
 		t.Errorf("GET /sandboxes/{id}: %d %+v", r.StatusCode, detail)
 	}
 
-	// Paging: one per page, in order, then no token.
+	// Paging: one per page, newest first (E2B's default order), then no token.
 	var ids []string
 	next := ""
 	for page := 0; page < 5; page++ {
@@ -126,8 +131,8 @@ func TestControlPlane(t *testing.T) {
 			break
 		}
 	}
-	if len(ids) != 2 || ids[0] != v1.SandboxID || ids[1] != v2.SandboxID {
-		t.Errorf("paged list: %v, want [%s %s]", ids, v1.SandboxID, v2.SandboxID)
+	if len(ids) != 2 || ids[0] != v2.SandboxID || ids[1] != v1.SandboxID {
+		t.Errorf("paged list: %v, want [%s %s]", ids, v2.SandboxID, v1.SandboxID)
 	}
 	var filtered []struct{ SandboxID string }
 	call(t, "GET", u+"/v2/sandboxes?metadata=who%3Dv1", key, "", nil, &filtered)
@@ -200,5 +205,309 @@ func TestEnvdHost(t *testing.T) {
 	r := call(t, "GET", srv.URL+"/health", "", "", map[string]string{"Host": "49983-nosuchsandbox.sandboxes.test"}, &nf)
 	if r.StatusCode != 502 || nf.SandboxID != "nosuchsandbox" || nf.Code != 502 {
 		t.Errorf("envd host of an unknown sandbox: %d %+v", r.StatusCode, nf)
+	}
+}
+
+// apiErr is E2B's error body.
+type apiErr struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+// Every path of E2B's API answers with E2B's error body: the operations the server does not
+// serve 501 naming E2B's own pattern (so DELETE /templates/tags is not taken for DELETE
+// /templates/{templateID}), other paths 404, other methods 405. Before, paths outside
+// /sandboxes, /v2/sandboxes, /snapshots and /templates/ fell through to the native API's
+// plain-text 404, and GET /templates/aliases/{alias} was not served.
+func TestRouteTable(t *testing.T) {
+	srv := servertest.Start(t, memory.New(), "")
+	u, key := srv.URL, srv.Key
+	for _, c := range []struct {
+		method, path string
+		status       int
+		message      string // the start of the message
+	}{
+		{"POST", "/v3/templates", 501, "POST /v3/templates is not supported by tupper: "},
+		{"GET", "/v2/templates", 501, "GET /v2/templates is not supported by tupper"},
+		{"POST", "/v2/templates/abc/builds/def", 501, "POST /v2/templates/{templateID}/builds/{buildID} is not supported"},
+		{"PATCH", "/v2/templates/abc", 501, "PATCH /v2/templates/{templateID} is not supported"},
+		{"GET", "/templates", 501, "GET /templates is not supported"},
+		{"DELETE", "/templates/tags", 501, "DELETE /templates/tags is not supported"},
+		{"POST", "/templates/tags", 501, "POST /templates/tags is not supported"},
+		{"DELETE", "/templates/mine", 501, "DELETE /templates/{templateID} is not supported"},
+		{"GET", "/templates/mine/tags", 501, "GET /templates/{templateID}/tags is not supported"},
+		{"GET", "/templates/mine/files/0123", 501, "GET /templates/{templateID}/files/{hash} is not supported"},
+		{"GET", "/templates/aliases/tags", 404, `template alias "tags" not found`},
+		{"GET", "/templates/aliases/nosuch", 404, `template alias "nosuch" not found`},
+		{"GET", "/volumes", 501, "GET /volumes is not supported by tupper: volumes"},
+		{"POST", "/volumes", 501, "POST /volumes is not supported"},
+		{"GET", "/volumecontent/v1/dir", 501, "GET /volumecontent/{volumeID}/dir is not supported"},
+		{"GET", "/secrets", 501, "GET /secrets is not supported"},
+		{"DELETE", "/secrets/s1", 501, "DELETE /secrets/{secretID} is not supported"},
+		{"GET", "/teams", 501, "GET /teams is not supported"},
+		{"GET", "/api-keys", 501, "GET /api-keys is not supported"},
+		{"GET", "/admin/sandboxes/running-counts", 501, "GET /admin/sandboxes/running-counts is not supported"},
+		{"GET", "/sandboxes/metrics", 501, "GET /sandboxes/metrics is not supported"},
+		{"PUT", "/sandboxes/abc/network", 501, "PUT /sandboxes/{sandboxID}/network is not supported"},
+		{"GET", "/snapshots", 501, "GET /snapshots is not supported"},
+		{"GET", "/volumes/a/b/c", 404, "no route GET /volumes/a/b/c"},
+		{"GET", "/teams/", 404, "no route GET /teams/"},
+		{"GET", "/sandboxes/abc/nosuch", 404, "no route"},
+		{"PUT", "/volumes", 405, "method PUT is not allowed on /volumes"},
+		{"DELETE", "/v2/sandboxes", 405, "method DELETE is not allowed"},
+	} {
+		var e apiErr
+		r := call(t, c.method, u+c.path, key, "{}", map[string]string{"Content-Type": "application/json"}, &e)
+		if r.StatusCode != c.status || e.Code != c.status || !strings.HasPrefix(e.Message, c.message) ||
+			!strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
+			t.Errorf("%s %s: %d %s %+v, want %d %q…", c.method, c.path, r.StatusCode, r.Header.Get("Content-Type"), e, c.status, c.message)
+		}
+		if c.status == 405 && r.Header.Get("Allow") == "" {
+			t.Errorf("%s %s: 405 without Allow", c.method, c.path)
+		}
+	}
+	var alias struct {
+		TemplateID string `json:"templateID"`
+		Public     *bool  `json:"public"`
+	}
+	if r := call(t, "GET", u+"/templates/aliases/base", key, "", nil, &alias); r.StatusCode != 200 || alias.TemplateID != "base" || alias.Public == nil || !*alias.Public {
+		t.Errorf("GET /templates/aliases/base: %d %+v", r.StatusCode, alias)
+	}
+	// Without a key, E2B's 401 first.
+	var e apiErr
+	if r := call(t, "GET", u+"/volumes", "", "", nil, &e); r.StatusCode != 401 || e.Code != 401 {
+		t.Errorf("GET /volumes without a key: %d %+v", r.StatusCode, e)
+	}
+	// The native API is untouched.
+	if r := call(t, "GET", u+"/v1/health", "", "", nil, nil); r.StatusCode != 200 {
+		t.Errorf("GET /v1/health: %d", r.StatusCode)
+	}
+}
+
+// created creates a sandbox through E2B's API and returns its id, start time and the
+// answer's trafficAccessToken.
+func created(t *testing.T, u, key, body string, hdr map[string]string) (id string, startedAt time.Time, traffic *string) {
+	t.Helper()
+	var sb struct {
+		SandboxID          string  `json:"sandboxID"`
+		TrafficAccessToken *string `json:"trafficAccessToken"`
+	}
+	if r := call(t, "POST", u+"/v2/sandboxes", key, body, hdr, &sb); r.StatusCode != 201 {
+		t.Fatalf("POST /v2/sandboxes %s: %d", body, r.StatusCode)
+	}
+	var d struct {
+		StartedAt time.Time `json:"startedAt"`
+	}
+	call(t, "GET", u+"/sandboxes/"+sb.SandboxID, key, "", nil, &d)
+	return sb.SandboxID, d.StartedAt, sb.TrafficAccessToken
+}
+
+type listed struct {
+	SandboxID string            `json:"sandboxID"`
+	StartedAt time.Time         `json:"startedAt"`
+	Metadata  map[string]string `json:"metadata"`
+}
+
+func listIDs(t *testing.T, u, key, query string) []string {
+	t.Helper()
+	var l []listed
+	if r := call(t, "GET", u+query, key, "", nil, &l); r.StatusCode != 200 {
+		t.Fatalf("GET %s: %d", query, r.StatusCode)
+	}
+	var ids []string
+	for _, s := range l {
+		ids = append(ids, s.SandboxID)
+	}
+	return ids
+}
+
+// Lists are newest first unless order=asc (both versions), startedAfter takes a sandbox
+// that started at that very instant, and metadata come back exactly as set: the
+// sandbox-sdk label the server adds for `tupper ls` (and its own labels) stay internal.
+func TestListOrderAndMetadata(t *testing.T) {
+	srv := servertest.Start(t, memory.New(), "")
+	u, key := srv.URL, srv.Key
+	older, olderAt, tok := created(t, u, key, `{"templateID":"base","metadata":{"who":"older"}}`, nil)
+	if tok != nil {
+		t.Errorf("a sandbox with public traffic has a traffic access token %q", *tok)
+	}
+	// Start times are shown to the millisecond: make the second one's differ.
+	for !time.Now().UTC().Truncate(time.Millisecond).After(olderAt) {
+		time.Sleep(100 * time.Microsecond)
+	}
+	newer, newerAt, _ := created(t, u, key, `{"templateID":"base","metadata":{"who":"newer"}}`, nil)
+	if !newerAt.After(olderAt) {
+		t.Fatalf("start times %v and %v", olderAt, newerAt)
+	}
+	want := func(name string, got []string, want ...string) {
+		t.Helper()
+		if strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Errorf("%s: %v, want %v", name, got, want)
+		}
+	}
+	want("GET /v2/sandboxes", listIDs(t, u, key, "/v2/sandboxes"), newer, older)
+	want("order=desc", listIDs(t, u, key, "/v2/sandboxes?order=desc"), newer, older)
+	want("order=asc", listIDs(t, u, key, "/v2/sandboxes?order=asc"), older, newer)
+	want("GET /sandboxes (v1)", listIDs(t, u, key, "/sandboxes"), newer, older)
+	at := func(tm time.Time) string { return url.QueryEscape(tm.Format(time.RFC3339Nano)) }
+	want("startedAfter the newer one's startedAt", listIDs(t, u, key, "/v2/sandboxes?startedAfter="+at(newerAt)), newer)
+	want("startedAfter the older one's startedAt", listIDs(t, u, key, "/v2/sandboxes?startedAfter="+at(olderAt)), newer, older)
+	want("startedAfter a millisecond after the newer one", listIDs(t, u, key, "/v2/sandboxes?startedAfter="+at(newerAt.Add(time.Millisecond))))
+
+	var l []listed
+	call(t, "GET", u+"/v2/sandboxes?metadata=who%3Dolder", key, "", nil, &l)
+	if len(l) != 1 || !maps.Equal(l[0].Metadata, map[string]string{"who": "older"}) {
+		t.Errorf("listed metadata: %+v", l)
+	}
+	var d struct{ Metadata map[string]string }
+	call(t, "GET", u+"/sandboxes/"+older, key, "", nil, &d)
+	if !maps.Equal(d.Metadata, map[string]string{"who": "older"}) {
+		t.Errorf("GET /sandboxes/{id} metadata: %v", d.Metadata)
+	}
+	if ids := listIDs(t, u, key, "/v2/sandboxes?metadata=sandbox-sdk%3Dtrue"); len(ids) != 0 {
+		t.Errorf("the internal sandbox-sdk label matches a metadata filter: %v", ids)
+	}
+	// The server keeps its label: the native API (and so `tupper ls`) lists the sandbox by it.
+	var native struct {
+		Sandboxes []struct{ ID string } `json:"sandboxes"`
+	}
+	call(t, "GET", u+"/v1/sandboxes?label=sandbox-sdk=true", key, "", nil, &native)
+	if len(native.Sandboxes) != 2 {
+		t.Errorf("native list by sandbox-sdk=true: %+v", native)
+	}
+	// Metadata the client sets, sandbox-sdk included, come back as set (providers/e2b sets
+	// it, with Tupper-Metadata-Exact), and the server's prefix is refused.
+	exact, _, _ := created(t, u, key, `{"templateID":"base","metadata":{"sandbox-sdk":"true","k":"v"}}`, map[string]string{e2b.HeaderMetadataExact: "true"})
+	own, _, _ := created(t, u, key, `{"templateID":"base","metadata":{"sandbox-sdk":"true"}}`, nil)
+	for _, id := range []string{exact, own} {
+		call(t, "GET", u+"/sandboxes/"+id, key, "", nil, &d)
+		if d.Metadata["sandbox-sdk"] != "true" {
+			t.Errorf("%s: sandbox-sdk set by the client is not shown: %v", id, d.Metadata)
+		}
+	}
+	var e apiErr
+	if r := call(t, "POST", u+"/v2/sandboxes", key, `{"templateID":"base","metadata":{"tupper.e2b/allow-public-traffic":"false"}}`, nil, &e); r.StatusCode != 400 || e.Code != 400 {
+		t.Errorf("metadata under the server's prefix: %d %+v", r.StatusCode, e)
+	}
+}
+
+// A signed /files URL that has expired is refused with envd's words, with or without
+// E2B's routing header; a forged one too. The checks come before anything reaches the
+// provider (the memory provider has no data plane).
+func TestSignedURLErrors(t *testing.T) {
+	srv := servertest.Start(t, memory.New(), "")
+	u, key := srv.URL, srv.Key
+	var sb struct{ SandboxID, EnvdAccessToken string }
+	if r := call(t, "POST", u+"/v2/sandboxes", key, `{"templateID":"base"}`, nil, &sb); r.StatusCode != 201 {
+		t.Fatalf("create: %d", r.StatusCode)
+	}
+	past := time.Now().Add(-10 * time.Second).Unix()
+	q := url.Values{"path": {"/home/user/a.txt"}, "signature_expiration": {strconv.FormatInt(past, 10)}}
+	q.Set("signature", e2b.Signature("/home/user/a.txt", "read", "", sb.EnvdAccessToken, past))
+	for _, hdr := range []map[string]string{nil, {"E2b-Sandbox-Id": sb.SandboxID}} {
+		var e apiErr
+		if r := call(t, "GET", u+"/files?"+q.Encode(), "", "", hdr, &e); r.StatusCode != 401 || e != (apiErr{401, "signature is already expired"}) {
+			t.Errorf("expired, headers %v: %d %+v", hdr, r.StatusCode, e)
+		}
+		forged := url.Values{"path": {"/etc/shadow"}, "signature_expiration": q["signature_expiration"], "signature": q["signature"]}
+		if r := call(t, "GET", u+"/files?"+forged.Encode(), "", "", hdr, &e); r.StatusCode != 401 || e != (apiErr{401, "invalid signature"}) {
+			t.Errorf("forged, headers %v: %d %+v", hdr, r.StatusCode, e)
+		}
+	}
+}
+
+// network.allowPublicTraffic false: create and connect return a traffic access token, the
+// detail says so, and the sandbox's {port}-{id}.{domain} hosts take requests only with the
+// token in e2b-traffic-access-token (403 with E2B's body otherwise, even with an API key);
+// with it, the request goes on to the preview (which the memory provider cannot serve:
+// 501). Other sandboxes keep the server's own rules.
+func TestPrivateTraffic(t *testing.T) {
+	srv := servertest.Start(t, memory.New(), "", func(c *server.Config) { c.Domain = "sandboxes.test" })
+	u, key := srv.URL, srv.Key
+	priv, _, tok := created(t, u, key, `{"templateID":"base","network":{"allowPublicTraffic":false}}`, nil)
+	open, _, openTok := created(t, u, key, `{"templateID":"base","network":{"allowPublicTraffic":true}}`, nil)
+	if tok == nil || len(*tok) != 40 || openTok != nil {
+		t.Fatalf("trafficAccessToken: private %v, public %v", tok, openTok)
+	}
+	var conn struct{ TrafficAccessToken *string }
+	if call(t, "POST", u+"/sandboxes/"+priv+"/connect", key, `{"timeout":60}`, nil, &conn); conn.TrafficAccessToken == nil || *conn.TrafficAccessToken != *tok {
+		t.Errorf("connect: trafficAccessToken %v, want %s", conn.TrafficAccessToken, *tok)
+	}
+	var d struct {
+		Metadata map[string]string
+		Network  *struct{ AllowPublicTraffic *bool }
+	}
+	call(t, "GET", u+"/sandboxes/"+priv, key, "", nil, &d)
+	if d.Network == nil || d.Network.AllowPublicTraffic == nil || *d.Network.AllowPublicTraffic || len(d.Metadata) != 0 {
+		t.Errorf("detail of the private sandbox: network %+v, metadata %v", d.Network, d.Metadata)
+	}
+	host := func(id string) map[string]string { return map[string]string{"Host": "8080-" + id + ".sandboxes.test"} }
+	with := func(h map[string]string, k, v string) map[string]string {
+		h[k] = v
+		return h
+	}
+	for _, c := range []struct {
+		name   string
+		key    string
+		hdr    map[string]string
+		status int
+	}{
+		{"private, no token", "", host(priv), 403},
+		{"private, a wrong token", "", with(host(priv), "E2b-Traffic-Access-Token", strings.Repeat("0", 40)), 403},
+		{"private, the other sandbox's envd token", "", with(host(priv), "E2b-Traffic-Access-Token", "sbt_x"), 403},
+		{"private, an API key", key, host(priv), 403},
+		{"private, the token", "", with(host(priv), "E2b-Traffic-Access-Token", *tok), 501},
+		{"public, no credential", "", host(open), 401},
+		{"public, an API key", key, host(open), 501},
+	} {
+		var e struct {
+			SandboxID string `json:"sandboxId"`
+			Code      any    `json:"code"` // the native API's bodies have a string code
+			Message   string `json:"message"`
+		}
+		r := call(t, "GET", u+"/index.html", c.key, "", c.hdr, &e)
+		if r.StatusCode != c.status {
+			t.Errorf("%s: %d %+v, want %d", c.name, r.StatusCode, e, c.status)
+		}
+		if _, native := e.Code.(string); c.status != 403 && !native {
+			t.Errorf("%s: %+v is not the preview's answer", c.name, e)
+		}
+		if c.status == 403 && (e.Code != float64(403) || e.SandboxID != priv || !strings.Contains(e.Message, "e2b-traffic-access-token")) {
+			t.Errorf("%s: body %+v", c.name, e)
+		}
+	}
+}
+
+// A request to a port of a sandbox ({port}-{id}.{domain}, not envd's) is the sandbox's, whatever
+// its path or headers: its web app's /health, /v2/sandboxes or signed-looking /files are not
+// E2B's API. (They were: E2B's control plane and signed-URL routing came first.)
+func TestPortHostIsTheSandboxs(t *testing.T) {
+	srv := servertest.Start(t, memory.New(), "", func(c *server.Config) { c.Domain = "sandboxes.test" })
+	id, _, _ := created(t, srv.URL, srv.Key, `{"templateID":"base"}`, nil)
+	for _, c := range []struct {
+		path string
+		hdr  map[string]string
+	}{
+		{"/health", nil},
+		{"/v2/sandboxes", nil},
+		{"/templates/aliases/base", nil},
+		{"/files?path=%2Fetc%2Fpasswd&signature=v1_x", nil},
+		{"/index.html", map[string]string{"E2b-Sandbox-Id": id}},
+	} {
+		hdr := map[string]string{"Host": "3000-" + id + ".sandboxes.test"}
+		maps.Copy(hdr, c.hdr)
+		var e struct {
+			Code any `json:"code"`
+		}
+		// The preview's answer to a caller without a credential: 401 with the native body.
+		r := call(t, "GET", srv.URL+c.path, "", "", hdr, &e)
+		if _, native := e.Code.(string); r.StatusCode != 401 || !native {
+			t.Errorf("GET %s on the sandbox's port 3000, headers %v: %d %+v, want the preview's 401", c.path, c.hdr, r.StatusCode, e)
+		}
+	}
+	// Port 49983 is envd's: E2B's data plane.
+	var nf struct{ Message string }
+	if r := call(t, "GET", srv.URL+"/health", "", "", map[string]string{"Host": "49983-" + id + ".sandboxes.test"}, &nf); r.StatusCode != 502 || nf.Message == "" {
+		t.Errorf("envd's host: %d %+v", r.StatusCode, nf)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"net/url"
 	"strconv"
 	"time"
@@ -21,6 +22,16 @@ func (s *Server) envdToken(id string) string {
 	m := hmac.New(sha256.New, s.tokenKey)
 	m.Write([]byte("e2b envd access token\x00" + id))
 	return store.TokenPrefix + hex.EncodeToString(m.Sum(nil))[:40]
+}
+
+// trafficToken is the traffic access token of a sandbox created with
+// network.allowPublicTraffic false: 40 hex digits derived from the id with the same key
+// (under another label). It is not a credential of any API: it only lets requests through
+// to the sandbox's ports (PublicTraffic).
+func (s *Server) trafficToken(id string) string {
+	m := hmac.New(sha256.New, s.tokenKey)
+	m.Write([]byte("e2b traffic access token\x00" + id))
+	return hex.EncodeToString(m.Sum(nil))[:40]
 }
 
 // registerToken makes sure the store knows the sandbox's envd token (a sandbox made through
@@ -58,11 +69,19 @@ func Signature(path, op, user, token string, expiration int64) string {
 	return "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
 }
 
-// signatureOK checks a signed /files URL against the sandbox's envd token.
-func (s *Server) signatureOK(id, method string, q url.Values, now time.Time) bool {
+// The ways a signed /files URL fails, in envd's words (E2B's SDK tests read them).
+var (
+	errSignatureInvalid = errors.New("invalid signature")
+	errSignatureExpired = errors.New("signature is already expired")
+)
+
+// checkSignature checks a signed /files URL against the sandbox's envd token: nil,
+// errSignatureInvalid, or errSignatureExpired. As envd, it checks the signature before
+// the expiration, so only a URL the sandbox's token signed is reported as expired.
+func (s *Server) checkSignature(id, method string, q url.Values, now time.Time) error {
 	sig := q.Get("signature")
 	if sig == "" {
-		return false
+		return errSignatureInvalid
 	}
 	op := "read"
 	if method == "POST" {
@@ -71,10 +90,16 @@ func (s *Server) signatureOK(id, method string, q url.Values, now time.Time) boo
 	var exp int64
 	if v := q.Get("signature_expiration"); v != "" {
 		var err error
-		if exp, err = strconv.ParseInt(v, 10, 64); err != nil || exp <= 0 || now.Unix() > exp {
-			return false
+		if exp, err = strconv.ParseInt(v, 10, 64); err != nil || exp <= 0 {
+			return errSignatureInvalid
 		}
 	}
 	want := Signature(q.Get("path"), op, q.Get("username"), s.envdToken(id), exp)
-	return subtle.ConstantTimeCompare([]byte(sig), []byte(want)) == 1
+	if subtle.ConstantTimeCompare([]byte(sig), []byte(want)) != 1 {
+		return errSignatureInvalid
+	}
+	if exp != 0 && now.Unix() > exp {
+		return errSignatureExpired
+	}
+	return nil
 }

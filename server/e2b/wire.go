@@ -4,11 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
-	"maps"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/sandbox"
 	"github.com/tupper-dev/tupper/store"
 )
 
@@ -68,14 +69,22 @@ type listedSandbox struct {
 	EnvdVersion  string            `json:"envdVersion"`
 	Metadata     map[string]string `json:"metadata"`
 	VolumeMounts []struct{}        `json:"volumeMounts"`
+
+	started time.Time // StartedAt before it is rounded to the millisecond
 }
 
 // sandboxDetail is E2B's SandboxDetail.
 type sandboxDetail struct {
 	listedSandbox
-	EnvdAccessToken string     `json:"envdAccessToken"`
-	Domain          *string    `json:"domain"`
-	Lifecycle       *lifecycle `json:"lifecycle"`
+	EnvdAccessToken string         `json:"envdAccessToken"`
+	Domain          *string        `json:"domain"`
+	Network         *networkDetail `json:"network,omitempty"`
+	Lifecycle       *lifecycle     `json:"lifecycle"`
+}
+
+// networkDetail is the part of E2B's SandboxNetworkConfig a detail reports.
+type networkDetail struct {
+	AllowPublicTraffic bool `json:"allowPublicTraffic"`
 }
 
 type lifecycle struct {
@@ -110,16 +119,35 @@ func templateID(t string) string {
 	return t
 }
 
-// metadata is what E2B reports as a sandbox's metadata: its labels as the server records
-// them, so the two APIs agree. They include sandbox-sdk=true, the label of sandboxes made
-// through the SDK (as every sandbox of the server is), which `tupper ls` lists by.
+// The record of a sandbox made through E2B's API holds its metadata as labels, and the
+// server's own labels under reservedPrefix, which metadata may not use. E2B's API shows the
+// metadata only, exactly as the client set them.
+const (
+	reservedPrefix = "tupper.e2b/"
+	// labelSDKAdded, "true", says the server added sandbox-sdk=true, the label of sandboxes
+	// made through the SDK (as every sandbox of the server is), by which `tupper ls` lists
+	// them; the client did not set it, so E2B's API does not show it.
+	labelSDKAdded = reservedPrefix + "sdk-label-added"
+	// labelPublicTraffic, "false", records network.allowPublicTraffic false: the sandbox's
+	// ports take requests only with its traffic access token (PublicTraffic).
+	labelPublicTraffic = reservedPrefix + "allow-public-traffic"
+)
+
+// metadata is what E2B reports as a sandbox's metadata: its labels without the server's.
 func metadata(labels map[string]string) map[string]string {
-	m := maps.Clone(labels)
-	if m == nil {
-		m = map[string]string{}
+	m := make(map[string]string, len(labels))
+	for k, v := range labels {
+		if strings.HasPrefix(k, reservedPrefix) || (k == sandbox.SDKLabel && labels[labelSDKAdded] == "true") {
+			continue
+		}
+		m[k] = v
 	}
 	return m
 }
+
+// private reports whether the sandbox of a record takes public traffic only with its
+// traffic access token.
+func private(labels map[string]string) bool { return labels[labelPublicTraffic] == "false" }
 
 func (s *Server) size() provider.Size { return provider.Sizes["small"] }
 
@@ -153,14 +181,21 @@ func (s *Server) listed(rec store.Sandbox, in provider.Info) listedSandbox {
 		StartedAt: started.UTC().Truncate(time.Millisecond), EndAt: end.UTC().Truncate(time.Millisecond),
 		CPUCount: max(1, int(sz.CPU)), MemoryMB: sz.MemoryMB, DiskSizeMB: sz.DiskGB * 1024,
 		State: state, EnvdVersion: EnvdVersion, Metadata: metadata(rec.Labels), VolumeMounts: []struct{}{},
+		started: started,
 	}
 }
 
-func (s *Server) sandboxJSON(id, template string) sandboxJSON {
-	return sandboxJSON{
+// sandboxJSON is the answer of create and connect for a sandbox with the record's labels.
+func (s *Server) sandboxJSON(id, template string, labels map[string]string) sandboxJSON {
+	out := sandboxJSON{
 		SandboxID: id, TemplateID: templateID(template), ClientID: ClientID, EnvdVersion: EnvdVersion,
 		EnvdAccessToken: s.envdToken(id), Domain: s.domain(),
 	}
+	if private(labels) {
+		tok := s.trafficToken(id)
+		out.TrafficAccessToken = &tok
+	}
+	return out
 }
 
 // decodeBody reads a JSON body into v, ignoring unknown fields. An empty body leaves v as is.

@@ -4,9 +4,26 @@
 // against a real server. Every step runs (one failing does not hide the others); run
 // returns the number of failed steps.
 import assert from 'node:assert/strict'
+import http from 'node:http'
+
+// hostGet sends GET path to the server with Host set to host (a {port}-{id}.{domain} name,
+// which nothing resolves here) and the headers, and returns the status and body.
+function hostGet(host, path, headers) {
+  const u = new URL(process.env.E2B_SANDBOX_URL)
+  return new Promise((resolve, reject) => {
+    const req = http.request({ hostname: u.hostname, port: u.port, path, headers: { ...headers, Host: host } }, (res) => {
+      let body = ''
+      res.setEncoding('utf8')
+      res.on('data', (d) => { body += d })
+      res.on('end', () => resolve({ status: res.statusCode, body }))
+    })
+    req.on('error', reject)
+    req.end()
+  })
+}
 
 export async function run(sdk, sdkVersion) {
-  const { Sandbox, CommandExitError, TimeoutError, AuthenticationError, FileType, FilesystemEventType, NotFoundError } = sdk
+  const { Sandbox, Template, Volume, BuildError, CommandExitError, TimeoutError, AuthenticationError, FileType, FilesystemEventType, NotFoundError } = sdk
   for (const v of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY']) {
     if (!process.env[v]) throw new Error(`${v} is not set`)
   }
@@ -280,6 +297,146 @@ export async function run(sdk, sdkVersion) {
     } finally {
       await other.kill()
     }
+  })
+
+  await step('metadata round-trip exactly: getInfo and list show what was set, nothing more', async () => {
+    const want = { suite: 'tupper-compat', marker }
+    assert.deepEqual((await sbx.getInfo()).metadata, want)
+    const listed = []
+    const p = Sandbox.list({ query: { metadata: { marker } } })
+    while (p.hasNext) listed.push(...(await p.nextItems()))
+    assert.equal(listed.length, 1)
+    assert.deepEqual(listed[0].metadata, want)
+  })
+
+  await step('list: newest first by default, oldest first with order asc, startedAfter is at or after', async () => {
+    const newer = await Sandbox.create('base', { metadata: { suite: 'tupper-compat', marker: marker + '-newer' }, timeoutMs: 60_000 })
+    try {
+      const mine = new Set([sbx.sandboxId, newer.sandboxId])
+      const ids = async (opts = {}) => {
+        const out = []
+        const p = Sandbox.list({ ...opts, query: { metadata: { suite: 'tupper-compat' }, ...opts.query } })
+        while (p.hasNext) out.push(...(await p.nextItems()))
+        return out.map((s) => s.sandboxId).filter((id) => mine.has(id))
+      }
+      assert.deepEqual(await ids(), [newer.sandboxId, sbx.sandboxId], 'the default order')
+      assert.deepEqual(await ids({ limit: 1 }), [newer.sandboxId, sbx.sandboxId], 'the default order, one per page')
+      assert.deepEqual(await ids({ order: 'asc' }), [sbx.sandboxId, newer.sandboxId], 'order asc')
+      assert.deepEqual(await ids({ order: 'desc' }), [newer.sandboxId, sbx.sandboxId], 'order desc')
+      const at = (await newer.getInfo()).startedAt
+      assert.deepEqual(await ids({ query: { startedAfter: at } }), [newer.sandboxId], 'startedAfter the newer one\'s own startedAt')
+      assert.deepEqual(await ids({ query: { startedAfter: (await sbx.getInfo()).startedAt } }), [newer.sandboxId, sbx.sandboxId], 'startedAfter the older one\'s startedAt')
+      assert.deepEqual(await ids({ query: { startedAfter: new Date(at.getTime() + 1) } }), [], 'startedAfter a millisecond later')
+    } finally {
+      await newer.kill()
+    }
+  })
+
+  await step('an expired signed URL: 401 with envd\'s message', async () => {
+    await sbx.files.write('compat/signed.txt', 'signed')
+    const expired = await sbx.downloadUrl('compat/signed.txt', { useSignatureExpiration: -10_000 })
+    const res = await fetch(expired)
+    assert.equal(res.status, 401)
+    assert.deepEqual(await res.json(), { code: 401, message: 'signature is already expired' })
+    const valid = await sbx.downloadUrl('compat/signed.txt', { useSignatureExpiration: 10_000 })
+    const ok = await fetch(valid)
+    assert.equal(ok.status, 200)
+    assert.equal(await ok.text(), 'signed')
+  })
+
+  await step('createSnapshot, then a sandbox from the snapshot', async () => {
+    await sbx.files.write('compat/snap.txt', 'in the snapshot')
+    const snap = await sbx.createSnapshot()
+    assert.ok(snap.snapshotId, `snapshot ${JSON.stringify(snap)}`)
+    const child = await Sandbox.create(snap.snapshotId, { timeoutMs: 60_000 })
+    try {
+      assert.equal(await child.files.read('compat/snap.txt'), 'in the snapshot')
+    } finally {
+      await child.kill()
+    }
+    assert.equal(await sbx.isRunning(), true)
+  })
+
+  await step('pause: isRunning is false at once, envd calls fail fast, connect resumes', async () => {
+    const p = await Sandbox.create('base', { metadata: { suite: 'tupper-compat-pause' }, envs: { KEPT: 'kept' }, timeoutMs: 120_000 })
+    try {
+      await p.files.write('before-pause.txt', 'still here')
+      assert.equal((await p.commands.run('echo $KEPT')).stdout, 'kept\n')
+      const bg = await p.commands.run('sleep 300', { background: true })
+      // Reach the sandbox just before the pause: the proxy keeps that connection to the
+      // agent for the next request, and the agent will be frozen.
+      assert.equal(await p.isRunning(), true)
+      assert.equal(await p.pause(), true)
+      let t0 = Date.now()
+      assert.equal(await p.isRunning({ requestTimeoutMs: 10_000 }), false)
+      const took = Date.now() - t0
+      assert.ok(took < 2000, `isRunning answered ${took} ms after the pause`)
+      console.log(`     isRunning after the pause: false in ${took} ms`)
+      t0 = Date.now()
+      // The SDK makes the proxy's 502 a TimeoutError, with the proxy's message.
+      await assert.rejects(p.files.read('before-pause.txt', { requestTimeoutMs: 10_000 }), /The sandbox is paused/)
+      assert.ok(Date.now() - t0 < 2000, `a read of a paused sandbox failed after ${Date.now() - t0} ms`)
+      assert.equal((await p.getInfo()).state, 'paused')
+      assert.equal(await p.pause(), false, 'a second pause')
+      await p.connect()
+      assert.equal(await p.isRunning(), true)
+      assert.equal(await p.files.read('before-pause.txt'), 'still here')
+      assert.equal((await p.commands.run('echo $KEPT')).stdout, 'kept\n')
+      assert.ok((await p.commands.list()).some((c) => c.pid === bg.pid), 'the background command survived the pause')
+      assert.equal(await p.commands.kill(bg.pid), true)
+    } finally {
+      await p.kill()
+    }
+  })
+
+  await step('network.allowPublicTraffic false: its ports answer only with the traffic access token', async () => {
+    assert.equal(sbx.trafficAccessToken, undefined, 'a sandbox with public traffic has no traffic access token')
+    const priv = await Sandbox.create('base', { network: { allowPublicTraffic: false }, metadata: { suite: 'tupper-compat-private' }, timeoutMs: 120_000 })
+    try {
+      assert.ok(priv.trafficAccessToken, `trafficAccessToken is ${priv.trafficAccessToken}`)
+      assert.equal((await priv.getInfo()).network?.allowPublicTraffic, false)
+      assert.deepEqual((await priv.getInfo()).metadata, { suite: 'tupper-compat-private' })
+      await priv.files.write('www/index.html', 'served from the sandbox')
+      const web = await priv.commands.run('cd www && exec python3 -m http.server 8080', { background: true })
+      const host = priv.getHost(8080)
+      assert.match(host, new RegExp(`^8080-${priv.sandboxId}\\.`))
+      const withToken = { 'e2b-traffic-access-token': priv.trafficAccessToken }
+      const ok = await until('the web server in the sandbox', 20_000, async () => {
+        const r = await hostGet(host, '/index.html', withToken)
+        return r.status === 200 ? r : null
+      })
+      assert.equal(ok.body, 'served from the sandbox')
+      for (const [what, headers] of [
+        ['no token', {}],
+        ['a wrong token', { 'e2b-traffic-access-token': 'f'.repeat(40) }],
+        ['an API key instead', { 'X-API-Key': process.env.E2B_API_KEY }],
+        ['the envd access token instead', { 'e2b-traffic-access-token': priv.envdAccessToken ?? 'none' }],
+      ]) {
+        const r = await hostGet(host, '/index.html', headers)
+        assert.equal(r.status, 403, `${what}: ${r.status} ${r.body}`)
+        assert.equal(JSON.parse(r.body).code, 403, what)
+      }
+      const again = await Sandbox.connect(priv.sandboxId)
+      assert.equal(again.trafficAccessToken, priv.trafficAccessToken, 'connect returns the traffic access token')
+      await web.kill()
+    } finally {
+      await priv.kill()
+    }
+  })
+
+  await step('Template.exists: base exists, another alias does not', async () => {
+    assert.equal(await Template.exists('base'), true)
+    assert.equal(await Template.exists(`no-such-template-${process.pid}`), false)
+  })
+
+  await step('Template.build, tags and volumes: a clear "not supported" in E2B\'s error body', async () => {
+    await assert.rejects(Template.build(Template().fromImage('debian:12'), `compat-${process.pid}`), (err) => {
+      assert.ok(err instanceof BuildError, `got ${err?.constructor?.name}: ${err}`)
+      assert.match(err.message, /POST \/v3\/templates is not supported by tupper/)
+      return true
+    })
+    await assert.rejects(Template.removeTags('base', ['compat']), /DELETE \/templates\/tags is not supported by tupper/)
+    await assert.rejects(Volume.create(`compat-${process.pid}`), /POST \/volumes is not supported by tupper/)
   })
 
   await step('setTimeout moves endAt', async () => {

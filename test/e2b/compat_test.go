@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tupper-dev/tupper/internal/testenv"
+	"github.com/tupper-dev/tupper/server"
 	"github.com/tupper-dev/tupper/server/servertest"
 )
 
@@ -28,7 +29,9 @@ func TestE2BSDK(t *testing.T) {
 		t.Skip("-short: the E2B SDK runs take a minute")
 	}
 
-	srv := servertest.Start(t, servertest.Provider(t, 5), "")
+	// A domain, so that getHost(port) names {port}-{id}.e2b-compat.test, which the script
+	// reaches by sending that Host to the server.
+	srv := servertest.Start(t, servertest.Provider(t, 5), "", func(c *server.Config) { c.Domain = "e2b-compat.test" })
 	_, key, err := srv.Store.CreateE2BKey(t.Context(), "e2b-compat")
 	if err != nil {
 		t.Fatal(err)
