@@ -746,8 +746,13 @@ func (p *Provider) create(ctx context.Context, spec provider.CreateSpec, pooled 
 			return errors.Join(errs...)
 		}},
 		{name: "bundle", do: func(ctx context.Context) error {
+			views, err := hostViews(ctx)
+			if err != nil {
+				return err
+			}
 			s := buildSpec(bundleSpec{
-				id: id, runtime: rtName, rootfs: p.lay.rootfs(id), agentPath: agentPath,
+				hostViews: views,
+				id:        id, runtime: rtName, rootfs: p.lay.rootfs(id), agentPath: agentPath,
 				runDir: p.lay.run(id), tmpDir: p.lay.tmp(id), userns: userns, uidBase: rec.UIDBase, netnsPath: netnsPath,
 				cpu: size.CPU, memoryMB: size.MemoryMB, pids: p.cfg.PidsLimit,
 			})

@@ -46,6 +46,7 @@ func TestSecurity(t *testing.T) {
 			t.Run("host-files", s.hostFiles)
 			t.Run("host-processes", s.hostProcesses)
 			t.Run("template-write", s.templateWrite)
+			t.Run("template-modify", s.templateModify)
 			t.Run("file-api-symlinks", s.fileAPISymlinks)
 			t.Run("host-loopback", s.hostLoopback)
 			t.Run("privileged-calls", s.privilegedCalls)
@@ -362,6 +363,46 @@ func (s *secSuite) templateWrite(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// 3b. Every way of opening an existing host file of the template for change fails, and the
+// host's file keeps its bytes, mode and times. The victim is a file the test puts under the
+// host's /usr/local/share, never a file the host needs: under runsc 20240729, open(O_TRUNC)
+// on the read-only /usr used to reach the gofer and truncate the host's file.
+func (s *secSuite) templateModify(t *testing.T) {
+	dir := "/usr/local/share"
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	victim := filepath.Join(dir, "tupper-sec-victim-"+randHex(t))
+	content := []byte("#!/bin/sh\n# tupper victim: must stay as it is\nexit 0\n")
+	if err := os.WriteFile(victim, content, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(victim) })
+	before, err := os.Stat(victim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A command that holds it open for writing while the host runs it: a writable open that
+	// reached the host's file would make the host's exec fail with ETXTBSY.
+	s.sh(t, s.a, "(exec 3<>"+victim+" && sleep 3) >/dev/null 2>&1 & sleep 0.5")
+	if out, err := exec.Command(victim).CombinedOutput(); err != nil {
+		t.Errorf("the host cannot run %s while the sandbox holds it: %v %s", victim, err, out)
+	}
+	r := s.helper(t, s.a, "modify "+victim)
+	for _, op := range []string{"open-trunc", "open-wronly", "open-rdwr", "open-append", "truncate", "chmod", "chown", "utimes", "unlink", "rename"} {
+		if got, ok := r[op]; !ok || got == "ok" {
+			t.Errorf("%s of the host's %s from the sandbox: %q, want a refusal", op, victim, got)
+		}
+	}
+	after, err := os.Stat(victim)
+	if err != nil {
+		t.Fatalf("ESCAPE: the host's %s is gone: %v", victim, err)
+	}
+	if b, _ := os.ReadFile(victim); !bytes.Equal(b, content) || after.Mode() != before.Mode() || !after.ModTime().Equal(before.ModTime()) {
+		t.Errorf("ESCAPE: the sandbox changed the host's %s: %q, mode %v, mtime %v (was %v, %v)", victim, b, after.Mode(), after.ModTime(), before.Mode(), before.ModTime())
+	}
 }
 
 // 4. Symlinks planted in the sandbox never make the file API read or write a host path,
@@ -1142,6 +1183,24 @@ func main() {
 	case "stat":
 		_, err := os.Lstat(os.Args[2])
 		fmt.Println("stat", errname(err))
+	case "modify":
+		p := os.Args[2]
+		for _, o := range []struct {
+			name  string
+			flags int
+		}{{"open-trunc", os.O_RDONLY | syscall.O_TRUNC}, {"open-wronly", os.O_WRONLY}, {"open-rdwr", os.O_RDWR}, {"open-append", os.O_WRONLY | os.O_APPEND}} {
+			f, err := os.OpenFile(p, o.flags, 0)
+			if err == nil {
+				f.Close()
+			}
+			fmt.Println(o.name, errname(err))
+		}
+		fmt.Println("truncate", errname(os.Truncate(p, 0)))
+		fmt.Println("chmod", errname(os.Chmod(p, 0o777)))
+		fmt.Println("chown", errname(os.Chown(p, 1000, 1000)))
+		fmt.Println("utimes", errname(os.Chtimes(p, time.Unix(0, 0), time.Unix(0, 0))))
+		fmt.Println("rename", errname(os.Rename(p, p+".moved")))
+		fmt.Println("unlink", errname(os.Remove(p)))
 	case "readdir":
 		ents, err := os.ReadDir(os.Args[2])
 		if err != nil {

@@ -30,6 +30,7 @@ type bundleSpec struct {
 	agentPath string // the host binary bound at agentBinary
 	runDir    string // the host directory bound at agentRunDir
 	tmpDir    string // runsc: the host-made directory bound at /tmp
+	hostViews string // the read-only views of the host directories (see hostviews.go); "": the directories themselves
 	userns    bool
 	uidBase   uint32
 	netnsPath string // "": a new network namespace with loopback only
@@ -95,7 +96,11 @@ func buildSpec(b bundleSpec) *specs.Spec {
 	}
 	for _, d := range hostDirs {
 		if fi, err := os.Lstat("/" + d); err == nil && fi.IsDir() {
-			mounts = append(mounts, specs.Mount{Destination: "/" + d, Type: "bind", Source: "/" + d, Options: ro})
+			src := "/" + d
+			if b.hostViews != "" {
+				src = filepath.Join(b.hostViews, d)
+			}
+			mounts = append(mounts, specs.Mount{Destination: "/" + d, Type: "bind", Source: src, Options: ro})
 		}
 	}
 	if b.runtime == RuntimeRunsc {
