@@ -36,8 +36,15 @@ var deniedSyscalls = []string{
 }
 
 // seccompProfile returns the default profile: deniedSyscalls, no new user namespaces
-// (unshare or clone with CLONE_NEWUSER), and clone3 answered with ENOSYS so libc falls back
-// to clone, whose flags a filter can inspect.
+// (unshare or clone with CLONE_NEWUSER), no vsock sockets, and clone3 answered with ENOSYS
+// so libc falls back to clone, whose flags a filter can inspect.
+//
+// vsock (AF_VSOCK) talks to the hypervisor and to other VMs on it, and is not scoped by the
+// network namespace: without this rule a sandbox with network "none" could still reach
+// whatever listens on the host's or the hypervisor's vsock ports. On the 32-bit x86 ABI,
+// sockets are also made through socketcall(2), whose arguments sit in memory a filter cannot
+// read; libseccomp turns this rule into a refusal of every socketcall(SYS_SOCKET) there, so
+// a 32-bit program must use the direct socket(2) call (Linux 4.3 on) to make any socket.
 //
 // runsc applies the profile inside its sentry (--oci-seccomp) but answers every denied call
 // with EPERM, whatever errnoRet says; its clone3 is ENOSYS anyway, so the clone3 rule is
@@ -55,6 +62,12 @@ func seccompProfile(runtime string) *specs.LinuxSeccomp {
 				Action:   specs.ActErrno,
 				ErrnoRet: &eperm,
 				Args:     []specs.LinuxSeccompArg{{Index: 0, Value: unix.CLONE_NEWUSER, ValueTwo: unix.CLONE_NEWUSER, Op: specs.OpMaskedEqual}},
+			},
+			{
+				Names:    []string{"socket"},
+				Action:   specs.ActErrno,
+				ErrnoRet: &eperm,
+				Args:     []specs.LinuxSeccompArg{{Index: 0, Value: unix.AF_VSOCK, Op: specs.OpEqualTo}},
 			},
 			{
 				// On x86-64 clone's flags are the first argument.

@@ -604,6 +604,8 @@ func (s *secSuite) privilegedCalls(t *testing.T) {
 		"kexec_load":           "EPERM",
 		"raw-socket":           "EPERM",
 		"packet-socket":        "EPERM",
+		"vsock-stream":         "EPERM",
+		"vsock-dgram":          "EPERM",
 		"open_by_handle_at":    "EPERM",
 		"mknod-block":          "EPERM",
 		"bpf":                  "EPERM",
@@ -1125,6 +1127,14 @@ func probe() {
 		syscall.Close(s)
 	}
 	p("packet-socket", err)
+	// vsock reaches the hypervisor whatever the network namespace.
+	for name, typ := range map[string]int{"vsock-stream": syscall.SOCK_STREAM, "vsock-dgram": syscall.SOCK_DGRAM} {
+		s, err = syscall.Socket(40, typ, 0) // AF_VSOCK
+		if err == nil {
+			syscall.Close(s)
+		}
+		p(name, err)
+	}
 	root, _ := syscall.Open("/", syscall.O_RDONLY, 0)
 	handle := make([]byte, 64)
 	handle[0] = 8 // handle_bytes
