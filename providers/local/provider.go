@@ -754,7 +754,7 @@ func (p *Provider) create(ctx context.Context, spec provider.CreateSpec, pooled 
 				hostViews: views,
 				id:        id, runtime: rtName, rootfs: p.lay.rootfs(id), agentPath: agentPath,
 				runDir: p.lay.run(id), tmpDir: p.lay.tmp(id), userns: userns, uidBase: rec.UIDBase, netnsPath: netnsPath,
-				cpu: size.CPU, memoryMB: size.MemoryMB, pids: p.cfg.PidsLimit,
+				cpu: size.CPU, memoryMB: size.MemoryMB, limitSwap: swapAccounted(), pids: p.cfg.PidsLimit,
 			})
 			b, err := json.Marshal(s)
 			if err != nil {

@@ -53,6 +53,7 @@ func TestSecurity(t *testing.T) {
 			t.Run("cross-sandbox", s.crossSandbox)
 			t.Run("fork-bomb", s.forkBomb)
 			t.Run("memory-hog", s.memoryHog)
+			t.Run("swap", s.swap)
 			t.Run("disk-fill", s.diskFill)
 			t.Run("host-user", s.hostUser)
 		})
@@ -895,6 +896,40 @@ func (s *secSuite) memoryHog(t *testing.T) {
 	if err := s.p.Destroy(dctx, hog.ID()); err != nil {
 		t.Errorf("destroying the hog's sandbox: %v", err)
 	}
+}
+
+// 7. A sandbox's memory plus swap is limited to its memory: neither its anonymous memory nor
+// its disk (a tmpfs) can spill into the host's swap.
+func (s *secSuite) swap(t *testing.T) {
+	if !swapAccounted() {
+		testenv.Skip(t, "the host's memory cgroup does not account swap (memory.memsw.* / memory.swap.max absent): no swap limit can be set")
+	}
+	rec, err := s.p.lay.readRecord(s.n.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := strconv.Itoa(rec.MemoryMB << 20)
+	v1 := "/sys/fs/cgroup/memory/tupper/" + s.n.ID()
+	if fileExists(v1) {
+		if got := readTrim(v1 + "/memory.memsw.limit_in_bytes"); got != limit {
+			t.Errorf("the host's %s/memory.memsw.limit_in_bytes = %s, want %s (the memory limit: no swap)", v1, got, limit)
+		}
+		if got := readTrim(v1 + "/memory.limit_in_bytes"); got != limit {
+			t.Errorf("memory.limit_in_bytes = %s, want %s", got, limit)
+		}
+	} else if v2 := "/sys/fs/cgroup/tupper/" + s.n.ID(); fileExists(v2) {
+		if got := readTrim(v2 + "/memory.swap.max"); got != "0" {
+			t.Errorf("the host's %s/memory.swap.max = %s, want 0", v2, got)
+		}
+	} else {
+		t.Fatalf("no memory cgroup of the sandbox at %s or %s", v1, v2)
+	}
+	// Inside, runc and crun show the sandbox its own cgroup; gVisor has a cgroupfs of its own.
+	inside, _ := s.sh(t, s.n, "cat /sys/fs/cgroup/memory/memory.memsw.limit_in_bytes /sys/fs/cgroup/memory.swap.max 2>/dev/null")
+	if s.rt != RuntimeRunsc && inside != limit && inside != "0" {
+		t.Errorf("inside the sandbox: memory+swap limit %q, want %s", inside, limit)
+	}
+	t.Logf("inside: %q", inside)
 }
 
 // 8. Filling the disk stops with ENOSPC at the sandbox's disk size, on the sandbox's own

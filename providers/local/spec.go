@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
@@ -36,6 +37,7 @@ type bundleSpec struct {
 	netnsPath string // "": a new network namespace with loopback only
 	cpu       float64
 	memoryMB  int
+	limitSwap bool // swapAccounted: limit memory+swap to the memory limit
 	pids      int64
 }
 
@@ -143,17 +145,40 @@ func buildSpec(b bundleSpec) *specs.Spec {
 
 // resources are the sandbox's cgroup limits. runc writes them to cgroup v1 controllers on a
 // v1 or hybrid host and to cgroup v2 on a unified one; runsc applies them to its sandbox.
+//
+// Where the host accounts swap, memory plus swap is limited to the memory limit: no swap at
+// all. Otherwise a sandbox's anonymous memory, and its disk (a tmpfs, charged to the
+// sandbox's memory cgroup), would spill into the host's swap past the limit. The OCI value
+// is v1's memory+swap total; runc writes memory.swap.max = Swap - Limit = 0 on cgroup v2.
 func resources(b bundleSpec) *specs.LinuxResources {
 	mem := int64(b.memoryMB) << 20
 	period := uint64(100000)
 	quota := int64(b.cpu * float64(period))
 	pids := b.pids
+	memory := &specs.LinuxMemory{Limit: &mem}
+	if b.limitSwap {
+		memory.Swap = &mem
+	}
 	return &specs.LinuxResources{
 		Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
-		Memory:  &specs.LinuxMemory{Limit: &mem},
+		Memory:  memory,
 		CPU:     &specs.LinuxCPU{Quota: &quota, Period: &period},
 		Pids:    &specs.LinuxPids{Limit: &pids},
 	}
 }
+
+// swapAccounted reports whether the host's memory cgroup accounts swap, so that a swap limit
+// can be set: memory.memsw.* on cgroup v1 (absent with swapaccount=0, or a kernel without
+// swap accounting), memory.swap.max on cgroup v2. runc fails to create a container whose
+// swap limit it cannot write, so without accounting none is asked for (and then the kernel
+// cannot tell a sandbox's swap from anyone's).
+var swapAccounted = sync.OnceValue(func() bool {
+	if fileExists("/sys/fs/cgroup/memory/memory.limit_in_bytes") {
+		return fileExists("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes")
+	}
+	// cgroup v2: the root has no memory.swap.max, its children do.
+	m, _ := filepath.Glob("/sys/fs/cgroup/*/memory.swap.max")
+	return len(m) > 0
+})
 
 func bundleConfigPath(dir string) string { return filepath.Join(dir, "config.json") }

@@ -43,6 +43,13 @@ func TestSpecRunc(t *testing.T) {
 	if *r.Memory.Limit != 512<<20 || *r.CPU.Quota != 150000 || *r.Pids.Limit != 100 {
 		t.Errorf("resources %+v", r)
 	}
+	// Swap is limited (memory+swap = memory) only where the host accounts it.
+	if r.Memory.Swap != nil {
+		t.Errorf("a swap limit without limitSwap: %d", *r.Memory.Swap)
+	}
+	if sw := resources(bundleSpec{memoryMB: 512, limitSwap: true}).Memory.Swap; sw == nil || *sw != 512<<20 {
+		t.Errorf("swap limit with limitSwap: %v, want %d", sw, 512<<20)
+	}
 	for _, m := range s.Mounts {
 		if m.Destination == agentBinary && !slices.Contains(m.Options, "ro") {
 			t.Errorf("agent binary mount is writable: %v", m.Options)
