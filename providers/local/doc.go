@@ -83,17 +83,21 @@
 //
 // # Network
 //
-// "none": the sandbox's own network namespace with loopback only. "all": a veth pair per
-// sandbox, eth0 inside with an address leased from Config.Subnet (default 10.213.0.0/16,
-// one file per address under /run/tupper/net-BRIDGE, shared by every Home on the bridge,
-// since the bridge is host-wide and, like /run, gone after a reboot), the host end on a bridge (Config.Bridge,
-// default tupper0) whose address is the gateway; ports are isolated from each other, so
-// sandboxes reach the host and beyond but not one another; iptables masquerades the subnet
-// (rules tagged "tupper BRIDGE", inserted first in POSTROUTING and FORWARD) and
-// net.ipv4.ip_forward is turned on. The last sandbox's teardown removes the bridge and the
-// rules. Note that the gateway address reaches services listening on the host's wildcard
-// address, as with Docker. "allow" lists fail with CodeUnsupported. resolv.conf gets the
-// host's non-loopback nameservers.
+// "none": the sandbox's own network namespace with loopback only (and no vsock: the seccomp
+// profile refuses AF_VSOCK sockets, which no network namespace scopes). "all": a veth pair
+// per sandbox, eth0 inside with an address leased from Config.Subnet (default
+// 10.213.0.0/16, one file per address under /run/tupper/net-BRIDGE, shared by every Home on
+// the bridge, since the bridge is host-wide and, like /run, gone after a reboot), the host
+// end on a bridge (Config.Bridge, default tupper0, with a MAC address of its own and IPv6
+// off) whose address is the gateway; ports are isolated from each other, so sandboxes do not
+// reach one another. iptables masquerades the subnet and a firewall (firewall.go) lets
+// sandboxes reach the public internet only: not the host (any of its addresses), not
+// private, carrier-grade NAT, link-local (cloud metadata), documentation, benchmarking,
+// multicast or reserved ranges, not IPv6, but port 53 of their nameservers and what
+// Config.AllowPrivate opens. net.ipv4.ip_forward is turned on. The last sandbox's teardown
+// removes the bridge and the rules. "allow" lists fail with CodeUnsupported. resolv.conf
+// gets the host's IPv4 nameservers that are not loopback (systemd-resolved's upstream ones
+// when the host names only its stub).
 //
 // With runc and a user namespace the sandbox's network namespace must be owned by that user
 // namespace (or sysfs cannot be mounted), so the provider runs `runc create`, plumbs the

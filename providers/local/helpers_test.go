@@ -75,25 +75,37 @@ func buildAgent(t testing.TB) string {
 	return agentBin
 }
 
+// The subnet and bridge of test providers, so tests never touch a real installation's. (The
+// bridge's rules changed with the egress firewall; a new name keeps test runs of older
+// code, which share a host, from meeting them.)
+const (
+	testSubnet = "10.215.1.0/24"
+	testBridge = "tupperlt1"
+)
+
 // newTestProvider returns a provider with its own Home, subnet and bridge, for rt, after
 // checking the host can run it.
 func newTestProvider(t testing.TB, rt string) *Provider {
 	t.Helper()
+	return newTestProviderConfig(t, Config{Runtime: rt})
+}
+
+// newTestProviderConfig is newTestProvider with cfg's settings; its Home and AgentPath are
+// the test's, and an empty Subnet and Bridge mean the test ones.
+func newTestProviderConfig(t testing.TB, cfg Config) *Provider {
+	t.Helper()
 	testenv.RequireRoot(t)
-	testenv.RequireBinary(t, rt)
+	testenv.RequireBinary(t, cfg.Runtime)
 	home := t.TempDir()
 	// t.TempDir's parent is private; a user namespace's root must traverse it.
 	if err := os.Chmod(filepath.Dir(home), 0o711); err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(Config{
-		Home:      home,
-		Runtime:   rt,
-		AgentPath: buildAgent(t),
-		// A test subnet and bridge, so tests never touch a real installation's.
-		Subnet: "10.215.0.0/24",
-		Bridge: "tupperlt0",
-	})
+	cfg.Home, cfg.AgentPath = home, buildAgent(t)
+	if cfg.Subnet == "" && cfg.Bridge == "" {
+		cfg.Subnet, cfg.Bridge = testSubnet, testBridge
+	}
+	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -93,14 +94,17 @@ func assertNoLeftovers(t *testing.T, p *Provider) {
 	if ents, _ := os.ReadDir(p.net.leases()); len(ents) > 0 {
 		return
 	}
-	if _, err := os.Stat("/sys/class/net/" + p.cfg.Bridge); err == nil {
-		ports, _ := os.ReadDir("/sys/class/net/" + p.cfg.Bridge + "/brif")
-		t.Errorf("bridge %s left, with %d ports", p.cfg.Bridge, len(ports))
+	if linkExists(p.cfg.Bridge) {
+		t.Errorf("bridge %s left", p.cfg.Bridge)
 	}
-	for _, table := range []string{"filter", "nat"} {
-		out, _ := p.net.iptables(context.Background(), "-t", table, "-S")
-		if strings.Contains(string(out), "tupper "+p.cfg.Bridge) {
-			t.Errorf("iptables %s rules of %s left", table, p.cfg.Bridge)
+	for _, f := range p.net.families(nil, nil) {
+		for _, table := range []string{"filter", "nat"} {
+			out, _ := exec.Command(f.iptables, "-w", "5", "-t", table, "-S").CombinedOutput()
+			for _, s := range []string{"tupper " + p.cfg.Bridge + `"`, p.net.fwdChain(), p.net.inChain()} {
+				if strings.Contains(string(out), s) {
+					t.Errorf("%s %s: %q of %s left", filepath.Base(f.iptables), table, s, p.cfg.Bridge)
+				}
+			}
 		}
 	}
 }
@@ -310,6 +314,9 @@ func TestNetworkNone(t *testing.T) {
 	})
 }
 
+// TestNetworkAll: eth0 beside lo, the host reaches the sandbox through the bridge, and the
+// sandbox does not reach the host, not even at its gateway (what it does reach, the public
+// internet only, is TestSecurityNetwork's).
 func TestNetworkAll(t *testing.T) {
 	forRuntimes(t, func(t *testing.T, rt string) {
 		p := newTestProvider(t, rt)
@@ -317,7 +324,34 @@ func TestNetworkAll(t *testing.T) {
 			testenv.Skip(t, "network all unavailable: "+fmt.Sprint(p.netErr))
 		}
 		inst := create(t, p, provider.CreateSpec{Network: provider.Network{Mode: provider.NetworkAll}})
-		// Only ever the bridge's own address: never the internet.
+		if got := run(t, inst, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | sort | tr '\\n' ' '"); got != "eth0 lo" {
+			t.Errorf("interfaces %q", got)
+		}
+		ctx := context.Background()
+		mode := uint32(0o755)
+		if err := inst.WriteFile(ctx, helperIn, bytes.NewReader(buildSecHelper(t)), &mode); err != nil {
+			t.Fatal(err)
+		}
+		rec, err := p.lay.readRecord(inst.ID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := inst.Exec(ctx, provider.ExecRequest{Command: helperIn + " listen 0.0.0.0:8080 /tmp/conns", Detach: true}); err != nil {
+			t.Fatal(err)
+		}
+		var derr error
+		for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(50 * time.Millisecond) {
+			var c net.Conn
+			if c, derr = net.DialTimeout("tcp", rec.IP+":8080", time.Second); derr == nil {
+				c.Close()
+				break
+			}
+		}
+		if derr != nil {
+			t.Errorf("the host cannot reach the sandbox at %s:8080: %v", rec.IP, derr)
+		}
+
+		var accepted atomic.Int64
 		ln, err := net.Listen("tcp", p.net.gateway.String()+":0")
 		if err != nil {
 			t.Fatal(err)
@@ -329,17 +363,14 @@ func TestNetworkAll(t *testing.T) {
 				if err != nil {
 					return
 				}
-				c.Write([]byte("pong\n"))
+				accepted.Add(1)
 				c.Close()
 			}
 		}()
 		port := ln.Addr().(*net.TCPAddr).Port
-		got := run(t, inst, fmt.Sprintf("bash -c 'exec 3<>/dev/tcp/%s/%d && cat <&3'", p.net.gateway, port))
-		if got != "pong" {
-			t.Errorf("got %q", got)
-		}
-		if got := run(t, inst, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | sort | tr '\\n' ' '"); got != "eth0 lo" {
-			t.Errorf("interfaces %q", got)
+		_, stderr, code := runCode(t, inst, fmt.Sprintf("bash -c 'exec 3<>/dev/tcp/%s/%d'", p.net.gateway, port))
+		if code == 0 || !strings.Contains(stderr, "No route to host") || accepted.Load() != 0 {
+			t.Errorf("the sandbox to the host's gateway address: exit %d, %q, %d accepted; want No route to host", code, stderr, accepted.Load())
 		}
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -21,30 +22,35 @@ import (
 // Network "all" is a veth pair per sandbox: one end (eth0) in the sandbox's network
 // namespace with an address from Config.Subnet, the other on a host bridge whose address is
 // the sandbox's gateway; iptables masquerades the subnet's traffic leaving through any other
-// interface. Bridge ports are isolated from each other, so sandboxes reach the host and the
-// outside but not one another. The bridge and the iptables rules exist while at least one
-// sandbox uses them: the last sandbox's teardown removes them.
+// interface. Bridge ports are isolated from each other, so sandboxes do not reach one
+// another, and the firewall (firewall.go) lets them reach the public internet only: not the
+// host, not private or link-local ranges. The bridge and the iptables rules exist while at
+// least one sandbox uses them: the last sandbox's teardown removes them.
 type network struct {
 	subnet  netip.Prefix
 	gateway netip.Addr
 	bridge  string
 	lay     layout
+	allow   []netip.Prefix // Config.AllowPrivate
 	// dir holds the address leases and the lock of the bridge. The bridge, its rules and
 	// its addresses are host-wide and vanish at reboot, so they are kept in /run, shared by
 	// every Home that uses the bridge: /run/tupper/net-BRIDGE.
 	dir     string
 	ipPath  string
-	iptPath string
 	nsenter string
+	// iptables and iptables-restore; ip6tables and ip6tables-restore, "" on a host without
+	// IPv6.
+	iptPath, iptRestore   string
+	ip6tPath, ip6tRestore string
 }
 
-func newNetwork(lay layout, subnet, bridge string) (*network, error) {
+func newNetwork(lay layout, subnet, bridge string, allow []netip.Prefix) (*network, error) {
 	p, err := netip.ParsePrefix(subnet)
 	if err != nil || !p.Addr().Is4() || p.Bits() < 8 || p.Bits() > 28 {
 		return nil, fmt.Errorf("subnet %q: want an IPv4 prefix between /8 and /28", subnet)
 	}
 	p = p.Masked()
-	n := &network{subnet: p, gateway: p.Addr().Next(), bridge: bridge, lay: lay,
+	n := &network{subnet: p, gateway: p.Addr().Next(), bridge: bridge, lay: lay, allow: allow,
 		dir: filepath.Join("/run/tupper", "net-"+bridge)}
 	if len(bridge) == 0 || len(bridge) > 15 {
 		return nil, fmt.Errorf("bridge name %q: want 1 to 15 characters", bridge)
@@ -58,8 +64,22 @@ func (n *network) findTools() error {
 	if n.ipPath, err = findBinary("ip"); err != nil {
 		return errors.New("ip (iproute2) not found")
 	}
-	if n.iptPath, err = findBinary("iptables"); err != nil {
-		return errors.New("iptables not found")
+	for _, t := range []struct {
+		path *string
+		name string
+		need bool
+	}{
+		{&n.iptPath, "iptables", true},
+		{&n.iptRestore, "iptables-restore", true},
+		{&n.ip6tPath, "ip6tables", hostIPv6()},
+		{&n.ip6tRestore, "ip6tables-restore", hostIPv6()},
+	} {
+		if !t.need {
+			continue
+		}
+		if *t.path, err = findBinary(t.name); err != nil {
+			return errors.New(t.name + " not found")
+		}
 	}
 	if n.nsenter, err = findBinary("nsenter"); err != nil {
 		return errors.New("nsenter (util-linux) not found")
@@ -67,8 +87,12 @@ func (n *network) findTools() error {
 	return nil
 }
 
+// hostIPv6 reports whether the kernel has IPv6 (it is off with ipv6.disable=1).
+func hostIPv6() bool { return fileExists("/proc/sys/net/ipv6") }
+
 // probe reports why network "all" cannot work here, or nil. It checks the tools and that the
-// kernel lets us make a veth pair (created and deleted at once) and read the nat table.
+// kernel lets us make a veth pair (created and deleted at once) and read the nat table (and,
+// with IPv6, the ip6tables filter table).
 func (n *network) probe(ctx context.Context) error {
 	if err := n.findTools(); err != nil {
 		return err
@@ -84,8 +108,13 @@ func (n *network) probe(ctx context.Context) error {
 		return fmt.Errorf("veth: %w", err)
 	}
 	n.ip(ctx, "", "link del "+name)
-	if _, err := n.iptables(ctx, "-t", "nat", "-S", "POSTROUTING"); err != nil {
+	if err := n.run(ctx, n.iptPath, "-t", "nat", "-S", "POSTROUTING"); err != nil {
 		return fmt.Errorf("iptables nat: %w", err)
+	}
+	if n.ip6tPath != "" {
+		if err := n.run(ctx, n.ip6tPath, "-t", "filter", "-S", "FORWARD"); err != nil {
+			return fmt.Errorf("ip6tables: %w", err)
+		}
 	}
 	return nil
 }
@@ -107,36 +136,40 @@ func (n *network) ip(ctx context.Context, nsPath string, lines ...string) error 
 	return nil
 }
 
-func (n *network) iptables(ctx context.Context, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, n.iptPath, append([]string{"-w", "5"}, args...)...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return out, fmt.Errorf("iptables %s: %w: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
-	}
-	return out, nil
-}
-
-// rules are the iptables rules of the bridge: [table, chain, rule...].
-func (n *network) rules() [][]string {
-	comment := []string{"-m", "comment", "--comment", "tupper " + n.bridge}
-	return [][]string{
-		append([]string{"nat", "POSTROUTING", "-s", n.subnet.String(), "!", "-o", n.bridge, "-j", "MASQUERADE"}, comment...),
-		append([]string{"filter", "FORWARD", "-i", n.bridge, "!", "-o", n.bridge, "-j", "ACCEPT"}, comment...),
-		append([]string{"filter", "FORWARD", "-o", n.bridge, "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"}, comment...),
-	}
-}
-
-// ensureBridge creates the bridge and the NAT rules if they are missing. Call with the
-// network lock held.
+// ensureBridge creates the bridge if it is missing and writes its firewall for the sandboxes
+// leased now. Call with the network lock held.
 func (n *network) ensureBridge(ctx context.Context) error {
-	if _, err := os.Stat("/sys/class/net/" + n.bridge); err != nil {
+	exists, up := linkState(n.bridge)
+	if !exists {
 		gw := netip.PrefixFrom(n.gateway, n.subnet.Bits())
+		// A MAC address of its own: otherwise the bridge takes its lowest port's, which
+		// changes when that sandbox goes, and the others' cached gateway address goes stale
+		// (their traffic stops until the entry expires).
+		var mac [6]byte
+		if _, err := rand.Read(mac[:]); err != nil {
+			return err
+		}
+		mac[0] = mac[0]&^1 | 2 // unicast, locally administered
+		// No IPv6 link-local address, ever: the bridge is up only with IPv6 off below.
 		if err := n.ip(ctx, "",
 			"link add "+n.bridge+" type bridge",
+			"link set "+n.bridge+" address "+net.HardwareAddr(mac[:]).String(),
+			"link set "+n.bridge+" addrgenmode none",
 			"addr add "+gw.String()+" dev "+n.bridge,
-			"link set "+n.bridge+" up",
 		); err != nil {
 			n.ip(ctx, "", "link del "+n.bridge)
+			return err
+		}
+	}
+	// Sandboxes have IPv4 only; with IPv6 off on the bridge the host neither answers nor
+	// forwards IPv6 from it (the ip6tables rules refuse it too).
+	if hostIPv6() {
+		if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+n.bridge+"/disable_ipv6", []byte("1"), 0o644); err != nil {
+			return fmt.Errorf("turn IPv6 off on %s: %w", n.bridge, err)
+		}
+	}
+	if !up {
+		if err := n.ip(ctx, "", "link set "+n.bridge+" up"); err != nil {
 			return err
 		}
 	}
@@ -145,37 +178,46 @@ func (n *network) ensureBridge(ctx context.Context) error {
 	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
 		return fmt.Errorf("enable ip_forward: %w", err)
 	}
-	for _, r := range n.rules() {
-		check := append([]string{"-t", r[0], "-C", r[1]}, r[2:]...)
-		if _, err := n.iptables(ctx, check...); err == nil {
-			continue
-		}
-		add := append([]string{"-t", r[0], "-I", r[1], "1"}, r[2:]...)
-		if _, err := n.iptables(ctx, add...); err != nil {
-			return err
-		}
-	}
-	return nil
+	return n.applyFirewall(ctx)
 }
 
 // removeBridge deletes the bridge and its rules. Call with the network lock held, when no
 // lease is left.
 func (n *network) removeBridge(ctx context.Context) error {
 	var errs []error
-	for _, r := range n.rules() {
-		del := append([]string{"-t", r[0], "-D", r[1]}, r[2:]...)
-		for range 4 { // duplicates from a crash between check and insert
-			if _, err := n.iptables(ctx, del...); err != nil {
-				break
-			}
-		}
+	if err := n.removeFirewall(ctx); err != nil {
+		errs = append(errs, err)
 	}
-	if _, err := os.Stat("/sys/class/net/" + n.bridge); err == nil {
+	if linkExists(n.bridge) {
 		if err := n.ip(ctx, "", "link del "+n.bridge); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// linkExists reports whether the network interface name exists in this process's network
+// namespace (/sys/class/net shows the namespace that mounted sysfs, which may be another).
+func linkExists(name string) bool {
+	exists, _ := linkState(name)
+	return exists
+}
+
+// linkState reports whether the interface name exists, and whether it is up.
+func linkState(name string) (exists, up bool) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return false, false
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		return false, false
+	}
+	if unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr) != nil {
+		return false, false
+	}
+	return true, ifr.Uint16()&unix.IFF_UP != 0
 }
 
 func (n *network) lock(ctx context.Context) (*flock, error) {
@@ -202,6 +244,10 @@ func (n *network) allocate(id string) (netip.Addr, error) {
 		return netip.Addr{}, errors.New("no free address in " + n.subnet.String())
 	}
 	if err != nil {
+		return netip.Addr{}, err
+	}
+	if err := n.setAllowances(addr(i), leaseHolder(n.lay, id)); err != nil {
+		release(n.leases(), addr(i).String(), leaseHolder(n.lay, id))
 		return netip.Addr{}, err
 	}
 	return addr(i), nil
@@ -243,7 +289,7 @@ func (n *network) attach(ctx context.Context, id, nsPath string, a netip.Addr) e
 func (n *network) detach(ctx context.Context, id, ip string) error {
 	var errs []error
 	host, _ := vethNames(id)
-	if _, err := os.Stat("/sys/class/net/" + host); err == nil {
+	if linkExists(host) {
 		// The pair vanishes with its namespace, possibly while we look.
 		if err := n.ip(ctx, "", "link del "+host); err != nil && !strings.Contains(err.Error(), "Cannot find device") {
 			errs = append(errs, err)
@@ -254,13 +300,21 @@ func (n *network) detach(ctx context.Context, id, ip string) error {
 		return errors.Join(append(errs, err)...)
 	}
 	defer lk.unlock()
+	opened := false
 	if ip != "" {
+		opened = n.clearAllowances(ip, leaseHolder(n.lay, id))
 		if err := release(n.leases(), ip, leaseHolder(n.lay, id)); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	if empty, err := dirEmpty(n.leases()); err == nil && empty {
 		if err := n.removeBridge(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	} else if opened && linkExists(n.bridge) {
+		// Close what AllowPrivate opened to this address before it is leased again (the
+		// next create rewrites the rules too).
+		if err := n.applyFirewall(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -28,7 +28,7 @@ func newPoolProvider(t testing.TB, home string, n int) *Provider {
 	}
 	p, err := New(Config{
 		Home: home, Runtime: RuntimeRunc, AgentPath: buildAgent(t),
-		Subnet: "10.215.0.0/24", Bridge: "tupperlt0", Pool: n,
+		Subnet: testSubnet, Bridge: testBridge, Pool: n,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -31,7 +31,7 @@ func (p *Provider) probeKey() string {
 	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	fmt.Fprintf(h, "v2|%s|%s|%s|%v|%d|", strings.TrimSpace(string(boot)), p.cfg.Subnet, p.cfg.Bridge, p.cfg.NoUserNS, p.cfg.UIDBase)
 	paths := []string{p.runtimes[RuntimeRunc].path, p.runtimes[RuntimeRunsc].path, p.runtimes[RuntimeCrun].path}
-	for _, tool := range []string{"ip", "iptables", "nsenter", "true"} {
+	for _, tool := range []string{"ip", "iptables", "iptables-restore", "ip6tables", "ip6tables-restore", "nsenter", "true"} {
 		path, _ := findBinary(tool)
 		paths = append(paths, path)
 	}

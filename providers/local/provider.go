@@ -41,6 +41,14 @@ type Config struct {
 	Subnet string
 	// Bridge is the host bridge of network "all"; "" means "tupper0".
 	Bridge string
+	// AllowPrivate are IPv4 ranges that sandboxes with network "all" may reach although
+	// they are not public: by default such a sandbox reaches the public internet only, never
+	// private (RFC 1918), carrier-grade NAT, link-local (cloud metadata), loopback,
+	// documentation, benchmarking, multicast or reserved addresses (see docs/security.md).
+	// For example 10.1.2.0/24 for a package mirror on the company network. The host itself
+	// stays out of reach whatever is listed. Each sandbox keeps its own provider's list, also
+	// when providers with different lists share a bridge.
+	AllowPrivate []netip.Prefix
 	// UIDBase is the first host uid (and gid) of the sandboxes' user namespaces: sandbox n
 	// maps 0..65535 inside to UIDBase+n*65536 on. 0 means 0x70000000. Nothing else on the
 	// host should own ids in that range.
@@ -78,6 +86,11 @@ func (c Config) Validate() error {
 	}
 	if c.PidsLimit < 0 || c.ReadyTimeout < 0 || c.Pool < 0 {
 		return provider.Errorf(provider.CodeInvalidArgument, "local: negative limit")
+	}
+	for _, r := range c.AllowPrivate {
+		if !r.IsValid() || !r.Addr().Is4() {
+			return provider.Errorf(provider.CodeInvalidArgument, "local: allow-private range %v: want an IPv4 prefix (sandboxes have no IPv6)", r)
+		}
 	}
 	return nil
 }
@@ -291,7 +304,7 @@ func (p *Provider) probe() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if n, err := newNetwork(p.lay, p.cfg.Subnet, p.cfg.Bridge); err != nil {
+	if n, err := newNetwork(p.lay, p.cfg.Subnet, p.cfg.Bridge, p.cfg.AllowPrivate); err != nil {
 		p.netErr = err
 	} else if haveCache {
 		// The tools are looked up again (cheap); the veth and nat checks are not.
@@ -686,7 +699,7 @@ func (p *Provider) create(ctx context.Context, spec provider.CreateSpec, pooled 
 			if lower, err = buildTemplate(ctx, p.lay.templates(), tmpl); err != nil {
 				return err
 			}
-			var ns []string
+			var ns []netip.Addr
 			if netMode == provider.NetworkAll {
 				ns = hostNameservers()
 			}

@@ -555,13 +555,10 @@ func (s *secSuite) hostLoopback(t *testing.T) {
 	if r := s.helper(t, s.n, "connect "+net.JoinHostPort(s.p.net.gateway.String(), strconv.Itoa(e.loopPort))); r["connect"] != unreach {
 		t.Errorf("network none: connect to the gateway: %q, want %s", r["connect"], unreach)
 	}
-	// Network all reaches the gateway by design, but the loopback listener is not bound
-	// there: the host refuses.
-	if r := s.helper(t, s.a, "connect "+net.JoinHostPort(s.p.net.gateway.String(), strconv.Itoa(e.loopPort))); r["connect"] != "ECONNREFUSED" {
-		t.Errorf("network all: connect to the gateway's port of a loopback listener: %q, want ECONNREFUSED", r["connect"])
-	}
-	// Positive control: a listener on the gateway address is reachable from a (so the
-	// refusals above are not a dead network).
+	// Network all does not reach the host either: the firewall refuses everything a
+	// sandbox sends to the host's addresses, the gateway's included, whether or not
+	// something listens there (the egress matrix is TestSecurityNetwork's).
+	var gwConns atomic.Int64
 	gw, err := net.Listen("tcp", net.JoinHostPort(s.p.net.gateway.String(), "0"))
 	if err != nil {
 		t.Fatal(err)
@@ -573,11 +570,38 @@ func (s *secSuite) hostLoopback(t *testing.T) {
 			if err != nil {
 				return
 			}
+			gwConns.Add(1)
 			c.Close()
 		}
 	}()
-	if r := s.helper(t, s.a, "connect "+gw.Addr().String()); r["connect"] != "connected" {
-		t.Errorf("network all: the gateway listener %s: %q, want connected", gw.Addr(), r["connect"])
+	for _, addr := range []string{gw.Addr().String(), net.JoinHostPort(s.p.net.gateway.String(), strconv.Itoa(e.loopPort))} {
+		if r := s.helper(t, s.a, "connect "+addr); r["connect"] != "EHOSTUNREACH" {
+			t.Errorf("network all: connect to the host at %s: %q, want EHOSTUNREACH (refused by the firewall)", addr, r["connect"])
+		}
+	}
+	if n := gwConns.Load(); n != 0 {
+		t.Errorf("ESCAPE: the host's listener on the gateway address accepted %d connections from a sandbox", n)
+	}
+	// Positive control: the host reaches a listener in a through the bridge, and a sees the
+	// gateway as the peer, so the refusals above are the firewall's, not a dead link.
+	port := 20000 + int(randUint16(t)%20000)
+	log := "/tmp/tupper-sec-host-conns"
+	if _, err := s.a.Exec(s.ctx, provider.ExecRequest{Command: fmt.Sprintf("%s listen 0.0.0.0:%d %s", helperIn, port, log), Detach: true}); err != nil {
+		t.Fatal(err)
+	}
+	aIP := s.ip(t, s.a)
+	var derr error
+	for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(50 * time.Millisecond) {
+		var c net.Conn
+		if c, derr = net.DialTimeout("tcp", net.JoinHostPort(aIP, strconv.Itoa(port)), time.Second); derr == nil {
+			c.Close()
+			break
+		}
+	}
+	if derr != nil {
+		t.Errorf("the host cannot reach a's listener at %s:%d: %v", aIP, port, derr)
+	} else if out := waitFor(t, s.a, "cat "+log, s.p.net.gateway.String()); !strings.Contains(out, s.p.net.gateway.String()+":") {
+		t.Errorf("a's listener saw %q, want a connection from the gateway %s", out, s.p.net.gateway)
 	}
 	if n := e.loopConns.Load() - before; n != 0 {
 		t.Errorf("ESCAPE: the host's loopback listener accepted %d connections from sandboxes", n)
@@ -733,11 +757,30 @@ func (s *secSuite) crossSandbox(t *testing.T) {
 
 func (s *secSuite) bIP(t *testing.T) string {
 	t.Helper()
-	rec, err := s.p.lay.readRecord(s.b.ID())
+	return s.ip(t, s.b)
+}
+
+// ip is inst's address on the bridge.
+func (s *secSuite) ip(t *testing.T, inst *Instance) string {
+	t.Helper()
+	rec, err := s.p.lay.readRecord(inst.ID())
 	if err != nil || rec.IP == "" {
-		t.Fatalf("b's address: %+v %v", rec, err)
+		t.Fatalf("%s's address: %+v %v", inst.ID(), rec, err)
 	}
 	return rec.IP
+}
+
+// waitFor runs cmd in inst until its output holds want, for up to 10 s, and returns the
+// last output.
+func waitFor(t *testing.T, inst *Instance, cmd, want string) string {
+	t.Helper()
+	var out string
+	for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(50 * time.Millisecond) {
+		if out, _, _ = runCode(t, inst, cmd); strings.Contains(out, want) {
+			break
+		}
+	}
+	return out
 }
 
 // 6. A fork bomb stays inside the pids limit; the host and a neighbour keep working; the
@@ -1047,6 +1090,7 @@ func buildSecHelper(t *testing.T) []byte {
 //
 //	probe                    privileged calls and the process's capabilities
 //	connect HOST:PORT        a TCP connection (3 s): connected, an errno or timeout
+//	udp HOST:PORT...         one datagram to each (broadcast allowed): "udp:HOST:PORT ok" or an errno
 //	stat PATH                lstat: ok or an errno
 //	readdir PATH             the number of entries, or an errno
 //	dialunix PATH            a unix socket connection
@@ -1225,6 +1269,22 @@ func main() {
 			return
 		}
 		fmt.Println("connect", errname(err))
+	case "udp":
+		c, err := net.ListenPacket("udp4", ":0")
+		if err != nil {
+			fmt.Println("udp", errname(err))
+			return
+		}
+		if rc, err := c.(*net.UDPConn).SyscallConn(); err == nil {
+			rc.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_BROADCAST, 1) })
+		}
+		for _, a := range os.Args[2:] {
+			ua, err := net.ResolveUDPAddr("udp4", a)
+			if err == nil {
+				_, err = c.WriteTo([]byte("tupper-sec "+a), ua)
+			}
+			fmt.Println("udp:"+a, errname(err))
+		}
 	case "stat":
 		_, err := os.Lstat(os.Args[2])
 		fmt.Println("stat", errname(err))

@@ -91,7 +91,7 @@ func stressPair(p *Provider, rt string, mode provider.NetworkMode, w func(string
 
 // stressChild is the child process's side, run from TestMain when stressEnv is set.
 func stressChild(home string) int {
-	p, err := New(Config{Home: home, AgentPath: os.Getenv("TUPPER_AGENT"), Subnet: "10.215.0.0/24", Bridge: "tupperlt0"})
+	p, err := New(Config{Home: home, AgentPath: os.Getenv("TUPPER_AGENT"), Subnet: testSubnet, Bridge: testBridge})
 	if err == nil {
 		err = p.Available(context.Background())
 	}

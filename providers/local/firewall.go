@@ -1,0 +1,375 @@
+package local
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// The firewall of network "all": sandboxes reach the public internet and nothing else.
+//
+// For a bridge B the host's tables hold (iptables, in the provider's network namespace):
+//
+//	filter INPUT, first         -i B -j TUPPER-IN-B     traffic to the host itself
+//	filter FORWARD, first       -i B -j TUPPER-FWD-B    traffic through the host
+//	filter FORWARD, last        -i B ! -o B -j ACCEPT
+//	                            -o B -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
+//	nat POSTROUTING, first      -s SUBNET ! -o B -j MASQUERADE
+//	ip6tables filter INPUT and FORWARD, first: -i B -j TUPPER-IN-B / TUPPER-FWD-B
+//
+// TUPPER-FWD-B refuses (REJECT, ICMP "administratively prohibited", so a program fails at
+// once rather than waiting out a timeout) every destination in nonPublic, apart from port 53
+// of the sandboxes' nameservers and the ranges Config.AllowPrivate opens, and traffic back
+// into the bridge. TUPPER-IN-B refuses everything addressed to the host — any of its
+// addresses, the bridge's gateway included, so every service the host listens on, the
+// tupper server among them — but replies to connections the host opened and port 53 of the
+// nameservers. The IPv6 chains refuse everything: sandboxes have IPv4 only, and the bridge
+// also has IPv6 turned off, so it has no IPv6 address to be reached at.
+//
+// The two jumps come first and match only traffic in from our own bridge, and our chains
+// only refuse or return: being first never overrides another tool's decision about its own
+// traffic, and never lets through anything a later rule would refuse. The accepts come
+// last, after every other tool's rules (Docker's DOCKER-USER, ufw's chains, an operator's
+// own), so those can still refuse sandbox traffic. Every create puts the hooks back in those
+// places, so a tool that inserted rules since does not displace them for long.
+//
+// Each create rewrites our chains and hooks in one iptables-restore transaction per address
+// family (a sandbox never sees a moment without its refusals) and each teardown of the last
+// sandbox removes them in one; the per-rule commands are the fallback when a hook is missing
+// or doubled.
+
+// nonPublic are the IPv4 destinations a sandbox never reaches unless Config.AllowPrivate
+// opens them: every block IANA's special-purpose address registry marks as not globally
+// reachable, and multicast.
+var nonPublic = []ipRange{
+	{netip.MustParsePrefix("0.0.0.0/8"), `"this network"`},
+	{netip.MustParsePrefix("10.0.0.0/8"), "private (RFC 1918)"},
+	{netip.MustParsePrefix("100.64.0.0/10"), "shared address space (carrier-grade NAT)"},
+	{netip.MustParsePrefix("127.0.0.0/8"), "loopback"},
+	{netip.MustParsePrefix("169.254.0.0/16"), "link-local, cloud metadata services (169.254.169.254)"},
+	{netip.MustParsePrefix("172.16.0.0/12"), "private (RFC 1918)"},
+	{netip.MustParsePrefix("192.0.0.0/24"), "IETF protocol assignments"},
+	{netip.MustParsePrefix("192.0.2.0/24"), "documentation (TEST-NET-1)"},
+	{netip.MustParsePrefix("192.168.0.0/16"), "private (RFC 1918)"},
+	{netip.MustParsePrefix("198.18.0.0/15"), "benchmarking"},
+	{netip.MustParsePrefix("198.51.100.0/24"), "documentation (TEST-NET-2)"},
+	{netip.MustParsePrefix("203.0.113.0/24"), "documentation (TEST-NET-3)"},
+	{netip.MustParsePrefix("224.0.0.0/4"), "multicast"},
+	{netip.MustParsePrefix("240.0.0.0/4"), "reserved, and the limited broadcast address"},
+}
+
+// ipRange is a range of addresses and what it is for.
+type ipRange struct {
+	prefix netip.Prefix
+	what   string
+}
+
+// rule is one iptables rule: its table, chain and arguments (matches and target).
+type rule struct {
+	table, chain string
+	args         []string
+}
+
+// line renders r for iptables-restore with op (-A, -I CHAIN 1, -D), quoting arguments that
+// hold spaces (the comment).
+func (r rule) line(op string) string {
+	var b strings.Builder
+	b.WriteString(op)
+	b.WriteString(" ")
+	b.WriteString(r.chain)
+	if op == "-I" {
+		b.WriteString(" 1")
+	}
+	for _, a := range r.args {
+		b.WriteString(" ")
+		if strings.ContainsAny(a, " \"") {
+			b.WriteString(`"` + strings.ReplaceAll(a, `"`, `\"`) + `"`)
+		} else {
+			b.WriteString(a)
+		}
+	}
+	return b.String()
+}
+
+// family is one address family's tools and rules.
+type family struct {
+	iptables, restore string // the iptables (or ip6tables) and matching -restore binaries
+	chains            []rule // the contents of our chains, in order
+	first, last       []rule // hooks inserted first, and appended last, in built-in chains
+}
+
+func (n *network) fwdChain() string { return "TUPPER-FWD-" + n.bridge }
+func (n *network) inChain() string  { return "TUPPER-IN-" + n.bridge }
+
+func (n *network) comment() []string {
+	return []string{"-m", "comment", "--comment", "tupper " + n.bridge}
+}
+
+// families returns the rules of the bridge for IPv4 and, when the host has IPv6, IPv6.
+// nameservers are the sandboxes' (hostNameservers); allowed are the exemptions of the
+// sandboxes on the bridge (allowances).
+func (n *network) families(nameservers []netip.Addr, allowed []allowance) []family {
+	c := n.comment()
+	fwd, in := n.fwdChain(), n.inChain()
+	reject4 := []string{"-j", "REJECT", "--reject-with", "icmp-admin-prohibited"}
+	hook := func(table, chain string, args ...string) rule {
+		return rule{table, chain, append(args, c...)}
+	}
+	v4 := family{iptables: n.iptPath, restore: n.iptRestore}
+	v4.chains = append(v4.chains, rule{"filter", fwd, append([]string{"-o", n.bridge}, reject4...)})
+	var dns [][]string
+	for _, ns := range nameservers {
+		for _, proto := range []string{"udp", "tcp"} {
+			dns = append(dns, []string{"-d", ns.String() + "/32", "-p", proto, "--dport", "53", "-j", "RETURN"})
+		}
+	}
+	for _, args := range dns {
+		v4.chains = append(v4.chains, rule{"filter", fwd, args})
+	}
+	for _, a := range allowed {
+		v4.chains = append(v4.chains, rule{"filter", fwd, []string{"-s", a.src.String() + "/32", "-d", a.dst.String(), "-j", "RETURN"}})
+	}
+	for _, np := range nonPublic {
+		v4.chains = append(v4.chains, rule{"filter", fwd, append([]string{"-d", np.prefix.String()}, reject4...)})
+	}
+	v4.chains = append(v4.chains, rule{"filter", in, []string{"-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "RETURN"}})
+	for _, args := range dns {
+		v4.chains = append(v4.chains, rule{"filter", in, args})
+	}
+	v4.chains = append(v4.chains, rule{"filter", in, reject4})
+	v4.first = []rule{
+		hook("nat", "POSTROUTING", "-s", n.subnet.String(), "!", "-o", n.bridge, "-j", "MASQUERADE"),
+		hook("filter", "INPUT", "-i", n.bridge, "-j", in),
+		hook("filter", "FORWARD", "-i", n.bridge, "-j", fwd),
+	}
+	v4.last = []rule{
+		hook("filter", "FORWARD", "-i", n.bridge, "!", "-o", n.bridge, "-j", "ACCEPT"),
+		hook("filter", "FORWARD", "-o", n.bridge, "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"),
+	}
+	out := []family{v4}
+	if n.ip6tPath != "" {
+		reject6 := []string{"-j", "REJECT", "--reject-with", "icmp6-adm-prohibited"}
+		out = append(out, family{
+			iptables: n.ip6tPath, restore: n.ip6tRestore,
+			chains: []rule{{"filter", fwd, reject6}, {"filter", in, reject6}},
+			first: []rule{
+				hook("filter", "INPUT", "-i", n.bridge, "-j", in),
+				hook("filter", "FORWARD", "-i", n.bridge, "-j", fwd),
+			},
+		})
+	}
+	return out
+}
+
+// script is the iptables-restore input for f: our chains declared (which empties them) and
+// filled, then, per hook, ops applied in order ("-D" then "-I"/"-A" moves a hook back into
+// place; "-I"/"-A" alone adds it; "-D" alone removes it), then with drop our chains deleted.
+// Tables come nat first, so a failing nat hook fails the input before anything is applied.
+func (f family) script(fill bool, hookOps func(first bool) []string, drop bool) string {
+	var b strings.Builder
+	for _, table := range []string{"nat", "filter"} {
+		var lines []string
+		if fill {
+			for _, r := range f.chains {
+				if r.table == table && !slices.Contains(lines, ":"+r.chain+" - [0:0]") {
+					lines = append(lines, ":"+r.chain+" - [0:0]")
+				}
+			}
+			for _, r := range f.chains {
+				if r.table == table {
+					lines = append(lines, r.line("-A"))
+				}
+			}
+		}
+		for _, group := range []struct {
+			rules []rule
+			first bool
+		}{{f.first, true}, {f.last, false}} {
+			for _, r := range group.rules {
+				if r.table != table {
+					continue
+				}
+				for _, op := range hookOps(group.first) {
+					lines = append(lines, r.line(op))
+				}
+			}
+		}
+		if drop {
+			var chains []string
+			for _, r := range f.chains {
+				if r.table == table && !slices.Contains(chains, r.chain) {
+					chains = append(chains, r.chain)
+				}
+			}
+			for _, c := range chains {
+				lines = append(lines, "-F "+c, "-X "+c)
+			}
+		}
+		if len(lines) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "*%s\n%s\nCOMMIT\n", table, strings.Join(lines, "\n"))
+	}
+	return b.String()
+}
+
+func (n *network) restore(ctx context.Context, path, script string) error {
+	cmd := exec.CommandContext(ctx, path, "-w", "5", "--noflush")
+	cmd.Stdin = strings.NewReader(script)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s: %w: %s", filepath.Base(path), err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+func (n *network) run(ctx context.Context, path string, args ...string) error {
+	out, err := exec.CommandContext(ctx, path, append([]string{"-w", "5"}, args...)...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %w: %s", filepath.Base(path), strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// applyFirewall writes the bridge's rules for the sandboxes leased now. Call with the
+// network lock held, after the bridge exists.
+func (n *network) applyFirewall(ctx context.Context) error {
+	for _, f := range n.families(hostNameservers(), n.allowances()) {
+		// Usually the hooks are there: move them back into place and refill the chains.
+		err := n.restore(ctx, f.restore, f.script(true, func(first bool) []string {
+			if first {
+				return []string{"-D", "-I"}
+			}
+			return []string{"-D", "-A"}
+		}, false))
+		if err == nil {
+			continue
+		}
+		// A hook is missing: the first sandbox on the bridge (or a rule deleted by hand).
+		// Adding them all doubles any that were left, which is harmless and which
+		// removeFirewall undoes.
+		if err2 := n.restore(ctx, f.restore, f.script(true, func(first bool) []string {
+			if first {
+				return []string{"-I"}
+			}
+			return []string{"-A"}
+		}, false)); err2 != nil {
+			return errors.Join(err, err2)
+		}
+	}
+	return nil
+}
+
+// removeFirewall deletes the bridge's hooks and chains. Call with the network lock held,
+// when no sandbox is left on the bridge.
+func (n *network) removeFirewall(ctx context.Context) error {
+	var errs []error
+	for _, f := range n.families(nil, nil) {
+		if n.restore(ctx, f.restore, f.script(false, func(bool) []string { return []string{"-D"} }, true)) == nil {
+			continue
+		}
+		// A hook missing or doubled: one rule at a time.
+		for _, r := range append(f.first, f.last...) {
+			for range 4 {
+				if n.run(ctx, f.iptables, append([]string{"-t", r.table, "-D", r.chain}, r.args...)...) != nil {
+					break
+				}
+			}
+		}
+		for _, c := range []string{n.fwdChain(), n.inChain()} {
+			if n.run(ctx, f.iptables, "-t", "filter", "-n", "-L", c) != nil {
+				continue // never made, or gone
+			}
+			if err := n.run(ctx, f.iptables, "-t", "filter", "-F", c); err != nil {
+				errs = append(errs, err)
+			}
+			if err := n.run(ctx, f.iptables, "-t", "filter", "-X", c); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// allowance lets the sandbox at src reach dst although dst is not public.
+type allowance struct {
+	src netip.Addr
+	dst netip.Prefix
+}
+
+func (n *network) allowDir() string { return filepath.Join(n.dir, "allow") }
+
+// setAllowances records the ranges of Config.AllowPrivate for the sandbox leasing a (held by
+// holder), or removes any record left for a when there are none. Records are per address,
+// not per bridge: providers with different AllowPrivate can share a bridge, each sandbox
+// getting its own provider's. Call with the network lock held.
+func (n *network) setAllowances(a netip.Addr, holder string) error {
+	path := filepath.Join(n.allowDir(), a.String())
+	if len(n.allow) == 0 {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	if err := os.MkdirAll(n.allowDir(), 0o700); err != nil {
+		return err
+	}
+	var b strings.Builder
+	b.WriteString(holder + "\n")
+	for _, p := range n.allow {
+		b.WriteString(p.String() + "\n")
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o600)
+}
+
+// clearAllowances removes a's record if holder wrote it, and reports whether it did.
+func (n *network) clearAllowances(a, holder string) bool {
+	path := filepath.Join(n.allowDir(), a)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	if first != holder {
+		return false
+	}
+	return os.Remove(path) == nil
+}
+
+// allowances reads the records of setAllowances whose address is still leased by the
+// sandbox that wrote them; a record is written after its lease and the lease is what counts,
+// so a record left behind by a crash never opens anything to the address's next holder.
+func (n *network) allowances() []allowance {
+	ents, _ := os.ReadDir(n.allowDir())
+	var out []allowance
+	for _, e := range ents {
+		a, err := netip.ParseAddr(e.Name())
+		if err != nil || !n.subnet.Contains(a) {
+			continue
+		}
+		f, err := os.Open(filepath.Join(n.allowDir(), e.Name()))
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		if !sc.Scan() || sc.Text() != holder(n.leases(), e.Name()) {
+			f.Close()
+			continue
+		}
+		for sc.Scan() {
+			if p, err := netip.ParsePrefix(sc.Text()); err == nil && p.Addr().Is4() {
+				out = append(out, allowance{a, p.Masked()})
+			}
+		}
+		f.Close()
+	}
+	return out
+}
