@@ -113,6 +113,10 @@ func TestBadInputIsAClearError(t *testing.T) {
 		{[]string{"run", "--provider", "nosuch", "--", "true"}, `provider "nosuch" is not registered`},
 		{[]string{"run", "--provider", "memory", "--size", "huge", "--", "true"}, "size"},
 		{[]string{"cp", "a", "b"}, "exactly one of SRC and DST"},
+		{[]string{"run", "--provider", "memory", "--allow-private", "nonsense", "--", "true"}, `--allow-private "nonsense"`},
+		{[]string{"run", "--provider", "memory", "--allow-private", "fd00::/8", "--", "true"}, "IPv4 only"},
+		{[]string{"run", "--provider", "memory", "--allow-private", "10.1.2.0/24", "--", "true"}, "--allow-private needs the local provider, not memory"},
+		{[]string{"serve", "--provider", "memory", "--allow-private", "10.1.2.0/24"}, "needs the local provider, not memory"},
 	} {
 		r := tupper(t, home, "", tc.args...)
 		if r.code != exitTupperError || !strings.Contains(r.stderr, tc.want) {
@@ -138,6 +142,35 @@ func TestRunLocal(t *testing.T) {
 	}
 	if r := tupper(t, home, "", "ls", "--json"); strings.TrimSpace(r.stdout) != "[]" {
 		t.Fatalf("run left sandboxes behind: %s", r.stdout)
+	}
+}
+
+// TestAllowPrivate: --allow-private reaches the local provider. While the sandbox lives, the
+// bridge's firewall exempts its address for exactly those ranges. (No traffic is sent; what
+// the exemption lets through is providers/local's TestSecurityNetwork.)
+func TestAllowPrivate(t *testing.T) {
+	home := requireLocal(t)
+	iptables := testenv.RequireBinary(t, "iptables")
+	r := tupper(t, home, "", "create", "--allow-private", "198.51.100.0/24", "--allow-private", "192.0.2.7")
+	if r.code != 0 {
+		t.Fatalf("create: %+v", r)
+	}
+	id := strings.TrimSpace(r.stdout)
+	defer tupper(t, home, "", "rm", id)
+	r = tupper(t, home, "", "exec", id, "--", "ip", "-4", "-o", "addr", "show", "dev", "eth0")
+	f := strings.Fields(r.stdout)
+	if r.code != 0 || len(f) < 4 {
+		t.Fatalf("the sandbox's address: %+v", r)
+	}
+	ip, _, _ := strings.Cut(f[3], "/")
+	out, err := exec.Command(iptables, "-w", "5", "-S", "TUPPER-FWD-tupper0").CombinedOutput()
+	if err != nil {
+		t.Fatalf("iptables: %v: %s", err, out)
+	}
+	for _, dst := range []string{"198.51.100.0/24", "192.0.2.7/32"} {
+		if want := "-s " + ip + "/32 -d " + dst + " -j RETURN"; !strings.Contains(string(out), want) {
+			t.Errorf("no %q in the firewall:\n%s", want, out)
+		}
 	}
 }
 

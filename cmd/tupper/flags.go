@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/providers/local"
 	"github.com/tupper-dev/tupper/providers/remote"
 	"github.com/tupper-dev/tupper/sandbox"
 )
@@ -52,15 +54,61 @@ func (f *providerFlags) resolveFor(ctx context.Context, existing bool) (provider
 	return provider.Resolve(ctx, provider.ResolveOptions{Name: f.name, Existing: existing})
 }
 
+// allowPrivateUsage is the help of --allow-private (run, create and serve).
+const allowPrivateUsage = "let sandboxes with network all reach this private, link-local or other non-public IPv4 range (CIDR or address, repeatable; local provider; see docs/security.md)"
+
+// parseAllowPrivate parses --allow-private values: prefixes, or addresses meaning /32.
+func parseAllowPrivate(vals []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, v := range vals {
+		p, err := netip.ParsePrefix(v)
+		if err != nil {
+			a, aerr := netip.ParseAddr(v)
+			if aerr != nil {
+				return nil, fmt.Errorf("--allow-private %q: want an IPv4 range such as 10.1.2.0/24 or an address", v)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		if !p.Addr().Is4() {
+			return nil, fmt.Errorf("--allow-private %q: sandboxes have IPv4 only", v)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+// localWith returns a local provider made with cfg in place of prov, which must be the
+// local provider: for the flags that configure that provider itself (flags names them).
+func localWith(prov provider.Provider, cfg local.Config, flags string) (*local.Provider, error) {
+	if _, ok := prov.(*local.Provider); !ok {
+		return nil, fmt.Errorf("%s needs the local provider, not %s", flags, prov.Name())
+	}
+	return local.New(cfg)
+}
+
 // createFlags are the sandbox options of run and create.
 type createFlags struct {
 	providerFlags
-	runtime  string
-	template string
-	network  string
-	env      []string
-	labels   []string
-	size     string
+	runtime      string
+	template     string
+	network      string
+	env          []string
+	labels       []string
+	size         string
+	allowPrivate []string
+}
+
+// resolve returns the provider to create sandboxes with, opening the --allow-private ranges.
+func (f *createFlags) resolve(ctx context.Context) (provider.Provider, error) {
+	allow, err := parseAllowPrivate(f.allowPrivate)
+	if err != nil {
+		return nil, err
+	}
+	prov, err := f.providerFlags.resolve(ctx)
+	if err != nil || len(allow) == 0 {
+		return prov, err
+	}
+	return localWith(prov, local.Config{AllowPrivate: allow}, "--allow-private")
 }
 
 func (f *createFlags) register(cmd *cobra.Command) {
@@ -72,6 +120,7 @@ func (f *createFlags) register(cmd *cobra.Command) {
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "environment variable K=V for every command (repeatable)")
 	fl.StringArrayVar(&f.labels, "label", nil, "label K=V (repeatable)")
 	fl.StringVar(&f.size, "size", "", "machine size: small, medium or large")
+	fl.StringArrayVar(&f.allowPrivate, "allow-private", nil, allowPrivateUsage)
 }
 
 func (f *createFlags) options() (sandbox.CreateOptions, error) {

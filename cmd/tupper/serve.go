@@ -23,6 +23,7 @@ func newServeCmd() *cobra.Command {
 		addr, home, domain, baseURL, provName string
 		quiet                                 bool
 		pool                                  int
+		allowPrivate                          []string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve [--addr HOST:PORT]",
@@ -54,15 +55,16 @@ func newServeCmd() *cobra.Command {
 				return err
 			}
 			defer claim.Unlock()
+			allow, err := parseAllowPrivate(allowPrivate)
+			if err != nil {
+				return err
+			}
 			prov, err := provider.Resolve(ctx, provider.ResolveOptions{Name: provName})
 			if err != nil {
 				return err
 			}
-			if pool > 0 {
-				if _, ok := prov.(*local.Provider); !ok {
-					return fmt.Errorf("--pool needs the local provider, not %s", prov.Name())
-				}
-				lp, err := local.New(local.Config{Pool: pool})
+			if pool > 0 || len(allow) > 0 {
+				lp, err := localWith(prov, local.Config{Pool: pool, AllowPrivate: allow}, "--pool and --allow-private")
 				if err != nil {
 					return err
 				}
@@ -126,6 +128,7 @@ func newServeCmd() *cobra.Command {
 	fl.StringVar(&domain, "domain", os.Getenv("TUPPER_DOMAIN"), "serve previews on {port}-{id}.DOMAIN too ($TUPPER_DOMAIN)")
 	fl.StringVar(&baseURL, "base-url", os.Getenv("TUPPER_BASE_URL"), "public URL of the server for the links it hands out (default: from each request)")
 	fl.BoolVar(&quiet, "quiet", false, "log warnings and errors only, not every request")
+	fl.StringArrayVar(&allowPrivate, "allow-private", nil, allowPrivateUsage)
 	fl.IntVar(&pool, "pool", 0, "keep this many sandboxes started for creates of the default shape with network none (local provider; see docs/local.md)")
 	return cmd
 }
