@@ -182,7 +182,7 @@ type NetworkMode string
 
 // Network modes.
 const (
-	NetworkAll   NetworkMode = "all"   // full egress
+	NetworkAll   NetworkMode = "all"   // egress to the internet (providers/local: public addresses only)
 	NetworkNone  NetworkMode = "none"  // loopback only
 	NetworkAllow NetworkMode = "allow" // egress only to Network.Allow
 )
