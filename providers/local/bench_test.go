@@ -23,28 +23,34 @@ func BenchmarkCreateFirstCommand(b *testing.B) {
 	for _, rt := range runtimes {
 		b.Run(rt, func(b *testing.B) {
 			p := newTestProvider(b, rt)
-			ctx := context.Background()
 			var durs []time.Duration
 			for b.Loop() {
-				start := time.Now()
-				inst, err := p.Create(ctx, provider.CreateSpec{Network: netNone})
-				if err != nil {
-					b.Fatal(err)
-				}
-				if res, err := inst.Exec(ctx, provider.ExecRequest{Command: "true"}); err != nil || res.ExitCode != 0 {
-					b.Fatal(res, err)
-				}
-				durs = append(durs, time.Since(start))
-				b.StopTimer()
-				inst.Close()
-				if err := p.Destroy(ctx, inst.(*Instance).ID()); err != nil {
-					b.Fatal(err)
-				}
-				b.StartTimer()
+				durs = append(durs, createFirstCommand(b, p))
 			}
 			reportP50(b, durs)
 		})
 	}
+}
+
+// createFirstCommand times create → `true` done on p, then destroys the sandbox untimed.
+func createFirstCommand(b *testing.B, p *Provider) time.Duration {
+	ctx := context.Background()
+	start := time.Now()
+	inst, err := p.Create(ctx, provider.CreateSpec{Network: netNone})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if res, err := inst.Exec(ctx, provider.ExecRequest{Command: "true"}); err != nil || res.ExitCode != 0 {
+		b.Fatal(res, err)
+	}
+	d := time.Since(start)
+	b.StopTimer()
+	defer b.StartTimer()
+	inst.Close()
+	if err := p.Destroy(ctx, inst.(*Instance).ID()); err != nil {
+		b.Fatal(err)
+	}
+	return d
 }
 
 // BenchmarkExecTrue: the round trip of `true` through the agent.
@@ -198,7 +204,10 @@ var benchDensity = flag.Int("density", 1000, "live sandboxes for BenchmarkCreate
 
 // BenchmarkCreateAtDensity reports the create → first command p50 (destroy not timed) with no
 // other sandbox of this Home alive and with -density idle ones alive, and their ratio: the
-// cost of a create must not grow with the sandboxes that exist. It asserts nothing.
+// cost of a create must not grow with the sandboxes that exist. It asserts nothing. One
+// iteration makes -density sandboxes: run it with -benchtime 1x, e.g.
+//
+//	go test -run '^$' -bench 'CreateAtDensity/runc' -benchtime 1x -density 1000 ./providers/local
 func BenchmarkCreateAtDensity(b *testing.B) {
 	for _, rt := range []string{RuntimeRunc, RuntimeCrun} {
 		b.Run(fmt.Sprintf("%s/%d", rt, *benchDensity), func(b *testing.B) {
@@ -208,19 +217,7 @@ func BenchmarkCreateAtDensity(b *testing.B) {
 			measure := func() time.Duration {
 				var durs []time.Duration
 				for range samples {
-					start := time.Now()
-					inst, err := p.Create(ctx, provider.CreateSpec{Network: netNone})
-					if err != nil {
-						b.Fatal(err)
-					}
-					if res, err := inst.Exec(ctx, provider.ExecRequest{Command: "true"}); err != nil || res.ExitCode != 0 {
-						b.Fatal(res, err)
-					}
-					durs = append(durs, time.Since(start))
-					inst.Close()
-					if err := p.Destroy(ctx, inst.(*Instance).ID()); err != nil {
-						b.Fatal(err)
-					}
+					durs = append(durs, createFirstCommand(b, p))
 				}
 				sort.Slice(durs, func(i, j int) bool { return durs[i] < durs[j] })
 				return durs[len(durs)/2]
