@@ -1,6 +1,7 @@
 package local
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -377,4 +378,37 @@ func TestInstallHint(t *testing.T) {
 	if got := installHint(); !strings.Contains(got, "./cmd/tupper` in this checkout") {
 		t.Errorf("installHint() = %s", got)
 	}
+}
+
+// An agent handed a config of another protocol version refuses to start, and Create says
+// why in the agent's words. (The real binary answers the probe for its own version, so the
+// config is changed under it: between runc create and start, when the agent has not read it.)
+func TestAgentProtocolAtStart(t *testing.T) {
+	p := newTestProvider(t, RuntimeRunc)
+	if p.net == nil {
+		testenv.Skip(t, "needs network all, whose runc create and start are two steps")
+	}
+	other := agentspec.Version + 98
+	testHookCreated = func(id string) error {
+		path := p.lay.agentConfig(id)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		old := fmt.Sprintf(`"protocol":%d`, agentspec.Version)
+		if !strings.Contains(string(b), old) {
+			return fmt.Errorf("the agent config does not name the protocol: %s", b)
+		}
+		return os.WriteFile(path, []byte(strings.Replace(string(b), old, fmt.Sprintf(`"protocol":%d`, other), 1)), 0o600)
+	}
+	defer func() { testHookCreated = nil }()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := p.Create(ctx, provider.CreateSpec{Network: provider.Network{Mode: provider.NetworkAll}})
+	want := fmt.Sprintf("the host speaks agent protocol %d and this agent protocol %d", other, agentspec.Version)
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("create with a config of protocol %d: %v, want it to say %q", other, err, want)
+	}
+	t.Log(err)
+	assertNoLeftovers(t, p)
 }
