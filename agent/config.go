@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/tupper-dev/tupper/agent/spec"
 )
 
 // Config is the agent's configuration. The zero value is valid: no extra
@@ -23,7 +25,8 @@ import (
 //	  "deadlineUnix": 1767225600,        // absolute lifetime deadline, unix seconds; 0 = none
 //	  "idleTimeoutSeconds": 600,         // exit after this long idle; 0 = never
 //	  "accessToken": "",                 // when set, requests need X-Access-Token (E2B rules)
-//	  "hidePaths": ["/.tupper/run", "/.tupper/bin/tupper"] // hidden from commands
+//	  "hidePaths": ["/.tupper/run", "/.tupper/bin/tupper"], // hidden from commands
+//	  "protocol": 1                      // the host's agent protocol (spec.Version); 0 = unchecked
 //	}
 type Config struct {
 	// Env is set in every process the agent starts, after HOME, USER,
@@ -58,6 +61,10 @@ type Config struct {
 	// planted. Set it only where the agent's mount namespace is the sandbox's own (PID 1 of a
 	// container, as providers/local runs it), never on a host.
 	HideFromAgent bool `json:"hideFromAgent,omitempty"`
+	// Protocol is the agent protocol version the host speaks (spec.Version of the host's
+	// build). An agent of another version refuses to start, saying both, rather than
+	// misread the host's requests; 0 skips the check (a config written by hand).
+	Protocol int `json:"protocol,omitempty"`
 	// ExecPath is ignored. It named the binary the agent re-executed as
 	// "agent-exec" for each command when hiding; it is still accepted so
 	// that existing config files parse.
@@ -92,6 +99,9 @@ func ParseConfig(b []byte) (Config, error) {
 
 // Validate reports a config the agent cannot run with.
 func (c Config) Validate() error {
+	if c.Protocol != 0 && c.Protocol != spec.Version {
+		return fmt.Errorf("agent config: the host speaks agent protocol %d and this agent protocol %d: run the tupper binary of the host program's release as the agent", c.Protocol, spec.Version)
+	}
 	if c.DeadlineUnix < 0 {
 		return errors.New("agent config: deadlineUnix must not be negative")
 	}

@@ -54,6 +54,15 @@
 //     "deadlineUnix"}: whether processes started through the agent run.
 //     It and /health do not count as activity for the idle timeout.
 //
+// # Protocol version
+//
+// Host and agent may come from different builds, so they check each other
+// before any request (package agent/spec): "tupper agent --protocol" prints
+// "tupper-agent-protocol N" and exits, which a host runs before it takes a
+// binary as its agent; and Config.Protocol is the version the host speaks,
+// which an agent of another version refuses with an error naming both (0
+// skips the check).
+//
 // # Processes
 //
 // Every process starts in its own session and process group; SendSignal

@@ -18,9 +18,22 @@ type Factory func() (Provider, error)
 type Registration struct {
 	Name    string
 	Factory Factory
-	// Install says what to install when the provider is unavailable, e.g.
-	// "apt-get install runc". Shown in Resolve's error.
+	// Install says what to install or set up when something the provider needs is missing,
+	// e.g. "apt-get install runc". Resolve adds it to an unavailable error that wraps
+	// ErrMissing (and does not say it already), never to one with another cause: a
+	// provider that is installed but cannot run here says why in its own words.
 	Install string
+}
+
+// ErrMissing marks an unavailable error whose cause is that something Registration.Install
+// provides is absent: a program not installed, a setting not made. Wrap it as the cause,
+// e.g. with Missingf.
+var ErrMissing = errors.New("missing")
+
+// Missingf returns a CodeUnavailable error with a formatted message whose cause is
+// ErrMissing; the message is all that is printed.
+func Missingf(format string, args ...any) *Error {
+	return &Error{Code: CodeUnavailable, Message: fmt.Sprintf(format, args...), Err: ErrMissing}
 }
 
 var (
@@ -134,7 +147,7 @@ func Resolve(ctx context.Context, opts ResolveOptions) (Provider, error) {
 		if err == nil {
 			return p, nil
 		}
-		reasons = append(reasons, messageOf(err))
+		reasons = append(reasons, MessageOf(err))
 	} else {
 		reasons = append(reasons, fmt.Sprintf("the platform default %q is not registered (import github.com/tupper-dev/tupper/providers/%s)", def, def))
 	}
@@ -147,7 +160,7 @@ func Resolve(ctx context.Context, opts ResolveOptions) (Provider, error) {
 		if err == nil {
 			return p, nil
 		}
-		reasons = append(reasons, messageOf(err))
+		reasons = append(reasons, MessageOf(err))
 	}
 	return nil, Errorf(CodeUnavailable, "no sandbox provider is available: %s", strings.Join(reasons, "; "))
 }
@@ -163,15 +176,17 @@ func build(ctx context.Context, r Registration) (Provider, error) {
 	return p, nil
 }
 
+// withInstall adds r.Install to err when err says something r.Install provides is missing.
 func withInstall(err error, r Registration) error {
-	if r.Install == "" || strings.Contains(err.Error(), r.Install) {
+	if r.Install == "" || !errors.Is(err, ErrMissing) || strings.Contains(err.Error(), r.Install) {
 		return err
 	}
-	return &Error{Code: CodeOf(err), Message: fmt.Sprintf("%s (install: %s)", messageOf(err), r.Install), Err: err}
+	return &Error{Code: CodeOf(err), Message: fmt.Sprintf("%s (install: %s)", MessageOf(err), r.Install), Err: err}
 }
 
-// messageOf is the message of err without its code prefix.
-func messageOf(err error) string {
+// MessageOf is err's text without the code that Error.Error puts before the message: for
+// printing beside a code or a status already shown.
+func MessageOf(err error) string {
 	var e *Error
 	if errors.As(err, &e) {
 		msg := e.Message

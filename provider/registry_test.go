@@ -68,10 +68,22 @@ func TestResolve(t *testing.T) {
 	if err != nil || p.Name() != "test-res-ok" {
 		t.Fatalf("explicit name: %v %v", p, err)
 	}
-	// An explicit provider that is unavailable is an error, never a fallback to another.
+	// An explicit provider that is unavailable is an error, never a fallback to another. Its
+	// install hint is added only when what it lacks is what the hint installs.
 	_, err = Resolve(ctx, ResolveOptions{Name: "test-res-down"})
-	if !errors.Is(err, CodeUnavailable) || !strings.Contains(err.Error(), "apt-get install test-res-down") {
-		t.Fatalf("explicit unavailable: %v", err)
+	if !errors.Is(err, CodeUnavailable) || !strings.Contains(err.Error(), "down here") || strings.Contains(err.Error(), "install") {
+		t.Fatalf("explicit unavailable, installed: %v", err)
+	}
+	reg("test-res-uninstalled", Missingf("test-res-uninstalled not found"))
+	_, err = Resolve(ctx, ResolveOptions{Name: "test-res-uninstalled"})
+	if !errors.Is(err, CodeUnavailable) || !errors.Is(err, ErrMissing) ||
+		err.Error() != "unavailable: test-res-uninstalled not found (install: apt-get install test-res-uninstalled)" {
+		t.Fatalf("explicit unavailable, not installed: %v", err)
+	}
+	// A message that already says the hint does not get it twice.
+	reg("test-res-said", Missingf("not found: apt-get install test-res-said"))
+	if _, err = Resolve(ctx, ResolveOptions{Name: "test-res-said"}); strings.Count(err.Error(), "apt-get install") != 1 {
+		t.Fatalf("hint twice: %v", err)
 	}
 	if _, err := Resolve(ctx, ResolveOptions{Name: "test-res-missing"}); !errors.Is(err, CodeUnavailable) || !strings.Contains(err.Error(), "not registered") {
 		t.Fatalf("unregistered: %v", err)

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tupper-dev/tupper/agent"
+	"github.com/tupper-dev/tupper/agent/spec"
 )
 
 // newAgentCmd is "tupper agent": the in-sandbox agent, normally PID 1 of a
@@ -20,6 +21,7 @@ func newAgentCmd() *cobra.Command {
 		listen     string
 		listenFD   int
 		configPath string
+		protocol   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "agent [--listen unix:PATH | --listen-fd N] [--config PATH]",
@@ -30,6 +32,11 @@ func newAgentCmd() *cobra.Command {
 			"The config file is JSON; see the agent package documentation for its fields.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if protocol {
+				// A host checks a binary with this before running it as an agent.
+				fmt.Fprintln(cmd.OutOrStdout(), spec.ProbeReply, spec.Version)
+				return nil
+			}
 			var cfg agent.Config
 			if configPath != "" {
 				c, err := agent.LoadConfig(configPath)
@@ -53,6 +60,8 @@ func newAgentCmd() *cobra.Command {
 	cmd.Flags().StringVar(&listen, "listen", "", "address to serve on: unix:PATH or tcp:HOST:PORT")
 	cmd.Flags().IntVar(&listenFD, "listen-fd", -1, "serve on this inherited listening socket instead of --listen")
 	cmd.Flags().StringVar(&configPath, "config", "", "JSON config file")
+	cmd.Flags().BoolVar(&protocol, strings.TrimPrefix(spec.ProbeFlag, "--"), false, "print the agent protocol version and exit")
+	cmd.Flags().MarkHidden(strings.TrimPrefix(spec.ProbeFlag, "--"))
 	return cmd
 }
 

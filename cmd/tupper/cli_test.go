@@ -29,8 +29,9 @@ func tupperBin(t *testing.T) string {
 			buildErr = err
 			return
 		}
-		// The binary is also the sandboxes' agent, run by unprivileged host uids.
-		if buildErr = os.Chmod(dir, 0o755); buildErr != nil {
+		// Private on purpose: the binary is also the sandboxes' agent, and the local provider
+		// copies it into its home, so where it lives does not matter.
+		if buildErr = os.Chmod(dir, 0o700); buildErr != nil {
 			return
 		}
 		binPath = filepath.Join(dir, "tupper")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -61,7 +62,8 @@ func newDoctorCmd() *cobra.Command {
 func checkProvider(ctx context.Context, r provider.Registration) (string, bool) {
 	p, err := provider.Resolve(ctx, provider.ResolveOptions{Name: r.Name})
 	if err != nil {
-		return "unavailable: " + err.Error(), false
+		// The line starts with the provider's name: say it once.
+		return "unavailable: " + strings.TrimPrefix(provider.MessageOf(err), r.Name+": "), false
 	}
 	return "available, capabilities: " + p.Capabilities().String(), true
 }

@@ -142,7 +142,7 @@ func (p *Provider) Capabilities() provider.Capabilities { return p.caps }
 // Available lists one sandbox, which checks the URL and the key.
 func (p *Provider) Available(ctx context.Context) error {
 	if p.cfg.APIKey == "" {
-		return provider.Errorf(provider.CodeUnavailable, "E2B_API_KEY is not set")
+		return provider.Missingf("E2B_API_KEY is not set")
 	}
 	err := p.call(ctx, "GET", "/v2/sandboxes?limit=1", nil, nil, "available")
 	if err != nil {

@@ -5,8 +5,9 @@
 //	p, err := local.New(local.Config{})           // Home: $TUPPER_HOME or /var/lib/tupper
 //	box, err := p.Create(ctx, provider.CreateSpec{Network: provider.Network{Mode: "none"}})
 //
-// It registers itself as "local" (the platform default on Linux). It needs root; New probes
-// the host and Available says what is missing (a runtime binary, root, overlayfs).
+// It registers itself as "local" (the platform default on Linux). It needs root; the first
+// call that needs it probes the host, and Available says what is missing (a runtime binary,
+// root, overlayfs, the agent binary).
 //
 // # A sandbox
 //
@@ -19,10 +20,18 @@
 // removes what it left. Nothing of a sandbox lives in the creating process: another process
 // with the same Home finds it by id or key.
 //
-// Config.AgentPath is the binary bound in; by default the running executable, which must
-// then be the tupper binary. The package's tests build ./cmd/tupper once with CGO_ENABLED=0
-// (falling back to internal/testagent, the same agent package behind the same two
-// subcommands, when the CLI does not build) rather than making the test binary an agent.
+// The agent binary is found once per Provider (agent.go): Config.AgentPath, else
+// $TUPPER_AGENT, else the running program when its build info says it is the tupper command,
+// else tupper beside the running program or on PATH when theirs does. Every binary taken from
+// disk must answer "tupper agent --protocol" with this build's agent protocol version
+// (agent/spec.Version), which the provider also writes into each agent's config, where an
+// agent of another version refuses to start. The binary is copied, once per content, to
+// Home/agent/<sha256 prefix>/tupper (0755 in 0711 directories, written to a temporary file,
+// checked against its hash and renamed), and sandboxes bind the copy, so where the original
+// lives never matters. With none found, Available says how to install one. The package's
+// tests name ./cmd/tupper built once with CGO_ENABLED=0 in Config.AgentPath (falling back to
+// internal/testagent, the same agent package behind the same subcommand, when the CLI does
+// not build).
 //
 // The socket directory is writable by the sandbox, so the host opens the socket with
 // O_PATH|O_NOFOLLOW, checks it is a socket and connects through /proc/self/fd: a symlink

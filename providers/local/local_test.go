@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	agentspec "github.com/tupper-dev/tupper/agent/spec"
 	"github.com/tupper-dev/tupper/internal/testenv"
 	"github.com/tupper-dev/tupper/provider"
 )
@@ -528,15 +529,18 @@ func TestUnsupported(t *testing.T) {
 	}
 }
 
-// TestCreateUndo: a create that fails halfway (the agent binary is not an agent) leaves
-// nothing behind.
+// TestCreateUndo: a create that fails halfway (the agent binary answers the protocol probe
+// but exits when started) leaves nothing behind.
 func TestCreateUndo(t *testing.T) {
 	p := newTestProvider(t, RuntimeRunc)
-	bad := filepath.Join(filepath.Dir(buildAgent(t)), "not-an-agent")
-	if err := os.WriteFile(bad, []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+	bad := filepath.Join(t.TempDir(), "not-an-agent")
+	script := fmt.Sprintf("#!/bin/sh\n[ \"$2\" = %s ] && echo %s %d && exit 0\necho not really an agent >&2\nexit 1\n",
+		agentspec.ProbeFlag, agentspec.ProbeReply, agentspec.Version)
+	if err := os.WriteFile(bad, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	p.cfg.AgentPath = bad
+	p.agent = agentState{} // find it again
 	p.cfg.ReadyTimeout = 5 * time.Second
 	_, err := p.Create(context.Background(), provider.CreateSpec{Network: provider.Network{Mode: provider.NetworkAll}})
 	if err == nil {

@@ -67,20 +67,7 @@ func (p *Provider) saveProbe(c probeCache) {
 	if os.MkdirAll(probeCacheDir, 0o755) != nil {
 		return
 	}
-	b, err := json.Marshal(c)
-	if err != nil {
-		return
-	}
-	path := p.probeCachePath(c.Key)
-	tmp, err := os.CreateTemp(probeCacheDir, ".probe-*")
-	if err != nil {
-		return
-	}
-	if _, err := tmp.Write(b); err != nil || tmp.Close() != nil {
-		os.Remove(tmp.Name())
-		return
-	}
-	if os.Rename(tmp.Name(), path) != nil {
-		os.Remove(tmp.Name())
+	if b, err := json.Marshal(c); err == nil {
+		writeFileAtomic(p.probeCachePath(c.Key), b)
 	}
 }

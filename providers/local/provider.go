@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	agentspec "github.com/tupper-dev/tupper/agent/spec"
 	"github.com/tupper-dev/tupper/provider"
 )
 
@@ -33,8 +34,9 @@ type Config struct {
 	// RuncPath, RunscPath and CrunPath are the runtime binaries; "" looks them up on PATH
 	// and in the sbin directories.
 	RuncPath, RunscPath, CrunPath string
-	// AgentPath is the static tupper binary bound read-only into every sandbox as its PID 1
-	// ("tupper agent"). "" means the running executable (os.Executable).
+	// AgentPath is the tupper binary run as every sandbox's PID 1 ("tupper agent"). ""
+	// means $TUPPER_AGENT, else the running program when it is tupper, else tupper beside
+	// the running program or on PATH (see agent.go). The binary is copied into Home.
 	AgentPath string
 	// Subnet is the IPv4 network of sandboxes with network "all"; "" means 10.213.0.0/16.
 	// Its first address is the host bridge's.
@@ -156,6 +158,8 @@ type Provider struct {
 	closed   bool
 
 	pool *pool // nil: Config.Pool is 0
+
+	agent agentState // the agent binary, found on first need (agent.go)
 }
 
 var (
@@ -167,7 +171,7 @@ func init() {
 	provider.Register(provider.Registration{
 		Name:    "local",
 		Factory: func() (provider.Provider, error) { return New(Config{}) },
-		Install: "apt-get install runc runsc crun (and run as root)",
+		Install: installRuntimes,
 	})
 }
 
@@ -243,9 +247,9 @@ func (p *Provider) probe() {
 	case p.unusable[p.cfg.Runtime] != nil:
 		p.unavail = provider.Errorf(provider.CodeUnavailable, "local: %v", p.unusable[p.cfg.Runtime])
 	case p.runtimes[p.cfg.Runtime].path == "":
-		p.unavail = provider.Errorf(provider.CodeUnavailable, "local: %s not found: apt-get install %s", p.cfg.Runtime, p.cfg.Runtime)
+		p.unavail = provider.Missingf("local: %s not found: %s", p.cfg.Runtime, installRuntimes)
 	case agentErr != nil:
-		p.unavail = provider.Errorf(provider.CodeUnavailable, "local: agent binary: %v", agentErr)
+		p.unavail = provider.Wrap(agentErr, provider.CodeUnavailable, "")
 	case !overlaySupported():
 		p.unavail = provider.Errorf(provider.CodeUnavailable, "local: the kernel has no overlay file system (modprobe overlay)")
 	}
@@ -368,26 +372,6 @@ func (p *Provider) capsFor(rt string) []provider.Capability {
 		out = append(out, provider.CapShell)
 	}
 	return out
-}
-
-// agentPath is the host binary run as the sandbox's agent.
-func (p *Provider) agentPath() (string, error) {
-	path := p.cfg.AgentPath
-	if path == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return "", err
-		}
-		path = exe
-	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		return "", err
-	}
-	if !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
-		return "", fmt.Errorf("%s is not an executable file", path)
-	}
-	return path, nil
 }
 
 // traversable reports an error unless every directory above path (and path itself, when it
@@ -928,6 +912,7 @@ func (p *Provider) writeAgentDir(rec *record, spec provider.CreateSpec) error {
 		DefaultUser:        "root",
 		DefaultWorkdir:     defaultWorkdir,
 		IdleTimeoutSeconds: int64((spec.IdleTimeout + time.Second - 1) / time.Second),
+		Protocol:           agentspec.Version,
 	}
 	if hideAgent(rec.Runtime) {
 		// From commands, and from the agent's own file API once it serves: a symlink a
@@ -972,6 +957,7 @@ type agentConfig struct {
 	IdleTimeoutSeconds int64             `json:"idleTimeoutSeconds,omitempty"`
 	HidePaths          []string          `json:"hidePaths,omitempty"`
 	HideFromAgent      bool              `json:"hideFromAgent,omitempty"`
+	Protocol           int               `json:"protocol,omitempty"`
 }
 
 // alive reports whether the sandbox's init is still the process recorded at create.

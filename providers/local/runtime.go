@@ -155,6 +155,9 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines, " | ")
 }
 
+// installRuntimes is what installs the runtimes: the provider's Install hint.
+const installRuntimes = "apt-get install runc runsc crun"
+
 // findBinary looks name up on PATH and in the sbin directories a non-root PATH may lack.
 func findBinary(name string) (string, error) {
 	if p, err := exec.LookPath(name); err == nil {

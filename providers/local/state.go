@@ -21,6 +21,8 @@ import (
 //
 //	locks/keys.lock                 exact-key get-or-create (flock)
 //	keys/<hash of a key>            the id of the sandbox created with that key (see keys.go)
+//	agent/<sha256 prefix>/tupper    the agent binary bound into sandboxes (agent.go)
+//	agent/seen/                     what was learned about candidate agent binaries
 //	templates/<name>.v<N>/          a template's shared read-only lower layer (built once;
 //	                                delete it to pick up changes to the host's /etc)
 //	runc/, runsc/, crun/            the runtimes' --root (their own container state)

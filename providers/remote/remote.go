@@ -43,11 +43,11 @@ func init() {
 		Factory: func() (provider.Provider, error) {
 			u := os.Getenv("TUPPER_URL")
 			if u == "" {
-				return nil, provider.Errorf(provider.CodeUnavailable, "TUPPER_URL is not set: point it at a tupper server (tupper serve) and set TUPPER_API_KEY")
+				return nil, provider.Missingf("TUPPER_URL is not set")
 			}
 			return New(Config{URL: u, APIKey: os.Getenv("TUPPER_API_KEY")}), nil
 		},
-		Install: "a tupper server: set TUPPER_URL and TUPPER_API_KEY",
+		Install: "a tupper server (tupper serve): set TUPPER_URL to its URL and TUPPER_API_KEY to a key of it",
 	})
 }
 

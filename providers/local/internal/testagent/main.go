@@ -1,6 +1,6 @@
 // Command testagent is the in-sandbox agent for providers/local's tests when ./cmd/tupper
 // does not build (it is the same agent package behind the same subcommand:
-// "agent --listen unix:PATH --config PATH").
+// "agent --listen unix:PATH --config PATH", and "agent --protocol").
 package main
 
 import (
@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/tupper-dev/tupper/agent"
+	"github.com/tupper-dev/tupper/agent/spec"
 )
 
 func main() {
@@ -27,7 +28,12 @@ func main() {
 		fs := flag.NewFlagSet("agent", flag.ExitOnError)
 		listen := fs.String("listen", "", "unix:PATH")
 		config := fs.String("config", "", "JSON config file")
+		protocol := fs.Bool(strings.TrimPrefix(spec.ProbeFlag, "--"), false, "print the agent protocol version")
 		fs.Parse(os.Args[2:])
+		if *protocol {
+			fmt.Println(spec.ProbeReply, spec.Version)
+			return
+		}
 		var cfg agent.Config
 		if *config != "" {
 			c, err := agent.LoadConfig(*config)
