@@ -34,30 +34,12 @@ func repoRoot(t *testing.T) string {
 	return filepath.Join(filepath.Dir(file), "..")
 }
 
-var (
-	npmOnce sync.Once
-	npmErr  error
-	npmOut  []byte
-)
 
 // nodeClient returns the directory of the client project after `npm ci`, or skips (fails
 // under CI=true) without node and npm.
 func nodeClient(t *testing.T) string {
 	t.Helper()
-	testenv.RequireBinary(t, "node")
-	testenv.RequireBinary(t, "npm")
-	dir := filepath.Join(repoRoot(t), "test", "mcp")
-	npmOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund")
-		cmd.Dir = dir
-		npmOut, npmErr = cmd.CombinedOutput()
-	})
-	if npmErr != nil {
-		t.Fatalf("npm ci in %s: %v\n%s", dir, npmErr, npmOut)
-	}
-	return dir
+	return testenv.NPMProject(t, filepath.Join(repoRoot(t), "test", "mcp"))
 }
 
 // testProvider picks the provider name the test runs on.

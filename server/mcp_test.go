@@ -20,17 +20,10 @@ import (
 // (test/mcp): tools listed, a command run, a file written and read back, an edit — in a real
 // sandbox — and checks the key requirement and that the session's sandbox is gone after.
 func TestMCPOverServer(t *testing.T) {
-	testenv.RequireBinary(t, "node")
-	testenv.RequireBinary(t, "npm")
 	_, file, _, _ := runtime.Caller(0)
-	dir := filepath.Join(filepath.Dir(file), "..", "test", "mcp")
+	dir := testenv.NPMProject(t, filepath.Join(filepath.Dir(file), "..", "test", "mcp"))
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	npm := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund")
-	npm.Dir = dir
-	if out, err := npm.CombinedOutput(); err != nil {
-		t.Fatalf("npm ci: %v\n%s", err, out)
-	}
 
 	prov := servertest.Provider(t, 7)
 	srv := servertest.Start(t, prov, "")

@@ -7,9 +7,16 @@
 package testenv
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
+	"time"
+
+	"github.com/tupper-dev/tupper/internal/flock"
 )
 
 // InCI reports whether the tests run under CI (CI=true), where missing requirements are failures.
@@ -47,4 +54,40 @@ func RequireBinary(t testing.TB, name string) string {
 		return ""
 	}
 	return p
+}
+
+// NPMProject makes dir's node_modules match its package-lock.json (`npm ci`) and returns dir,
+// or skips (fails under CI) without node and npm. Test binaries of several packages run at
+// once and share projects (test/mcp serves two packages): the install holds a lock beside
+// the project, and is skipped when node_modules was installed from this very lock file.
+func NPMProject(t testing.TB, dir string) string {
+	t.Helper()
+	RequireBinary(t, "node")
+	npm := RequireBinary(t, "npm")
+	lock, err := os.ReadFile(filepath.Join(dir, "package-lock.json"))
+	if err != nil {
+		t.Fatalf("npm project %s: %v", dir, err)
+	}
+	sum := sha256.Sum256(lock)
+	want := hex.EncodeToString(sum[:])
+	stamp := filepath.Join(dir, "node_modules", ".tupper-installed-from")
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	lk, err := flock.Acquire(ctx, filepath.Join(dir, ".npm-ci.lock"))
+	if err != nil {
+		t.Fatalf("npm project %s: %v", dir, err)
+	}
+	defer lk.Unlock()
+	if got, err := os.ReadFile(stamp); err == nil && string(got) == want {
+		return dir
+	}
+	cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund", "--loglevel=error")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
+	}
+	if err := os.WriteFile(stamp, []byte(want), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }

@@ -24,7 +24,6 @@ func TestE2BSDK(t *testing.T) {
 		testenv.Skip(t, "E2B compatibility runs real sandboxes: "+why)
 	}
 	node := testenv.RequireBinary(t, "node")
-	npm := testenv.RequireBinary(t, "npm")
 	if testing.Short() {
 		t.Skip("-short: the E2B SDK runs take a minute")
 	}
@@ -42,9 +41,7 @@ func TestE2BSDK(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if out, err := command(t, 5*time.Minute, dir, nil, npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"); err != nil {
-				t.Fatalf("npm ci in %s: %v\n%s", project, err, out)
-			}
+			testenv.NPMProject(t, dir)
 			env := []string{"E2B_API_URL=" + srv.URL, "E2B_SANDBOX_URL=" + srv.URL, "E2B_API_KEY=" + key}
 			out, err := command(t, 5*time.Minute, dir, env, node, "run.mjs")
 			if err != nil {
