@@ -34,7 +34,6 @@ func repoRoot(t *testing.T) string {
 	return filepath.Join(filepath.Dir(file), "..")
 }
 
-
 // nodeClient returns the directory of the client project after `npm ci`, or skips (fails
 // under CI=true) without node and npm.
 func nodeClient(t *testing.T) string {
