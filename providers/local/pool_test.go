@@ -139,6 +139,16 @@ func TestPoolHandsOutAndRefills(t *testing.T) {
 		t.Errorf("list by label: %+v", l)
 	}
 
+	// Their records, read now: the 1 s idle one may be reaped by any list once it stops.
+	timedRec, err := p.lay.readRecord(timed.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	idleRec, err := p.lay.readRecord(idle.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	// Refilled with new sandboxes, still unlisted.
 	refill := waitPool(t, p, 2)
 	for _, id := range refill {
@@ -151,8 +161,6 @@ func TestPoolHandsOutAndRefills(t *testing.T) {
 	}
 
 	// The agents learned the timeout and the idle timeout.
-	timedRec, _ := p.lay.readRecord(timed.ID())
-	idleRec, _ := p.lay.readRecord(idle.ID())
 	if idleRec.IdleTimeout != time.Second {
 		t.Errorf("record idle timeout %v", idleRec.IdleTimeout)
 	}
