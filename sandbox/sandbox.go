@@ -456,37 +456,6 @@ func Reap(ctx context.Context, p provider.Provider, opts ReapOptions) (int, erro
 	return n, nil
 }
 
-// busy reports whether the sandbox has an SDK command in flight or an SDK background process
-// running.
-func busy(ctx context.Context, p provider.Provider, id string) (bool, error) {
-	inst, err := p.Connect(ctx, id)
-	if err != nil {
-		return false, err
-	}
-	defer inst.Close()
-	if ar, ok := inst.(provider.ActivityReporter); ok {
-		return ar.Busy(ctx)
-	}
-	if !p.Capabilities().Has(provider.CapShell) {
-		return true, errorf(CodeUnsupported, "reap", "provider %s cannot report activity", p.Name())
-	}
-	// Look for processes that carry the SDK's marker variable. The check itself does not.
-	res, err := inst.Exec(ctx, provider.ExecRequest{
-		Command: `cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep -qx ` + envSDKRun + `=1`,
-		Cwd:     "/",
-	})
-	if err != nil {
-		return true, err
-	}
-	switch res.ExitCode {
-	case 0:
-		return true, nil
-	case 1:
-		return false, nil
-	}
-	return true, errorf(CodeProvider, "reap", "activity check exited %d", res.ExitCode)
-}
-
 // Destroy ends the sandbox and removes everything it left. Destroying a sandbox that is
 // already gone is not an error.
 func (b *Sandbox) Destroy(ctx context.Context) error {

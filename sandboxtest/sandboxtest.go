@@ -145,6 +145,7 @@ func groups() []group {
 		{"Git", gitCases()},
 		{"Lifecycle", lifecycleCases()},
 		{"Errors", errorCases()},
+		{"Fallback", fallbackCases()},
 	}
 }
 

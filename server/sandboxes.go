@@ -463,28 +463,11 @@ func (s *Server) applyTimeout(w http.ResponseWriter, r *http.Request, ms int64) 
 // idle-only reaping).
 func (s *Server) busy(w http.ResponseWriter, r *http.Request, _ *caller) {
 	s.withBox(w, r, func(b *sandbox.Sandbox) error {
-		busy, err := isBusy(r.Context(), s.prov, b)
+		busy, err := b.Busy(r.Context())
 		if err != nil {
 			return err
 		}
 		writeJSON(w, http.StatusOK, map[string]bool{"busy": busy})
 		return nil
 	})
-}
-
-func isBusy(ctx context.Context, p provider.Provider, b *sandbox.Sandbox) (bool, error) {
-	if ar, ok := b.Native.(provider.ActivityReporter); ok {
-		return ar.Busy(ctx)
-	}
-	if !p.Capabilities().Has(provider.CapShell) {
-		return false, provider.Errorf(provider.CodeUnsupported, "provider %s cannot report activity", p.Name())
-	}
-	res, err := b.Native.Exec(ctx, provider.ExecRequest{
-		Command: `cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep -qx SANDBOX_SDK_RUN=1`,
-		Cwd:     "/",
-	})
-	if err != nil {
-		return false, err
-	}
-	return res.ExitCode == 0, nil
 }

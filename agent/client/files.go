@@ -284,3 +284,23 @@ func (w *Watcher) Close() error {
 	w.cancel()
 	return nil
 }
+
+// LstatPerm is the permission bits of an entry itself from its EntryInfo's permissions
+// string (as fs.FileMode prints it, ending in the nine rwx letters), else mode. An entry's
+// mode is, as in E2B's envd, a symlink's target's; its permissions string is the link's own.
+func LstatPerm(permissions string, mode uint32) uint32 {
+	if len(permissions) < 9 {
+		return mode & 0o777
+	}
+	var m uint32
+	for i, ch := range []byte(permissions[len(permissions)-9:]) {
+		switch ch {
+		case "rwxrwxrwx"[i]:
+			m |= 1 << (8 - i)
+		case '-':
+		default:
+			return mode & 0o777
+		}
+	}
+	return m
+}

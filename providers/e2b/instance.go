@@ -15,6 +15,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/tupper-dev/tupper/agent/client"
 	"github.com/tupper-dev/tupper/agent/spec/filesystem"
 	"github.com/tupper-dev/tupper/agent/spec/filesystem/filesystemconnect"
 	"github.com/tupper-dev/tupper/agent/spec/process"
@@ -415,7 +416,7 @@ func (in *Instance) Resume(ctx context.Context) error {
 }
 
 func fileInfo(e *filesystem.EntryInfo) provider.FileInfo {
-	fi := provider.FileInfo{Path: e.GetPath(), Size: e.GetSize(), Mode: e.GetMode() & 0o777, Target: e.GetSymlinkTarget()}
+	fi := provider.FileInfo{Path: e.GetPath(), Size: e.GetSize(), Mode: client.LstatPerm(e.GetPermissions(), e.GetMode()), Target: e.GetSymlinkTarget()}
 	if t := e.GetModifiedTime(); t != nil {
 		fi.ModifiedAt = t.AsTime()
 	}

@@ -20,3 +20,10 @@ func TestConformance(t *testing.T) {
 		sandboxtest.Run(t, func(t testing.TB) provider.Provider { return newTestProvider(t, rt) })
 	})
 }
+
+// TestConformanceFallbacks runs the suite once more with the provider's fast paths hidden
+// (sandboxtest.Bare), under the default runtime, so the core's shell fallbacks for files,
+// activity, log ranges and get-or-create are proven on a real sandbox too.
+func TestConformanceFallbacks(t *testing.T) {
+	sandboxtest.Run(t, func(t testing.TB) provider.Provider { return sandboxtest.Bare(newTestProvider(t, "")) })
+}

@@ -332,7 +332,7 @@ func fileInfo(fi client.FileInfo) provider.FileInfo {
 		t = provider.TypeDir
 	}
 	return provider.FileInfo{
-		Path: fi.Path, Type: t, Size: fi.Size, Mode: uint32(fi.Mode.Perm()),
+		Path: fi.Path, Type: t, Size: fi.Size, Mode: client.LstatPerm(fi.Permissions, uint32(fi.Mode.Perm())),
 		ModifiedAt: fi.ModTime, Target: fi.SymlinkTarget,
 	}
 }

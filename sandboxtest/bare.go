@@ -1,0 +1,147 @@
+package sandboxtest
+
+import (
+	"context"
+	"io"
+	"maps"
+	"time"
+
+	"github.com/tupper-dev/tupper/provider"
+)
+
+// Bare returns p with every optional interface that package sandbox can do without hidden,
+// so that the core's fallback runs instead of the provider's fast path: provider.KeyedCreator
+// on the provider, and provider.FileSystem, provider.Searcher, provider.ChangeTracker,
+// provider.ActivityReporter and provider.RangeReader on its instances. Interfaces without a
+// fallback (provider.Pauser, provider.Snapshotter, provider.Terminaler,
+// provider.TimeoutSetter, provider.CapabilityReporter) stay reachable, and answer
+// CodeUnsupported where p's instance lacks them, which is what the core answers then too.
+// Capabilities drop provider.CapExactKey, which needs provider.KeyedCreator.
+//
+// Running the suite over Bare(p) proves the fallbacks work on p's sandboxes (testing/fstest
+// checks a file system's optional methods against its plain ones the same way):
+//
+//	sandboxtest.Run(t, func(t testing.TB) provider.Provider { return sandboxtest.Bare(newProvider(t)) })
+//
+// Run itself also compares each fast path p has with its fallback on one sandbox (the
+// Fallback group).
+func Bare(p provider.Provider) provider.Provider { return bareProvider{p} }
+
+type bareProvider struct{ p provider.Provider }
+
+func (b bareProvider) Name() string { return b.p.Name() }
+
+func (b bareProvider) Capabilities() provider.Capabilities { return bareCaps(b.p.Capabilities()) }
+
+func bareCaps(c provider.Capabilities) provider.Capabilities {
+	c = maps.Clone(c)
+	delete(c, provider.CapExactKey)
+	return c
+}
+
+func (b bareProvider) Available(ctx context.Context) error { return b.p.Available(ctx) }
+
+func (b bareProvider) Create(ctx context.Context, spec provider.CreateSpec) (provider.Instance, error) {
+	return b.inst(b.p.Create(ctx, spec))
+}
+
+func (b bareProvider) FindByKey(ctx context.Context, key string) (provider.Instance, error) {
+	return b.inst(b.p.FindByKey(ctx, key))
+}
+
+func (b bareProvider) Connect(ctx context.Context, id string) (provider.Instance, error) {
+	return b.inst(b.p.Connect(ctx, id))
+}
+
+func (b bareProvider) List(ctx context.Context, f provider.ListFilter) ([]provider.Info, error) {
+	return b.p.List(ctx, f)
+}
+
+func (b bareProvider) Destroy(ctx context.Context, id string) error { return b.p.Destroy(ctx, id) }
+
+func (b bareProvider) inst(in provider.Instance, err error) (provider.Instance, error) {
+	if err != nil {
+		return nil, err
+	}
+	return bareInstance{in: in, caps: b.Capabilities()}, nil
+}
+
+// bareInstance has the required methods and the optional interfaces without a fallback.
+type bareInstance struct {
+	in   provider.Instance
+	caps provider.Capabilities // the provider's, for an instance that reports none
+}
+
+var (
+	_ provider.Pauser             = bareInstance{}
+	_ provider.Snapshotter        = bareInstance{}
+	_ provider.Terminaler         = bareInstance{}
+	_ provider.TimeoutSetter      = bareInstance{}
+	_ provider.CapabilityReporter = bareInstance{}
+)
+
+func (b bareInstance) Info(ctx context.Context) (provider.Info, error) { return b.in.Info(ctx) }
+
+func (b bareInstance) Exec(ctx context.Context, req provider.ExecRequest) (provider.ExecResult, error) {
+	return b.in.Exec(ctx, req)
+}
+
+func (b bareInstance) ReadFile(ctx context.Context, path string) (io.ReadCloser, error) {
+	return b.in.ReadFile(ctx, path)
+}
+
+func (b bareInstance) WriteFile(ctx context.Context, path string, r io.Reader, mode *uint32) error {
+	return b.in.WriteFile(ctx, path, r, mode)
+}
+
+func (b bareInstance) PreviewURL(ctx context.Context, port int) (string, error) {
+	return b.in.PreviewURL(ctx, port)
+}
+
+func (b bareInstance) Close() error { return b.in.Close() }
+
+func (b bareInstance) Capabilities() provider.Capabilities {
+	if cr, ok := b.in.(provider.CapabilityReporter); ok {
+		return bareCaps(cr.Capabilities())
+	}
+	return maps.Clone(b.caps)
+}
+
+func unsupported(what string) error {
+	return provider.Errorf(provider.CodeUnsupported, "this provider's sandboxes cannot %s", what)
+}
+
+func (b bareInstance) Pause(ctx context.Context) error {
+	if p, ok := b.in.(provider.Pauser); ok {
+		return p.Pause(ctx)
+	}
+	return unsupported("pause")
+}
+
+func (b bareInstance) Resume(ctx context.Context) error {
+	if p, ok := b.in.(provider.Pauser); ok {
+		return p.Resume(ctx)
+	}
+	return unsupported("resume")
+}
+
+func (b bareInstance) Snapshot(ctx context.Context, expires time.Duration) (string, error) {
+	if s, ok := b.in.(provider.Snapshotter); ok {
+		return s.Snapshot(ctx, expires)
+	}
+	return "", unsupported("snapshot")
+}
+
+func (b bareInstance) Terminal(ctx context.Context, cols, rows int) (provider.Terminal, error) {
+	if t, ok := b.in.(provider.Terminaler); ok {
+		return t.Terminal(ctx, cols, rows)
+	}
+	return nil, unsupported("open a terminal")
+}
+
+func (b bareInstance) SetTimeout(ctx context.Context, d time.Duration) error {
+	if t, ok := b.in.(provider.TimeoutSetter); ok {
+		return t.SetTimeout(ctx, d)
+	}
+	return unsupported("change their timeout")
+}
