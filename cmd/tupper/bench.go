@@ -221,15 +221,15 @@ func (b *bencher) flush(title string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if timings > 0 {
-		fmt.Fprintln(w)
-	}
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, r := range b.rows {
 		if r.value == "" {
 			continue
 		}
 		if figures++; figures == 1 {
+			if timings > 0 {
+				fmt.Fprintln(tw)
+			}
 			fmt.Fprintln(tw, "MEASURE\tWHAT\tVALUE\tNOTES")
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.op, r.what, r.value, strings.Join(r.vs, "; "))
@@ -419,7 +419,8 @@ func (b *bencher) cliSection(ctx context.Context, prov *local.Provider, rt, imag
 		}
 		return err
 	}}
-	if dockerOK {
+	cpOK := dockerOK
+	if cpOK {
 		dir, err := os.MkdirTemp("", "tupper-bench-")
 		if err != nil {
 			return err
@@ -429,12 +430,19 @@ func (b *bencher) cliSection(ctx context.Context, prov *local.Provider, rt, imag
 		if err := os.WriteFile(in, data, 0o600); err != nil {
 			return err
 		}
-		fs = append(fs, func() error {
-			if err := runQuiet(ctx, "docker", "cp", in, container+":/tmp/bench.bin"); err != nil {
+		// The image is a few files without /tmp: the copy goes to its root directory.
+		dockerCp := func() error {
+			if err := runQuiet(ctx, "docker", "cp", in, container+":/bench.bin"); err != nil {
 				return err
 			}
-			return runQuiet(ctx, "docker", "cp", container+":/tmp/bench.bin", back)
-		})
+			return runQuiet(ctx, "docker", "cp", container+":/bench.bin", back)
+		}
+		if err := dockerCp(); err != nil {
+			b.note("skipping docker cp: %v", err)
+			cpOK = false
+		} else {
+			fs = append(fs, dockerCp)
+		}
 	}
 	s, err = measureEach(b.o.n, fs...)
 	if err != nil {
@@ -442,7 +450,7 @@ func (b *bencher) cliSection(ctx context.Context, prov *local.Provider, rt, imag
 	}
 	mbps := func(d time.Duration) float64 { return float64(2*len(data)) / d.Seconds() / 1e6 }
 	rwRow := b.add("write+read 64 MiB", fmt.Sprintf("tupper Files (%.0f MB/s at p50)", mbps(s[0].p50)), s[0])
-	if dockerOK {
+	if cpOK {
 		b.add("write+read 64 MiB", fmt.Sprintf("docker cp in and out (%.0f MB/s at p50)", mbps(s[1].p50)), s[1])
 		rwRow.versus(s[1], "docker cp")
 	}

@@ -37,6 +37,11 @@ func (b *bencher) apiSection(ctx context.Context, rt, image string) error {
 		return err
 	}
 	defer os.RemoveAll(home)
+	// The servers' --home: their store, and the local provider's sandboxes if it ever keeps
+	// them there, whose unprivileged roots must be able to traverse it.
+	if err := os.Chmod(home, 0o711); err != nil {
+		return err
+	}
 	st, err := store.Open(ctx, home)
 	if err != nil {
 		return err

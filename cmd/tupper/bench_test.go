@@ -217,6 +217,7 @@ func TestBenchSmoke(t *testing.T) {
 			`exec true +Docker API: exec create, start \(attached\), inspect +2 +`+dur,
 			`create → first command +Docker API: create, start, wait .* +1 +`+dur,
 			`create → first command +docker run --rm true \(whole process\) +1 +`+dur,
+			`write\+read 64 MiB +docker cp in and out .* +1 +`+dur,
 		)
 	}
 	for _, re := range want {
