@@ -183,7 +183,11 @@ func (b *bencher) apiSection(ctx context.Context, rt, image string) error {
 		r3.versus(dfull.stats(), "Docker API")
 		r4.versus(dfull.stats(), "Docker API")
 	}
-	return b.flush(fmt.Sprintf("HTTP APIs: tupper serve (%s) and Docker Engine, one keep-alive client each", rt))
+	title := fmt.Sprintf("HTTP API: tupper serve (%s), one keep-alive client", rt)
+	if docker != nil {
+		title = fmt.Sprintf("HTTP APIs: tupper serve (%s) and Docker Engine, one keep-alive client each", rt)
+	}
+	return b.flush(title)
 }
 
 // dockerCycle times a container of image running true through Docker's API: created,
