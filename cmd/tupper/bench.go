@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,49 +19,228 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/providers/local"
 	"github.com/tupper-dev/tupper/sandbox"
 )
 
 // bench measures tupper side by side with the alternatives present on this machine, in one
-// run, and prints each ratio. Timings on a shared machine are noisy; the ratios between
-// things measured in the same run are what to read.
+// run, and prints p50, p99 and the ratios. Timings on a shared machine are noisy; the ratios
+// between things measured in the same run are what to read. It has three sections: the CLI
+// and the SDK against docker's CLI (this file), the HTTP APIs against Docker Engine's API and
+// E2B's SDK (bench_api.go), and idle density (bench_density.go).
 func newBenchCmd() *cobra.Command {
-	var (
-		n       int
-		idle    int
-		runtime string
-		docker  bool
-	)
+	var o benchOptions
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure tupper against docker and the OCI runtime side by side and print the ratios",
 		Long: "bench runs the same operations with tupper (local provider) and, when present, with\n" +
-			"docker (docker run / docker exec against an image of this host's /bin/true and /bin/sh,\n" +
-			"made with docker import, so no registry is needed) and the runtime's own exec (runc exec,\n" +
-			"or crun exec / runsc exec with --runtime, into the same container tupper made), and prints\n" +
-			"medians and ratios.",
-		Args: cobra.NoArgs,
+			"docker (against an image of this host's /bin/true and /bin/sh, made with docker import,\n" +
+			"so no registry is needed) and the runtime's own exec, and prints p50, p99 and ratios.\n\n" +
+			"Sections (the CLI one alone unless another is asked for):\n" +
+			"  --cli          tupper run / exec and the SDK in process against docker run / exec\n" +
+			"  --api          a tupper serve it starts itself, with and without a warm pool, over\n" +
+			"                 keep-alive HTTP, against Docker Engine's API on its unix socket, and\n" +
+			"                 E2B's JS SDK against the same server (--e2b)\n" +
+			"  --density-max  idle sandboxes created one by one until create latency doubles, host\n" +
+			"                 memory runs short or N are up, with host memory per idle sandbox\n\n" +
+			"See docs/performance.md for figures from this machine.",
+		Example: "  tupper bench\n  tupper bench --api --e2b test/e2b/v251\n  tupper bench --density-max 500 --density-runtimes crun,runc,runsc",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if n < 1 || idle < 0 {
-				return fmt.Errorf("--n must be at least 1 and --idle not negative")
+			if err := o.validate(); err != nil {
+				return err
 			}
-			b := &bencher{cmd: cmd, n: n, runtime: runtime, self: selfPath()}
-			return b.run(cmd.Context(), idle, docker)
+			if !o.api && o.densityMax == 0 {
+				o.cli = true
+			}
+			b := &bencher{cmd: cmd, o: o, self: selfPath()}
+			return b.run(cmd.Context())
 		},
 	}
-	cmd.Flags().IntVar(&n, "n", 20, "repetitions of each operation")
-	cmd.Flags().IntVar(&idle, "idle", 20, "idle sandboxes to create for the memory measurement (0: skip)")
-	cmd.Flags().StringVar(&runtime, "runtime", "", "runtime of the local provider: runc (default), runsc or crun")
-	cmd.Flags().BoolVar(&docker, "docker", true, "compare with docker when the docker CLI answers")
+	fl := cmd.Flags()
+	fl.IntVar(&o.n, "n", 20, "repetitions of each operation that creates a sandbox or copies a file")
+	fl.IntVar(&o.execN, "exec-n", 200, "repetitions of each exec round trip")
+	fl.IntVar(&o.idle, "idle", 20, "idle sandboxes to create for the memory comparison with docker in the CLI section (0: skip)")
+	fl.StringVar(&o.runtime, "runtime", "", "runtime of the local provider: crun, runc or runsc (default: the provider's, see tupper doctor)")
+	fl.BoolVar(&o.docker, "docker", true, "compare with docker when its CLI and daemon answer")
+	fl.BoolVar(&o.cli, "cli", false, "run the CLI section (the default when no other section is asked for)")
+	fl.BoolVar(&o.api, "api", false, "run the API section")
+	fl.IntVar(&o.pool, "pool", 2, "warm pool of the API section's pooled server")
+	fl.StringVar(&o.e2bDir, "e2b", "", "npm project with E2B's JS SDK installed (npm ci) for the API section (default: test/e2b/v251 under the current directory, when installed)")
+	fl.IntVar(&o.densityMax, "density-max", 0, "run the density section with at most this many idle sandboxes per runtime (0: skip)")
+	fl.StringVar(&o.densityRuntimes, "density-runtimes", "", "comma-separated runtimes of the density section (default: the default runtime, runc and runsc)")
 	return cmd
 }
 
+type benchOptions struct {
+	n, execN, idle  int
+	runtime         string
+	docker          bool
+	cli, api        bool
+	pool            int
+	e2bDir          string
+	densityMax      int
+	densityRuntimes string
+}
+
+func (o benchOptions) validate() error {
+	if o.n < 1 || o.execN < 1 || o.idle < 0 || o.pool < 1 || o.densityMax < 0 {
+		return fmt.Errorf("--n, --exec-n and --pool must be at least 1, --idle and --density-max not negative")
+	}
+	return nil
+}
+
 type bencher struct {
-	cmd     *cobra.Command
-	n       int
-	runtime string
-	self    string
-	rows    [][]string
+	cmd    *cobra.Command
+	o      benchOptions
+	self   string
+	e2bKey string // the API section's key for E2B's SDK
+	rows   []*benchRow
+}
+
+// benchRow is one line of a section's table: a measured operation (s), or a figure (value).
+type benchRow struct {
+	op, what string
+	s        stats
+	value    string
+	vs       []string // comparisons
+}
+
+// stats summarizes timed repetitions.
+type stats struct {
+	n        int
+	p50, p99 time.Duration
+}
+
+// samples are the durations of timed repetitions.
+type samples []time.Duration
+
+// percentile is the nearest-rank p-th percentile (0 < p <= 100) of s: the smallest sample
+// that at least p% of the samples do not exceed. s need not be sorted; 0 when empty.
+func (s samples) percentile(p float64) time.Duration {
+	if len(s) == 0 {
+		return 0
+	}
+	sorted := slices.Clone(s)
+	slices.Sort(sorted)
+	rank := int(math.Ceil(float64(len(sorted)) * p / 100))
+	return sorted[min(max(rank, 1), len(sorted))-1]
+}
+
+func (s samples) stats() stats { return stats{n: len(s), p50: s.percentile(50), p99: s.percentile(99)} }
+
+// repeat calls f once as a warm-up (timed false), then n times timed, stopping at the first
+// error.
+func repeat(n int, f func(timed bool) error) error {
+	if err := f(false); err != nil {
+		return err
+	}
+	for range n {
+		if err := f(true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// measure times n calls of f after one warm-up.
+func measure(n int, f func() error) (stats, error) {
+	s, err := measureEach(n, f)
+	return s[0], err
+}
+
+// measureEach times n rounds of fs after one warm-up round, each round calling every f in
+// turn, so that a shared host's drift from minute to minute weighs on all of them alike.
+func measureEach(n int, fs ...func() error) ([]stats, error) {
+	ds := make([]samples, len(fs))
+	err := repeat(n, func(timed bool) error {
+		for i, f := range fs {
+			start := time.Now()
+			if err := f(); err != nil {
+				return err
+			}
+			if timed {
+				ds[i] = append(ds[i], time.Since(start))
+			}
+		}
+		return nil
+	})
+	out := make([]stats, len(fs))
+	for i, d := range ds {
+		out[i] = d.stats()
+	}
+	return out, err
+}
+
+// add appends a row of measured stats and returns it, for comparisons.
+func (b *bencher) add(op, what string, s stats) *benchRow {
+	r := &benchRow{op: op, what: what, s: s}
+	b.rows = append(b.rows, r)
+	return r
+}
+
+// figure appends a row of one figure.
+func (b *bencher) figure(op, what, value string, notes ...string) {
+	b.rows = append(b.rows, &benchRow{op: op, what: what, value: value, vs: notes})
+}
+
+// versus notes on r how it compares with other (named name): how many times faster at p50
+// and p99.
+func (r *benchRow) versus(other stats, name string) {
+	if r == nil || r.s.p50 <= 0 || r.s.p99 <= 0 || other.p50 <= 0 {
+		return
+	}
+	r.vs = append(r.vs, versus(r.s, other, name))
+}
+
+func versus(this, other stats, name string) string {
+	r50 := float64(other.p50) / float64(this.p50)
+	r99 := float64(other.p99) / float64(this.p99)
+	if r50 >= 1 {
+		return fmt.Sprintf("%.1fx faster than %s (p99 %.1fx)", r50, name, r99)
+	}
+	return fmt.Sprintf("%.1fx slower than %s (p99 %.1fx)", 1/r50, name, 1/r99)
+}
+
+// flush prints the rows gathered since the last flush under title: the timings, then the
+// figures.
+func (b *bencher) flush(title string) error {
+	w := b.cmd.OutOrStdout()
+	fmt.Fprintf(w, "\n%s\n", title)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	timings, figures := 0, 0
+	for _, r := range b.rows {
+		if r.value != "" {
+			continue
+		}
+		if timings++; timings == 1 {
+			fmt.Fprintln(tw, "OPERATION\tWHAT\tN\tP50\tP99\tCOMPARED")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", r.op, r.what, r.s.n, fmtDur(r.s.p50), fmtDur(r.s.p99), strings.Join(r.vs, "; "))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, r := range b.rows {
+		if r.value == "" {
+			continue
+		}
+		if figures++; figures == 1 {
+			if timings > 0 {
+				fmt.Fprintln(tw)
+			}
+			fmt.Fprintln(tw, "MEASURE\tWHAT\tVALUE\tNOTES")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.op, r.what, r.value, strings.Join(r.vs, "; "))
+	}
+	b.rows = nil
+	return tw.Flush()
+}
+
+// note prints a line on stderr: what was skipped and why, or progress.
+func (b *bencher) note(format string, args ...any) {
+	fmt.Fprintf(b.cmd.ErrOrStderr(), "bench: "+format+"\n", args...)
 }
 
 func selfPath() string {
@@ -69,28 +249,6 @@ func selfPath() string {
 		return "tupper"
 	}
 	return p
-}
-
-// measure runs f n times and returns the median.
-func (b *bencher) measure(f func() error) (time.Duration, error) {
-	ds := make([]time.Duration, 0, b.n)
-	for range b.n {
-		start := time.Now()
-		if err := f(); err != nil {
-			return 0, err
-		}
-		ds = append(ds, time.Since(start))
-	}
-	slices.Sort(ds)
-	return ds[len(ds)/2], nil
-}
-
-func (b *bencher) row(op, what string, d time.Duration, base time.Duration) {
-	ratio := ""
-	if base > 0 && d > 0 {
-		ratio = fmt.Sprintf("%.1fx", float64(d)/float64(base))
-	}
-	b.rows = append(b.rows, []string{op, what, fmtDur(d), ratio})
 }
 
 func fmtDur(d time.Duration) string {
@@ -113,94 +271,117 @@ func runQuiet(ctx context.Context, name string, args ...string) error {
 	return nil
 }
 
-func (b *bencher) run(ctx context.Context, idle int, withDocker bool) error {
-	prov, err := provider.Resolve(ctx, provider.ResolveOptions{Name: "local"})
+// benchLabels mark every sandbox the bench makes; whatever an interrupted run leaves is
+// reaped by the next.
+var benchLabels = map[string]string{"tupper-bench": "1"}
+
+func (b *bencher) run(ctx context.Context) error {
+	resolved, err := provider.Resolve(ctx, provider.ResolveOptions{Name: "local"})
 	if err != nil {
 		return err
 	}
-	opts := sandbox.CreateOptions{Network: sandbox.NetworkNone, Runtime: b.runtime, Labels: map[string]string{"tupper-bench": "1"}}
-	defer sandbox.Reap(context.WithoutCancel(ctx), prov, sandbox.ReapOptions{Labels: opts.Labels})
-
-	dockerOK := withDocker && exec.Command("docker", "info").Run() == nil
+	prov, ok := resolved.(*local.Provider)
+	if !ok {
+		return fmt.Errorf("bench measures the local provider, not %T", resolved)
+	}
+	defer sandbox.Reap(context.WithoutCancel(ctx), prov, sandbox.ReapOptions{Labels: benchLabels})
+	sandbox.Reap(ctx, prov, sandbox.ReapOptions{Labels: benchLabels})
+	rt := b.o.runtime
+	if rt == "" {
+		var why string
+		rt, why = prov.DefaultRuntime()
+		b.note("runtime %s, the default here: %s", rt, why)
+	}
 	image := ""
-	if dockerOK {
+	if b.o.docker {
 		if image, err = dockerImage(ctx); err != nil {
-			fmt.Fprintln(b.cmd.ErrOrStderr(), "bench: skipping docker:", err)
-			dockerOK = false
+			b.note("docker not found, reporting tupper alone: %v", err)
 		}
 	}
+	if b.o.cli {
+		if err := b.cliSection(ctx, prov, rt, image); err != nil {
+			return err
+		}
+	}
+	if b.o.api {
+		if err := b.apiSection(ctx, rt, image); err != nil {
+			return err
+		}
+	}
+	if b.o.densityMax > 0 {
+		if err := b.densitySection(ctx, prov, rt); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
-	// 1. Create → first command done.
-	createFirst, err := b.measure(func() error {
+// cliSection: the SDK in process and the tupper CLI against the docker CLI and the runtime's
+// own exec.
+func (b *bencher) cliSection(ctx context.Context, prov *local.Provider, rt, image string) error {
+	opts := sandbox.CreateOptions{Network: sandbox.NetworkNone, Runtime: b.o.runtime, Labels: benchLabels}
+	dockerOK := image != ""
+
+	// 1. Create → first command done, each way in turn.
+	sdkCreate := func() error {
 		box, err := sandbox.Create(ctx, prov, opts)
 		if err != nil {
 			return err
 		}
+		defer box.Destroy(context.WithoutCancel(ctx))
 		res, err := box.Run(ctx, "true", sandbox.RunOptions{})
 		if err == nil && !res.OK {
 			err = fmt.Errorf("true failed: %+v", res)
 		}
-		defer box.Destroy(context.WithoutCancel(ctx))
-		return err
-	})
-	if err != nil {
 		return err
 	}
-	b.row("create → first command", "tupper (SDK, in process)", createFirst, 0)
-	tupperRun, err := b.measure(func() error {
-		args := []string{"run", "--provider", "local", "--network", "none"}
-		if b.runtime != "" {
-			args = append(args, "--runtime", b.runtime)
-		}
-		return runQuiet(ctx, b.self, append(args, "--", "true")...)
-	})
-	if err != nil {
-		return err
+	runArgs := []string{"run", "--provider", "local", "--network", "none"}
+	if b.o.runtime != "" {
+		runArgs = append(runArgs, "--runtime", b.o.runtime)
 	}
-	b.row("create → first command", "tupper run -- true (whole process, incl. destroy)", tupperRun, 0)
+	runArgs = append(runArgs, "--", "true")
+	fs := []func() error{sdkCreate, func() error { return runQuiet(ctx, b.self, runArgs...) }}
 	if dockerOK {
-		d, err := b.measure(func() error { return runQuiet(ctx, "docker", "run", "--rm", "--network", "none", image, "/bin/true") })
-		if err != nil {
-			return err
-		}
-		b.row("create → first command", "docker run --rm true (whole process)", d, 0)
-		b.rows[len(b.rows)-1][3] = fmt.Sprintf("%.1fx tupper run", float64(d)/float64(tupperRun))
+		fs = append(fs, func() error {
+			return runQuiet(ctx, "docker", "run", "--rm", "--network", "none", image, "/bin/true")
+		})
+	}
+	s, err := measureEach(b.o.n, fs...)
+	if err != nil {
+		return err
+	}
+	b.add("create → first command", "tupper SDK in process ("+rt+")", s[0])
+	runRow := b.add("create → first command", "tupper run -- true (whole process, incl. destroy)", s[1])
+	if dockerOK {
+		b.add("create → first command", "docker run --rm true (whole process)", s[2])
+		runRow.versus(s[2], "docker run --rm")
 	}
 
-	// 2. Exec round trip of true.
+	// 2. Exec round trip of true, each way in turn.
 	box, err := sandbox.Create(ctx, prov, opts)
 	if err != nil {
 		return err
 	}
 	defer box.Destroy(context.WithoutCancel(ctx))
-	sdkExec, err := b.measure(func() error {
-		res, err := box.Run(ctx, "true", sandbox.RunOptions{})
-		if err == nil && !res.OK {
-			err = fmt.Errorf("true failed")
-		}
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	b.row("exec true", "tupper (SDK, in process)", sdkExec, 0)
-	cliExec, err := b.measure(func() error { return runQuiet(ctx, b.self, "exec", "--provider", "local", box.ID, "--", "true") })
-	if err != nil {
-		return err
-	}
-	b.row("exec true", "tupper exec (whole process)", cliExec, 0)
-	rt := b.runtime
-	if rt == "" {
-		rt = "runc"
+	// names for the comparisons, labels for the rows
+	names, labels := []string{}, []string{"tupper SDK in process", "tupper exec (whole process)"}
+	fs = []func() error{
+		func() error {
+			res, err := box.Run(ctx, "true", sandbox.RunOptions{})
+			if err == nil && !res.OK {
+				err = fmt.Errorf("true failed")
+			}
+			return err
+		},
+		func() error { return runQuiet(ctx, b.self, "exec", "--provider", "local", box.ID, "--", "true") },
 	}
 	if rtBin, err := exec.LookPath(rt); err == nil {
-		root := filepath.Join(tupperHome(), rt)
-		d, err := b.measure(func() error { return runQuiet(ctx, rtBin, "--root", root, "exec", box.ID, "/bin/true") })
-		if err != nil {
-			fmt.Fprintln(b.cmd.ErrOrStderr(), "bench: skipping", rt, "exec:", err)
+		args := []string{"--root", filepath.Join(prov.Home(), rt), "exec", box.ID, "/bin/true"}
+		if err := runQuiet(ctx, rtBin, args...); err != nil {
+			b.note("skipping %s exec: %v", rt, err)
 		} else {
-			b.row("exec true", rt+" exec into the same sandbox (whole process)", d, cliExec)
-			b.rows[len(b.rows)-1][3] += " tupper exec"
+			names, labels = append(names, rt+" exec"), append(labels, rt+" exec into the same sandbox (whole process)")
+			fs = append(fs, func() error { return runQuiet(ctx, rtBin, args...) })
 		}
 	}
 	var container string
@@ -211,18 +392,24 @@ func (b *bencher) run(ctx context.Context, idle int, withDocker bool) error {
 		}
 		container = strings.TrimSpace(string(out))
 		defer exec.Command("docker", "rm", "-f", container).Run()
-		d, err := b.measure(func() error { return runQuiet(ctx, "docker", "exec", container, "/bin/true") })
-		if err != nil {
-			return err
-		}
-		b.row("exec true", "docker exec true (whole process)", d, cliExec)
-		b.rows[len(b.rows)-1][3] += " tupper exec"
+		names, labels = append(names, "docker exec"), append(labels, "docker exec true into a running container (whole process)")
+		fs = append(fs, func() error { return runQuiet(ctx, "docker", "exec", container, "/bin/true") })
+	}
+	s, err = measureEach(b.o.execN, fs...)
+	if err != nil {
+		return err
+	}
+	b.add("exec true", labels[0], s[0])
+	execRow := b.add("exec true", labels[1], s[1])
+	for i := 2; i < len(s); i++ {
+		b.add("exec true", labels[i], s[i])
+		execRow.versus(s[i], names[i-2])
 	}
 
 	// 3. Write then read 64 MiB.
 	data := make([]byte, 64<<20)
 	rand.Read(data)
-	rw, err := b.measure(func() error {
+	fs = []func() error{func() error {
 		if err := box.Files.Write(ctx, "/tmp/bench.bin", data, sandbox.WriteOptions{}); err != nil {
 			return err
 		}
@@ -231,81 +418,87 @@ func (b *bencher) run(ctx context.Context, idle int, withDocker bool) error {
 			err = fmt.Errorf("read back different bytes")
 		}
 		return err
-	})
+	}}
+	cpOK := dockerOK
+	if cpOK {
+		dir, err := os.MkdirTemp("", "tupper-bench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		in, back := filepath.Join(dir, "in"), filepath.Join(dir, "back")
+		if err := os.WriteFile(in, data, 0o600); err != nil {
+			return err
+		}
+		// The image is a few files without /tmp: the copy goes to its root directory.
+		dockerCp := func() error {
+			if err := runQuiet(ctx, "docker", "cp", in, container+":/bench.bin"); err != nil {
+				return err
+			}
+			return runQuiet(ctx, "docker", "cp", container+":/bench.bin", back)
+		}
+		if err := dockerCp(); err != nil {
+			b.note("skipping docker cp: %v", err)
+			cpOK = false
+		} else {
+			fs = append(fs, dockerCp)
+		}
+	}
+	s, err = measureEach(b.o.n, fs...)
 	if err != nil {
 		return err
 	}
-	b.row("write+read 64 MiB", fmt.Sprintf("tupper Files (%.0f MB/s)", float64(2*len(data))/rw.Seconds()/1e6), rw, 0)
-	if dockerOK {
-		tmp, err := os.CreateTemp("", "tupper-bench-")
-		if err == nil {
-			tmp.Write(data)
-			tmp.Close()
-			defer os.Remove(tmp.Name())
-			d, err := b.measure(func() error {
-				if err := runQuiet(ctx, "docker", "cp", tmp.Name(), container+":/tmp/bench.bin"); err != nil {
-					return err
-				}
-				return runQuiet(ctx, "docker", "cp", container+":/tmp/bench.bin", tmp.Name()+".back")
-			})
-			os.Remove(tmp.Name() + ".back")
-			if err == nil {
-				b.row("write+read 64 MiB", fmt.Sprintf("docker cp in and out (%.0f MB/s)", float64(2*len(data))/d.Seconds()/1e6), d, rw)
-				b.rows[len(b.rows)-1][3] += " tupper"
-			}
-		}
+	mbps := func(d time.Duration) float64 { return float64(2*len(data)) / d.Seconds() / 1e6 }
+	rwRow := b.add("write+read 64 MiB", fmt.Sprintf("tupper Files (%.0f MB/s at p50)", mbps(s[0].p50)), s[0])
+	if cpOK {
+		b.add("write+read 64 MiB", fmt.Sprintf("docker cp in and out (%.0f MB/s at p50)", mbps(s[1].p50)), s[1])
+		rwRow.versus(s[1], "docker cp")
 	}
 
 	// 4. Host memory per idle sandbox: what the sandboxes' cgroups are charged (processes,
-	// page cache and tmpfs of their writable layers, kernel memory) plus the resident memory
-	// of host processes kept per sandbox (none for tupper; a containerd shim per container
-	// for docker), averaged.
-	if idle > 0 {
-		var boxes []*sandbox.Sandbox
-		for range idle {
+	// page cache and tmpfs of their writable layers, kernel memory) plus the proportional
+	// set size of host processes kept per sandbox (none for tupper; a containerd shim per
+	// container for docker), averaged.
+	if b.o.idle > 0 {
+		var ids []string
+		for range b.o.idle {
 			box, err := sandbox.Create(ctx, prov, opts)
 			if err != nil {
 				return err
 			}
 			defer box.Destroy(context.WithoutCancel(ctx))
-			boxes = append(boxes, box)
+			box.Close()
+			ids = append(ids, box.ID)
 		}
 		time.Sleep(time.Second)
-		var total int64
-		for _, box := range boxes {
-			total += cgroupMemory("tupper/" + box.ID)
-		}
-		per := float64(total) / float64(idle) / (1 << 20)
-		b.rows = append(b.rows, []string{"memory per idle sandbox", fmt.Sprintf("tupper, %d sandboxes (cgroup, no host process)", idle), fmt.Sprintf("%.1f MiB", per), ""})
+		m := sandboxMemory(ids)
+		per := float64(m.total()) / float64(b.o.idle)
+		b.figure("memory per idle sandbox", fmt.Sprintf("tupper, %d sandboxes (%s)", b.o.idle, m), fmtMiB(per))
 		if dockerOK {
-			before := shimRSS()
-			var ids []string
-			for range idle {
+			before := shimPSS()
+			var cids []string
+			for range b.o.idle {
 				out, err := exec.CommandContext(ctx, "docker", "run", "-d", "--network", "none", image, "/bin/sh", "-c", "exec sleep 3600").Output()
 				if err != nil {
 					return fmt.Errorf("docker run -d: %v", err)
 				}
 				id := strings.TrimSpace(string(out))
-				ids = append(ids, id)
+				cids = append(cids, id)
 				defer exec.Command("docker", "rm", "-f", id).Run()
 			}
 			time.Sleep(time.Second)
-			total := shimRSS() - before
-			for _, id := range ids {
+			total := shimPSS() - before
+			for _, id := range cids {
 				total += cgroupMemory("docker/" + id)
 			}
-			per2 := float64(total) / float64(idle) / (1 << 20)
-			b.rows = append(b.rows, []string{"memory per idle sandbox", fmt.Sprintf("docker, %d containers (cgroup + containerd shim)", idle), fmt.Sprintf("%.1f MiB", per2), fmt.Sprintf("%.1fx tupper", per2/per)})
+			per2 := float64(total) / float64(b.o.idle)
+			b.figure("memory per idle sandbox", fmt.Sprintf("docker, %d containers (cgroup + containerd shim)", b.o.idle), fmtMiB(per2), fmt.Sprintf("%.1fx tupper's", per2/per))
 		}
 	}
-
-	tw := tabwriter.NewWriter(b.cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "OPERATION\tWHAT (median of %d)\tTIME\tRATIO\n", b.n)
-	for _, r := range b.rows {
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
-	}
-	return tw.Flush()
+	return b.flush("CLI and SDK (local provider) against the docker CLI")
 }
+
+func fmtMiB(bytes float64) string { return fmt.Sprintf("%.1f MiB", bytes/(1<<20)) }
 
 // cgroupMemory is the memory charged to a cgroup under the memory hierarchy (v1 or v2), in
 // bytes, or 0 when it cannot be read.
@@ -325,44 +518,168 @@ func cgroupMemory(rel string) int64 {
 	return 0
 }
 
-// shimRSS is the resident memory of every containerd shim process, in bytes.
-func shimRSS() int64 {
-	var total int64
+// hostProc is a process on the host, as /proc shows it.
+type hostProc struct {
+	pid     int
+	comm    string
+	cmdline string // arguments joined by spaces
+	memcg   string // its memory cgroup: the v1 memory hierarchy's path, else the v2 path
+}
+
+// hostProcs lists the host's processes; those that end while it reads are left out.
+func hostProcs() []hostProc {
 	entries, _ := os.ReadDir("/proc")
+	var out []hostProc
 	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		comm, err := os.ReadFile("/proc/" + e.Name() + "/comm")
-		if err != nil || !strings.HasPrefix(strings.TrimSpace(string(comm)), "containerd-shim") {
-			continue
-		}
-		f, err := os.Open("/proc/" + e.Name() + "/status")
+		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-				kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-				total += kb << 10
-			}
+		dir := "/proc/" + e.Name() + "/"
+		comm, err1 := os.ReadFile(dir + "comm")
+		cmdline, err2 := os.ReadFile(dir + "cmdline")
+		cg, err3 := os.ReadFile(dir + "cgroup")
+		if err1 != nil || err2 != nil || err3 != nil {
+			continue
 		}
-		f.Close()
+		out = append(out, hostProc{
+			pid: pid, comm: strings.TrimSpace(string(comm)),
+			cmdline: strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " ")),
+			memcg:   memoryCgroup(string(cg)),
+		})
+	}
+	return out
+}
+
+// memoryCgroup is the memory cgroup in a /proc/PID/cgroup file: the path of the v1 memory
+// hierarchy when there is one, else the v2 path.
+func memoryCgroup(file string) string {
+	v2 := ""
+	for _, line := range strings.Split(file, "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if slices.Contains(strings.Split(parts[1], ","), "memory") {
+			return parts[2]
+		}
+		if parts[0] == "0" && parts[1] == "" {
+			v2 = parts[2]
+		}
+	}
+	return v2
+}
+
+// procPSS is the proportional set size of pid in bytes (shared pages split among the
+// processes that map them), or 0 when it cannot be read.
+func procPSS(pid int) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
+	if err != nil {
+		return 0
+	}
+	return kbField(string(b), "Pss")
+}
+
+// kbField is the value of a "Name:   123 kB" line of a /proc file, in bytes, or 0.
+func kbField(file, name string) int64 {
+	sc := bufio.NewScanner(strings.NewReader(file))
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), name+":"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			if err != nil {
+				return 0
+			}
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// meminfo is a field of /proc/meminfo, in bytes.
+func meminfo(name string) int64 {
+	b, _ := os.ReadFile("/proc/meminfo")
+	return kbField(string(b), name)
+}
+
+// shimPSS is the proportional set size of every containerd shim process, in bytes.
+func shimPSS() int64 {
+	var total int64
+	for _, p := range hostProcs() {
+		if strings.HasPrefix(p.comm, "containerd-shim") {
+			total += procPSS(p.pid)
+		}
 	}
 	return total
 }
 
-func tupperHome() string {
-	if h := os.Getenv("TUPPER_HOME"); h != "" {
-		return h
-	}
-	return "/var/lib/tupper"
+// hostMemory is what a set of sandboxes costs the host.
+type hostMemory struct {
+	cgroup int64 // charged to the sandboxes' cgroups
+	procs  int64 // proportional set size of host processes outside them that serve them
+	nprocs int
 }
 
-// dockerImage imports a minimal image made of this host's /bin/sh, /bin/true, /bin/sleep and
-// /bin/cat with their shared libraries, so the comparison needs no registry.
+func (m hostMemory) total() int64 { return m.cgroup + m.procs }
+
+func (m hostMemory) String() string {
+	return fmt.Sprintf("cgroups %s, %d host processes outside them %s", fmtMiB(float64(m.cgroup)), m.nprocs, fmtMiB(float64(m.procs)))
+}
+
+// sandboxMemory measures the host memory of the local provider's sandboxes ids: the charge
+// of each one's cgroup (tupper/ID), which covers the processes inside it (the agent; under
+// runsc the sentry and the gofer too), plus the proportional set size of any host process
+// outside those cgroups whose arguments name one of the sandboxes.
+func sandboxMemory(ids []string) hostMemory {
+	var m hostMemory
+	want := map[string]bool{}
+	for _, id := range ids {
+		want[id] = true
+		m.cgroup += cgroupMemory("tupper/" + id)
+	}
+	for _, p := range hostProcs() {
+		if inSandboxCgroup(p.memcg, want) || !namesOne(p.cmdline, want) {
+			continue
+		}
+		m.procs += procPSS(p.pid)
+		m.nprocs++
+	}
+	return m
+}
+
+// inSandboxCgroup reports whether memory cgroup path cg is one of ids' (…/tupper/ID…).
+func inSandboxCgroup(cg string, ids map[string]bool) bool {
+	parts := strings.Split(cg, "/")
+	for i := 0; i+1 < len(parts); i++ {
+		if parts[i] == "tupper" && ids[parts[i+1]] {
+			return true
+		}
+	}
+	return false
+}
+
+// namesOne reports whether a command line contains one of ids as a word (ids are lower-case
+// letters and digits, so anything else separates words).
+func namesOne(cmdline string, ids map[string]bool) bool {
+	for _, w := range strings.FieldsFunc(cmdline, func(r rune) bool {
+		return (r < 'a' || r > 'z') && (r < '0' || r > '9')
+	}) {
+		if ids[w] {
+			return true
+		}
+	}
+	return false
+}
+
+// dockerImage checks that docker's CLI and daemon answer and imports a minimal image made of
+// this host's /bin/sh, /bin/true, /bin/sleep and /bin/cat with their shared libraries, so
+// the comparison needs no registry.
 func dockerImage(ctx context.Context) (string, error) {
+	if _, err := exec.LookPath("docker"); err != nil {
+		return "", err
+	}
+	if err := runQuiet(ctx, "docker", "info"); err != nil {
+		return "", err
+	}
 	const name = "tupper-bench:host"
 	if exec.CommandContext(ctx, "docker", "image", "inspect", name).Run() == nil {
 		return name, nil

@@ -114,7 +114,7 @@ func (f *createFlags) resolve(ctx context.Context) (provider.Provider, error) {
 func (f *createFlags) register(cmd *cobra.Command) {
 	f.providerFlags.register(cmd)
 	fl := cmd.Flags()
-	fl.StringVar(&f.runtime, "runtime", "", "OCI runtime of the local provider: runc, runsc (gVisor) or crun")
+	fl.StringVar(&f.runtime, "runtime", "", "OCI runtime of the local provider: crun, runc, or runsc for gVisor (default: crun when it works here, else runc; see tupper doctor)")
 	fl.StringVar(&f.template, "template", "", "template to start from (local default: host)")
 	fl.StringVar(&f.network, "network", "all", "network: all or none")
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "environment variable K=V for every command (repeatable)")

@@ -21,6 +21,7 @@ import (
 func newServeCmd() *cobra.Command {
 	var (
 		addr, home, domain, baseURL, provName string
+		runtimeName                           string
 		quiet                                 bool
 		pool                                  int
 		allowPrivate                          []string
@@ -63,12 +64,15 @@ func newServeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if pool > 0 || len(allow) > 0 {
-				lp, err := localWith(prov, local.Config{Pool: pool, AllowPrivate: allow}, "--pool and --allow-private")
+			if pool > 0 || len(allow) > 0 || runtimeName != "" {
+				lp, err := localWith(prov, local.Config{Pool: pool, AllowPrivate: allow, Runtime: runtimeName}, "--pool, --runtime and --allow-private")
 				if err != nil {
 					return err
 				}
 				defer lp.Close() // destroys the pool's unused sandboxes
+				if err := lp.Available(ctx); err != nil {
+					return err
+				}
 				prov = lp
 			}
 			st, err := openStore(cmd, home)
@@ -129,6 +133,7 @@ func newServeCmd() *cobra.Command {
 	fl.StringVar(&baseURL, "base-url", os.Getenv("TUPPER_BASE_URL"), "public URL of the server for the links it hands out (default: from each request)")
 	fl.BoolVar(&quiet, "quiet", false, "log warnings and errors only, not every request")
 	fl.StringArrayVar(&allowPrivate, "allow-private", nil, allowPrivateUsage)
+	fl.StringVar(&runtimeName, "runtime", "", "default OCI runtime of the local provider: crun, runc or runsc (default: crun when it works here, else runc; see tupper doctor)")
 	fl.IntVar(&pool, "pool", 0, "keep this many sandboxes started for creates of the default shape with network none (local provider; see docs/local.md)")
 	return cmd
 }

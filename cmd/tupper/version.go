@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/providers/local"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -51,6 +52,9 @@ func newDoctorCmd() *cobra.Command {
 				fmt.Fprintf(cmd.OutOrStdout(), "%-8s %s\n", name, status)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "platform default: %s\n", provider.PlatformDefault(runtime.GOOS))
+			if line := localRuntimeLine(); line != "" {
+				fmt.Fprintln(cmd.OutOrStdout(), line)
+			}
 			if ok == 0 {
 				return fmt.Errorf("no provider is available")
 			}
@@ -66,4 +70,18 @@ func checkProvider(ctx context.Context, r provider.Registration) (string, bool) 
 		return "unavailable: " + strings.TrimPrefix(provider.MessageOf(err), r.Name+": "), false
 	}
 	return "available, capabilities: " + p.Capabilities().String(), true
+}
+
+// localRuntimeLine says which OCI runtime the local provider uses when none is asked for, and
+// why, or "" off Linux.
+func localRuntimeLine() string {
+	if runtime.GOOS != "linux" {
+		return ""
+	}
+	p, err := local.New(local.Config{})
+	if err != nil {
+		return ""
+	}
+	name, why := p.DefaultRuntime()
+	return fmt.Sprintf("local default runtime: %s (%s)", name, why)
 }

@@ -1,6 +1,8 @@
 // Package local is Tupper's embedded provider on Linux: real sandboxes made by driving an
-// OCI runtime CLI — runc by default, crun or gVisor's runsc per provider (Config.Runtime) or
-// per sandbox (CreateSpec.Runtime) — with no daemon and no host process per sandbox.
+// OCI runtime CLI — crun, runc or gVisor's runsc, per provider (Config.Runtime) or per
+// sandbox (CreateSpec.Runtime) — with no daemon and no host process per sandbox. The default
+// is the fastest runtime with runc's isolation that works on the host: crun when it is
+// installed and usable, else runc (Provider.DefaultRuntime says which and why).
 //
 //	p, err := local.New(local.Config{})           // Home: $TUPPER_HOME or /var/lib/tupper
 //	box, err := p.Create(ctx, provider.CreateSpec{Network: provider.Network{Mode: "none"}})

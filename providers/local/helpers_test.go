@@ -83,8 +83,8 @@ const (
 	testBridge = "tupperlt1"
 )
 
-// newTestProvider returns a provider with its own Home, subnet and bridge, for rt, after
-// checking the host can run it.
+// newTestProvider returns a provider with its own Home, subnet and bridge, for rt ("": the
+// default runtime), after checking the host can run it.
 func newTestProvider(t testing.TB, rt string) *Provider {
 	t.Helper()
 	return newTestProviderConfig(t, Config{Runtime: rt})
@@ -95,7 +95,9 @@ func newTestProvider(t testing.TB, rt string) *Provider {
 func newTestProviderConfig(t testing.TB, cfg Config) *Provider {
 	t.Helper()
 	testenv.RequireRoot(t)
-	testenv.RequireBinary(t, cfg.Runtime)
+	if cfg.Runtime != "" {
+		testenv.RequireBinary(t, cfg.Runtime)
+	}
 	home := t.TempDir()
 	// t.TempDir's parent is private; a user namespace's root must traverse it.
 	if err := os.Chmod(filepath.Dir(home), 0o711); err != nil {

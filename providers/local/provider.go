@@ -27,9 +27,11 @@ import (
 type Config struct {
 	// Home is the state root. "" means $TUPPER_HOME, else /var/lib/tupper.
 	Home string
-	// Runtime is the default OCI runtime: "runc" (the default), "crun" (a C runtime that
-	// starts faster, same isolation) or "runsc" (gVisor). CreateSpec.Runtime picks another
-	// per sandbox.
+	// Runtime is the default OCI runtime: "runc", "crun" (a C runtime that starts faster,
+	// same isolation) or "runsc" (gVisor). "" (the default) picks the fastest runtime with
+	// runc's isolation that works on this host: crun when it is installed and usable here,
+	// else runc; DefaultRuntime says which and why. CreateSpec.Runtime picks another per
+	// sandbox.
 	Runtime string
 	// RuncPath, RunscPath and CrunPath are the runtime binaries; "" looks them up on PATH
 	// and in the sbin directories.
@@ -104,9 +106,6 @@ func (c Config) withDefaults() Config {
 	if c.Home == "" {
 		c.Home = "/var/lib/tupper"
 	}
-	if c.Runtime == "" {
-		c.Runtime = RuntimeRunc
-	}
 	if c.Subnet == "" {
 		c.Subnet = "10.213.0.0/16"
 	}
@@ -148,6 +147,8 @@ type Provider struct {
 	unavail   error // why Available fails, or nil
 	// unusable says why a runtime that was found cannot make sandboxes on this host.
 	unusable map[string]error
+	// runtimeWhy says why cfg.Runtime is the default runtime.
+	runtimeWhy string
 
 	// probeOnce guards the fields above from runtimes on: they are filled on first need,
 	// so a process that only connects to a sandbox (tupper exec) does not probe the host.
@@ -238,6 +239,11 @@ func (p *Provider) probe() {
 		if err := crunCgroups(); err != nil {
 			p.unusable[RuntimeCrun] = err
 		}
+	}
+	if p.cfg.Runtime == "" {
+		p.cfg.Runtime, p.runtimeWhy = defaultRuntime(p.runtimes, p.unusable)
+	} else {
+		p.runtimeWhy = "chosen by the configuration"
 	}
 	agent, agentErr := p.agentPath()
 	switch {
@@ -456,6 +462,31 @@ func usernsWorks() bool {
 	var ws syscall.WaitStatus
 	_, err = syscall.Wait4(pid, &ws, 0, nil)
 	return err == nil && ws.Exited() && ws.ExitStatus() == 0
+}
+
+// defaultRuntime picks the runtime of a provider configured without one, from the runtimes
+// found and those that cannot run here, and says why: crun when it can run (runc's isolation
+// from the same bundle, a faster start), else runc. Never runsc: it is the stronger boundary
+// but the slower one, so it is chosen, not defaulted to.
+func defaultRuntime(found map[string]ociRuntime, unusable map[string]error) (name, why string) {
+	_, crun := found[RuntimeCrun]
+	_, runc := found[RuntimeRunc]
+	switch {
+	case crun && unusable[RuntimeCrun] == nil:
+		return RuntimeCrun, "crun is installed and usable here, and it starts sandboxes faster than runc with the same isolation"
+	case crun:
+		return RuntimeRunc, fmt.Sprintf("crun, which starts faster, cannot run here: %v", unusable[RuntimeCrun])
+	case runc:
+		return RuntimeRunc, "crun, which starts faster with the same isolation, is not installed: apt-get install crun"
+	}
+	return RuntimeRunc, "neither crun nor runc is installed"
+}
+
+// DefaultRuntime is the runtime of a sandbox created without one, and why it is that one.
+// It probes the host on first use.
+func (p *Provider) DefaultRuntime() (name, why string) {
+	p.probed()
+	return p.cfg.Runtime, p.runtimeWhy
 }
 
 // Name is "local".

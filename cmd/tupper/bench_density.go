@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tupper-dev/tupper/providers/local"
+	"github.com/tupper-dev/tupper/sandbox"
+)
+
+// The density section: for each runtime, idle sandboxes (network none, the default size)
+// are created one at a time and kept, until the median create time of the last
+// densityWindow creates is twice that of the first densityWindow, the host's available
+// memory falls below a fifth of it, a create fails, or --density-max are up. It reports how
+// many were live when creates got twice as slow, and the host memory per idle sandbox: the
+// charge of the sandboxes' cgroups plus host processes outside them that serve them.
+
+// densityWindow is how many consecutive creates a median of the density section takes.
+const densityWindow = 10
+
+func (b *bencher) densitySection(ctx context.Context, prov *local.Provider, defaultRT string) error {
+	for _, rt := range densityRuntimes(b.o.densityRuntimes, defaultRT) {
+		if err := b.density(ctx, prov, rt); err != nil {
+			return err
+		}
+	}
+	return b.flush(fmt.Sprintf("Idle density (local provider, %d MiB of memory, at most %d sandboxes per runtime)", meminfo("MemTotal")>>20, b.o.densityMax))
+}
+
+// densityRuntimes are the runtimes of the density section: list (comma-separated), else the
+// default runtime, runc and runsc.
+func densityRuntimes(list, defaultRT string) []string {
+	var out []string
+	if list == "" {
+		list = strings.Join([]string{defaultRT, local.RuntimeRunc, local.RuntimeRunsc}, ",")
+	}
+	for _, rt := range strings.Split(list, ",") {
+		if rt = strings.TrimSpace(rt); rt != "" && !slices.Contains(out, rt) {
+			out = append(out, rt)
+		}
+	}
+	return out
+}
+
+func (b *bencher) density(ctx context.Context, prov *local.Provider, rt string) error {
+	opts := sandbox.CreateOptions{Network: sandbox.NetworkNone, Runtime: rt, Labels: benchLabels}
+	var ids []string
+	defer func() { destroyAll(context.WithoutCancel(ctx), prov, ids) }()
+	total, before := meminfo("MemTotal"), meminfo("MemAvailable")
+	var lat samples
+	stop := fmt.Sprintf("--density-max %d reached", b.o.densityMax)
+	doubled := -1
+	for len(ids) < b.o.densityMax {
+		if meminfo("MemAvailable") < total/5 {
+			stop = "the host's available memory fell below a fifth"
+			break
+		}
+		start := time.Now()
+		box, err := sandbox.Create(ctx, prov, opts)
+		d := time.Since(start)
+		if err != nil {
+			stop = fmt.Sprintf("create %d failed: %v", len(ids)+1, err)
+			break
+		}
+		box.Close()
+		ids, lat = append(ids, box.ID), append(lat, d)
+		if at, ok := doubledAt(lat, densityWindow); ok {
+			doubled, stop = at, "create latency doubled"
+			break
+		}
+		if len(ids)%50 == 0 {
+			b.note("density %s: %d idle sandboxes, the last create took %s", rt, len(ids), fmtDur(d))
+		}
+	}
+	if len(ids) == 0 {
+		b.figure("idle density", rt, "0", stop)
+		return nil
+	}
+	time.Sleep(2 * time.Second) // let the last agents settle
+	mem := sandboxMemory(ids)
+	drop := before - meminfo("MemAvailable")
+	n := len(ids)
+	w := min(densityWindow, n)
+	firstW, lastW := lat[:w].percentile(50), lat[n-w:].percentile(50)
+	value := fmt.Sprintf("≥ %d", n) // creates never got twice as slow
+	if doubled >= 0 {
+		value = fmt.Sprintf("%d", doubled)
+	}
+	b.figure("idle density", fmt.Sprintf("%s: idle sandboxes live before create got 2x slower", rt), value,
+		fmt.Sprintf("stopped at %d: %s; median create of the first %d %s, of the last %d %s (%.1fx)", n, stop, w, fmtDur(firstW), w, fmtDur(lastW), float64(lastW)/float64(firstW)))
+	b.figure("memory per idle sandbox", fmt.Sprintf("%s, %d sandboxes (%s)", rt, n, mem), fmtMiB(float64(mem.total())/float64(n)),
+		fmt.Sprintf("host MemAvailable fell %s per sandbox", fmtMiB(float64(drop)/float64(n))))
+	return nil
+}
+
+// doubledAt reports whether the median of the last w latencies is at least twice that of the
+// first w (the windows apart), and if so how many sandboxes were live before the last window
+// began.
+func doubledAt(lat samples, w int) (int, bool) {
+	n := len(lat)
+	if n < 2*w {
+		return 0, false
+	}
+	if lat[n-w:].percentile(50) >= 2*lat[:w].percentile(50) {
+		return n - w, true
+	}
+	return 0, false
+}
+
+// destroyAll destroys the sandboxes ids, a few at a time.
+func destroyAll(ctx context.Context, prov *local.Provider, ids []string) {
+	work := make(chan string)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for id := range work {
+				prov.Destroy(ctx, id)
+			}
+		}()
+	}
+	for _, id := range ids {
+		work <- id
+	}
+	close(work)
+	wg.Wait()
+}

@@ -1,0 +1,240 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func ms(v ...float64) samples {
+	s := make(samples, len(v))
+	for i, x := range v {
+		s[i] = time.Duration(x * float64(time.Millisecond))
+	}
+	return s
+}
+
+func TestPercentile(t *testing.T) {
+	var hundred samples
+	for i := 100; i >= 1; i-- { // unsorted on purpose
+		hundred = append(hundred, time.Duration(i)*time.Millisecond)
+	}
+	orig := slices.Clone(hundred)
+	for _, tc := range []struct {
+		s    samples
+		p    float64
+		want time.Duration
+	}{
+		{hundred, 50, 50 * time.Millisecond},
+		{hundred, 99, 99 * time.Millisecond},
+		{hundred, 100, 100 * time.Millisecond},
+		{hundred, 1, 1 * time.Millisecond},
+		{ms(7), 50, 7 * time.Millisecond},
+		{ms(7), 99, 7 * time.Millisecond},
+		{ms(3, 1, 2), 50, 2 * time.Millisecond},
+		{ms(4, 1, 3, 2), 50, 2 * time.Millisecond}, // nearest rank: the 2nd of 4
+		{ms(5, 1, 4, 2, 3, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20), 99, 20 * time.Millisecond},
+		{nil, 50, 0},
+	} {
+		if got := tc.s.percentile(tc.p); got != tc.want {
+			t.Errorf("p%v of %d samples = %v, want %v", tc.p, len(tc.s), got, tc.want)
+		}
+	}
+	if !slices.Equal(hundred, orig) {
+		t.Error("percentile sorted its receiver")
+	}
+	if s := hundred.stats(); s.n != 100 || s.p50 != 50*time.Millisecond || s.p99 != 99*time.Millisecond {
+		t.Errorf("stats %+v", s)
+	}
+}
+
+// repeat warms up once untimed, then times n calls, and stops at the first error.
+func TestRepeat(t *testing.T) {
+	var calls []bool
+	if err := repeat(3, func(timed bool) error { calls = append(calls, timed); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(calls, []bool{false, true, true, true}) {
+		t.Errorf("calls %v", calls)
+	}
+	boom := errors.New("boom")
+	n := 0
+	if err := repeat(5, func(bool) error {
+		n++
+		if n == 2 {
+			return boom
+		}
+		return nil
+	}); err != boom || n != 2 {
+		t.Errorf("repeat went on after an error: %v after %d calls", err, n)
+	}
+	s, err := measure(4, func() error { return nil })
+	if err != nil || s.n != 4 {
+		t.Errorf("measure: %+v %v", s, err)
+	}
+}
+
+func TestVersus(t *testing.T) {
+	fast := stats{p50: 2 * time.Millisecond, p99: 10 * time.Millisecond}
+	slow := stats{p50: 50 * time.Millisecond, p99: 80 * time.Millisecond}
+	if got, want := versus(fast, slow, "Docker API"), "25.0x faster than Docker API (p99 8.0x)"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if got, want := versus(slow, fast, "tupper"), "25.0x slower than tupper (p99 8.0x)"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	var none *benchRow
+	none.versus(slow, "x") // a row that was not measured takes no comparison
+}
+
+func TestServeURL(t *testing.T) {
+	u, ok := serveURL("tupper: serving on http://127.0.0.1:40913 (provider local, state /tmp/x/tupper.db)")
+	if !ok || u != "http://127.0.0.1:40913" {
+		t.Errorf("got %q %v", u, ok)
+	}
+	for _, line := range []string{"tupper: no API keys yet: create one with `tupper keys create`", "serving on nothing", ""} {
+		if u, ok := serveURL(line); ok {
+			t.Errorf("%q gave %q", line, u)
+		}
+	}
+}
+
+func TestParseE2BBench(t *testing.T) {
+	s, v, err := parseE2BBench([]byte("a warning first\n{\"sdk\":\"2.51.0\",\"ms\":[1.5,2,30.25]}\n"))
+	if err != nil || v != "2.51.0" || !slices.Equal(s, ms(1.5, 2, 30.25)) {
+		t.Errorf("got %v %q %v", s, v, err)
+	}
+	for _, out := range []string{"", "{}", `{"sdk":"1","ms":[]}`, "not json"} {
+		if _, _, err := parseE2BBench([]byte(out)); err == nil {
+			t.Errorf("%q parsed", out)
+		}
+	}
+}
+
+func TestParseAgentAge(t *testing.T) {
+	age, err := parseAgentAge("12345.67 1234000\n")
+	if err != nil || age != 5670*time.Millisecond {
+		t.Errorf("got %v %v", age, err)
+	}
+	for _, out := range []string{"", "1.0", "x 2", "1.0 y", "1 2 3"} {
+		if _, err := parseAgentAge(out); err == nil {
+			t.Errorf("%q parsed", out)
+		}
+	}
+}
+
+func TestProcParsing(t *testing.T) {
+	hybrid := "12:pids:/tupper/abc\n4:memory:/tupper/abc\n1:name=systemd:/x\n0::/unified/path\n"
+	if got := memoryCgroup(hybrid); got != "/tupper/abc" {
+		t.Errorf("hybrid: %q", got)
+	}
+	if got := memoryCgroup("0::/tupper/def\n"); got != "/tupper/def" {
+		t.Errorf("unified: %q", got)
+	}
+	if got := memoryCgroup("3:cpu,memory:/a\n"); got != "/a" {
+		t.Errorf("joint controllers: %q", got)
+	}
+	status := "Name:\tx\nRss:     1024 kB\nPss:      300 kB\nPss_Anon: 7 kB\n"
+	if kbField(status, "Pss") != 300<<10 || kbField(status, "Rss") != 1<<20 || kbField(status, "Swap") != 0 {
+		t.Errorf("kbField: %d %d", kbField(status, "Pss"), kbField(status, "Rss"))
+	}
+	ids := map[string]bool{"ip1rxwmypidtn12aogop": true}
+	if !namesOne("runsc-gofer --bundle=/var/lib/tupper/sandboxes/ip1rxwmypidtn12aogop --x", ids) ||
+		namesOne("runsc-gofer --bundle=/var/lib/tupper/sandboxes/ip1rxwmypidtn12aogopx", ids) ||
+		namesOne("", ids) {
+		t.Error("namesOne")
+	}
+	if !inSandboxCgroup("/tupper/ip1rxwmypidtn12aogop", ids) || inSandboxCgroup("/tupper/other", ids) || inSandboxCgroup("/user.slice", ids) {
+		t.Error("inSandboxCgroup")
+	}
+}
+
+func TestDensityRules(t *testing.T) {
+	rep := func(n int, v float64) []float64 { return slices.Repeat([]float64{v}, n) }
+	flat := ms(slices.Concat(rep(10, 10), rep(10, 19))...)
+	if _, ok := doubledAt(flat, 10); ok {
+		t.Error("doubled at less than twice the first median")
+	}
+	if _, ok := doubledAt(ms(slices.Concat(rep(10, 10), rep(9, 40))...), 10); ok {
+		t.Error("doubled before two windows")
+	}
+	if at, ok := doubledAt(ms(slices.Concat(rep(10, 10), rep(10, 20))...), 10); !ok || at != 10 {
+		t.Errorf("doubledAt = %d %v, want 10 true", at, ok)
+	}
+	if _, ok := doubledAt(append(slices.Clone(flat), ms(rep(5, 40)...)...), 10); ok {
+		t.Error("doubled with half the last window slow")
+	}
+	if at, ok := doubledAt(append(slices.Clone(flat), ms(rep(6, 40)...)...), 10); !ok || at != 16 {
+		t.Errorf("doubledAt = %d %v, want 16 true", at, ok)
+	}
+	if got := densityRuntimes("", "crun"); !slices.Equal(got, []string{"crun", "runc", "runsc"}) {
+		t.Errorf("default runtimes %v", got)
+	}
+	if got := densityRuntimes("", "runc"); !slices.Equal(got, []string{"runc", "runsc"}) {
+		t.Errorf("default runtimes with runc the default %v", got)
+	}
+	if got := densityRuntimes(" runsc, runc,,runsc", "crun"); !slices.Equal(got, []string{"runsc", "runc"}) {
+		t.Errorf("listed runtimes %v", got)
+	}
+}
+
+// A short run of every section with real sandboxes, so the bench cannot rot: it must finish,
+// print every row it promises (docker's only when docker answers here) and leave no sandbox
+// behind, its servers' pools included. Times are printed, never checked.
+func TestBenchSmoke(t *testing.T) {
+	home := requireLocal(t)
+	if testing.Short() {
+		t.Skip("-short: the bench smoke run takes a minute")
+	}
+	r := tupper(t, home, "", "bench", "--cli", "--api", "--n", "1", "--exec-n", "2", "--idle", "1", "--pool", "1",
+		"--e2b", filepath.Join(t.TempDir(), "none"), "--density-max", "2", "--density-runtimes", "runc")
+	t.Logf("stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	if r.code != 0 {
+		t.Fatalf("bench failed: exit %d", r.code)
+	}
+	dur := `[0-9.]+ (µs|ms|s)`
+	want := []string{
+		`create → first command +tupper SDK in process \(\w+\) +1 +` + dur,
+		`exec true +tupper exec \(whole process\) +2 +` + dur,
+		`exec true +tupper API: POST /v1/sandboxes/\{id\}/run +2 +` + dur + ` +` + dur,
+		`create → first command +tupper API, no pool: .* +1 +` + dur,
+		`create → first command +tupper API, pool of 1: the same \([01] of 1 from the pool\) +1 +` + dur,
+		`… → destroyed +tupper API, pool of 1: the same +1 +` + dur,
+		`idle density +runc: idle sandboxes live before create got 2x slower +≥ 2 +stopped at 2: --density-max 2 reached`,
+		`memory per idle sandbox +runc, 2 sandboxes \(cgroups [0-9.]+ MiB`,
+	}
+	if strings.Contains(r.stderr, "reporting tupper alone") {
+		t.Log("docker is not here: its rows are not expected")
+	} else {
+		want = append(want,
+			`exec true +tupper API: POST .* faster than Docker API`,
+			`exec true +Docker API: exec create, start \(attached\), inspect +2 +`+dur,
+			`create → first command +Docker API: create, start, wait .* +1 +`+dur,
+			`create → first command +docker run --rm true \(whole process\) +1 +`+dur,
+			`write\+read 64 MiB +docker cp in and out .* +1 +`+dur,
+		)
+	}
+	for _, re := range want {
+		if !regexp.MustCompile(re).MatchString(r.stdout) {
+			t.Errorf("no line matches %s", re)
+		}
+	}
+	if !strings.Contains(r.stderr, "E2B SDK: skipped: E2B's SDK is not installed in") {
+		t.Errorf("the E2B part did not say why it was skipped: %s", r.stderr)
+	}
+	ls := tupper(t, home, "", "ls", "--json")
+	var rows []json.RawMessage
+	if err := json.Unmarshal([]byte(ls.stdout), &rows); err != nil || len(rows) != 0 {
+		t.Errorf("bench left sandboxes: %s %v", ls.stdout, err)
+	}
+	left, _ := os.ReadDir(filepath.Join(home, "sandboxes"))
+	if len(left) != 0 {
+		t.Errorf("bench left %d sandbox directories (a pool not destroyed?)", len(left))
+	}
+}
