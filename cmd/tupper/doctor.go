@@ -1,0 +1,64 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/providers/local"
+)
+
+func newDoctorCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "doctor",
+		Short: "Say which providers work on this machine and what the others need",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			ok := 0
+			for _, name := range provider.List() {
+				r, _ := provider.Lookup(name)
+				status, avail := checkProvider(ctx, r)
+				if avail {
+					ok++
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%-8s %s\n", name, status)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "platform default: %s\n", provider.PlatformDefault(runtime.GOOS))
+			if line := localRuntimeLine(); line != "" {
+				fmt.Fprintln(cmd.OutOrStdout(), line)
+			}
+			if ok == 0 {
+				return fmt.Errorf("no provider is available")
+			}
+			return nil
+		},
+	}
+}
+
+func checkProvider(ctx context.Context, r provider.Registration) (string, bool) {
+	p, err := provider.Resolve(ctx, provider.ResolveOptions{Name: r.Name})
+	if err != nil {
+		// The line starts with the provider's name: say it once.
+		return "unavailable: " + strings.TrimPrefix(provider.MessageOf(err), r.Name+": "), false
+	}
+	return "available, capabilities: " + p.Capabilities().String(), true
+}
+
+// localRuntimeLine says which OCI runtime the local provider uses when none is asked for, and
+// why, or "" off Linux.
+func localRuntimeLine() string {
+	if runtime.GOOS != "linux" {
+		return ""
+	}
+	p, err := local.New(local.Config{})
+	if err != nil {
+		return ""
+	}
+	name, why := p.DefaultRuntime()
+	return fmt.Sprintf("local default runtime: %s (%s)", name, why)
+}
