@@ -205,9 +205,10 @@ func httpStatus(err error) int {
 }
 
 type uploaded struct {
-	Path string `json:"path"`
-	Name string `json:"name"`
-	Type string `json:"type"`
+	Path     string            `json:"path"`
+	Name     string            `json:"name"`
+	Type     string            `json:"type"`
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // postFiles serves POST /files: multipart/form-data (parts named "file",
@@ -233,6 +234,11 @@ func (a *Agent) postFiles(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		mode = fs.FileMode(n&0o777) | unixModeBits(uint32(n))
+	}
+	md, err := metadataOf(r.Header)
+	if err != nil {
+		jsonError(w, http.StatusBadRequest, err.Error())
+		return
 	}
 	body := io.Reader(r.Body)
 	if strings.EqualFold(r.Header.Get("Content-Encoding"), "gzip") {
@@ -288,13 +294,13 @@ func (a *Agent) postFiles(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			seen[p] = true
-			status, err := a.writeFile(p, part, u, mode)
+			status, err := a.writeFile(p, part, u, mode, md)
 			part.Close()
 			if err != nil {
 				jsonError(w, status, err.Error())
 				return
 			}
-			out = append(out, uploaded{Path: p, Name: filepath.Base(p), Type: "file"})
+			out = append(out, uploaded{Path: p, Name: filepath.Base(p), Type: "file", Metadata: md})
 		}
 		if len(out) == 0 {
 			jsonError(w, http.StatusBadRequest, "no part named \"file\" in the multipart body")
@@ -311,12 +317,12 @@ func (a *Agent) postFiles(w http.ResponseWriter, r *http.Request) {
 			jsonError(w, http.StatusBadRequest, err.Error())
 			return
 		}
-		status, err := a.writeFile(p, body, u, mode)
+		status, err := a.writeFile(p, body, u, mode, md)
 		if err != nil {
 			jsonError(w, status, err.Error())
 			return
 		}
-		out = append(out, uploaded{Path: p, Name: filepath.Base(p), Type: "file"})
+		out = append(out, uploaded{Path: p, Name: filepath.Base(p), Type: "file", Metadata: md})
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -337,8 +343,8 @@ func unixModeBits(n uint32) fs.FileMode {
 
 // writeFile writes r to p, creating parent directories; new files and
 // directories belong to u. mode 0 means 0644 for new files and unchanged
-// for existing ones.
-func (a *Agent) writeFile(p string, r io.Reader, u *osUser, mode fs.FileMode) (int, error) {
+// for existing ones. The file's metadata becomes md (none when md is nil).
+func (a *Agent) writeFile(p string, r io.Reader, u *osUser, mode fs.FileMode, md map[string]string) (int, error) {
 	if p == "/" {
 		return http.StatusBadRequest, errors.New("cannot write to /")
 	}
@@ -350,7 +356,9 @@ func (a *Agent) writeFile(p string, r io.Reader, u *osUser, mode fs.FileMode) (i
 		perm = mode.Perm()
 	}
 	_, statErr := os.Lstat(p)
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
+	// Truncated only once its metadata is set: a file system that keeps none refuses the
+	// write before it changes the file.
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE, perm)
 	if err != nil {
 		return httpStatus(err), fmt.Errorf("open %s: %v", p, unwrapPath(err))
 	}
@@ -364,6 +372,19 @@ func (a *Agent) writeFile(p string, r io.Reader, u *osUser, mode fs.FileMode) (i
 		if err := f.Chmod(m); err != nil {
 			f.Close()
 			return httpStatus(err), fmt.Errorf("chmod %s: %v", p, unwrapPath(err))
+		}
+	}
+	if err := setMetadata(f, md); err != nil {
+		f.Close()
+		if errors.Is(err, errNoMetadata) {
+			return http.StatusNotImplemented, err
+		}
+		return httpStatus(err), err
+	}
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > 0 {
+		if err := f.Truncate(0); err != nil {
+			f.Close()
+			return httpStatus(err), fmt.Errorf("truncate %s: %v", p, unwrapPath(err))
 		}
 	}
 	bp := copyBufs.Get().(*[]byte)

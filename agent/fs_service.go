@@ -72,6 +72,7 @@ func (a *Agent) entryFromInfo(path string, fi fs.FileInfo) *filesystem.EntryInfo
 	} else {
 		e.Type = fileType(mode)
 		e.Mode = uint32(mode.Perm())
+		e.Metadata = metadataAt(path)
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		e.Owner, e.Group = a.users.names(st.Uid, st.Gid)

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/tupper-dev/tupper/agent"
 	"github.com/tupper-dev/tupper/agent/client"
 )
@@ -404,3 +406,96 @@ func TestTunnel(t *testing.T) {
 }
 
 func gzipWriter(w io.Writer) io.WriteCloser { return gzip.NewWriter(w) }
+
+// File metadata as E2B's SDKs send it (envd 0.6.2): X-Metadata-* headers on POST /files,
+// kept in user.e2b.* attributes, reported by the upload, stat, list and move, cleared by a
+// write without it; a bad header is refused before the file changes.
+func TestFileMetadata(t *testing.T) {
+	ta := startAgent(t, agent.Config{})
+	hc := rawHTTP(ta.sock)
+	dir := t.TempDir()
+	if err := unix.Setxattr(dir, "user.probe", []byte("x"), 0); err != nil {
+		t.Skipf("%s keeps no user extended attributes: %v", dir, err)
+	}
+	ctx := ctxT(t)
+	post := func(path, content string, hdr map[string]string) (int, []map[string]any) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", "http://sandbox/files?path="+path, strings.NewReader(content))
+		req.Header.Set("Content-Type", "application/octet-stream")
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out []map[string]any
+		if resp.StatusCode == 200 {
+			if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return resp.StatusCode, out
+	}
+	f := filepath.Join(dir, "m.txt")
+	code, out := post(f, "one", map[string]string{"X-Metadata-Author": "mish", "x-metadata-purpose": "up load"})
+	want := map[string]string{"author": "mish", "purpose": "up load"}
+	if code != 200 || len(out) != 1 || fmt.Sprint(out[0]["metadata"]) != fmt.Sprint(want) {
+		t.Fatalf("upload: %d %v", code, out)
+	}
+	fi, err := ta.c.Stat(ctx, f)
+	if err != nil || fmt.Sprint(fi.Metadata) != fmt.Sprint(want) {
+		t.Errorf("stat: %v %v", fi.Metadata, err)
+	}
+	list, err := ta.c.ListDir(ctx, dir, 1)
+	if err != nil || len(list) != 1 || fmt.Sprint(list[0].Metadata) != fmt.Sprint(want) {
+		t.Errorf("list: %+v %v", list, err)
+	}
+	moved := filepath.Join(dir, "n.txt")
+	if fi, err := ta.c.Move(ctx, f, moved); err != nil || fmt.Sprint(fi.Metadata) != fmt.Sprint(want) {
+		t.Errorf("move: %v %v", fi.Metadata, err)
+	}
+
+	// Bad metadata: refused, and the file is as it was.
+	for _, hdr := range []map[string]string{
+		{"X-Metadata-Author": "caf\u00e9"},            // not US-ASCII
+		{"X-Metadata-Big": strings.Repeat("v", 5000)}, // over the size bound
+		{"X-Metadata-Ctl": "a\tb"},                    // a control byte
+	} {
+		if code, _ := post(moved, "clobbered", hdr); code != 400 {
+			t.Errorf("%v: status %d, want 400", hdr, code)
+		}
+		if b, _ := os.ReadFile(moved); string(b) != "one" {
+			t.Errorf("a refused upload changed the file: %q", b)
+		}
+	}
+
+	// Another write replaces the metadata; one without headers clears it.
+	if code, out := post(moved, "two", map[string]string{"X-Metadata-Stage": "2"}); code != 200 || fmt.Sprint(out[0]["metadata"]) != "map[stage:2]" {
+		t.Errorf("rewrite: %d %v", code, out)
+	}
+	if fi, _ := ta.c.Stat(ctx, moved); fmt.Sprint(fi.Metadata) != "map[stage:2]" {
+		t.Errorf("after rewrite: %v", fi.Metadata)
+	}
+	if code, out := post(moved, "three", nil); code != 200 || out[0]["metadata"] != nil {
+		t.Errorf("plain rewrite: %d %v", code, out)
+	}
+	if fi, _ := ta.c.Stat(ctx, moved); fi.Metadata != nil {
+		t.Errorf("metadata survived a write without it: %v", fi.Metadata)
+	}
+	if b, _ := os.ReadFile(moved); string(b) != "three" {
+		t.Errorf("content %q", b)
+	}
+
+	// Attributes set inside the sandbox are reported the same way; others are not.
+	if err := unix.Setxattr(moved, "user.e2b.owner", []byte("tool"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Setxattr(moved, "user.other", []byte("no"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := ta.c.Stat(ctx, moved); fmt.Sprint(fi.Metadata) != "map[owner:tool]" {
+		t.Errorf("setfattr's metadata: %v", fi.Metadata)
+	}
+}

@@ -38,7 +38,8 @@ type FileInfo struct {
 	Permissions   string      // like "-rw-r--r--"
 	Owner, Group  string
 	ModTime       time.Time
-	SymlinkTarget string // set for symlinks
+	SymlinkTarget string            // set for symlinks
+	Metadata      map[string]string // the file's metadata (envd 0.6.2), if any
 }
 
 func fileInfo(e *filesystem.EntryInfo) FileInfo {
@@ -51,6 +52,12 @@ func fileInfo(e *filesystem.EntryInfo) FileInfo {
 		Owner:         bounded(e.GetOwner()),
 		Group:         bounded(e.GetGroup()),
 		SymlinkTarget: bounded(e.GetSymlinkTarget()),
+	}
+	if md := e.GetMetadata(); len(md) > 0 && len(md) <= 64 {
+		fi.Metadata = make(map[string]string, len(md))
+		for k, v := range md {
+			fi.Metadata[bounded(k)] = bounded(v)
+		}
 	}
 	if t := e.GetModifiedTime(); t != nil {
 		fi.ModTime = t.AsTime()

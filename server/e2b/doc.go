@@ -55,7 +55,7 @@
 // holds only its hash, like every other credential.
 //
 // The reported envdVersion is EnvdVersion, the newest envd version whose features the agent
-// implements (file metadata headers, envd 0.6.2, are not).
+// implements (up to 0.6.4: file metadata, watch entries, network-mount watches).
 //
 // # Concurrency
 //

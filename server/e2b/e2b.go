@@ -16,9 +16,9 @@ import (
 )
 
 // EnvdVersion is the envd version reported for every sandbox: the newest whose gated SDK
-// features the agent implements. The next gate, 0.6.2, is file metadata (X-Metadata-*
-// headers on POST /files, EntryInfo.metadata), which the agent does not keep.
-const EnvdVersion = "0.6.1"
+// features the agent implements: file metadata (0.6.2), entries in watch events (0.6.3) and
+// watches that allow network mounts (0.6.4, which a sandbox here does not have).
+const EnvdVersion = "0.6.4"
 
 // EnvdPort is the port E2B's SDKs address envd on.
 const EnvdPort = 49983

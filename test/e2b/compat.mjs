@@ -198,6 +198,36 @@ export async function run(sdk, sdkVersion) {
     await assert.rejects(sbx.files.read('compat/missing.txt'), (err) => err instanceof NotFoundError || /not found/i.test(String(err)))
   })
 
+  // envd 0.6.2: file metadata kept with the file, reported by write, getInfo, list and
+  // rename, replaced by the next write; 0.6.3: entries in watch events.
+  await step('files: metadata (envd 0.6.2) and watch entries (0.6.3)', async () => {
+    const md = { author: 'mish', purpose: 'upload' }
+    const info = await sbx.files.write('compat/md.txt', 'with metadata', { metadata: md })
+    assert.deepEqual(info.metadata, md)
+    assert.deepEqual((await sbx.files.getInfo('compat/md.txt')).metadata, md)
+    const [octet] = await sbx.files.write([{ path: 'compat/md2.txt', data: 'x' }], { metadata: { tag: 'two' }, useOctetStream: true })
+    assert.deepEqual(octet.metadata, { tag: 'two' })
+    const listed = (await sbx.files.list('compat')).find((e) => e.name === 'md.txt')
+    assert.deepEqual(listed?.metadata, md)
+    const moved = await sbx.files.rename('compat/md.txt', 'compat/md-moved.txt')
+    assert.deepEqual(moved.metadata, md)
+    const plain = await sbx.files.write('compat/md-moved.txt', 'rewritten')
+    assert.equal(plain.metadata, undefined)
+    assert.equal((await sbx.files.getInfo('compat/md-moved.txt')).metadata, undefined)
+
+    await sbx.files.makeDir('compat/watched-entry')
+    const events = []
+    const w = await sbx.files.watchDir('compat/watched-entry', (e) => events.push(e), { includeEntry: true })
+    try {
+      await sbx.files.write('compat/watched-entry/e.txt', 'entry')
+      await until('a watch event with an entry for e.txt', 10_000, async () => events.some((e) => e.name === 'e.txt' && e.entry))
+      const e = events.find((e) => e.name === 'e.txt' && e.entry)
+      assert.equal(e.entry.path, '/home/user/compat/watched-entry/e.txt')
+    } finally {
+      await w.stop()
+    }
+  })
+
   await step('files: makeDir, rename, remove', async () => {
     assert.equal(await sbx.files.makeDir('compat/newdir/deep'), true)
     assert.equal(await sbx.files.makeDir('compat/newdir/deep'), false)
