@@ -32,25 +32,32 @@ import (
 const poolRefillDelay = 100 * time.Millisecond
 
 func (b *bencher) apiSection(ctx context.Context, rt, image string) error {
-	home, err := os.MkdirTemp("", "tupper-bench-api-")
-	if err != nil {
-		return err
+	// Each server has a home of its own (a state directory takes one server), with an API key
+	// and, for the first, an E2B key.
+	newHome := func(e2b bool) (home, key string, err error) {
+		home, err = os.MkdirTemp("", "tupper-bench-api-")
+		if err != nil {
+			return "", "", err
+		}
+		// The local provider's sandboxes may be kept under it; their unprivileged roots must
+		// be able to traverse it.
+		if err := os.Chmod(home, 0o711); err != nil {
+			return home, "", err
+		}
+		st, err := store.Open(ctx, home)
+		if err != nil {
+			return home, "", err
+		}
+		defer st.Close()
+		if _, key, err = st.CreateKey(ctx, "bench"); err == nil && e2b {
+			_, b.e2bKey, err = st.CreateE2BKey(ctx, "bench-e2b")
+		}
+		return home, key, err
 	}
-	defer os.RemoveAll(home)
-	// The servers' --home: their store, and the local provider's sandboxes if it ever keeps
-	// them there, whose unprivileged roots must be able to traverse it.
-	if err := os.Chmod(home, 0o711); err != nil {
-		return err
+	home, key, err := newHome(true)
+	if home != "" {
+		defer os.RemoveAll(home)
 	}
-	st, err := store.Open(ctx, home)
-	if err != nil {
-		return err
-	}
-	_, key, err := st.CreateKey(ctx, "bench")
-	if err == nil {
-		_, b.e2bKey, err = st.CreateE2BKey(ctx, "bench-e2b")
-	}
-	st.Close()
 	if err != nil {
 		return err
 	}
@@ -114,12 +121,19 @@ func (b *bencher) apiSection(ctx context.Context, rt, image string) error {
 	// 2. Create → first command → destroyed: without the pool, with it, and Docker's, in
 	// turn. After each pooled create the pool refills (a create, 100 ms after the hand-out)
 	// while the bench waits, so that the refill competes with nothing measured.
-	psrv, err := b.startServe(ctx, home, b.o.pool)
+	phome, pkey, err := newHome(false)
+	if phome != "" {
+		defer os.RemoveAll(phome)
+	}
+	if err != nil {
+		return err
+	}
+	psrv, err := b.startServe(ctx, phome, b.o.pool)
 	if err != nil {
 		return err
 	}
 	defer psrv.stop()
-	papi := &tupperAPI{url: psrv.url, key: key, c: &http.Client{Timeout: time.Minute}}
+	papi := &tupperAPI{url: psrv.url, key: pkey, c: &http.Client{Timeout: time.Minute}}
 	var (
 		first, full, pfirst, pfull, dfirst, dfull samples
 		pooled, unpooledFromPool                  int
@@ -356,7 +370,7 @@ func (s *serveProc) stop() {
 
 // serveURL finds the server's URL in the line tupper serve logs when it listens.
 func serveURL(line string) (string, bool) {
-	_, rest, ok := strings.Cut(line, "serving on ")
+	rest, ok := strings.CutPrefix(line, "tupper: serving on ")
 	if !ok {
 		return "", false
 	}

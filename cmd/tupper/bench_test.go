@@ -98,7 +98,8 @@ func TestServeURL(t *testing.T) {
 	if !ok || u != "http://127.0.0.1:40913" {
 		t.Errorf("got %q %v", u, ok)
 	}
-	for _, line := range []string{"tupper: no API keys yet: create one with `tupper keys create`", "serving on nothing", ""} {
+	for _, line := range []string{"tupper: no API keys yet: create one with `tupper keys create`", "serving on nothing", "",
+		"tupper: another tupper server (pid 7, serving on http://127.0.0.1:1) is using the state directory /x"} {
 		if u, ok := serveURL(line); ok {
 			t.Errorf("%q gave %q", line, u)
 		}
