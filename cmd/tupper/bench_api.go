@@ -387,9 +387,16 @@ type tupperAPI struct {
 	c        *http.Client
 }
 
-// do sends a JSON request and decodes a JSON answer into out (nil: discard), reading the body
-// to its end so the connection is reused.
+// do sends a JSON request and decodes a JSON answer into out (nil: discard).
 func (a *tupperAPI) do(ctx context.Context, method, path string, in, out any, want int) error {
+	return jsonCall(ctx, a.c, method, a.url+path, "Bearer "+a.key, in, out, func(status int) bool { return status == want })
+}
+
+// jsonCall sends in as JSON (nil: no body) with the Authorization header auth (if any),
+// reads the answer to its end (so the connection is reused; for Docker's attached exec start
+// that is the command's output until it ends), fails unless ok(status), and decodes the
+// answer into out (nil: discard).
+func jsonCall(ctx context.Context, c *http.Client, method, url, auth string, in, out any, ok func(status int) bool) error {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
@@ -398,15 +405,17 @@ func (a *tupperAPI) do(ctx context.Context, method, path string, in, out any, wa
 		}
 		body = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, a.url+path, body)
+	req, err := http.NewRequestWithContext(ctx, method, url, body)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+a.key)
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := a.c.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		return err
 	}
@@ -415,8 +424,8 @@ func (a *tupperAPI) do(ctx context.Context, method, path string, in, out any, wa
 	if err != nil {
 		return err
 	}
-	if resp.StatusCode != want {
-		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, bytes.TrimSpace(data))
+	if !ok(resp.StatusCode) {
+		return fmt.Errorf("%s %s: %s: %s", method, req.URL.Path, resp.Status, bytes.TrimSpace(data))
 	}
 	if out != nil {
 		return json.Unmarshal(data, out)
@@ -473,38 +482,11 @@ func newDockerAPI() *dockerAPI {
 	return &dockerAPI{c: &http.Client{Transport: tr, Timeout: time.Minute}}
 }
 
-// do sends a request (in as JSON) and decodes the answer into out (nil: read and discard it;
-// for an attached exec start that is the command's output until it ends).
+// do sends a request (in as JSON) and decodes the answer into out (nil: read and discard it).
 func (d *dockerAPI) do(ctx context.Context, method, path string, in, out any) error {
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return err
-		}
-		body = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://docker"+path, body)
+	err := jsonCall(ctx, d.c, method, "http://docker"+path, "", in, out, func(status int) bool { return status < 300 })
 	if err != nil {
-		return err
-	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := d.c.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode >= 300 {
-		return fmt.Errorf("docker %s %s: %s: %s", method, path, resp.Status, bytes.TrimSpace(data))
-	}
-	if out != nil {
-		return json.Unmarshal(data, out)
+		return fmt.Errorf("docker %w", err)
 	}
 	return nil
 }
