@@ -20,7 +20,6 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -63,20 +62,7 @@ var examples = []example{
 // sysPath is a PATH with the runtimes and python3 but no tupper.
 const sysPath = "/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-var (
-	tupperOnce sync.Once
-	tupperBin  string // a static tupper built from this checkout, in a 0700 directory
-	tupperErr  error
-	tupperTmp  string
-)
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if tupperTmp != "" {
-		os.RemoveAll(tupperTmp)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
 // moduleRoot is the checkout this test is in.
 func moduleRoot() string {
@@ -94,25 +80,8 @@ func goTool(t testing.TB) string {
 	return p
 }
 
-// tupper builds ./cmd/tupper once into a private directory: where it lives must not matter.
-func tupper(t testing.TB) string {
-	t.Helper()
-	tupperOnce.Do(func() {
-		if tupperTmp, tupperErr = os.MkdirTemp("", "tupper-examples-"); tupperErr != nil {
-			return
-		}
-		dir := filepath.Join(tupperTmp, "bin")
-		if tupperErr = os.Mkdir(dir, 0o700); tupperErr != nil {
-			return
-		}
-		tupperBin = filepath.Join(dir, "tupper")
-		tupperErr = build(goTool(t), "./cmd/tupper", tupperBin)
-	})
-	if tupperErr != nil {
-		t.Fatal(tupperErr)
-	}
-	return tupperBin
-}
+// tupper is a static tupper built from this checkout.
+func tupper(t testing.TB) string { return testenv.TupperBinary(t) }
 
 func build(goCmd, pkg, out string) error {
 	cmd := exec.Command(goCmd, "build", "-o", out, pkg)

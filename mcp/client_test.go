@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -52,46 +51,10 @@ func testProvider(t *testing.T) string {
 	return "memory"
 }
 
-var (
-	buildOnce sync.Once
-	buildBin  string
-	buildErr  error
-	buildOut  []byte
-)
+// tupperBinary is the static tupper built from this checkout (or $TUPPER_AGENT).
+func tupperBinary(t *testing.T) string { return testenv.TupperBinary(t) }
 
-// tupperBinary builds ./cmd/tupper (static, as the local provider's agent must be) once, or
-// returns $TUPPER_TEST_BINARY, a prebuilt one.
-func tupperBinary(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("TUPPER_TEST_BINARY"); p != "" {
-		return p
-	}
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "tupper-mcp-test-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		os.Chmod(dir, 0o711) // the agent inside a user namespace must reach it
-		buildBin = filepath.Join(dir, "tupper")
-		cmd := exec.Command("go", "build", "-o", buildBin, "./cmd/tupper")
-		cmd.Dir = repoRoot(t)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		buildOut, buildErr = cmd.CombinedOutput()
-	})
-	if buildErr != nil {
-		t.Fatalf("go build ./cmd/tupper: %v\n%s", buildErr, buildOut)
-	}
-	return buildBin
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if buildBin != "" {
-		os.RemoveAll(filepath.Dir(buildBin))
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
 // localHome returns a private state root for the local provider.
 func localHome(t *testing.T) string {

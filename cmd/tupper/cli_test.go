@@ -3,49 +3,19 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/tupper-dev/tupper/internal/testenv"
 )
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
-// tupperBin builds the static binary once per test run.
-func tupperBin(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "tupper-cli-test-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		// Private on purpose: the binary is also the sandboxes' agent, and the local provider
-		// copies it into its home, so where it lives does not matter.
-		if buildErr = os.Chmod(dir, 0o700); buildErr != nil {
-			return
-		}
-		binPath = filepath.Join(dir, "tupper")
-		cmd := exec.Command("go", "build", "-o", binPath, ".")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = errors.New(string(out))
-		}
-	})
-	if buildErr != nil {
-		t.Fatalf("building tupper: %v", buildErr)
-	}
-	return binPath
-}
+// tupperBin is the static binary built from this checkout.
+func tupperBin(t *testing.T) string { return testenv.TupperBinary(t) }
 
 type result struct {
 	stdout, stderr string

@@ -31,9 +31,8 @@
 // Home/agent/<sha256 prefix>/tupper (0755 in 0711 directories, written to a temporary file,
 // checked against its hash and renamed), and sandboxes bind the copy, so where the original
 // lives never matters. With none found, Available says how to install one. The package's
-// tests name ./cmd/tupper built once with CGO_ENABLED=0 in Config.AgentPath (falling back to
-// internal/testagent, the same agent package behind the same subcommand, when the CLI does
-// not build).
+// tests name ./cmd/tupper built once with CGO_ENABLED=0 (internal/testenv.TupperBinary) in
+// Config.AgentPath.
 //
 // The socket directory is writable by the sandbox, so the host opens the socket with
 // O_PATH|O_NOFOLLOW, checks it is a socket and connects through /proc/self/fd: a symlink

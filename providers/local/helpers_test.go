@@ -3,13 +3,9 @@ package local
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,63 +13,16 @@ import (
 	"github.com/tupper-dev/tupper/provider"
 )
 
-// The agent is the tupper binary itself. A test binary is not tupper, so the tests build
-// ./cmd/tupper once (static, CGO_ENABLED=0) into a temporary directory and point
-// Config.AgentPath at it. TUPPER_AGENT names a prebuilt binary instead.
-var (
-	agentOnce sync.Once
-	agentBin  string
-	agentErr  error
-	agentTmp  string
-)
-
 func TestMain(m *testing.M) {
 	if home := os.Getenv(stressEnv); home != "" {
 		os.Exit(stressChild(home))
 	}
-	code := m.Run()
-	if agentTmp != "" {
-		os.RemoveAll(agentTmp)
-	}
-	os.Exit(code)
+	os.Exit(testenv.Main(m))
 }
 
-func buildAgent(t testing.TB) string {
-	t.Helper()
-	agentOnce.Do(func() {
-		if p := os.Getenv("TUPPER_AGENT"); p != "" {
-			agentBin = p
-			return
-		}
-		_, file, _, _ := runtime.Caller(0)
-		root := filepath.Join(filepath.Dir(file), "..", "..")
-		agentTmp, agentErr = os.MkdirTemp("", "tupper-agent-")
-		if agentErr != nil {
-			return
-		}
-		os.Chmod(agentTmp, 0o711)
-		agentBin = filepath.Join(agentTmp, "tupper")
-		build := func(pkg string) error {
-			cmd := exec.Command("go", "build", "-o", agentBin, pkg)
-			cmd.Dir = root
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				return fmt.Errorf("go build %s: %v: %s", pkg, err, out)
-			}
-			return nil
-		}
-		if err := build("./cmd/tupper"); err != nil {
-			// The CLI is shared with other work in progress; the agent package behind the
-			// same subcommands is what the sandboxes need.
-			fmt.Fprintf(os.Stderr, "providers/local tests: ./cmd/tupper does not build, using internal/testagent: %.300s\n", err)
-			agentErr = build("./providers/local/internal/testagent")
-		}
-	})
-	if agentErr != nil {
-		t.Fatal(agentErr)
-	}
-	return agentBin
-}
+// buildAgent is the agent: the tupper binary itself, built from this checkout (or
+// $TUPPER_AGENT), since a test binary is not tupper.
+func buildAgent(t testing.TB) string { return testenv.TupperBinary(t) }
 
 // The subnet and bridge of test providers, so tests never touch a real installation's. (The
 // bridge's rules changed with the egress firewall; a new name keeps test runs of older

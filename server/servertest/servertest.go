@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -24,43 +23,8 @@ import (
 	"github.com/tupper-dev/tupper/store"
 )
 
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-)
-
-// Binary returns a static tupper binary: $TUPPER_AGENT, or ./cmd/tupper built once into a
-// temporary directory (removed by Cleanup at the end of the test binary is not possible, so
-// it lives in os.TempDir under a fixed per-process name).
-func Binary(t testing.TB) string {
-	t.Helper()
-	binOnce.Do(func() {
-		if p := os.Getenv("TUPPER_AGENT"); p != "" {
-			binPath = p
-			return
-		}
-		_, file, _, _ := runtime.Caller(0)
-		root := filepath.Join(filepath.Dir(file), "..", "..")
-		dir, err := os.MkdirTemp("", "tupper-servertest-")
-		if err != nil {
-			binErr = err
-			return
-		}
-		_ = os.Chmod(dir, 0o711)
-		binPath = filepath.Join(dir, "tupper")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/tupper")
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			binErr = fmt.Errorf("go build ./cmd/tupper: %v: %s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
-}
+// Binary returns a static tupper binary: testenv.TupperBinary.
+func Binary(t testing.TB) string { return testenv.TupperBinary(t) }
 
 // CanRunLocal reports whether the local provider can run here (root and runc), and why not.
 func CanRunLocal() (bool, string) {
