@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/google/jsonschema-go/jsonschema"
 )
 
 // Schema is the subset of JSON Schema (draft 2020-12) the tools use for their input. It
@@ -211,33 +215,98 @@ func join(at, k string) string {
 	return at + "." + k
 }
 
-// Schema constructors used by the definitions.
-
-func object(required []string, props map[string]*Schema) *Schema {
-	return &Schema{Type: "object", Properties: props, Required: required}
+// schemaFor derives the input schema of a tool from its argument struct A, so that a tool's
+// arguments are declared once. jsonschema.For reads the Go types, the json names (a field
+// without omitempty is required) and the descriptions (the jsonschema tag); tags named after
+// the JSON Schema keywords add the constraints it has no tag for:
+//
+//	minLength:"1"  minimum:"1"  maximum:"65535"  enum:"all,none"  pattern:"^[a-z]+$"
+//
+// It panics on a struct it cannot describe: the definitions are static, so that is a bug.
+func schemaFor[A any]() *Schema {
+	js, err := jsonschema.For[A](nil)
+	if err != nil {
+		panic("tools: " + err.Error())
+	}
+	for _, f := range reflect.VisibleFields(reflect.TypeFor[A]()) {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if f.Anonymous || name == "" || name == "-" {
+			continue
+		}
+		if err := constrain(js.Properties[name], f.Tag); err != nil {
+			panic(fmt.Sprintf("tools: %T.%s: %v", *new(A), f.Name, err))
+		}
+	}
+	return fromJSONSchema(js)
 }
 
-func str(desc string) *Schema { return &Schema{Type: "string", Description: desc} }
-
-func nonEmpty(desc string) *Schema {
-	one := 1
-	return &Schema{Type: "string", Description: desc, MinLength: &one}
+// constrain sets the constraint keywords of p from tag.
+func constrain(p *jsonschema.Schema, tag reflect.StructTag) error {
+	if v, ok := tag.Lookup("minLength"); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return err
+		}
+		p.MinLength = &n
+	}
+	for key, dst := range map[string]**float64{"minimum": &p.Minimum, "maximum": &p.Maximum} {
+		if v, ok := tag.Lookup(key); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return err
+			}
+			f := float64(n)
+			*dst = &f
+		}
+	}
+	if v, ok := tag.Lookup("enum"); ok {
+		for _, e := range strings.Split(v, ",") {
+			p.Enum = append(p.Enum, e)
+		}
+	}
+	if v, ok := tag.Lookup("pattern"); ok {
+		if _, err := regexp.Compile(v); err != nil {
+			return err
+		}
+		p.Pattern = v
+	}
+	return nil
 }
 
-func pattern(desc, re string) *Schema {
-	return &Schema{Type: "string", Description: desc, Pattern: re, re: regexp.MustCompile(re)}
-}
-
-func enum(desc string, values ...string) *Schema {
-	return &Schema{Type: "string", Description: desc, Enum: values}
-}
-
-func integer(desc string, min, max int64) *Schema {
-	return &Schema{Type: "integer", Description: desc, Minimum: &min, Maximum: &max}
-}
-
-func boolean(desc string) *Schema { return &Schema{Type: "boolean", Description: desc} }
-
-func stringMap(desc string) *Schema {
-	return &Schema{Type: "object", Description: desc, Values: &Schema{Type: "string"}}
+// fromJSONSchema converts what schemaFor built into the Schema the tools marshal and
+// validate with. A pointer field's ["null", T] is T: Validate drops null optional arguments.
+func fromJSONSchema(js *jsonschema.Schema) *Schema {
+	s := &Schema{Type: js.Type, Description: js.Description, Required: js.Required, MinLength: js.MinLength, Pattern: js.Pattern}
+	for _, t := range js.Types {
+		if t != "null" {
+			s.Type = t
+		}
+	}
+	for _, e := range js.Enum {
+		s.Enum = append(s.Enum, e.(string))
+	}
+	if js.Minimum != nil {
+		n := int64(*js.Minimum)
+		s.Minimum = &n
+	}
+	if js.Maximum != nil {
+		n := int64(*js.Maximum)
+		s.Maximum = &n
+	}
+	if s.Pattern != "" {
+		s.re = regexp.MustCompile(s.Pattern)
+	}
+	if s.Type == "object" {
+		s.Properties = map[string]*Schema{}
+		for k, p := range js.Properties {
+			s.Properties[k] = fromJSONSchema(p)
+		}
+		if a := js.AdditionalProperties; a != nil && a.Not == nil {
+			s.Values = fromJSONSchema(a)
+			if len(js.Properties) == 0 {
+				s.Properties = nil
+			}
+		}
+	}
+	return s
 }

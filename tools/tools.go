@@ -27,6 +27,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
+	"time"
 
 	"github.com/tupper-dev/tupper/sandbox"
 )
@@ -125,3 +128,31 @@ func errorResult(err error) Result {
 	}
 	return Result{Text: text, IsError: true, Data: map[string]any{"error": map[string]string{"code": string(code), "message": msg}}}
 }
+
+// allTools builds the definitions on first use, so programs that link this package but
+// never serve tools (tupper exec, for one) do not pay for them at start-up. Each group of
+// tools lives in a file of its own; this is their order.
+var allTools = sync.OnceValue(func() []Tool {
+	return slices.Concat(sandboxTools(), processTools(), fileTools(), gitTools(), snapshotTools())
+})
+
+// define completes t from its handler: the input schema is derived from the argument
+// struct A (see schemaFor), and the handler is given the validated arguments decoded into A.
+func define[A any](t Tool, run func(ctx context.Context, s *Session, args A) (Result, error)) Tool {
+	t.InputSchema = schemaFor[A]()
+	t.Handler = func(ctx context.Context, s *Session, raw json.RawMessage) (Result, error) {
+		var a A
+		if err := json.Unmarshal(raw, &a); err != nil {
+			return Result{}, &ArgumentError{Tool: t.Name, Message: err.Error()}
+		}
+		return run(ctx, s, a)
+	}
+	return t
+}
+
+// inSandbox is the optional sandbox_id of every tool that works in one sandbox.
+type inSandbox struct {
+	SandboxID string `json:"sandbox_id,omitempty" jsonschema:"Id of the sandbox to use, from create_sandbox or list_sandboxes. Omit it to use this session's default sandbox, which is created on first use."`
+}
+
+func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }

@@ -1,0 +1,115 @@
+package tools
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/sandbox"
+)
+
+// Tools that make, list and destroy sandboxes.
+
+func sandboxTools() []Tool {
+	return []Tool{
+		define(Tool{
+			Name: "create_sandbox",
+			Description: "Create a new, empty Linux sandbox and return its id. Most work needs no call to this: " +
+				"every tool uses this session's default sandbox when sandbox_id is omitted. Create another " +
+				"sandbox to work on something in isolation or in parallel; pass its id as sandbox_id. It lives " +
+				"until destroy_sandbox.",
+		}, createSandbox),
+		define(Tool{
+			Name:        "list_sandboxes",
+			Description: "List the sandboxes this session can use: id, state, creation time, and which one is the default.",
+			ReadOnly:    true,
+		}, listSandboxes),
+		define(Tool{
+			Name: "destroy_sandbox",
+			Description: "Destroy a sandbox and everything in it, including running processes. Destroying the " +
+				"default sandbox makes the next call without sandbox_id start a fresh one.",
+			Destructive: true,
+		}, destroySandbox),
+	}
+}
+
+type createSandboxArgs struct {
+	Network      string            `json:"network,omitempty" jsonschema:"Network access: all (the default) or none (loopback only)." enum:"all,none"`
+	Env          map[string]string `json:"env,omitempty" jsonschema:"Environment variables set for every command in the sandbox."`
+	FromSnapshot string            `json:"from_snapshot,omitempty" jsonschema:"Start from a snapshot id returned by the snapshot tool, instead of an empty sandbox."`
+}
+
+func createSandbox(ctx context.Context, s *Session, a createSandboxArgs) (Result, error) {
+	opts := s.opts.Create
+	switch a.Network {
+	case "all":
+		if opts.Network.Mode == provider.NetworkNone {
+			return Result{Text: "this session's sandboxes have no network (network none), and create_sandbox cannot ask for more", IsError: true}, nil
+		}
+		opts.Network = sandbox.NetworkAll
+	case "none":
+		opts.Network = sandbox.NetworkNone
+	}
+	if len(a.Env) > 0 {
+		env := map[string]string{}
+		for k, v := range opts.Env {
+			env[k] = v
+		}
+		for k, v := range a.Env {
+			env[k] = v
+		}
+		opts.Env = env
+	}
+	if a.FromSnapshot != "" {
+		opts.From = a.FromSnapshot
+	}
+	b, err := s.createExtra(ctx, opts)
+	if err != nil {
+		return Result{}, err
+	}
+	return Result{
+		Text: fmt.Sprintf("created sandbox %s; pass sandbox_id %q to use it", b.ID, b.ID),
+		Data: map[string]any{"sandbox_id": b.ID},
+	}, nil
+}
+
+type listSandboxesArgs struct{}
+
+func listSandboxes(ctx context.Context, s *Session, _ listSandboxesArgs) (Result, error) {
+	infos, err := sandbox.List(ctx, s.prov, sandbox.ListOptions{Labels: s.opts.Labels})
+	if err != nil {
+		return Result{}, err
+	}
+	def := s.DefaultID()
+	var b strings.Builder
+	items := []map[string]any{}
+	for i, in := range infos {
+		if i == MaxListEntries {
+			fmt.Fprintf(&b, "[… %d more not shown]\n", len(infos)-i)
+			break
+		}
+		mark := ""
+		if in.ID == def {
+			mark = " (default)"
+		}
+		fmt.Fprintf(&b, "%s %s created %s%s\n", in.ID, in.State, in.CreatedAt.UTC().Format(time.RFC3339), mark)
+		items = append(items, map[string]any{"sandbox_id": in.ID, "state": string(in.State), "created_at": in.CreatedAt.UTC().Format(time.RFC3339), "default": in.ID == def})
+	}
+	if len(infos) == 0 {
+		b.WriteString("no sandboxes yet; tools create the default sandbox on first use\n")
+	}
+	return Result{Text: b.String(), Data: map[string]any{"sandboxes": items}}, nil
+}
+
+type destroySandboxArgs struct {
+	ID string `json:"sandbox_id" jsonschema:"Id of the sandbox to destroy." minLength:"1"`
+}
+
+func destroySandbox(ctx context.Context, s *Session, a destroySandboxArgs) (Result, error) {
+	if err := s.destroySandbox(ctx, a.ID); err != nil {
+		return Result{}, err
+	}
+	return Result{Text: "destroyed sandbox " + a.ID, Data: map[string]any{"sandbox_id": a.ID}}, nil
+}

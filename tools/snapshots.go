@@ -1,0 +1,64 @@
+package tools
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/tupper-dev/tupper/sandbox"
+)
+
+// Tools that save a sandbox and reach its ports.
+
+func snapshotTools() []Tool {
+	return []Tool{
+		define(Tool{
+			Name:        "snapshot",
+			Description: "Save the sandbox's files as a snapshot and return its id; create_sandbox with from_snapshot starts a new sandbox from it. Not every sandbox provider can snapshot.",
+		}, snapshot),
+		define(Tool{
+			Name:        "expose_port",
+			Description: "Return a URL at which a server listening on a TCP port inside the sandbox can be reached, e.g. one started with start_process.",
+			ReadOnly:    true,
+		}, exposePort),
+	}
+}
+
+func snapshot(ctx context.Context, s *Session, a inSandbox) (Result, error) {
+	b, err := s.Sandbox(ctx, a.SandboxID)
+	if err != nil {
+		return Result{}, err
+	}
+	id, err := b.Snapshot(ctx, sandbox.SnapshotOptions{})
+	if err != nil {
+		return Result{}, err
+	}
+	return Result{
+		Text: fmt.Sprintf("snapshot %s saved; create_sandbox with from_snapshot %q starts a sandbox from it", id, id),
+		Data: map[string]any{"snapshot_id": id},
+	}, nil
+}
+
+type exposePortArgs struct {
+	Port int `json:"port" jsonschema:"The TCP port the server listens on inside the sandbox." minimum:"1" maximum:"65535"`
+	inSandbox
+}
+
+func exposePort(ctx context.Context, s *Session, a exposePortArgs) (Result, error) {
+	b, err := s.Sandbox(ctx, a.SandboxID)
+	if err != nil {
+		return Result{}, err
+	}
+	u, err := s.previewURL(ctx, b, a.Port)
+	if err != nil {
+		return Result{}, err
+	}
+	return Result{Text: fmt.Sprintf("port %d is reachable at %s", a.Port, u), Data: map[string]any{"port": a.Port, "url": u}}, nil
+}
+
+// previewURL asks SessionOptions.PreviewURL, else the sandbox.
+func (s *Session) previewURL(ctx context.Context, b *sandbox.Sandbox, port int) (string, error) {
+	if s.opts.PreviewURL != nil {
+		return s.opts.PreviewURL(ctx, b.ID, port)
+	}
+	return b.PreviewURL(ctx, port)
+}
