@@ -88,6 +88,8 @@ func TestBadInputIsAClearError(t *testing.T) {
 		{[]string{"run", "--provider", "memory", "--allow-private", "fd00::/8", "--", "true"}, "IPv4 only"},
 		{[]string{"run", "--provider", "memory", "--allow-private", "10.1.2.0/24", "--", "true"}, "--allow-private needs the local provider, not memory"},
 		{[]string{"serve", "--provider", "memory", "--allow-private", "10.1.2.0/24"}, "needs the local provider, not memory"},
+		{[]string{"mcp", "--provider", "memory", "--network", "some"}, `--network "some"`},
+		{[]string{"mcp", "--provider", "memory", "--url", "http://127.0.0.1:1"}, "--url (or $TUPPER_URL) names a server"},
 	} {
 		r := tupper(t, home, "", tc.args...)
 		if r.code != exitTupperError || !strings.Contains(r.stderr, tc.want) {

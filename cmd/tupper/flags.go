@@ -125,18 +125,13 @@ func (f *createFlags) register(cmd *cobra.Command) {
 
 func (f *createFlags) options() (sandbox.CreateOptions, error) {
 	opts := sandbox.CreateOptions{Runtime: f.runtime, Template: f.template}
-	switch f.network {
-	case "", "all":
-		opts.Network = sandbox.NetworkAll
-	case "none":
-		opts.Network = sandbox.NetworkNone
-	default:
-		return opts, fmt.Errorf("--network %q: use all or none", f.network)
+	var err error
+	if opts.Network, err = parseNetwork(f.network); err != nil {
+		return opts, err
 	}
 	if f.size != "" {
 		opts.Size = sandbox.Size{Name: f.size}
 	}
-	var err error
 	if opts.Env, err = parsePairs("--env", f.env); err != nil {
 		return opts, err
 	}
@@ -144,6 +139,17 @@ func (f *createFlags) options() (sandbox.CreateOptions, error) {
 		return opts, err
 	}
 	return opts, opts.Validate()
+}
+
+// parseNetwork parses --network: all (also "") or none.
+func parseNetwork(v string) (sandbox.Network, error) {
+	switch v {
+	case "", "all":
+		return sandbox.NetworkAll, nil
+	case "none":
+		return sandbox.NetworkNone, nil
+	}
+	return sandbox.Network{}, fmt.Errorf("--network %q: use all or none", v)
 }
 
 func parsePairs(flag string, pairs []string) (map[string]string, error) {

@@ -1,27 +1,24 @@
 package main
 
 import (
-	"fmt"
 	"log/slog"
 	"os"
 
 	"github.com/spf13/cobra"
 
 	mcpserver "github.com/tupper-dev/tupper/mcp"
-	"github.com/tupper-dev/tupper/provider"
 	_ "github.com/tupper-dev/tupper/providers/local"  // the platform default on Linux
 	_ "github.com/tupper-dev/tupper/providers/memory" // --provider memory: no isolation, for trying it out
-	"github.com/tupper-dev/tupper/sandbox"
 )
 
 // newMCPCmd is `tupper mcp`: the sandbox tools over MCP on stdin and stdout, for agent apps
 // (Claude Desktop, Cursor, VS Code, …) that start MCP servers as subprocesses.
 func newMCPCmd() *cobra.Command {
 	var (
-		providerName string
-		template     string
-		network      string
-		verbose      bool
+		pf       providerFlags
+		template string
+		network  string
+		verbose  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "mcp",
@@ -34,16 +31,11 @@ Configure an agent app to start "tupper mcp"; see docs/mcp.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			var net sandbox.Network
-			switch network {
-			case "all":
-				net = sandbox.NetworkAll
-			case "none":
-				net = sandbox.NetworkNone
-			default:
-				return fmt.Errorf("--network %q: use all or none", network)
+			net, err := parseNetwork(network)
+			if err != nil {
+				return err
 			}
-			prov, err := provider.Resolve(ctx, provider.ResolveOptions{Name: providerName})
+			prov, err := pf.resolve(ctx)
 			if err != nil {
 				return err
 			}
@@ -61,9 +53,8 @@ Configure an agent app to start "tupper mcp"; see docs/mcp.md.`,
 			return mcpserver.Serve(ctx, opts, os.Stdin, os.Stdout)
 		},
 	}
+	pf.register(cmd)
 	fl := cmd.Flags()
-	fl.StringVar(&providerName, "provider", os.Getenv("TUPPER_PROVIDER"),
-		"provider to use (default: $TUPPER_PROVIDER, else the platform default: local on Linux)")
 	fl.StringVar(&template, "template", "", "template of the sandboxes (local default: host)")
 	fl.StringVar(&network, "network", "all", "network of the sandboxes: all or none (with none, create_sandbox cannot ask for more)")
 	fl.BoolVarP(&verbose, "verbose", "v", false, "log the server's diagnostics to stderr")
