@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	mcpserver "github.com/tupper-dev/tupper/mcp"
+	"github.com/tupper-dev/tupper/mcpserver"
 	"github.com/tupper-dev/tupper/sandbox"
 	"github.com/tupper-dev/tupper/store"
 	"github.com/tupper-dev/tupper/tools"

@@ -24,7 +24,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
-	mcpserver "github.com/tupper-dev/tupper/mcp"
+	"github.com/tupper-dev/tupper/mcpserver"
 	"log/slog"
 	"net/http"
 	"strings"

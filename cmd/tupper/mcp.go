@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	mcpserver "github.com/tupper-dev/tupper/mcp"
+	"github.com/tupper-dev/tupper/mcpserver"
 	_ "github.com/tupper-dev/tupper/providers/local"  // the platform default on Linux
 	_ "github.com/tupper-dev/tupper/providers/memory" // --provider memory: no isolation, for trying it out
 )

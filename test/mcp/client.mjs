@@ -1,5 +1,5 @@
 // Drives tupper's MCP server with the official TypeScript MCP client, the way an agent app
-// does, and checks what comes back. Run by mcp/client_test.go:
+// does, and checks what comes back. Run by mcpserver/client_test.go:
 //
 //   node client.mjs stdio <tupper binary> [args…]   # spawns `tupper mcp …`
 //   node client.mjs http <url> [bearer token]       # streamable HTTP, e.g. tupper serve's /mcp

@@ -136,7 +136,7 @@ func TestTranscript(t *testing.T) {
 	}
 	want, err := os.ReadFile(file)
 	if err != nil {
-		t.Fatalf("%v (run go test ./mcp -run TestTranscript -update to create it)", err)
+		t.Fatalf("%v (run go test ./mcpserver -run TestTranscript -update to create it)", err)
 	}
 	if !bytes.Equal(tr.log.Bytes(), want) {
 		t.Errorf("the JSON-RPC transcript differs from %s; if intended, rerun with -update\n%s", file, tr.log.String())
