@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/tupper-dev/tupper/provider"
@@ -176,61 +177,99 @@ func gone(p *Provider, id string) bool {
 	return errors.Is(err, provider.CodeNotFound)
 }
 
-func TestLifetimeTimeout(t *testing.T) {
-	p := New()
-	inst, _ := p.Create(bg, provider.CreateSpec{Timeout: 100 * time.Millisecond})
-	id := inst.(*Instance).ID()
-	if d := mustInfo(t, inst).Deadline; d.IsZero() {
-		t.Error("no deadline in Info")
-	}
-	wait(t, "the sandbox to expire", func() bool { return gone(p, id) })
+// The deadline tests run in a synctest bubble: the sandboxes' timers run on the bubble's
+// fake clock, so each sleep is exact and instant, and synctest.Wait lets the timer
+// goroutines finish before the test looks.
 
-	inst, _ = p.Create(bg, provider.CreateSpec{Timeout: 100 * time.Millisecond})
-	id = inst.(*Instance).ID()
-	before := mustInfo(t, inst).Deadline
-	if err := inst.(provider.TimeoutSetter).SetTimeout(bg, time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	if after := mustInfo(t, inst).Deadline; !after.After(before.Add(time.Minute)) {
-		t.Errorf("SetTimeout did not move the deadline: %v → %v", before, after)
-	}
-	time.Sleep(250 * time.Millisecond)
-	if gone(p, id) {
-		t.Error("the sandbox expired at its old deadline")
-	}
-	if err := inst.(provider.TimeoutSetter).SetTimeout(bg, 50*time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
-	wait(t, "the shortened deadline", func() bool { return gone(p, id) })
-	if err := inst.(provider.TimeoutSetter).SetTimeout(bg, time.Second); !errors.Is(err, provider.CodeNotFound) {
-		t.Errorf("SetTimeout after expiry: %v", err)
-	}
+func TestLifetimeTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := New()
+		inst, _ := p.Create(bg, provider.CreateSpec{Timeout: 100 * time.Millisecond})
+		id := inst.(*Instance).ID()
+		if d := mustInfo(t, inst).Deadline; !d.Equal(time.Now().Add(100 * time.Millisecond)) {
+			t.Errorf("Info.Deadline %v; want 100ms from now", d)
+		}
+		time.Sleep(99 * time.Millisecond)
+		synctest.Wait()
+		if gone(p, id) {
+			t.Fatal("expired before its deadline")
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		if !gone(p, id) {
+			t.Fatal("still there at its deadline")
+		}
+
+		inst, _ = p.Create(bg, provider.CreateSpec{Timeout: 100 * time.Millisecond})
+		id = inst.(*Instance).ID()
+		if err := inst.(provider.TimeoutSetter).SetTimeout(bg, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		if d := mustInfo(t, inst).Deadline; !d.Equal(time.Now().Add(time.Hour)) {
+			t.Errorf("SetTimeout(1h) moved the deadline to %v; want an hour from now", d)
+		}
+		time.Sleep(250 * time.Millisecond)
+		synctest.Wait()
+		if gone(p, id) {
+			t.Error("the sandbox expired at its old deadline")
+		}
+		if err := inst.(provider.TimeoutSetter).SetTimeout(bg, 50*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+		synctest.Wait()
+		if !gone(p, id) {
+			t.Error("still there at the shortened deadline")
+		}
+		if err := inst.(provider.TimeoutSetter).SetTimeout(bg, time.Second); !errors.Is(err, provider.CodeNotFound) {
+			t.Errorf("SetTimeout after expiry: %v", err)
+		}
+	})
 }
 
 func TestIdleTimeout(t *testing.T) {
-	p := New()
-	inst, _ := p.Create(bg, provider.CreateSpec{IdleTimeout: 150 * time.Millisecond})
-	in := inst.(*Instance)
-	// A running detached job keeps it alive past the idle timeout.
-	if _, err := in.Exec(bg, provider.ExecRequest{Command: "sleep 0.4", Detach: true}); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(300 * time.Millisecond)
-	if gone(p, in.ID()) {
-		t.Fatal("expired while a job ran")
-	}
-	wait(t, "idle expiry after the job", func() bool { return gone(p, in.ID()) })
-
-	// Calls count as activity.
-	inst, _ = p.Create(bg, provider.CreateSpec{IdleTimeout: 150 * time.Millisecond})
-	in = inst.(*Instance)
-	for range 8 {
-		if _, err := in.Info(bg); err != nil {
-			t.Fatalf("expired while used: %v", err)
+	synctest.Test(t, func(t *testing.T) {
+		p := New()
+		inst, _ := p.Create(bg, provider.CreateSpec{IdleTimeout: 150 * time.Millisecond})
+		in := inst.(*Instance)
+		// A running detached job keeps it alive past the idle timeout.
+		if _, err := in.Exec(bg, provider.ExecRequest{Command: "sleep 0.4", Detach: true}); err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	wait(t, "idle expiry", func() bool { return gone(p, in.ID()) })
+		time.Sleep(399 * time.Millisecond)
+		synctest.Wait()
+		if gone(p, in.ID()) {
+			t.Fatal("expired while a job ran")
+		}
+		// The job ends at 400ms; the sandbox is idle from then, and goes at most one idle
+		// period after.
+		time.Sleep(time.Millisecond + 150*time.Millisecond + 150*time.Millisecond)
+		synctest.Wait()
+		if !gone(p, in.ID()) {
+			t.Fatal("still there two idle periods after its job ended")
+		}
+
+		// Calls count as activity.
+		inst, _ = p.Create(bg, provider.CreateSpec{IdleTimeout: 150 * time.Millisecond})
+		in = inst.(*Instance)
+		for range 8 {
+			time.Sleep(100 * time.Millisecond)
+			synctest.Wait()
+			if _, err := in.Info(bg); err != nil {
+				t.Fatalf("expired while used: %v", err)
+			}
+		}
+		time.Sleep(149 * time.Millisecond)
+		synctest.Wait()
+		if gone(p, in.ID()) {
+			t.Fatal("expired less than an idle period after its last use")
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		if !gone(p, in.ID()) {
+			t.Fatal("still there an idle period after its last use")
+		}
+	})
 }
 
 func TestSnapshot(t *testing.T) {
@@ -268,14 +307,25 @@ func TestSnapshot(t *testing.T) {
 	if _, err := inst3.(*Instance).Snapshot(bg, -time.Second); !errors.Is(err, provider.CodeInvalidArgument) {
 		t.Errorf("negative expiry: %v", err)
 	}
-	short, err := inst3.(*Instance).Snapshot(bg, 30*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(60 * time.Millisecond)
-	if _, err := p.Create(bg, provider.CreateSpec{From: short}); !errors.Is(err, provider.CodeNotFound) {
-		t.Errorf("expired snapshot: %v", err)
-	}
+}
+
+func TestSnapshotExpiry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := New()
+		inst, _ := p.Create(bg, provider.CreateSpec{})
+		short, err := inst.(*Instance).Snapshot(bg, 30*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(29 * time.Millisecond)
+		if _, err := p.Create(bg, provider.CreateSpec{From: short}); err != nil {
+			t.Errorf("snapshot before its expiry: %v", err)
+		}
+		time.Sleep(time.Millisecond)
+		if _, err := p.Create(bg, provider.CreateSpec{From: short}); !errors.Is(err, provider.CodeNotFound) {
+			t.Errorf("expired snapshot: %v", err)
+		}
+	})
 }
 
 func TestFileAPI(t *testing.T) {
