@@ -1,7 +1,6 @@
 package memory
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -10,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -37,11 +35,11 @@ type cmd struct {
 type utilFunc func(c *cmd, args []string) int
 
 // utilities are the commands implemented in Go over the memory file system. Filled in init,
-// since some of them (sh, env, xargs) start others.
+// since some of them (sh, env) start others.
 var utilities map[string]utilFunc
 
 // externalBuiltins are interpreter builtins that also exist as programs on a Linux system,
-// so which and command -v find them and env and xargs can run them.
+// so which and command -v find them and env can run them.
 var externalBuiltins = []string{"echo", "printf", "test", "[", "true", "false", "pwd", "kill"}
 
 func isExternal(name string) bool {
@@ -599,14 +597,6 @@ func cryptoRead(p []byte) (int, error) { return rand.Read(p) }
 
 func isNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }
 
-// lineScanner returns a scanner over r that handles long lines and keeps the final line
-// even without a newline.
-func lineScanner(r io.Reader) *bufio.Scanner {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64*1024), 1<<30)
-	return sc
-}
-
 // readLines reads r into lines (without newlines) and reports whether the last line ended
 // with a newline.
 func readLines(data []byte) ([]string, bool) {
@@ -618,7 +608,5 @@ func readLines(data []byte) ([]string, bool) {
 	s = strings.TrimSuffix(s, "\n")
 	return strings.Split(s, "\n"), nl
 }
-
-func sortStrings(s []string) { sort.Strings(s) }
 
 func nowTime() time.Time { return time.Now() }

@@ -66,7 +66,7 @@ func TestExecContextCancel(t *testing.T) {
 	}{
 		{"sleep", "sleep 30"},
 		{"loop", "while true; do :; done"},
-		{"pipe", "yes | cat > /dev/null"},
+		{"pipe", "while :; do echo y; done | cat > /dev/null"},
 		{"nested", "sh -c 'sh -c \"sleep 30\"'"},
 		{"stdin", "cat"},
 	} {

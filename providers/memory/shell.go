@@ -195,7 +195,7 @@ func (sh *shell) run(ctx context.Context, s script) int {
 	return sh.runNode(ctx, file, s)
 }
 
-// runArgv runs one simple command, the way env, xargs, find -exec and timeout start theirs.
+// runArgv runs one simple command, the way env and find -exec start theirs.
 func (sh *shell) runArgv(ctx context.Context, argv []string, s script) int {
 	call := &syntax.CallExpr{}
 	for _, a := range argv {
@@ -571,7 +571,7 @@ func (c *cmd) dispatch(args []string) int {
 }
 
 // runUtility runs a built-in utility, or an interpreter builtin when it is one of those
-// (echo, printf, test, …) reached through env, xargs or a path like /bin/echo.
+// (echo, printf, test, …) reached through env or a path like /bin/echo.
 func (c *cmd) runUtility(name string, args []string) int {
 	if u := utilities[name]; u != nil {
 		c.name = name

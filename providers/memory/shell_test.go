@@ -1,6 +1,8 @@
 package memory
 
 import (
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -63,7 +65,6 @@ func TestShellBasics(t *testing.T) {
 		{"echo $$ | grep -c '^[0-9][0-9]*$'", "1\n", 0},
 		{"echo one > /dev/null; echo two > /dev/stderr; echo three", "three\n", 0},
 		{"printf 'a\\r\\nb' | od -c 2>/dev/null || printf 'a\\r\\nb' | wc -c", "4\n", 0},
-		{"for i in $(seq 3); do echo $i; done | tail -n 1", "3\n", 0},
 		{"echo start & wait; echo end", "start\nend\n", 0},
 		{". ./s.sh dot 2>/dev/null; echo $?", "from file\n0\n", 0},
 		{"echo 'v=sourced' > env.sh; . ./env.sh; echo $v", "sourced\n", 0},
@@ -71,17 +72,8 @@ func TestShellBasics(t *testing.T) {
 		{"eval 'echo evaluated'", "evaluated\n", 0},
 		{"env -i FOO=bar env", "FOO=bar\n", 0},
 		{"FOO=1 printenv FOO; printenv NOPE; echo $?", "1\n1\n", 0},
-		{"timeout 0.1 sleep 5; echo $?", "124\n", 0},
-		{"yes | head -n 3", "y\ny\ny\n", 0},
-		{"yes abc | head -c 7", "abc\nabc", 0},
-		{"seq 2 2 8 | xargs -n 2 echo", "2 4\n6 8\n", 0},
-		{"printf 'a b\\nc\\n' | xargs -I{} echo '<{}>'", "<a b>\n<c>\n", 0},
-		{"id -u; id; whoami; id -un", "0\nuid=0(root) gid=0(root) groups=0(root)\nroot\nroot\n", 0},
 		{"uname; uname -s", "Linux\nLinux\n", 0},
-		{"date -d @0 +%Y-%m-%dT%H:%M:%S; date +%s | grep -c '^[0-9]*$'", "1970-01-01T00:00:00\n1\n", 0},
-		{"basename /a/b/c.txt .txt; basename /a/b/; dirname /a/b/c; dirname c; dirname /", "c\nb\n/a/b\n.\n/\n", 0},
 		{"seq 3; seq 5 -2 1; seq -s, 3", "1\n2\n3\n5\n3\n1\n1,2,3\n", 0},
-		{"expr 2 + 3; expr 7 / 2", "5\n3\n", 0},
 		{"sleep 0.01 && echo slept", "slept\n", 0},
 		{"sleep abc; echo $?", "1\n", 0},
 	})
@@ -97,8 +89,11 @@ func TestShellFileUtilities(t *testing.T) {
 		{"ls -a d | head -3", ".\n..\n.hid\n", 0},
 		{"ls -1 d/sub d/words.txt", "d/words.txt\n\nd/sub:\nnums.md\n", 0},
 		{"ls -R d/sub", "d/sub:\nnums.md\n", 0},
-		{"ls -l d/link | cut -c1-10; ls -l d/link | grep -o 'link -> words.txt'", "lrwxrwxrwx\nlink -> words.txt\n", 0},
-		{"ls -ld d | cut -c1-10", "drwxr-xr-x\n", 0},
+		{"ls -l d/link | grep -c '^lrwxrwxrwx'; ls -l d/link | grep -o 'link -> words.txt'", "1\nlink -> words.txt\n", 0},
+		{"ls -ld d | grep -c '^drwxr-xr-x '", "1\n", 0},
+		{"ln -s /etc/hostname hn; stat -c %F hn; cat hn", "symbolic link\nsandbox\n", 0},
+		{"ln -s nothere lnk; ln -s y lnk; echo $?; ln -sf y lnk; ls -l lnk | grep -o 'lnk -> y'", "1\nlnk -> y\n", 0},
+		{"for i in $(seq 3); do echo $i; done | wc -l", "3\n", 0},
 		{"ls nope; echo $?", "2\n", 0},
 		{"mkdir x; mkdir x; echo $?; mkdir -p x/y/z && ls x/y", "1\nz\n", 0},
 		{"mkdir a/b 2>/dev/null; echo $?", "1\n", 0},
@@ -109,19 +104,12 @@ func TestShellFileUtilities(t *testing.T) {
 		{"rm -rf /; echo $?; ls / | grep -c workspace", "1\n1\n", 0},
 		{"echo 1 > m1; mv m1 m2; cat m2; mkdir md; mv m2 md; ls md", "1\nm2\n", 0},
 		{"mkdir mv1; mv mv1 mv1/sub; echo $?", "1\n", 0},
-		{"cp d/words.txt c1; cat c1 | wc -l; cp d c2; echo $?; cp -r d c3; ls c3; ls -l c3/link | grep -c -- '->'", "4\n1\nbin.dat\nlink\nsub\nwords.txt\n1\n", 0},
-		{"mkdir cpd; cp d/words.txt d/sub/nums.md cpd && ls cpd", "nums.md\nwords.txt\n", 0},
-		{"cp -r d d/inside; echo $?", "1\n", 0},
 		{"chmod 640 d/words.txt; stat -c '%a %s %n' d/words.txt", "640 22 d/words.txt\n", 0},
 		{"touch cm; chmod u+x,g+w cm; stat -c %a cm; chmod a-w cm; stat -c %A cm", "764\n-r-xr--r--\n", 0},
 		{"stat -c '%F' d d/link d/words.txt; stat -L -c %F d/link", "directory\nsymbolic link\nregular file\nregular file\n", 0},
 		{"stat nope; echo $?", "1\n", 0},
-		{"ln -s /etc/hostname hn; readlink hn; cat hn", "/etc/hostname\nsandbox\n", 0},
-		{"ln -s /nonexistent/x dang; readlink -f dang; echo $?; readlink -m dang/y", "1\n/nonexistent/x/y\n", 0},
 		{"ln -s ../../../../etc esc; ls esc/hostname; cat esc/hostname", "esc/hostname\nsandbox\n", 0},
-		{"realpath d/link d/../d/sub; realpath -m /a/../b/c", "/workspace/d/words.txt\n/workspace/d/sub\n/b/c\n", 0},
 		{"echo h > hl1; ln hl1 hl2; echo more >> hl2; cat hl1", "h\nmore\n", 0},
-		{"ln -s nothere lnk; ln -s y lnk; echo $?; ln -sf y lnk; readlink lnk", "1\ny\n", 0},
 		{"find d -name '*.txt' | sort", "d/.hid/h.txt\nd/words.txt\n", 0},
 		{"find d -maxdepth 1 -type d", "d\nd/.hid\nd/sub\n", 0},
 		{"find d -type l; find d -type f -name 'n*'", "d/link\nd/sub/nums.md\n", 0},
@@ -130,11 +118,6 @@ func TestShellFileUtilities(t *testing.T) {
 		{"find d -name '*.md' -exec echo {} +", "d/sub/nums.md\n", 0},
 		{"mkdir -p del/x; touch del/x/f; find del -delete; ls del 2>/dev/null; echo $?", "2\n", 0},
 		{"find nope; echo $?", "1\n", 0},
-		{"echo abc | tee t1 t2 > /dev/null; cat t1 t2; echo x | tee -a t1 >/dev/null; cat t1", "abc\nabc\nabc\nx\n", 0},
-		{"mktemp | grep -c '^/tmp/tmp\\.'; d=$(mktemp -d); test -d $d && echo dir", "1\ndir\n", 0},
-		{"du -s d | cut -f2", "d\n", 0},
-		{"du d | cut -f2", "d/.hid\nd/sub\nd\n", 0},
-		{"du -ab d/sub | cut -f2", "d/sub/nums.md\nd/sub\n", 0},
 	})
 }
 
@@ -142,8 +125,6 @@ func TestShellTextUtilities(t *testing.T) {
 	runCases(t, []shellCase{
 		{"head -n 2 d/words.txt; head -c 3 d/words.txt; echo; head -2 d/words.txt", "alpha\nbeta\nalp\nalpha\nbeta\n", 0},
 		{"head -n -3 d/words.txt", "alpha\n", 0},
-		{"tail -n 1 d/words.txt; tail -2 d/words.txt; tail -n +3 d/words.txt", "beta\ngamma\nbeta\ngamma\nbeta\n", 0},
-		{"tail -c 5 d/words.txt; tail -c +20 d/words.txt", "beta\nta\n", 0},
 		{"head -n1 d/words.txt d/sub/nums.md", "==> d/words.txt <==\nalpha\n\n==> d/sub/nums.md <==\none two three\n", 0},
 		{"wc -l d/words.txt; wc -l < d/words.txt; wc -w d/sub/nums.md; wc -c d/words.txt", "4 d/words.txt\n4\n5 d/sub/nums.md\n22 d/words.txt\n", 0},
 		{"printf 'a b\\n' | wc", "      1       2       4\n", 0},
@@ -169,24 +150,8 @@ func TestShellTextUtilities(t *testing.T) {
 		{"sort d/words.txt; sort -r d/words.txt | head -1; sort -u d/words.txt | wc -l", "alpha\nbeta\nbeta\ngamma\ngamma\n3\n", 0},
 		{"printf '10\\n9\\n100\\n' | sort -n; printf '10\\n9\\n100\\n' | sort", "9\n10\n100\n10\n100\n9\n", 0},
 		{"printf 'b 2\\na 10\\nc 1\\n' | sort -k2 -n; printf 'x:3\\ny:1\\n' | sort -t: -k2", "c 1\nb 2\na 10\ny:1\nx:3\n", 0},
-		{"printf 'a\\na\\nb\\na\\n' | uniq; printf 'a\\na\\nb\\n' | uniq -c", "a\nb\na\n      2 a\n      1 b\n", 0},
-		{"printf 'a\\na\\nb\\n' | uniq -d; printf 'a\\na\\nb\\n' | uniq -u", "a\nb\n", 0},
 		{"echo hello | tr a-z A-Z; echo hello | tr -d l; echo 'aa  bb' | tr -s ' '", "HELLO\nheo\naa bb\n", 0},
 		{"echo 'a1b2' | tr -cd '0-9'; echo; echo abc | tr '[:lower:]' '[:upper:]'", "12\nABC\n", 0},
-		{"echo a:b:c | cut -d: -f2; echo a:b:c | cut -d: -f1,3; echo abcdef | cut -c2-4", "b\na:c\nbcd\n", 0},
-		{"echo hello | base64; echo aGVsbG8K | base64 -d", "aGVsbG8K\nhello\n", 0},
-		{"printf abc | sha256sum", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad  -\n", 0},
-		{"printf abc > h; sha256sum h > h.sum; sha256sum -c h.sum", "h: OK\n", 0},
-		{"printf abc | md5sum; printf abc | sha1sum", "900150983cd24fb0d6963f7d28e17f72  -\na9993e364706816aba3e25717850c26c9cd0d89d  -\n", 0},
-		{"echo hello world | sed 's/o/0/g'; echo hello | sed -e 's/l/L/2'", "hell0 w0rld\nhelLo\n", 0},
-		{"sed -n '2,3p' d/words.txt; sed '/beta/d' d/words.txt", "beta\ngamma\nalpha\ngamma\n", 0},
-		{"sed -E 's/(a)(l)/\\2\\1/' d/words.txt | head -1; sed 's/.*/[&]/;q' d/words.txt", "lapha\n[alpha]\n", 0},
-		{"cp d/words.txt sw; sed -i 's/beta/BETA/' sw; cat sw | grep -c BETA", "2\n", 0},
-		{"sed -n '$p' d/words.txt; sed '1i top' d/sub/nums.md | head -1; sed '$a end' d/sub/nums.md | tail -1", "beta\ntop\nend\n", 0},
-		{"echo abc | sed 'y/abc/xyz/'; printf '1\\n2\\n3\\n' | sed -n '/2/,$p'", "xyz\n2\n3\n", 0},
-		{"echo abc | rev; printf '1\\n2\\n' | tac", "cba\n2\n1\n", 0},
-		{"printf 'a\\nb\\n' > f1; printf 'a\\nc\\n' > f2; diff f1 f2 | tail -n +3; echo $?", "@@ -1,2 +1,2 @@\n a\n-b\n+c\n0\n", 0},
-		{"diff f1 f1; echo $?; cmp f1 f2; echo $?", "0\nf1 f2 differ: byte 3, line 2\n1\n", 0},
 	})
 }
 
@@ -241,4 +206,14 @@ func TestShellHostUntouched(t *testing.T) {
 	// type -p, command -v and source look in the memory file system only.
 	expect(t, in, "command -v go gcc python3; echo $?", "1\n", 0)
 	expect(t, in, "echo $UID $EUID", "0 0\n", 0)
+}
+
+// The command set is frozen to what the SDK's fallbacks and the conformance suite run (see
+// the package documentation): a new utility needs a user there first.
+func TestCommandSetIsFrozen(t *testing.T) {
+	want := "bash cat chmod env find grep head hostname ln ls mkdir mv printenv rm rmdir seq sh sleep sort stat touch tr uname wc"
+	got := slices.Sorted(maps.Keys(utilities))
+	if strings.Join(got, " ") != want {
+		t.Errorf("utilities: %s\nwant:      %s", strings.Join(got, " "), want)
+	}
 }
