@@ -126,6 +126,15 @@ type processRef struct {
 	inSandbox
 }
 
+// find returns the process r names.
+func (r processRef) find(ctx context.Context, s *Session) (*sandbox.Process, error) {
+	b, err := s.Sandbox(ctx, r.SandboxID)
+	if err != nil {
+		return nil, err
+	}
+	return b.Process(ctx, r.Name)
+}
+
 type processLogsArgs struct {
 	processRef
 	Cursor   string `json:"cursor,omitempty" jsonschema:"The cursor returned by an earlier process_logs call. Omit it to read from the beginning."`
@@ -133,11 +142,7 @@ type processLogsArgs struct {
 }
 
 func processLogs(ctx context.Context, s *Session, a processLogsArgs) (Result, error) {
-	b, err := s.Sandbox(ctx, a.SandboxID)
-	if err != nil {
-		return Result{}, err
-	}
-	p, err := b.Process(ctx, a.Name)
+	p, err := a.find(ctx, s)
 	if err != nil {
 		return Result{}, err
 	}
@@ -175,11 +180,7 @@ func processLogs(ctx context.Context, s *Session, a processLogsArgs) (Result, er
 }
 
 func stopProcess(ctx context.Context, s *Session, a processRef) (Result, error) {
-	b, err := s.Sandbox(ctx, a.SandboxID)
-	if err != nil {
-		return Result{}, err
-	}
-	p, err := b.Process(ctx, a.Name)
+	p, err := a.find(ctx, s)
 	if err != nil {
 		return Result{}, err
 	}
