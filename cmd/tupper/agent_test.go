@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -87,6 +88,10 @@ func TestDoctorSaysEachThingOnce(t *testing.T) {
 	t.Logf("tupper doctor:\n%s%s", r.stdout, r.stderr)
 	if strings.Contains(r.stdout, "unavailable: unavailable") {
 		t.Errorf("doubled code")
+	}
+	// The default runtime's line is its own, not a second line of the provider's.
+	if rt := lines["default"]; runtime.GOOS == "linux" && !strings.HasPrefix(rt, "runtime of local: ") {
+		t.Errorf("default runtime line: %q", rt)
 	}
 	// Not configured: the hint says what to set.
 	if got := lines["e2b"]; !strings.HasPrefix(got, "unavailable: E2B_API_KEY is not set (install: ") {

@@ -60,5 +60,5 @@ func localRuntimeLine() string {
 		return ""
 	}
 	name, why := p.DefaultRuntime()
-	return fmt.Sprintf("local default runtime: %s (%s)", name, why)
+	return fmt.Sprintf("default runtime of local: %s (%s)", name, why)
 }
