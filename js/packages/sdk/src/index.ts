@@ -1,0 +1,485 @@
+// @tupper/sdk: a typed client of tupper serve's REST API (/v1). It uses only fetch, so it
+// runs in Node and in edge and browser runtimes alike.
+
+/** The codes of the API's errors (docs/errors.md). */
+export type ErrorCode =
+  | "not_found" | "unsupported" | "invalid_argument" | "conflict" | "process_exited"
+  | "edit_not_found" | "edit_not_unique" | "timeout" | "aborted" | "unauthorized"
+  | "forbidden" | "unavailable" | "resource_exhausted" | "provider" | "internal";
+
+/** A failure the server reported: its code, message and HTTP status. */
+export class TupperError extends Error {
+  readonly code: ErrorCode;
+  readonly status: number;
+  constructor(code: ErrorCode, message: string, status: number) {
+    super(`${code}: ${message}`);
+    this.name = "TupperError";
+    this.code = code;
+    this.status = status;
+  }
+}
+
+export interface ClientOptions {
+  /** The server's base URL, e.g. http://127.0.0.1:8080. */
+  url: string;
+  /** An account API key (ak_…) or a sandbox token (sbt_…). */
+  apiKey: string;
+  /** The fetch to use; the global one by default. */
+  fetch?: typeof fetch;
+}
+
+export type Network =
+  | { mode: "all" }
+  | { mode: "none" }
+  | { mode: "allow"; allow: string[] };
+
+export interface CreateOptions {
+  /** Get-or-create: an existing live sandbox with this key is returned instead of a new one. */
+  key?: string;
+  labels?: Record<string, string>;
+  env?: Record<string, string>;
+  /** Set as environment variables and redacted from every output. */
+  secrets?: Record<string, string>;
+  template?: string;
+  runtime?: string;
+  network?: Network;
+  ports?: number[];
+  size?: { name?: "small" | "medium" | "large"; cpu?: number; memoryMb?: number; diskGb?: number };
+  /** Lifetime in milliseconds. */
+  timeoutMs?: number;
+  /** Destroyed after this long without use. */
+  idleTimeoutMs?: number;
+  /** A snapshot id to start from. */
+  from?: string;
+  trackChanges?: boolean;
+  labelsExact?: boolean;
+}
+
+export interface SandboxInfo {
+  id: string;
+  token?: string;
+  created?: boolean;
+  provider: string;
+  key?: string;
+  labels: Record<string, string>;
+  state: "running" | "paused" | "stopped";
+  createdAt: string;
+  deadline?: string;
+  template?: string;
+  runtime?: string;
+  capabilities?: string[];
+}
+
+export interface RunOptions {
+  cwd?: string;
+  env?: Record<string, string>;
+  timeoutMs?: number;
+  stdin?: string;
+  maxOutputBytes?: number;
+  /** Called with each piece of output as it arrives (the request then streams). */
+  onStdout?: (text: string) => void;
+  onStderr?: (text: string) => void;
+  signal?: AbortSignal;
+}
+
+export interface RunResult {
+  ok: boolean;
+  exitCode: number;
+  stdout: string;
+  stderr: string;
+  output: string;
+  durationMs: number;
+  truncated: boolean;
+  timedOut: boolean;
+  aborted?: boolean;
+  signal?: string;
+  cwd: string;
+  command: string;
+}
+
+export interface StartProcessOptions {
+  name?: string;
+  cwd?: string;
+  env?: Record<string, string>;
+  /** Ready when the port accepts connections (or answers HTTP at path), or a line matches log (RE2). */
+  ready?: { port?: number; path?: string; http?: boolean; log?: string };
+  readyTimeoutMs?: number;
+}
+
+export interface ProcessInfo {
+  name: string;
+  command: string;
+  status: "running" | "exited";
+  pid?: number;
+  ready?: boolean;
+  url?: string;
+  startedAt?: string;
+}
+
+export interface LogPage { text: string; nextCursor: string; truncated: boolean }
+export interface WaitResult { status: "running" | "exited"; exitCode?: number; signal?: string }
+
+export interface FileInfo {
+  path: string;
+  type: "file" | "dir" | "symlink" | "other";
+  size: number;
+  mode: number;
+  modifiedAt: string;
+}
+
+export interface Match { path: string; line: number; text: string }
+export interface Changes { added: string[]; modified: string[]; removed: string[]; patch: string }
+
+export interface GitOptions {
+  dir?: string;
+  branch?: string;
+  depth?: number;
+  /** Used for this call only; never stored in the sandbox or shown in output. */
+  token?: string;
+  message?: string;
+  all?: boolean;
+  author?: string;
+  remote?: string;
+  create?: boolean;
+}
+
+type Query = Record<string, string | number | boolean | undefined>;
+
+interface Request {
+  method: string;
+  path: string;
+  query?: Query;
+  json?: unknown;
+  body?: Uint8Array | string;
+  accept?: string;
+  signal?: AbortSignal;
+}
+
+/** Client talks to one server with one credential. */
+export class Client {
+  readonly url: string;
+  private readonly apiKey: string;
+  private readonly fetch: typeof fetch;
+
+  constructor(opts: ClientOptions) {
+    this.url = opts.url.replace(/\/+$/, "");
+    this.apiKey = opts.apiKey;
+    this.fetch = opts.fetch ?? globalThis.fetch.bind(globalThis);
+  }
+
+  /** Sends one request and returns the response, or throws the API's error. */
+  async request(req: Request): Promise<Response> {
+    const u = new URL(this.url + req.path);
+    for (const [k, v] of Object.entries(req.query ?? {})) {
+      if (v !== undefined) u.searchParams.set(k, String(v));
+    }
+    const headers: Record<string, string> = { Authorization: `Bearer ${this.apiKey}` };
+    let body: BodyInit | undefined;
+    if (req.json !== undefined) {
+      headers["Content-Type"] = "application/json";
+      body = JSON.stringify(req.json);
+    } else if (req.body !== undefined) {
+      headers["Content-Type"] = "application/octet-stream";
+      body = req.body as BodyInit;
+    }
+    if (req.accept) headers["Accept"] = req.accept;
+    const init: RequestInit = { method: req.method, headers };
+    if (body !== undefined) init.body = body;
+    if (req.signal) init.signal = req.signal;
+    const res = await this.fetch(u, init);
+    if (!res.ok) throw await errorOf(res);
+    return res;
+  }
+
+  async json<T>(req: Request): Promise<T> {
+    const res = await this.request(req);
+    return (await res.json()) as T;
+  }
+
+  /** Creates a sandbox (or, with a key, returns the live one that has it). */
+  async create(opts: CreateOptions = {}): Promise<Sandbox> {
+    const info = await this.json<SandboxInfo>({ method: "POST", path: "/v1/sandboxes", json: opts });
+    return new Sandbox(this, info);
+  }
+
+  /** Returns a handle on an existing sandbox. */
+  async get(id: string): Promise<Sandbox> {
+    const info = await this.json<SandboxInfo>({ method: "GET", path: `/v1/sandboxes/${enc(id)}` });
+    return new Sandbox(this, info);
+  }
+
+  /** Lists the sandboxes, optionally only those with a key or with labels ("k=v"). */
+  async list(filter: { key?: string; label?: string } = {}): Promise<SandboxInfo[]> {
+    const out = await this.json<{ sandboxes: SandboxInfo[] }>({ method: "GET", path: "/v1/sandboxes", query: filter });
+    return out.sandboxes;
+  }
+}
+
+/** Sandbox is one sandbox: commands, processes, files, git, changes and snapshots. */
+export class Sandbox {
+  readonly client: Client;
+  readonly id: string;
+  info: SandboxInfo;
+  readonly files: Files;
+  readonly git: Git;
+  readonly processes: Processes;
+
+  constructor(client: Client, info: SandboxInfo) {
+    this.client = client;
+    this.id = info.id;
+    this.info = info;
+    this.files = new Files(this);
+    this.git = new Git(this);
+    this.processes = new Processes(this);
+  }
+
+  /** path is the API path of a route below this sandbox. */
+  path(sub: string): string {
+    return `/v1/sandboxes/${enc(this.id)}${sub}`;
+  }
+
+  /** Refreshes and returns the sandbox's information. */
+  async refresh(): Promise<SandboxInfo> {
+    this.info = await this.client.json<SandboxInfo>({ method: "GET", path: this.path("") });
+    return this.info;
+  }
+
+  /**
+   * Runs a shell command (/bin/sh -c, cwd /workspace) and returns its result. With onStdout
+   * or onStderr the output streams to them as it arrives. A non-zero exit is a result, not an
+   * error.
+   */
+  async run(command: string, opts: RunOptions = {}): Promise<RunResult> {
+    const { onStdout, onStderr, signal, ...rest } = opts;
+    const json = { command, ...rest };
+    if (!onStdout && !onStderr) {
+      const req: Request = { method: "POST", path: this.path("/run"), json };
+      if (signal) req.signal = signal;
+      return this.client.json<RunResult>(req);
+    }
+    const req: Request = { method: "POST", path: this.path("/run"), json, accept: "application/x-ndjson" };
+    if (signal) req.signal = signal;
+    const res = await this.client.request(req);
+    let result: RunResult | undefined;
+    for await (const ev of ndjson(res)) {
+      const { type, ...fields } = ev;
+      if (type === "stdout") onStdout?.(String(fields["text"]));
+      else if (type === "stderr") onStderr?.(String(fields["text"]));
+      else if (type === "result") result = fields as unknown as RunResult;
+      else if (type === "error") throw new TupperError(fields["code"] as ErrorCode, String(fields["message"]), res.status);
+    }
+    if (!result) throw new TupperError("internal", "the run stream ended without a result", res.status);
+    return result;
+  }
+
+  /** Destroys the sandbox and everything in it. */
+  async destroy(): Promise<void> {
+    await this.client.request({ method: "DELETE", path: this.path("") });
+  }
+
+  async pause(): Promise<void> {
+    await this.client.request({ method: "POST", path: this.path("/pause") });
+  }
+
+  async resume(): Promise<void> {
+    await this.client.request({ method: "POST", path: this.path("/resume") });
+  }
+
+  /** Sets the sandbox's lifetime from now. */
+  async setTimeout(timeoutMs: number): Promise<void> {
+    await this.client.request({ method: "POST", path: this.path("/timeout"), json: { timeoutMs } });
+  }
+
+  /** Saves the sandbox's files as a snapshot; create({ from: id }) starts a sandbox from it. */
+  async snapshot(opts: { expiresInMs?: number } = {}): Promise<string> {
+    const out = await this.client.json<{ id: string }>({ method: "POST", path: this.path("/snapshot"), json: opts });
+    return out.id;
+  }
+
+  /** Sets a named mark for changes(since). */
+  async mark(name?: string): Promise<string> {
+    const out = await this.client.json<{ name: string }>({ method: "POST", path: this.path("/files/mark"), json: name ? { name } : {} });
+    return out.name;
+  }
+
+  /** What changed under /workspace since creation, or since a mark. */
+  async changes(since?: string): Promise<Changes> {
+    return this.client.json<Changes>({ method: "GET", path: this.path("/files/changes"), query: { since } });
+  }
+
+  /** Exposes a port and returns the URL it is reachable at. */
+  async expose(port: number): Promise<string> {
+    const out = await this.client.json<{ port: number; url: string }>({ method: "POST", path: this.path(`/ports/${port}/expose`), json: {} });
+    return out.url;
+  }
+}
+
+/** Files are the sandbox's files; relative paths are below /workspace. */
+export class Files {
+  constructor(private readonly box: Sandbox) {}
+
+  /** Reads a text file (up to 16 MiB). */
+  async read(path: string): Promise<string> {
+    const out = await this.box.client.json<{ content: string; encoding?: string }>({ method: "POST", path: this.box.path("/files/read"), json: { path } });
+    return out.encoding === "base64" ? new TextDecoder().decode(fromBase64(out.content)) : out.content;
+  }
+
+  /** Reads a file's bytes. */
+  async readBytes(path: string, opts: { offset?: number; length?: number } = {}): Promise<Uint8Array> {
+    const res = await this.box.client.request({ method: "GET", path: this.box.path("/files/content"), query: { path, ...opts } });
+    return new Uint8Array(await res.arrayBuffer());
+  }
+
+  /** Creates or replaces a file, making its parent directories. mode is octal, e.g. "0755". */
+  async write(path: string, content: string | Uint8Array, opts: { mode?: string } = {}): Promise<void> {
+    if (typeof content === "string") {
+      await this.box.client.request({ method: "POST", path: this.box.path("/files/write"), json: { path, content, ...opts } });
+      return;
+    }
+    await this.box.client.request({ method: "PUT", path: this.box.path("/files/content"), query: { path, mode: opts.mode }, body: content });
+  }
+
+  /** Replaces the one occurrence of find; errors edit_not_found or edit_not_unique otherwise. */
+  async edit(path: string, find: string, replace: string): Promise<void> {
+    await this.box.client.request({ method: "POST", path: this.box.path("/files/edit"), json: { path, find, replace } });
+  }
+
+  async list(path = "", opts: { recursive?: boolean; glob?: string } = {}): Promise<FileInfo[]> {
+    const out = await this.box.client.json<{ entries: FileInfo[] }>({ method: "GET", path: this.box.path("/files/list"), query: { path, ...opts } });
+    return out.entries ?? [];
+  }
+
+  async stat(path: string): Promise<FileInfo> {
+    return this.box.client.json<FileInfo>({ method: "GET", path: this.box.path("/files/stat"), query: { path } });
+  }
+
+  async exists(path: string): Promise<boolean> {
+    const out = await this.box.client.json<{ exists: boolean }>({ method: "GET", path: this.box.path("/files/exists"), query: { path } });
+    return out.exists;
+  }
+
+  async remove(path: string, opts: { recursive?: boolean } = {}): Promise<void> {
+    await this.box.client.request({ method: "POST", path: this.box.path("/files/remove"), json: { path, ...opts } });
+  }
+
+  async mkdir(path: string): Promise<void> {
+    await this.box.client.request({ method: "POST", path: this.box.path("/files/mkdir"), json: { path } });
+  }
+
+  async rename(from: string, to: string): Promise<void> {
+    await this.box.client.request({ method: "POST", path: this.box.path("/files/rename"), json: { from, to } });
+  }
+
+  /** Lines containing a literal string, below path. */
+  async search(query: string, opts: { path?: string; glob?: string; maxMatches?: number } = {}): Promise<Match[]> {
+    const out = await this.box.client.json<{ matches: Match[] }>({ method: "POST", path: this.box.path("/files/search"), json: { query, ...opts } });
+    return out.matches ?? [];
+  }
+}
+
+/** Git runs git in the sandbox; tokens are used for one call and never kept. */
+export class Git {
+  constructor(private readonly box: Sandbox) {}
+  private call(op: string, opts: GitOptions): Promise<RunResult> {
+    return this.box.client.json<RunResult>({ method: "POST", path: this.box.path(`/git/${op}`), json: opts });
+  }
+  clone(url: string, opts: GitOptions = {}) { return this.call("clone", { url, ...opts } as GitOptions); }
+  status(opts: GitOptions = {}) { return this.call("status", opts); }
+  diff(opts: GitOptions = {}) { return this.call("diff", opts); }
+  commit(message: string, opts: GitOptions = {}) { return this.call("commit", { message, ...opts }); }
+  push(opts: GitOptions = {}) { return this.call("push", opts); }
+  checkout(branch: string, opts: GitOptions = {}) { return this.call("checkout", { branch, ...opts }); }
+}
+
+/** Processes are the sandbox's named background processes. */
+export class Processes {
+  constructor(private readonly box: Sandbox) {}
+  private p(name: string, sub = ""): string {
+    return this.box.path(`/processes/${enc(name)}${sub}`);
+  }
+
+  /** Starts a background command and returns once it is ready (see opts.ready). */
+  async start(command: string, opts: StartProcessOptions = {}): Promise<ProcessInfo> {
+    return this.box.client.json<ProcessInfo>({ method: "POST", path: this.box.path("/processes"), json: { command, ...opts } });
+  }
+
+  async list(): Promise<ProcessInfo[]> {
+    const out = await this.box.client.json<{ processes?: ProcessInfo[] }>({ method: "GET", path: this.box.path("/processes") });
+    return out.processes ?? [];
+  }
+
+  async get(name: string): Promise<ProcessInfo> {
+    return this.box.client.json<ProcessInfo>({ method: "GET", path: this.p(name) });
+  }
+
+  /** A page of output after cursor; pass nextCursor back to read only what is new. */
+  async logs(name: string, opts: { after?: string; maxBytes?: number } = {}): Promise<LogPage> {
+    return this.box.client.json<LogPage>({ method: "GET", path: this.p(name, "/logs"), query: opts });
+  }
+
+  /** Streams the output line by line until the process exits. */
+  async *lines(name: string, opts: { after?: string; signal?: AbortSignal } = {}): AsyncGenerator<{ text: string; stream?: string; cursor?: string }> {
+    const req: Request = { method: "GET", path: this.p(name, "/lines"), query: { after: opts.after }, accept: "application/x-ndjson" };
+    if (opts.signal) req.signal = opts.signal;
+    const res = await this.box.client.request(req);
+    for await (const ev of ndjson(res)) {
+      if (ev["type"] === "error") throw new TupperError(ev["code"] as ErrorCode, String(ev["message"]), res.status);
+      if (typeof ev["text"] === "string") yield ev as { text: string; stream?: string; cursor?: string };
+    }
+  }
+
+  async stop(name: string, opts: { graceMs?: number } = {}): Promise<void> {
+    await this.box.client.request({ method: "POST", path: this.p(name, "/stop"), json: opts });
+  }
+
+  async restart(name: string): Promise<ProcessInfo> {
+    return this.box.client.json<ProcessInfo>({ method: "POST", path: this.p(name, "/restart") });
+  }
+
+  /** Waits for the process to exit, or until timeoutMs (then status is "running"). */
+  async wait(name: string, opts: { timeoutMs?: number } = {}): Promise<WaitResult> {
+    return this.box.client.json<WaitResult>({ method: "POST", path: this.p(name, "/wait"), json: opts });
+  }
+}
+
+async function errorOf(res: Response): Promise<TupperError> {
+  const text = await res.text();
+  try {
+    const e = JSON.parse(text) as { code?: ErrorCode; message?: string };
+    if (e.code) return new TupperError(e.code, e.message ?? "", res.status);
+  } catch {
+    // not the API's JSON error: described below
+  }
+  return new TupperError(res.status >= 500 ? "internal" : "invalid_argument", `HTTP ${res.status}: ${text.slice(0, 200)}`, res.status);
+}
+
+/** The objects of an application/x-ndjson body, one per line. */
+async function* ndjson(res: Response): AsyncGenerator<Record<string, unknown>> {
+  if (!res.body) return;
+  const reader = res.body.getReader();
+  const dec = new TextDecoder();
+  let buf = "";
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (value) buf += dec.decode(value, { stream: true });
+    let nl: number;
+    while ((nl = buf.indexOf("\n")) >= 0) {
+      const line = buf.slice(0, nl).trim();
+      buf = buf.slice(nl + 1);
+      if (line) yield JSON.parse(line) as Record<string, unknown>;
+    }
+    if (done) break;
+  }
+  if (buf.trim()) yield JSON.parse(buf) as Record<string, unknown>;
+}
+
+function enc(s: string): string {
+  return encodeURIComponent(s);
+}
+
+function fromBase64(s: string): Uint8Array {
+  const bin = atob(s);
+  const out = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+  return out;
+}

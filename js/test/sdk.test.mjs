@@ -1,0 +1,150 @@
+// The client against a real tupper serve with real sandboxes: every call, its errors, and
+// (last) every exchange checked against the served OpenAPI document.
+import { test, after } from "node:test";
+import assert from "node:assert/strict";
+import { TupperError } from "@tupper/sdk";
+import { client, boxOptions, checkExchanges, url } from "./helpers.mjs";
+
+const c = client();
+const box = await c.create({ ...boxOptions, key: "sdk-test", secrets: { API_TOKEN: "s3cr3t-value" }, env: { GREETING: "hi" }, trackChanges: true });
+after(() => box.destroy());
+
+test("create with a key is get-or-create", async () => {
+  assert.equal(box.info.created, true);
+  assert.equal(box.info.labels.test, "js");
+  const again = await c.create({ ...boxOptions, key: "sdk-test" });
+  assert.equal(again.id, box.id);
+  assert.equal(again.info.created, false);
+  const listed = await c.list({ key: "sdk-test" });
+  assert.deepEqual(listed.map((s) => s.id), [box.id]);
+  assert.equal((await c.get(box.id)).info.state, "running");
+});
+
+test("run returns the result; secrets are redacted", async () => {
+  const r = await box.run('echo "$GREETING $API_TOKEN"; echo oops >&2; exit 3');
+  assert.equal(r.exitCode, 3);
+  assert.equal(r.ok, false);
+  assert.equal(r.stderr, "oops\n");
+  assert.ok(r.stdout.startsWith("hi "), r.stdout);
+  assert.ok(!r.stdout.includes("s3cr3t-value"), `the secret leaked: ${r.stdout}`);
+});
+
+test("run streams output as it comes", async () => {
+  const chunks = [];
+  const errs = [];
+  const r = await box.run("for i in 1 2 3; do echo line$i; sleep 0.2; done; echo done >&2", {
+    onStdout: (t) => chunks.push(t),
+    onStderr: (t) => errs.push(t),
+  });
+  assert.equal(r.exitCode, 0);
+  assert.ok(chunks.length >= 2, `one chunk only: ${JSON.stringify(chunks)}`);
+  assert.equal(chunks.join(""), "line1\nline2\nline3\n");
+  assert.equal(errs.join(""), "done\n");
+  assert.equal(r.stdout, "line1\nline2\nline3\n");
+});
+
+test("files", async () => {
+  await box.files.write("dir/a.txt", "one\ntwo\n");
+  assert.equal(await box.files.read("dir/a.txt"), "one\ntwo\n");
+  assert.equal(await box.files.read("/workspace/dir/a.txt"), "one\ntwo\n");
+  await box.files.edit("dir/a.txt", "two", "TWO");
+  assert.equal(await box.files.read("dir/a.txt"), "one\nTWO\n");
+  await assert.rejects(box.files.edit("dir/a.txt", "absent", "x"), (e) => e instanceof TupperError && e.code === "edit_not_found" && e.status === 422);
+  const bytes = new Uint8Array([0, 1, 2, 255]);
+  await box.files.write("dir/b.bin", bytes, { mode: "0755" });
+  assert.deepEqual(await box.files.readBytes("dir/b.bin"), bytes);
+  assert.deepEqual(await box.files.readBytes("dir/b.bin", { offset: 1, length: 2 }), new Uint8Array([1, 2]));
+  const st = await box.files.stat("dir/b.bin");
+  assert.equal(st.type, "file");
+  assert.equal(st.size, 4);
+  assert.equal(st.mode & 0o777, 0o755);
+  assert.deepEqual((await box.files.list("dir")).map((e) => e.path.split("/").pop()).sort(), ["a.txt", "b.bin"]);
+  assert.deepEqual((await box.files.list("dir", { glob: "*.txt" })).length, 1);
+  await box.files.mkdir("dir/sub");
+  await box.files.rename("dir/a.txt", "dir/sub/c.txt");
+  assert.equal(await box.files.exists("dir/a.txt"), false);
+  assert.equal(await box.files.exists("dir/sub/c.txt"), true);
+  const m = await box.files.search("TWO", { path: "dir" });
+  assert.equal(m.length, 1);
+  assert.equal(m[0].line, 2);
+  await box.files.remove("dir", { recursive: true });
+  assert.equal(await box.files.exists("dir"), false);
+  await assert.rejects(box.files.read("nope.txt"), (e) => e instanceof TupperError && e.code === "not_found" && e.status === 404);
+});
+
+test("changes since creation and since a mark", async () => {
+  await box.files.write("kept.txt", "v1\n");
+  const all = await box.changes();
+  assert.ok(all.added.includes("kept.txt"), JSON.stringify(all));
+  const mark = await box.mark("before-edit");
+  assert.equal(mark, "before-edit");
+  await box.files.write("kept.txt", "v2\n");
+  const since = await box.changes(mark);
+  assert.deepEqual(since.added, []);
+  assert.deepEqual(since.modified, ["kept.txt"]);
+  assert.match(since.patch, /-v1\n\+v2/);
+});
+
+test("background processes and their logs", async () => {
+  const p = await box.processes.start("echo started; sleep 0.5; echo finished; exit 4", { name: "job", ready: { log: "started" } });
+  assert.equal(p.name, "job");
+  assert.equal((await box.processes.list()).some((q) => q.name === "job"), true);
+  const w = await box.processes.wait("job", { timeoutMs: 30_000 });
+  assert.deepEqual([w.status, w.exitCode], ["exited", 4]);
+  const page = await box.processes.logs("job");
+  assert.equal(page.text, "started\nfinished\n");
+  const rest = await box.processes.logs("job", { after: page.nextCursor });
+  assert.equal(rest.text, "");
+  const lines = [];
+  for await (const l of box.processes.lines("job")) lines.push(l.text);
+  assert.deepEqual(lines, ["started", "finished"]);
+  await assert.rejects(box.processes.get("nope"), (e) => e.code === "not_found");
+});
+
+test("git", async () => {
+  await box.run("mkdir -p repo && cd repo && git init -q -b main && echo a > f && git add f && git -c user.email=t@t -c user.name=t commit -qm first");
+  await box.files.write("repo/f", "b\n");
+  const d = await box.git.diff({ dir: "repo" });
+  assert.match(d.stdout, /-a\n\+b/);
+  const s = await box.git.status({ dir: "repo" });
+  assert.match(s.stdout, /modified:\s+f/);
+  const cm = await box.git.commit("second", { dir: "repo", author: "T <t@t>" });
+  assert.equal(cm.exitCode, 0, cm.output);
+  assert.equal((await box.run("git -C repo log --format=%s")).stdout, "second\nfirst\n");
+  const co = await box.git.checkout("feature", { dir: "repo", create: true });
+  assert.equal(co.exitCode, 0, co.output);
+});
+
+test("snapshot, and a sandbox from it", async () => {
+  await box.files.write("snap.txt", "saved\n");
+  const id = await box.snapshot();
+  const fork = await c.create({ ...boxOptions, from: id });
+  try {
+    assert.notEqual(fork.id, box.id);
+    assert.equal(await fork.files.read("snap.txt"), "saved\n");
+  } finally {
+    await fork.destroy();
+  }
+  await assert.rejects(c.get(fork.id), (e) => e.code === "not_found");
+});
+
+test("a sandbox's token reaches that sandbox only", async () => {
+  const tc = client(box.info.token);
+  const same = await tc.get(box.id);
+  assert.equal((await same.run("echo via-token")).stdout, "via-token\n");
+  await assert.rejects(tc.create(boxOptions), (e) => e instanceof TupperError && (e.code === "forbidden" || e.code === "unauthorized"));
+});
+
+test("errors carry the API's codes", async () => {
+  await assert.rejects(client("ak_wrong").list(), (e) => e instanceof TupperError && e.code === "unauthorized" && e.status === 401);
+  await assert.rejects(c.get("sb-does-not-exist"), (e) => e instanceof TupperError && e.code === "not_found" && e.status === 404);
+  await assert.rejects(box.run(""), (e) => e instanceof TupperError && e.code === "invalid_argument" && e.status === 400);
+});
+
+test("every exchange above is in the served OpenAPI document", async () => {
+  const doc = await (await fetch(url + "/v1/openapi.json")).json();
+  const seen = await checkExchanges(doc);
+  for (const r of ["POST /v1/sandboxes", "POST /v1/sandboxes/{id}/run", "POST /v1/sandboxes/{id}/files/edit", "GET /v1/sandboxes/{id}/processes/{name}/lines", "POST /v1/sandboxes/{id}/git/commit", "POST /v1/sandboxes/{id}/snapshot"]) {
+    assert.ok(seen.has(r), `${r} was not exercised`);
+  }
+});
