@@ -20,6 +20,16 @@ test("create with a key is get-or-create", async () => {
   assert.equal((await c.get(box.id)).info.state, "running");
 });
 
+test("DIAG secrets without a key", async () => {
+  const b = await c.create({ ...boxOptions, secrets: { API_TOKEN: "s3cr3t-value" } });
+  try {
+    const r = await b.run('echo "$API_TOKEN"');
+    assert.equal(r.stdout, "***\n");
+  } finally {
+    await b.destroy();
+  }
+});
+
 test("run returns the result; secrets are redacted", async () => {
   const r = await box.run('echo "$GREETING $API_TOKEN"; echo oops >&2; exit 3');
   assert.equal(r.exitCode, 3);
@@ -75,13 +85,13 @@ test("files", async () => {
 test("changes since creation and since a mark", async () => {
   await box.files.write("kept.txt", "v1\n");
   const all = await box.changes();
-  assert.ok(all.added.includes("kept.txt"), JSON.stringify(all));
+  assert.ok(all.added.includes("/workspace/kept.txt"), JSON.stringify(all));
   const mark = await box.mark("before-edit");
   assert.equal(mark, "before-edit");
   await box.files.write("kept.txt", "v2\n");
   const since = await box.changes(mark);
   assert.deepEqual(since.added, []);
-  assert.deepEqual(since.modified, ["kept.txt"]);
+  assert.deepEqual(since.modified, ["/workspace/kept.txt"]);
   assert.match(since.patch, /-v1\n\+v2/);
 });
 
@@ -108,7 +118,7 @@ test("git", async () => {
   assert.match(d.stdout, /-a\n\+b/);
   const s = await box.git.status({ dir: "repo" });
   assert.match(s.stdout, /modified:\s+f/);
-  const cm = await box.git.commit("second", { dir: "repo", author: "T <t@t>" });
+  const cm = await box.git.commit("second", { dir: "repo", all: true, author: "T <t@t>" });
   assert.equal(cm.exitCode, 0, cm.output);
   assert.equal((await box.run("git -C repo log --format=%s")).stdout, "second\nfirst\n");
   const co = await box.git.checkout("feature", { dir: "repo", create: true });
