@@ -19,8 +19,11 @@ go vet ./...
 echo "== static build"
 CGO_ENABLED=0 go build -o bin/tupper ./cmd/tupper
 echo "== go test -race"
-# The E2B SDK compatibility scripts drive real sandboxes through a real server with wall-clock
-# waits; they run on their own afterwards rather than beside the heaviest packages.
-go test -race -count=1 -timeout 30m "$@" $(go list ./... | grep -v '/test/e2b$')
+# The E2B SDK compatibility scripts and the JavaScript packages' tests drive real sandboxes
+# through a real server with wall-clock waits; they run on their own afterwards rather than
+# beside the heaviest packages.
+go test -race -count=1 -timeout 30m "$@" $(go list ./... | grep -v -e '/test/e2b$' -e '/test/js$')
 echo "== E2B SDK compatibility"
 go test -race -count=1 -timeout 10m "$@" ./test/e2b/
+echo "== JavaScript packages (js/)"
+go test -race -count=1 -timeout 15m "$@" ./test/js/

@@ -9,6 +9,14 @@ const c = client();
 const box = await c.create({ ...boxOptions, key: "sdk-test", secrets: { API_TOKEN: "s3cr3t-value" }, env: { GREETING: "hi" }, trackChanges: true });
 after(() => box.destroy());
 
+test("run returns the result; secrets are redacted", async () => {
+  const r = await box.run('echo "$GREETING $API_TOKEN"; echo oops >&2; exit 3');
+  assert.equal(r.exitCode, 3);
+  assert.equal(r.ok, false);
+  assert.equal(r.stderr, "oops\n");
+  assert.equal(r.stdout, "hi ***\n");
+});
+
 test("create with a key is get-or-create", async () => {
   assert.equal(box.info.created, true);
   assert.equal(box.info.labels.test, "js");
@@ -20,23 +28,20 @@ test("create with a key is get-or-create", async () => {
   assert.equal((await c.get(box.id)).info.state, "running");
 });
 
-test("DIAG secrets without a key", async () => {
-  const b = await c.create({ ...boxOptions, secrets: { API_TOKEN: "s3cr3t-value" } });
+// A get-or-create hit through the server replaces the server's handle on the sandbox with
+// one that does not know the secrets set at creation, so they stop being redacted. The test
+// stays (as todo, reported, outside js/) so it turns green when the server is fixed.
+test("secrets stay redacted after a get-or-create hit", { todo: "server: a get-or-create hit forgets the sandbox's secrets" }, async () => {
+  const b = await c.create({ ...boxOptions, key: "redact-after-hit", secrets: { API_TOKEN: "s3cr3t-value" } });
   try {
-    const r = await b.run('echo "$API_TOKEN"');
-    assert.equal(r.stdout, "***\n");
+    const before = (await b.run('echo "$API_TOKEN"')).stdout;
+    const again = await c.create({ ...boxOptions, key: "redact-after-hit" });
+    assert.equal(again.id, b.id);
+    const after = (await b.run('echo "$API_TOKEN"')).stdout;
+    assert.deepEqual([before, after], ["***\n", "***\n"]);
   } finally {
     await b.destroy();
   }
-});
-
-test("run returns the result; secrets are redacted", async () => {
-  const r = await box.run('echo "$GREETING $API_TOKEN"; echo oops >&2; exit 3');
-  assert.equal(r.exitCode, 3);
-  assert.equal(r.ok, false);
-  assert.equal(r.stderr, "oops\n");
-  assert.ok(r.stdout.startsWith("hi "), r.stdout);
-  assert.ok(!r.stdout.includes("s3cr3t-value"), `the secret leaked: ${r.stdout}`);
 });
 
 test("run streams output as it comes", async () => {
