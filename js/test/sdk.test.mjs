@@ -158,6 +158,13 @@ test("errors carry the API's codes", async () => {
 
 test("every exchange above is in the served OpenAPI document", async () => {
   const doc = await (await fetch(url + "/v1/openapi.json")).json();
+  // The check itself rejects what the document does not describe.
+  const ok = { method: "POST", path: "/v1/sandboxes/x/files/edit", query: [], requestBody: { path: "a", find: "b", replace: "c" } };
+  await checkExchanges(doc, [ok]);
+  await assert.rejects(checkExchanges(doc, [{ ...ok, requestBody: { ...ok.requestBody, replaceAll: true } }]), /field replaceAll is not in the document/);
+  await assert.rejects(checkExchanges(doc, [{ ...ok, path: "/v1/sandboxes/x/files/patch" }]), /no such route/);
+  await assert.rejects(checkExchanges(doc, [{ ...ok, query: ["force"] }]), /query parameter force/);
+  await assert.rejects(checkExchanges(doc, [{ method: "GET", path: "/v1/sandboxes/x", query: [], status: 200, responseBody: { id: "x", provider: "p", labels: {}, state: "gone", createdAt: "" } }]), /gone is not one of/);
   const seen = await checkExchanges(doc);
   for (const r of ["POST /v1/sandboxes", "POST /v1/sandboxes/{id}/run", "POST /v1/sandboxes/{id}/files/edit", "GET /v1/sandboxes/{id}/processes/{name}/lines", "POST /v1/sandboxes/{id}/git/commit", "POST /v1/sandboxes/{id}/snapshot"]) {
     assert.ok(seen.has(r), `${r} was not exercised`);
