@@ -318,7 +318,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, keyID string, de
 		ID: b.ID, Provider: s.prov.Name(), APIKeyID: keyID, Labels: labels,
 		CreatedAt: info.CreatedAt, Deadline: deadline, State: info.State,
 	}
-	if err := s.st.PutSandbox(context.WithoutCancel(ctx), rec, store.Hash(s.envdToken(b.ID))); err != nil {
+	if err := s.st.PutSandbox(context.WithoutCancel(ctx), rec, nil); err != nil {
 		undo(err)
 		return
 	}
@@ -549,9 +549,6 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, _ string) {
 		if err := s.extend(ctx, b, rec, info, d); err != nil {
 			return err
 		}
-		if err := s.registerToken(ctx, b.ID); err != nil {
-			return err
-		}
 		writeJSON(w, status, s.sandboxJSON(b.ID, info.Template, rec.Labels))
 		return nil
 	})
@@ -599,9 +596,6 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request, _ string) {
 		s.proxy.closeIdle()
 		s.resumed(ctx, b.ID)
 		if err := s.extend(ctx, b, rec, info, d); err != nil {
-			return err
-		}
-		if err := s.registerToken(ctx, b.ID); err != nil {
 			return err
 		}
 		writeJSON(w, http.StatusCreated, s.sandboxJSON(b.ID, info.Template, rec.Labels))

@@ -80,6 +80,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, prov: cfg.Provider, st: cfg.Store, log: cfg.Logger, tokenKey: key}
+	if err := s.forgetEnvdTokens(ctx); err != nil {
+		return nil, err
+	}
 	s.control = s.controlMux()
 	s.proxy = s.newProxy(s.dialEnvd)
 	return s, nil
