@@ -5,7 +5,10 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"runtime"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -152,5 +155,86 @@ func TestSignedNamed(t *testing.T) {
 	}
 	if code, body := get(t, u, map[string]string{"E2b-Sandbox-Id": sb.SandboxID}); code != 200 || body != "signed\n" {
 		t.Errorf("with E2b-Sandbox-Id: %d %q", code, body)
+	}
+}
+
+// GET /sandboxes/{id}/metrics reads a script's output from the sandbox. Sandbox code can
+// write into that output (a root process there opens the script's stdout through
+// /proc/PID/fd/1, and stops the script meanwhile): here 256 MiB of it. The server reads at most maxMetricsOutput and
+// answers an error; it used to buffer all of it.
+func TestMetricsBounded(t *testing.T) {
+	srv := localServer(t)
+	var sb struct{ SandboxID string }
+	if r := call(t, "POST", srv.URL+"/v2/sandboxes", srv.Key, `{"templateID":"base","timeout":300}`, nil, &sb); r.StatusCode != 201 {
+		t.Fatalf("create: %d", r.StatusCode)
+	}
+	const flood = 256 << 20
+	// The attacker stops the script while it floods, so the script is still running (and
+	// its output still read) when the flood ends.
+	attacker := `for i in $(seq 1 20000); do
+  for d in /proc/[0-9]*; do
+    if [ "$(tr -d '\0' < $d/cmdline 2>/dev/null)" = "sleep0.2" ]; then
+      pp=$(sed -n 's/^PPid:[[:space:]]*//p' $d/status 2>/dev/null)
+      [ -n "$pp" ] && kill -STOP $pp 2>/dev/null
+      ( echo found > /tmp/flooded; head -c ` + strconv.Itoa(flood) + ` /dev/zero ) 2>/dev/null > $d/fd/1
+      [ -n "$pp" ] && kill -CONT $pp 2>/dev/null
+      [ -e /tmp/flooded ] && exit 0
+    fi
+  done
+done`
+	body, _ := json.Marshal(map[string]string{"command": attacker, "name": "flood"})
+	if r := call(t, "POST", srv.URL+"/v1/sandboxes/"+sb.SandboxID+"/processes", "", string(body), map[string]string{"Authorization": "Bearer " + srv.Key}, nil); r.StatusCode != 201 && r.StatusCode != 200 {
+		t.Fatalf("start the attacker: %d", r.StatusCode)
+	}
+	for try := 0; ; try++ {
+		// The peak of the server's heap (it runs in this process) while it reads the metrics.
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		base := ms.HeapAlloc
+		var peak atomic.Uint64
+		stop := make(chan struct{})
+		sampled := make(chan struct{})
+		go func() {
+			defer close(sampled)
+			for {
+				var m runtime.MemStats
+				runtime.ReadMemStats(&m)
+				if m.HeapAlloc > peak.Load() {
+					peak.Store(m.HeapAlloc)
+				}
+				select {
+				case <-stop:
+					return
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+		}()
+		var raw json.RawMessage
+		r := call(t, "GET", srv.URL+"/sandboxes/"+sb.SandboxID+"/metrics", srv.Key, "", nil, &raw)
+		close(stop)
+		<-sampled
+		var e struct{ Message string }
+		_ = json.Unmarshal(raw, &e)
+		var res struct{ ExitCode int }
+		flooded, _ := json.Marshal(map[string]string{"command": "test -e /tmp/flooded"})
+		call(t, "POST", srv.URL+"/v1/sandboxes/"+sb.SandboxID+"/run", "", string(flooded), map[string]string{"Authorization": "Bearer " + srv.Key}, &res)
+		if res.ExitCode != 0 {
+			if try == 20 {
+				var logs struct{ Text string }
+				call(t, "GET", srv.URL+"/v1/sandboxes/"+sb.SandboxID+"/processes/flood/logs", "", "", map[string]string{"Authorization": "Bearer " + srv.Key}, &logs)
+				t.Fatalf("the attacker never flooded the metrics script's output: %s", logs.Text)
+			}
+			continue // the attacker missed this sample
+		}
+		grew := max(peak.Load(), base) - base
+		t.Logf("metrics under a %d MiB flood: %d %q; the heap grew by %d MiB at most", flood>>20, r.StatusCode, e.Message, grew>>20)
+		if r.StatusCode == 200 || !strings.Contains(e.Message, "metrics are more than") {
+			t.Errorf("metrics under a flood: %d %q, want an error saying the output was too large", r.StatusCode, e.Message)
+		}
+		if grew > flood/8 {
+			t.Errorf("the server's heap grew by %d MiB reading the metrics, for a %d MiB flood", grew>>20, flood>>20)
+		}
+		return
 	}
 }
