@@ -56,8 +56,11 @@ type Config struct {
 	// ReapInterval is how often the server reconciles its records with the provider and
 	// destroys sandboxes past their deadline; 0 is 10 s.
 	ReapInterval time.Duration
-	// WebhookClient sends webhook deliveries; nil is a client with a 10 s timeout.
-	WebhookClient *http.Client
+	// AllowPrivateWebhooks lets webhooks post to loopback and private addresses (RFC 1918,
+	// carrier-grade NAT, IPv6 ULA), for a server that posts to a service on its own machine
+	// or network. Without it a webhook reaches public addresses only; link-local addresses
+	// (cloud metadata services) and reserved ranges are refused either way.
+	AllowPrivateWebhooks bool
 	// WebhookBackoff is the first retry delay of a failed delivery, doubled each time up to an
 	// hour; 0 is 1 s. WebhookMaxAttempts (0: 15) attempts are made before giving up.
 	WebhookBackoff     time.Duration
@@ -74,6 +77,8 @@ type Server struct {
 	st     *store.Store
 	log    *slog.Logger
 	signer []byte // key of pre-signed URLs
+
+	webhooks *http.Client // sends deliveries to permitted targets only
 
 	routes []route
 	mux    *http.ServeMux
@@ -113,9 +118,6 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.ReapInterval <= 0 {
 		cfg.ReapInterval = 10 * time.Second
 	}
-	if cfg.WebhookClient == nil {
-		cfg.WebhookClient = &http.Client{Timeout: 10 * time.Second}
-	}
 	if cfg.WebhookBackoff <= 0 {
 		cfg.WebhookBackoff = time.Second
 	}
@@ -136,7 +138,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s := &Server{
 		cfg: cfg, prov: cfg.Provider, st: cfg.Store, log: cfg.Logger, signer: signer,
 		handles: map[string]*sandbox.Sandbox{}, keyLocks: map[string]*keyLock{},
-		wake: make(chan struct{}, 1),
+		wake: make(chan struct{}, 1), webhooks: webhookClient(cfg.AllowPrivateWebhooks),
 	}
 	if s.mcp, err = s.newMCP(); err != nil {
 		return nil, err

@@ -22,7 +22,7 @@ func newServeCmd() *cobra.Command {
 	var (
 		addr, home, domain, baseURL, provName string
 		runtimeName                           string
-		quiet                                 bool
+		quiet, allowPrivateWebhooks           bool
 		pool                                  int
 		allowPrivate                          []string
 	)
@@ -80,7 +80,9 @@ func newServeCmd() *cobra.Command {
 				return err
 			}
 			defer st.Close()
-			srv, err := server.New(ctx, server.Config{Provider: prov, Store: st, Logger: logger, Domain: domain, BaseURL: baseURL, Version: version})
+			srv, err := server.New(ctx, server.Config{Provider: prov, Store: st, Logger: logger, Domain: domain, BaseURL: baseURL, Version: version,
+				AllowPrivateWebhooks: allowPrivateWebhooks,
+			})
 			if err != nil {
 				return err
 			}
@@ -134,6 +136,7 @@ func newServeCmd() *cobra.Command {
 	fl.BoolVar(&quiet, "quiet", false, "log warnings and errors only, not every request")
 	fl.StringArrayVar(&allowPrivate, "allow-private", nil, allowPrivateUsage)
 	fl.StringVar(&runtimeName, "runtime", "", "default OCI runtime of the local provider: crun, runc or runsc (default: crun when it works here, else runc; see tupper doctor)")
+	fl.BoolVar(&allowPrivateWebhooks, "allow-private-webhooks", false, "let webhooks post to loopback and private addresses (a receiver on this machine or network); link-local and metadata addresses stay refused")
 	fl.IntVar(&pool, "pool", 0, "keep this many sandboxes started for creates of the default shape with network none (local provider; see docs/local.md)")
 	return cmd
 }
