@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tupper-dev/tupper/internal/httpdeadline"
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
 )
@@ -24,17 +25,9 @@ const DefaultSignedTTL = 15 * time.Minute
 // MaxSignedTTL is the longest validity of a signed URL.
 const MaxSignedTTL = 7 * 24 * time.Hour
 
-// baseURL is the server's public URL for links it hands out.
-func (s *Server) baseURL(r *http.Request) string {
-	if s.cfg.BaseURL != "" {
-		return s.cfg.BaseURL
-	}
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
-	}
-	return scheme + "://" + r.Host
-}
+// baseURL is the server's public URL for links it hands out: Config.BaseURL, never the
+// request's Host.
+func (s *Server) baseURL() string { return s.cfg.BaseURL }
 
 func (s *Server) mac(parts ...string) []byte {
 	m := hmac.New(sha256.New, s.signer)
@@ -91,7 +84,7 @@ type portJSON struct {
 
 func (s *Server) portJSON(r *http.Request, id string, port int, public bool, ttl time.Duration) portJSON {
 	exp := time.Now().Add(ttl).Truncate(time.Second)
-	base := s.baseURL(r)
+	base := s.baseURL()
 	out := portJSON{
 		Port: port, Public: public,
 		URL:       fmt.Sprintf("%s/v1/sandboxes/%s/proxy/%d/", base, id, port),
@@ -206,6 +199,7 @@ func (s *Server) proxySigned(w http.ResponseWriter, r *http.Request, _ *caller) 
 		writeError(w, err)
 		return
 	}
+	httpdeadline.Lift(w)
 	s.proxy(w, r, id, port, "/"+r.PathValue("path"))
 }
 
@@ -256,6 +250,7 @@ func (s *Server) serveHostPreview(w http.ResponseWriter, r *http.Request, id str
 			return
 		}
 	}
+	httpdeadline.Lift(w)
 	s.proxy(w, r, id, port, r.URL.Path)
 }
 
@@ -347,7 +342,7 @@ func (s *Server) presign(w http.ResponseWriter, r *http.Request, _ *caller) {
 		q.Set("expires", strconv.FormatInt(exp, 10))
 		q.Set("sig", hex.EncodeToString(s.mac("files", req.Method, b.ID, req.Path, q.Get("expires"))))
 		writeJSON(w, http.StatusOK, map[string]any{
-			"url": s.baseURL(r) + "/v1/signed/files?" + q.Encode(), "method": req.Method,
+			"url": s.baseURL() + "/v1/signed/files?" + q.Encode(), "method": req.Method,
 			"expiresAt": time.Unix(exp, 0).UTC(),
 		})
 		return nil
@@ -377,6 +372,7 @@ func (s *Server) signedDownload(w http.ResponseWriter, r *http.Request, _ *calle
 		writeError(w, err)
 		return
 	}
+	httpdeadline.Lift(w)
 	s.withSandbox(w, r, id, func(b *sandbox.Sandbox) error { return s.serveFile(w, r, b, p, 0, -1) })
 }
 
@@ -386,6 +382,7 @@ func (s *Server) signedUpload(w http.ResponseWriter, r *http.Request, _ *caller)
 		writeError(w, err)
 		return
 	}
+	httpdeadline.Lift(w)
 	s.withSandbox(w, r, id, func(b *sandbox.Sandbox) error { return s.writeBody(w, r, b, p, nil) })
 }
 

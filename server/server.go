@@ -21,16 +21,19 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"errors"
 	"github.com/tupper-dev/tupper/mcpserver"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/tupper-dev/tupper/internal/httpdeadline"
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
 	"github.com/tupper-dev/tupper/server/e2b"
@@ -46,8 +49,9 @@ type Config struct {
 	Store    *store.Store
 	// Logger receives one line per request and the server's own messages; nil discards.
 	Logger *slog.Logger
-	// BaseURL is the server's public URL (e.g. https://sandboxes.example.com), used in preview
-	// and pre-signed URLs; "" derives it from each request's Host.
+	// BaseURL is the server's public URL (e.g. https://sandboxes.example.com or
+	// http://127.0.0.1:7423), used in preview and pre-signed URLs. Required: a link is never
+	// built from a request's Host header, which the client chooses.
 	BaseURL string
 	// Domain enables host-routed previews: {port}-{id}.{Domain}. "" serves only the path form.
 	Domain string
@@ -67,6 +71,14 @@ type Config struct {
 	WebhookMaxAttempts int
 	// Version is reported to MCP clients; "" is "dev".
 	Version string
+
+	// The timeouts of HTTPServer: 0 is 10 s to read a request's headers, 1 min to read the
+	// rest of a request that is not authenticated, 5 min to write an answer and 2 min for an
+	// idle connection. An authenticated request's body has no read timeout (net/http would
+	// cancel its context when the deadline passes); streams and other answers that last as
+	// long as the caller asks (commands, processes, files, watches, previews, terminals,
+	// E2B's data plane, MCP) have no write timeout.
+	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 }
 
 // Server serves the API. Create it with New, serve Handler, and call Run for the background
@@ -125,6 +137,13 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		cfg.WebhookMaxAttempts = 15
 	}
 	cfg.BaseURL = strings.TrimSuffix(cfg.BaseURL, "/")
+	if u, err := url.Parse(cfg.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return nil, provider.Errorf(provider.CodeInvalidArgument, "server: BaseURL %q is not the server's absolute http or https URL", cfg.BaseURL)
+	}
+	cfg.ReadHeaderTimeout = cmp.Or(cfg.ReadHeaderTimeout, 10*time.Second)
+	cfg.ReadTimeout = cmp.Or(cfg.ReadTimeout, time.Minute)
+	cfg.WriteTimeout = cmp.Or(cfg.WriteTimeout, 5*time.Minute)
+	cfg.IdleTimeout = cmp.Or(cfg.IdleTimeout, 2*time.Minute)
 	signer, err := cfg.Store.Setting(ctx, "url-signing-key", 32)
 	if err != nil {
 		return nil, err
@@ -203,6 +222,19 @@ func (s *Server) Handler() http.Handler {
 		}
 		s.logRequest(r, pattern, lw.status, start)
 	})
+}
+
+// HTTPServer returns an http.Server that serves Handler with the server's timeouts
+// (Config.ReadHeaderTimeout and the others). Serve it on a listener; Shutdown ends it.
+func (s *Server) HTTPServer() *http.Server {
+	return &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		ReadTimeout:       s.cfg.ReadTimeout,
+		WriteTimeout:      s.cfg.WriteTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
 }
 
 // logRequest logs one request by its route pattern, never its path or query (which may hold
@@ -339,6 +371,7 @@ func (s *Server) wrap(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := &caller{}
 		if rt.Scope == scopePreview && s.isPublicPort(r) {
+			httpdeadline.LiftRead(w)
 			rt.h(w, r, c)
 			return
 		}
@@ -351,6 +384,7 @@ func (s *Server) wrap(rt route) http.Handler {
 				writeError(w, err)
 				return
 			}
+			httpdeadline.LiftRead(w)
 		}
 		rt.h(w, r, c)
 	})

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tupper-dev/tupper/internal/httpdeadline"
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
 	"github.com/tupper-dev/tupper/store"
@@ -57,6 +58,7 @@ func (s *Server) controlMux() *router {
 				writeError(w, err)
 				return
 			}
+			httpdeadline.LiftRead(w)
 			fn(w, r, keyID)
 		})
 	}
@@ -264,6 +266,7 @@ func isTrue(raw json.RawMessage) bool {
 }
 
 func (s *Server) create(w http.ResponseWriter, r *http.Request, keyID string, defTimeout int64) {
+	httpdeadline.Lift(w) // a template or a snapshot may take a while to start from
 	var req newSandbox
 	if err := decodeBody(w, r, &req); err != nil {
 		writeError(w, err)
@@ -604,6 +607,7 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request, _ string) {
 }
 
 func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, _ string) {
+	httpdeadline.Lift(w) // a copy of the sandbox's disk
 	var req struct {
 		Name string `json:"name"`
 	}

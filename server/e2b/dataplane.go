@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tupper-dev/tupper/agent/spec/process"
+	"github.com/tupper-dev/tupper/internal/httpdeadline"
 	"github.com/tupper-dev/tupper/provider"
 )
 
@@ -144,6 +145,8 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request, t target) {
 		writeEnvdError(w, http.StatusUnauthorized, err.Error())
 		return
 	}
+	// Commands, watches and file transfers last as long as the caller asks.
+	httpdeadline.Lift(w)
 	if signed {
 		// A signed URL acts as the user it was signed for, or the default user when it
 		// names none (as envd does): never one the request adds in its Authorization.
