@@ -211,3 +211,12 @@ type RangeReader interface {
 type EnvdDialer interface {
 	DialEnvd(ctx context.Context) (net.Conn, error)
 }
+
+// PortDialer is optional: a connection to a TCP port inside the sandbox (127.0.0.1:port
+// there) made without a listener on the host, so nothing else on the host can reach the
+// port. The server proxies previews through it. Without it, the core dials the host and port
+// of PreviewURL when that is a plain http://HOST:PORT/ URL, and fails with CodeUnsupported
+// otherwise.
+type PortDialer interface {
+	DialPort(ctx context.Context, port int) (net.Conn, error)
+}

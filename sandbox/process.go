@@ -14,12 +14,14 @@ import (
 	"io"
 	"iter"
 	"maps"
+	"net"
 	"net/http"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tupper-dev/tupper/provider"
@@ -275,7 +277,7 @@ func (p *Process) waitReady(ctx context.Context, spec procSpec) error {
 			p.ready = true
 			p.mu.Unlock()
 			if r.Port != 0 {
-				if u, err := p.b.inst.PreviewURL(ctx, r.Port); err == nil {
+				if u, err := p.b.PreviewURL(ctx, r.Port); err == nil {
 					p.mu.Lock()
 					p.url = u
 					p.mu.Unlock()
@@ -336,17 +338,29 @@ func (p *Process) checkReady(ctx context.Context, r *readySpec, logRe *regexp.Re
 		}
 		return false, nil
 	case r.HTTP:
-		u, err := p.b.inst.PreviewURL(ctx, r.Port)
-		if err != nil {
-			return false, p.b.red.Err(wrapProvider(err, "start"))
-		}
+		// Through DialPort: no listener on this host for a readiness check.
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		req, err := http.NewRequestWithContext(rctx, http.MethodGet, strings.TrimSuffix(u, "/")+r.Path, nil)
+		req, err := http.NewRequestWithContext(rctx, http.MethodGet, "http://localhost:"+strconv.Itoa(r.Port)+r.Path, nil)
 		if err != nil {
 			return false, errorf(CodeInvalidArgument, "start", "ready path: %v", err)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		var unsupported atomic.Pointer[error]
+		client := &http.Client{Transport: &http.Transport{
+			Proxy:             nil,
+			DisableKeepAlives: true,
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				c, err := p.b.DialPort(ctx, r.Port)
+				if errors.Is(err, CodeUnsupported) {
+					unsupported.Store(&err)
+				}
+				return c, err
+			},
+		}}
+		resp, err := client.Do(req)
+		if u := unsupported.Load(); u != nil {
+			return false, p.b.red.Err(*u)
+		}
 		if err != nil {
 			return false, nil
 		}
@@ -418,7 +432,7 @@ func (b *Sandbox) Process(ctx context.Context, name string) (*Process, error) {
 	}
 	p.pid = pid
 	if spec.Ready != nil && spec.Ready.Port != 0 {
-		if u, err := b.inst.PreviewURL(ctx, spec.Ready.Port); err == nil {
+		if u, err := b.PreviewURL(ctx, spec.Ready.Port); err == nil {
 			p.url = u
 		}
 	}
