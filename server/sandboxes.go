@@ -214,6 +214,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, c *caller
 		opts.KeyMode = sandbox.KeyExact
 		opts.Locator = keyLocator{s: s, keyID: c.KeyID}
 	}
+	opts.PreviewURL = s.previewPath
 	ctx := r.Context()
 	b, err := sandbox.Create(ctx, s.prov, opts)
 	if err != nil {

@@ -109,6 +109,8 @@ type Server struct {
 	wake chan struct{} // a new event may have queued deliveries
 
 	mcp *mcpserver.HTTPHandler // /mcp
+
+	previews *http.Transport // the preview proxy's, over Sandbox.DialPort
 }
 
 type keyLock struct {
@@ -159,6 +161,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		handles: map[string]*sandbox.Sandbox{}, keyLocks: map[string]*keyLock{},
 		wake: make(chan struct{}, 1), webhooks: webhookClient(cfg.AllowPrivateWebhooks),
 	}
+	s.previews = s.newPreviewTransport()
 	if s.mcp, err = s.newMCP(); err != nil {
 		return nil, err
 	}
@@ -270,6 +273,7 @@ func (w *logWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // sandbox handles (the other sandboxes live on). Idempotent.
 func (s *Server) Close() error {
 	s.closeMCP()
+	s.previews.CloseIdleConnections()
 	s.hmu.Lock()
 	defer s.hmu.Unlock()
 	for id, b := range s.handles {
@@ -403,7 +407,7 @@ func (s *Server) box(ctx context.Context, id string) (*sandbox.Sandbox, error) {
 	if b != nil {
 		return b, nil
 	}
-	b, err := sandbox.Connect(ctx, s.prov, id, sandbox.ConnectOptions{})
+	b, err := sandbox.Connect(ctx, s.prov, id, sandbox.ConnectOptions{PreviewURL: s.previewPath})
 	if errors.Is(err, provider.CodeNotFound) {
 		s.gone(ctx, id, EventExpired, nil)
 		return nil, provider.Errorf(provider.CodeNotFound, "no sandbox %q", id)
