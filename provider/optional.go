@@ -165,6 +165,13 @@ type Snapshotter interface {
 	Snapshot(ctx context.Context, expires time.Duration) (string, error)
 }
 
+// SnapshotDeleter is optional on a Provider with CapSnapshot: delete a snapshot now (a server
+// deletes those it made once they expire). Deleting one that does not exist is CodeNotFound.
+// Without it, a snapshot made with an expiry is left to the provider to remove after it.
+type SnapshotDeleter interface {
+	DeleteSnapshot(ctx context.Context, id string) error
+}
+
 // Terminal is an interactive PTY.
 type Terminal interface {
 	Write(p []byte) (int, error)

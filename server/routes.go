@@ -25,7 +25,9 @@ func (s *Server) table() []route {
 		{"DELETE", "/v1/sandboxes/{id}", scopeSandbox, s.deleteSandbox},
 		{"POST", "/v1/sandboxes/{id}/pause", scopeSandbox, s.pause},
 		{"POST", "/v1/sandboxes/{id}/resume", scopeSandbox, s.resume},
-		{"POST", "/v1/sandboxes/{id}/snapshot", scopeSandbox, long(s.snapshot)},
+		// An API key only: a snapshot is a lasting copy of the sandbox's disk on the host,
+		// counted against the key's quota (Config.SnapshotsPerKey).
+		{"POST", "/v1/sandboxes/{id}/snapshot", scopeAccount, long(s.snapshot)},
 		{"POST", "/v1/sandboxes/{id}/timeout", scopeSandbox, s.setTimeout},
 		{"POST", "/v1/sandboxes/{id}/keep-alive", scopeSandbox, s.keepAlive},
 		{"GET", "/v1/sandboxes/{id}/busy", scopeSandbox, s.busy},

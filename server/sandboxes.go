@@ -385,7 +385,7 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request, _ *caller) {
 	})
 }
 
-func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, _ *caller) {
+func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, c *caller) {
 	var req struct {
 		ExpiresInMS int64 `json:"expiresInMs,omitempty"`
 	}
@@ -399,7 +399,7 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, _ *caller) {
 		return
 	}
 	s.withBox(w, r, func(b *sandbox.Sandbox) error {
-		id, err := b.Snapshot(r.Context(), sandbox.SnapshotOptions{ExpiresIn: exp})
+		id, err := s.takeSnapshot(r.Context(), b, c.KeyID, exp)
 		if err != nil {
 			return err
 		}

@@ -43,6 +43,13 @@ import (
 // DefaultAddr is where `tupper serve` listens unless told otherwise: loopback only.
 const DefaultAddr = "127.0.0.1:7423"
 
+// The defaults of Config's snapshot bounds.
+const (
+	DefaultSnapshotExpiry      = 7 * 24 * time.Hour
+	DefaultSnapshotsPerSandbox = 10
+	DefaultSnapshotsPerKey     = 100
+)
+
 // Config configures a Server. Provider and Store are required.
 type Config struct {
 	Provider provider.Provider
@@ -71,6 +78,15 @@ type Config struct {
 	WebhookMaxAttempts int
 	// Version is reported to MCP clients; "" is "dev".
 	Version string
+
+	// Snapshots made through the server (an API key is needed: each is a copy of a disk on
+	// the host) expire after SnapshotExpiry unless the request asks for less (0:
+	// DefaultSnapshotExpiry; negative: they do not expire unless asked), and the reaper
+	// deletes them. At most SnapshotsPerSandbox unexpired snapshots per sandbox and
+	// SnapshotsPerKey per API key (0: DefaultSnapshotsPerSandbox, DefaultSnapshotsPerKey;
+	// negative: no bound); past a bound a snapshot fails with resource_exhausted (429).
+	SnapshotExpiry                       time.Duration
+	SnapshotsPerSandbox, SnapshotsPerKey int
 
 	// The timeouts of HTTPServer: 0 is 10 s to read a request's headers, 1 min to read the
 	// rest of a request that is not authenticated, 5 min to write an answer and 2 min for an
@@ -138,6 +154,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.WebhookMaxAttempts <= 0 {
 		cfg.WebhookMaxAttempts = 15
 	}
+	cfg.SnapshotExpiry = cmp.Or(cfg.SnapshotExpiry, DefaultSnapshotExpiry)
+	cfg.SnapshotsPerSandbox = cmp.Or(cfg.SnapshotsPerSandbox, DefaultSnapshotsPerSandbox)
+	cfg.SnapshotsPerKey = cmp.Or(cfg.SnapshotsPerKey, DefaultSnapshotsPerKey)
 	cfg.BaseURL = strings.TrimSuffix(cfg.BaseURL, "/")
 	if u, err := url.Parse(cfg.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
 		return nil, provider.Errorf(provider.CodeInvalidArgument, "server: BaseURL %q is not the server's absolute http or https URL", cfg.BaseURL)
@@ -148,6 +167,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	cfg.IdleTimeout = cmp.Or(cfg.IdleTimeout, 2*time.Minute)
 	signer, err := cfg.Store.Setting(ctx, "url-signing-key", 32)
 	if err != nil {
+		return nil, err
+	}
+	// Snapshots a previous process was making when it died were not made.
+	if err := cfg.Store.DropSnapshotReservations(ctx); err != nil {
 		return nil, err
 	}
 	// Deliveries a previous process had in flight when it died go out again now.
@@ -195,6 +218,9 @@ func (s *Server) e2bHooks() e2b.Hooks {
 		Resumed: func(ctx context.Context, id string) { s.emit(ctx, EventResumed, id, nil) },
 		TimeoutSet: func(ctx context.Context, id string, deadline time.Time) {
 			s.emit(ctx, EventTimeoutSet, id, map[string]any{"deadline": deadline.UTC()})
+		},
+		Snapshot: func(ctx context.Context, b *sandbox.Sandbox, keyID string) (string, error) {
+			return s.takeSnapshot(ctx, b, keyID, 0)
 		},
 		SnapshotCreated: func(ctx context.Context, id, snap string) {
 			s.emit(ctx, EventSnapshotCreated, id, map[string]string{"snapshotId": snap})
@@ -361,7 +387,7 @@ func (s *Server) authenticate(r *http.Request, rt route) (*caller, error) {
 			return &caller{SandboxID: id}, nil
 		}
 		if rt.Scope != scopeSandbox && rt.Scope != scopePreview {
-			return nil, provider.Errorf(provider.CodeForbidden, "a sandbox token may only use its own sandbox's routes; use an API key")
+			return nil, provider.Errorf(provider.CodeForbidden, "this route needs an API key: a sandbox token may use only its own sandbox's routes, and may not snapshot it")
 		}
 		if subtle.ConstantTimeCompare([]byte(id), []byte(r.PathValue("id"))) != 1 {
 			return nil, provider.Errorf(provider.CodeForbidden, "this sandbox token belongs to another sandbox")

@@ -25,6 +25,8 @@ func newServeCmd() *cobra.Command {
 		quiet, allowPrivateWebhooks           bool
 		pool                                  int
 		allowPrivate                          []string
+		snapExpiry                            time.Duration
+		snapsPerSandbox, snapsPerKey          int
 	)
 	cmd := &cobra.Command{
 		Use:   "serve [--addr HOST:PORT]",
@@ -92,6 +94,10 @@ func newServeCmd() *cobra.Command {
 			}
 			srv, err := server.New(ctx, server.Config{Provider: prov, Store: st, Logger: logger, Domain: domain, BaseURL: baseURL, Version: version,
 				AllowPrivateWebhooks: allowPrivateWebhooks,
+				// The flags' 0 is "none"; the Config's is "the default".
+				SnapshotExpiry:      noneIfZero(snapExpiry),
+				SnapshotsPerSandbox: noneIfZero(snapsPerSandbox),
+				SnapshotsPerKey:     noneIfZero(snapsPerKey),
 			})
 			if err != nil {
 				return err
@@ -142,6 +148,9 @@ func newServeCmd() *cobra.Command {
 	fl.StringArrayVar(&allowPrivate, "allow-private", nil, allowPrivateUsage)
 	fl.StringVar(&runtimeName, "runtime", "", "default OCI runtime of the local provider: crun, runc or runsc (default: crun when it works here, else runc; see tupper doctor)")
 	fl.BoolVar(&allowPrivateWebhooks, "allow-private-webhooks", false, "let webhooks post to loopback and private addresses (a receiver on this machine or network); link-local and metadata addresses stay refused")
+	fl.DurationVar(&snapExpiry, "snapshot-expiry", server.DefaultSnapshotExpiry, "snapshots made through the server expire and are deleted after this, the longest a request may ask (0: they are kept until they expire as asked, or for ever)")
+	fl.IntVar(&snapsPerSandbox, "snapshots-per-sandbox", server.DefaultSnapshotsPerSandbox, "most unexpired snapshots of one sandbox (0: no bound)")
+	fl.IntVar(&snapsPerKey, "snapshots-per-key", server.DefaultSnapshotsPerKey, "most unexpired snapshots made with one API key (0: no bound)")
 	fl.IntVar(&pool, "pool", 0, "keep this many sandboxes started for creates of the default shape with network none (local provider; see docs/local.md)")
 	return cmd
 }
@@ -164,4 +173,12 @@ func envOr(name, def string) string {
 		return v
 	}
 	return def
+}
+
+// noneIfZero turns a flag's 0 ("none") into the negative value server.Config takes for it.
+func noneIfZero[T int | time.Duration](v T) T {
+	if v == 0 {
+		return -1
+	}
+	return v
 }

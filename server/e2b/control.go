@@ -606,7 +606,7 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request, _ string) {
 	})
 }
 
-func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, _ string) {
+func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, keyID string) {
 	httpdeadline.Lift(w) // a copy of the sandbox's disk
 	var req struct {
 		Name string `json:"name"`
@@ -620,7 +620,13 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, _ string) {
 		return
 	}
 	s.withBox(w, r, func(b *sandbox.Sandbox, _ store.Sandbox, _ provider.Info) error {
-		id, err := b.Snapshot(r.Context(), sandbox.SnapshotOptions{})
+		var id string
+		var err error
+		if h := s.cfg.Hooks.Snapshot; h != nil {
+			id, err = h(r.Context(), b, keyID)
+		} else {
+			id, err = b.Snapshot(r.Context(), sandbox.SnapshotOptions{})
+		}
 		if err != nil {
 			return err
 		}
