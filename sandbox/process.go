@@ -21,7 +21,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/tupper-dev/tupper/provider"
@@ -338,29 +337,31 @@ func (p *Process) checkReady(ctx context.Context, r *readySpec, logRe *regexp.Re
 		}
 		return false, nil
 	case r.HTTP:
-		// Through DialPort: no listener on this host for a readiness check.
+		// Through the provider's tunnel where it has one (provider.PortDialer: no listener on
+		// this host for a readiness check), else through its preview URL.
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		req, err := http.NewRequestWithContext(rctx, http.MethodGet, "http://localhost:"+strconv.Itoa(r.Port)+r.Path, nil)
+		target, client := "http://localhost:"+strconv.Itoa(r.Port)+r.Path, http.DefaultClient
+		if _, ok := p.b.inst.(provider.PortDialer); ok {
+			client = &http.Client{Transport: &http.Transport{
+				Proxy:             nil,
+				DisableKeepAlives: true,
+				DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+					return p.b.DialPort(ctx, r.Port)
+				},
+			}}
+		} else {
+			u, err := p.b.inst.PreviewURL(ctx, r.Port)
+			if err != nil {
+				return false, p.b.red.Err(wrapProvider(err, "start"))
+			}
+			target = strings.TrimSuffix(u, "/") + r.Path
+		}
+		req, err := http.NewRequestWithContext(rctx, http.MethodGet, target, nil)
 		if err != nil {
 			return false, errorf(CodeInvalidArgument, "start", "ready path: %v", err)
 		}
-		var unsupported atomic.Pointer[error]
-		client := &http.Client{Transport: &http.Transport{
-			Proxy:             nil,
-			DisableKeepAlives: true,
-			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				c, err := p.b.DialPort(ctx, r.Port)
-				if errors.Is(err, CodeUnsupported) {
-					unsupported.Store(&err)
-				}
-				return c, err
-			},
-		}}
 		resp, err := client.Do(req)
-		if u := unsupported.Load(); u != nil {
-			return false, p.b.red.Err(*u)
-		}
 		if err != nil {
 			return false, nil
 		}

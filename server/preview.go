@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tupper-dev/tupper/internal/httpdeadline"
@@ -312,8 +313,18 @@ func (s *Server) dialPort(ctx context.Context, _, addr string) (net.Conn, error)
 	return b.DialPort(ctx, port)
 }
 
-// proxy forwards r to port in sandbox id, over a connection from Sandbox.DialPort. WebSocket
-// and other upgrades pass through. The caller's credentials are not forwarded into the
+// urlTransport is the proxy's transport to the preview URLs of providers without a tunnel.
+var urlTransport = sync.OnceValue(func() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.Proxy = nil // never through an HTTP proxy of this host's environment
+	t.MaxIdleConnsPerHost = 16
+	return t
+})
+
+// proxy forwards r to port in sandbox id, over a connection from Sandbox.DialPort where the
+// provider has a tunnel (provider.PortDialer); a provider that reaches ports only through
+// URLs (E2B's, another tupper server) is proxied to its PreviewURL. WebSocket and other
+// upgrades pass through. The caller's credentials are not forwarded into the
 // sandbox. pathForm says the answer is served on the API's origin: it then carries
 // pathPreviewCSP, and the sandbox's Service-Worker-Allowed is removed.
 func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port int, path string, pathForm bool) {
@@ -326,16 +337,31 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 		writeError(w, provider.Errorf(provider.CodeUnsupported, "provider %s has no previews", b.Provider))
 		return
 	}
+	// Through the tunnel, the app sees the Host it would see if the browser were on its machine.
+	var transport http.RoundTripper = s.previews
+	target := &url.URL{Scheme: "http", Host: strconv.Itoa(port) + "-" + id + portHostSuffix}
+	host := "localhost:" + strconv.Itoa(port)
+	if _, ok := b.Native.(provider.PortDialer); !ok {
+		raw, err := b.Native.PreviewURL(r.Context(), port)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		if target, err = url.Parse(raw); err != nil || target.Host == "" {
+			writeError(w, provider.Errorf(provider.CodeProvider, "provider gave a preview URL that is not absolute"))
+			return
+		}
+		transport, host = urlTransport(), target.Host
+	}
 	rp := &httputil.ReverseProxy{
-		Transport: s.previews,
+		Transport: transport,
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.URL.Scheme = "http"
-			pr.Out.URL.Host = strconv.Itoa(port) + "-" + id + portHostSuffix
-			pr.Out.URL.Path = path
+			pr.Out.URL.Scheme = target.Scheme
+			pr.Out.URL.Host = target.Host
+			pr.Out.URL.Path = strings.TrimSuffix(target.Path, "/") + path
 			pr.Out.URL.RawPath = ""
 			pr.Out.URL.RawQuery = r.URL.RawQuery
-			// What the app would see if the browser were on its machine.
-			pr.Out.Host = "localhost:" + strconv.Itoa(port)
+			pr.Out.Host = host
 			pr.Out.Header.Del("Authorization")
 			pr.Out.Header.Del("X-API-Key")
 			pr.SetXForwarded()
