@@ -165,6 +165,13 @@ type Snapshotter interface {
 	Snapshot(ctx context.Context, expires time.Duration) (string, error)
 }
 
+// SnapshotDeleter is optional on a Provider with CapSnapshot: delete a snapshot now (a server
+// deletes those it made once they expire). Deleting one that does not exist is CodeNotFound.
+// Without it, a snapshot made with an expiry is left to the provider to remove after it.
+type SnapshotDeleter interface {
+	DeleteSnapshot(ctx context.Context, id string) error
+}
+
 // Terminal is an interactive PTY.
 type Terminal interface {
 	Write(p []byte) (int, error)
@@ -210,4 +217,13 @@ type RangeReader interface {
 // is unavailable for that provider.
 type EnvdDialer interface {
 	DialEnvd(ctx context.Context) (net.Conn, error)
+}
+
+// PortDialer is optional: a connection to a TCP port inside the sandbox (127.0.0.1:port
+// there) made without a listener on the host, so nothing else on the host can reach the
+// port. The server proxies previews through it. Without it, the core dials the host and port
+// of PreviewURL when that is a plain http://HOST:PORT/ URL, and fails with CodeUnsupported
+// otherwise.
+type PortDialer interface {
+	DialPort(ctx context.Context, port int) (net.Conn, error)
 }

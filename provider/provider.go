@@ -15,7 +15,7 @@
 // Everything else is an optional interface the core discovers with a type assertion, in the
 // manner of database/sql/driver: FileSystem for native listing, stat, remove and mkdir;
 // Searcher; ChangeTracker; ActivityReporter; Pauser; Snapshotter; Terminaler; TimeoutSetter;
-// KeyedCreator. Each one's doc says what the core does when it is absent — usually it runs a
+// KeyedCreator; PortDialer; SnapshotDeleter. Each one's doc says what the core does when it is absent — usually it runs a
 // command in the sandbox instead.
 //
 // # Capabilities

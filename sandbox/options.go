@@ -109,7 +109,14 @@ type CreateOptions struct {
 	// "runc" or "runsc").
 	Template string
 	Runtime  string
+	// PreviewURL, when set, is what Sandbox.PreviewURL and Process.URL answer for a port (a
+	// server answers with its own preview routing); nil asks the provider, whose PreviewURL
+	// may open a listener in this process (local: one on 127.0.0.1 per port).
+	PreviewURL PreviewURLFunc
 }
+
+// PreviewURLFunc gives the URL of port in sandbox id.
+type PreviewURLFunc func(ctx context.Context, id string, port int) (string, error)
 
 var (
 	shellName  = nameRule{first: wordByte(""), rest: wordByte("0123456789")}      // [A-Za-z_][A-Za-z0-9_]*
@@ -220,6 +227,8 @@ type ConnectOptions struct {
 	// call. If that command fails, the call fails with code provider and the next call tries
 	// again. Destroy, Close, Pause, Resume and Snapshot never need it.
 	SkipRecoverSecrets bool
+	// PreviewURL is as CreateOptions.PreviewURL.
+	PreviewURL PreviewURLFunc
 }
 
 // ListOptions filters List.

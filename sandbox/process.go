@@ -14,6 +14,7 @@ import (
 	"io"
 	"iter"
 	"maps"
+	"net"
 	"net/http"
 	"regexp"
 	"slices"
@@ -275,7 +276,7 @@ func (p *Process) waitReady(ctx context.Context, spec procSpec) error {
 			p.ready = true
 			p.mu.Unlock()
 			if r.Port != 0 {
-				if u, err := p.b.inst.PreviewURL(ctx, r.Port); err == nil {
+				if u, err := p.b.PreviewURL(ctx, r.Port); err == nil {
 					p.mu.Lock()
 					p.url = u
 					p.mu.Unlock()
@@ -336,17 +337,31 @@ func (p *Process) checkReady(ctx context.Context, r *readySpec, logRe *regexp.Re
 		}
 		return false, nil
 	case r.HTTP:
-		u, err := p.b.inst.PreviewURL(ctx, r.Port)
-		if err != nil {
-			return false, p.b.red.Err(wrapProvider(err, "start"))
-		}
+		// Through the provider's tunnel where it has one (provider.PortDialer: no listener on
+		// this host for a readiness check), else through its preview URL.
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		req, err := http.NewRequestWithContext(rctx, http.MethodGet, strings.TrimSuffix(u, "/")+r.Path, nil)
+		target, client := "http://localhost:"+strconv.Itoa(r.Port)+r.Path, http.DefaultClient
+		if _, ok := p.b.inst.(provider.PortDialer); ok {
+			client = &http.Client{Transport: &http.Transport{
+				Proxy:             nil,
+				DisableKeepAlives: true,
+				DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+					return p.b.DialPort(ctx, r.Port)
+				},
+			}}
+		} else {
+			u, err := p.b.inst.PreviewURL(ctx, r.Port)
+			if err != nil {
+				return false, p.b.red.Err(wrapProvider(err, "start"))
+			}
+			target = strings.TrimSuffix(u, "/") + r.Path
+		}
+		req, err := http.NewRequestWithContext(rctx, http.MethodGet, target, nil)
 		if err != nil {
 			return false, errorf(CodeInvalidArgument, "start", "ready path: %v", err)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := client.Do(req)
 		if err != nil {
 			return false, nil
 		}
@@ -418,7 +433,7 @@ func (b *Sandbox) Process(ctx context.Context, name string) (*Process, error) {
 	}
 	p.pid = pid
 	if spec.Ready != nil && spec.Ready.Port != 0 {
-		if u, err := b.inst.PreviewURL(ctx, spec.Ready.Port); err == nil {
+		if u, err := b.PreviewURL(ctx, spec.Ready.Port); err == nil {
 			p.url = u
 		}
 	}

@@ -40,6 +40,8 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"net"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -77,6 +79,8 @@ type Sandbox struct {
 	inst provider.Instance
 
 	red *redactor
+
+	previewURL PreviewURLFunc // from the options; nil: the provider's
 
 	secMu      sync.Mutex
 	secPending bool // secrets still to be read back from the sandbox
@@ -183,6 +187,7 @@ func Create(ctx context.Context, p provider.Provider, opts CreateOptions) (*Sand
 		return nil, wrapProvider(err, op)
 	}
 	b := newHandle(p, inst, info, created)
+	b.previewURL = opts.PreviewURL
 	b.red.add(opts.Secrets)
 	if created {
 		if err := b.initialize(ctx, opts); err != nil {
@@ -390,6 +395,7 @@ func Connect(ctx context.Context, p provider.Provider, id string, opts ConnectOp
 		return nil, wrapProvider(err, op)
 	}
 	b := newHandle(p, inst, info, false)
+	b.previewURL = opts.PreviewURL
 	b.red.add(opts.Secrets)
 	b.secPending = !opts.SkipRecoverSecrets
 	return b, nil
@@ -594,13 +600,47 @@ func (b *Sandbox) SetTimeout(ctx context.Context, d time.Duration) error {
 	return wrapProvider(t.SetTimeout(ctx, d), "set_timeout")
 }
 
-// PreviewURL returns a URL on which port inside the sandbox is reachable from here.
+// PreviewURL returns a URL on which port inside the sandbox is reachable from here: the
+// options' PreviewURL when set, else the provider's.
 func (b *Sandbox) PreviewURL(ctx context.Context, port int) (string, error) {
 	if port < 1 || port > 65535 {
 		return "", errorf(CodeInvalidArgument, "preview", "port %d is out of range", port)
 	}
+	if b.previewURL != nil {
+		u, err := b.previewURL(ctx, b.ID, port)
+		return u, wrapProvider(err, "preview")
+	}
 	u, err := b.inst.PreviewURL(ctx, port)
 	return u, wrapProvider(err, "preview")
+}
+
+// DialPort connects to port inside the sandbox (its 127.0.0.1:port) from here: through the
+// provider's provider.PortDialer, which needs no listener on this host, else to the host and
+// port of the provider's PreviewURL when that is a plain http://HOST:PORT/ URL.
+// CodeUnsupported otherwise.
+func (b *Sandbox) DialPort(ctx context.Context, port int) (net.Conn, error) {
+	const op = "dial_port"
+	if port < 1 || port > 65535 {
+		return nil, errorf(CodeInvalidArgument, op, "port %d is out of range", port)
+	}
+	if d, ok := b.inst.(provider.PortDialer); ok {
+		c, err := d.DialPort(ctx, port)
+		return c, wrapProvider(err, op)
+	}
+	raw, err := b.inst.PreviewURL(ctx, port)
+	if err != nil {
+		return nil, wrapProvider(err, op)
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "http" || u.Host == "" || strings.Trim(u.Path, "/") != "" || u.Port() == "" {
+		return nil, errorf(CodeUnsupported, op, "provider %s reaches ports only through URLs (%s is not http://HOST:PORT/)", b.Provider, raw)
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", u.Host)
+	if err != nil {
+		return nil, errorf(CodeUnavailable, op, "nothing answers on port %d: %v", port, err)
+	}
+	return c, nil
 }
 
 // AddSecrets adds values to redact from everything this handle returns.

@@ -1,7 +1,10 @@
 package sandboxtest
 
 import (
+	"bufio"
 	"fmt"
+	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -21,7 +24,34 @@ func fallbackCases() []testCase {
 		{"Changes", fallbackChanges},
 		{"Busy", fallbackBusy},
 		{"LogRange", fallbackLogRange},
+		{"DialPort", fallbackDialPort},
 	}
+}
+
+// fallbackDialPort reaches a port in the sandbox through provider.PortDialer and through the
+// core's fallback (a connection to the host and port of the provider's PreviewURL), and
+// reads the same answer both ways.
+func fallbackDialPort(c *C) {
+	fast, slow := c.bare(is[provider.PortDialer], "provider.PortDialer", provider.CapPreview)
+	bin := c.helper(fast)
+	start(c, fast, bin+" -port 3000", sandbox.StartOptions{Name: "web", Ready: sandbox.ReadyPort(3000)})
+	for _, b := range []struct {
+		name string
+		box  *sandbox.Sandbox
+	}{{"fast path", fast}, {"fallback", slow}} {
+		conn, err := b.box.DialPort(c.Ctx, 3000)
+		c.NoErr("DialPort ("+b.name+")", err)
+		_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+		_, err = io.WriteString(conn, "GET /x HTTP/1.0\r\nHost: localhost\r\n\r\n")
+		c.NoErr("write ("+b.name+")", err)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		c.NoErr("read the answer ("+b.name+")", err)
+		body, _ := io.ReadAll(resp.Body)
+		conn.Close()
+		Eq(c, "body through DialPort ("+b.name+")", string(body), "ok /x\n")
+	}
+	_, err := fast.DialPort(c.Ctx, 0)
+	c.WantCode("DialPort port 0", err, sandbox.CodeInvalidArgument)
 }
 
 // bare returns a box with the fast paths and a handle on the same sandbox without them, after

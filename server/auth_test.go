@@ -94,7 +94,7 @@ func TestAuthMatrix(t *testing.T) {
 // TestNoCredentialsInLogs captures the server's log while keys, tokens, webhook secrets,
 // signed URLs and secrets pass through it, and checks none of them appears.
 func TestNoCredentialsInLogs(t *testing.T) {
-	e := newEnv(t)
+	e := newEnv(t, func(c *Config) { c.AllowPrivateWebhooks = true })
 	sb := e.create(map[string]any{"secrets": map[string]string{"API_TOKEN": "s3cr3t-value-123"}})
 	var wh webhookJSON
 	e.want(201, &wh, "POST", "/v1/webhooks", e.key, map[string]any{"url": "http://127.0.0.1:1/hook"})

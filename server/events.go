@@ -114,6 +114,10 @@ func (s *Server) createWebhook(w http.ResponseWriter, r *http.Request, _ *caller
 		writeError(w, badRequest("url must not hold credentials; verify deliveries with the signature"))
 		return
 	}
+	if err := checkWebhookURL(u, s.cfg.AllowPrivateWebhooks); err != nil {
+		writeError(w, err)
+		return
+	}
 	for _, e := range req.Events {
 		if !slices.Contains(EventTypes, e) {
 			writeError(w, badRequest("event type %q is not one of %v", e, EventTypes))
@@ -214,7 +218,7 @@ func (s *Server) deliver(ctx context.Context, d store.Delivery) {
 	req.Header.Set("X-Webhook-Id", d.Event.ID)
 	req.Header.Set("X-Webhook-Timestamp", strconv.FormatInt(ts, 10))
 	req.Header.Set("X-Webhook-Signature", Sign(d.Webhook.Secret, ts, body))
-	resp, err := s.cfg.WebhookClient.Do(req)
+	resp, err := s.webhooks.Do(req)
 	var msg string
 	if err == nil {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
@@ -226,6 +230,9 @@ func (s *Server) deliver(ctx context.Context, d store.Delivery) {
 			return
 		}
 		msg = fmt.Sprintf("status %d", resp.StatusCode)
+		if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+			msg += ": " + errWebhookRedirect.Error()
+		}
 	} else {
 		if ctx.Err() != nil {
 			return // shutting down: the lease runs out and it is retried after the restart

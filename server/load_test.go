@@ -37,10 +37,6 @@ func startOn(t *testing.T, prov provider.Provider, dir, addr string) (*instance,
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(ctx, server.Config{Provider: prov, Store: st})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var ln net.Listener
 	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
 		if ln, err = net.Listen("tcp", addr); err == nil || time.Since(start) > 5*time.Second {
@@ -50,7 +46,11 @@ func startOn(t *testing.T, prov provider.Provider, dir, addr string) (*instance,
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := &instance{srv: srv, st: st, hs: &http.Server{Handler: srv.Handler()}}
+	srv, err := server.New(ctx, server.Config{Provider: prov, Store: st, BaseURL: "http://" + ln.Addr().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := &instance{srv: srv, st: st, hs: srv.HTTPServer()}
 	rctx, cancel := context.WithCancel(ctx)
 	in.stop = cancel
 	in.wg.Add(2)

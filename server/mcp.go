@@ -37,6 +37,8 @@ func (s *Server) newMCP() (*mcpserver.HTTPHandler, error) {
 					return s.recordMCPSandbox(ctx, key, labels, b)
 				},
 				Destroyed: func(ctx context.Context, id string) { s.gone(ctx, id, EventDestroyed, nil) },
+				// Through the server's proxy: no listener on this host per port.
+				PreviewURL: s.previewPath,
 			}
 		},
 	})

@@ -1,11 +1,15 @@
 package server
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -14,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tupper-dev/tupper/internal/httpdeadline"
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
 )
@@ -24,17 +29,9 @@ const DefaultSignedTTL = 15 * time.Minute
 // MaxSignedTTL is the longest validity of a signed URL.
 const MaxSignedTTL = 7 * 24 * time.Hour
 
-// baseURL is the server's public URL for links it hands out.
-func (s *Server) baseURL(r *http.Request) string {
-	if s.cfg.BaseURL != "" {
-		return s.cfg.BaseURL
-	}
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
-	}
-	return scheme + "://" + r.Host
-}
+// baseURL is the server's public URL for links it hands out: Config.BaseURL, never the
+// request's Host.
+func (s *Server) baseURL() string { return s.cfg.BaseURL }
 
 func (s *Server) mac(parts ...string) []byte {
 	m := hmac.New(sha256.New, s.signer)
@@ -91,10 +88,11 @@ type portJSON struct {
 
 func (s *Server) portJSON(r *http.Request, id string, port int, public bool, ttl time.Duration) portJSON {
 	exp := time.Now().Add(ttl).Truncate(time.Second)
-	base := s.baseURL(r)
+	base := s.baseURL()
+	path, _ := s.previewPath(r.Context(), id, port)
 	out := portJSON{
 		Port: port, Public: public,
-		URL:       fmt.Sprintf("%s/v1/sandboxes/%s/proxy/%d/", base, id, port),
+		URL:       path,
 		SignedURL: fmt.Sprintf("%s/v1/preview/%s/", base, s.signPreview(id, port, exp)),
 		ExpiresAt: exp.UTC(),
 	}
@@ -108,7 +106,7 @@ func (s *Server) portJSON(r *http.Request, id string, port int, public bool, ttl
 	return out
 }
 
-// exposePort checks the provider can reach port and returns the URLs that proxy to it.
+// exposePort checks the provider has previews and returns the URLs that proxy to it.
 func (s *Server) exposePort(w http.ResponseWriter, r *http.Request, _ *caller) {
 	port, err := portParam(r)
 	if err != nil {
@@ -136,8 +134,8 @@ func (s *Server) exposePort(w http.ResponseWriter, r *http.Request, _ *caller) {
 		return
 	}
 	s.withBox(w, r, func(b *sandbox.Sandbox) error {
-		if _, err := b.PreviewURL(r.Context(), port); err != nil {
-			return err
+		if !b.Capabilities.Has(provider.CapPreview) {
+			return provider.Errorf(provider.CodeUnsupported, "provider %s has no previews", b.Provider)
 		}
 		if err := s.st.ExposePort(r.Context(), b.ID, port, req.Public); err != nil {
 			return err
@@ -196,7 +194,7 @@ func (s *Server) proxyPath(w http.ResponseWriter, r *http.Request, _ *caller) {
 		writeError(w, err)
 		return
 	}
-	s.proxy(w, r, r.PathValue("id"), port, "/"+r.PathValue("path"))
+	s.proxy(w, r, r.PathValue("id"), port, "/"+r.PathValue("path"), true)
 }
 
 // proxySigned is a signed preview link: /v1/preview/{sig}/{path...}.
@@ -206,7 +204,8 @@ func (s *Server) proxySigned(w http.ResponseWriter, r *http.Request, _ *caller) 
 		writeError(w, err)
 		return
 	}
-	s.proxy(w, r, id, port, "/"+r.PathValue("path"))
+	httpdeadline.Lift(w)
+	s.proxy(w, r, id, port, "/"+r.PathValue("path"), true)
 }
 
 // previewHost parses {port}-{id}.{domain}.
@@ -256,47 +255,134 @@ func (s *Server) serveHostPreview(w http.ResponseWriter, r *http.Request, id str
 			return
 		}
 	}
-	s.proxy(w, r, id, port, r.URL.Path)
+	httpdeadline.Lift(w)
+	s.proxy(w, r, id, port, r.URL.Path, false)
 }
 
-var proxyTransport = sync.OnceValue(func() *http.Transport {
+// previewPath is the path-form preview URL of port in sandbox id: the server's own routing,
+// which it answers for Process.URL and MCP's expose_port, so no caller makes the provider
+// open a listener on this host (sandbox.CreateOptions.PreviewURL).
+func (s *Server) previewPath(_ context.Context, id string, port int) (string, error) {
+	return fmt.Sprintf("%s/v1/sandboxes/%s/proxy/%d/", s.baseURL(), id, port), nil
+}
+
+// pathPreviewCSP goes on every answer of a path-form preview (/v1/sandboxes/{id}/proxy/…
+// and /v1/preview/…), which is served on the API's own origin. "sandbox" without
+// allow-same-origin gives the page an opaque origin: it cannot register a Service Worker over
+// the server (which would see every later request of the browser, signed links included),
+// read the origin's storage or cookies, or make credentialed same-origin requests to the API.
+// Scripts, forms, pop-ups, modal dialogs and downloads stay allowed so an ordinary app still
+// runs; one that needs its own origin (storage, cookies read by script, fetch to its own
+// paths without CORS) is served on a host preview ({port}-{id}.{Domain}), which gets no CSP.
+const pathPreviewCSP = "sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads"
+
+// portHostSuffix ends the host of the preview transport's requests, {port}-{id}.port.invalid:
+// dialPort finds the sandbox and port in it, and the transport keeps idle connections per
+// (sandbox, port).
+const portHostSuffix = ".port.invalid"
+
+// newPreviewTransport is the proxy's transport: every connection is Sandbox.DialPort's (the
+// provider's tunnel into the sandbox), never one to a listener on this host.
+func (s *Server) newPreviewTransport() *http.Transport {
+	return &http.Transport{
+		Proxy:                 nil,
+		DialContext:           s.dialPort,
+		MaxIdleConnsPerHost:   16,
+		IdleConnTimeout:       30 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		ResponseHeaderTimeout: 0, // a preview answers when it answers; the client may go away
+	}
+}
+
+// dialPort connects to the sandbox and port named by addr ({port}-{id}.port.invalid:80).
+func (s *Server) dialPort(ctx context.Context, _, addr string) (net.Conn, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	label, ok := strings.CutSuffix(host, portHostSuffix)
+	ps, id, ok2 := strings.Cut(label, "-")
+	port, err := strconv.Atoi(ps)
+	if !ok || !ok2 || err != nil {
+		return nil, provider.Errorf(provider.CodeInvalidArgument, "no sandbox port %q", host)
+	}
+	b, err := s.box(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return b.DialPort(ctx, port)
+}
+
+// urlTransport is the proxy's transport to the preview URLs of providers without a tunnel.
+var urlTransport = sync.OnceValue(func() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.Proxy = nil // previews are on this host: never through an HTTP proxy
+	t.Proxy = nil // never through an HTTP proxy of this host's environment
 	t.MaxIdleConnsPerHost = 16
 	return t
 })
 
-// proxy forwards r to port in sandbox id. WebSocket and other upgrades pass through. The
-// caller's credentials are not forwarded into the sandbox.
-func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port int, path string) {
-	ctx := r.Context()
-	b, err := s.box(ctx, id)
+// proxy forwards r to port in sandbox id, over a connection from Sandbox.DialPort where the
+// provider has a tunnel (provider.PortDialer); a provider that reaches ports only through
+// URLs (E2B's, another tupper server) is proxied to its PreviewURL. WebSocket and other
+// upgrades pass through. The caller's credentials are not forwarded into the
+// sandbox. pathForm says the answer is served on the API's origin: it then carries
+// pathPreviewCSP, and the sandbox's Service-Worker-Allowed is removed.
+func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port int, path string, pathForm bool) {
+	b, err := s.box(r.Context(), id)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	target, err := b.PreviewURL(ctx, port)
-	if err != nil {
-		writeError(w, err)
+	if !b.Capabilities.Has(provider.CapPreview) {
+		writeError(w, provider.Errorf(provider.CodeUnsupported, "provider %s has no previews", b.Provider))
 		return
 	}
-	tu, err := url.Parse(target)
-	if err != nil || tu.Host == "" {
-		writeError(w, provider.Errorf(provider.CodeProvider, "provider gave a preview URL that is not absolute"))
-		return
+	// Through the tunnel, the app sees the Host it would see if the browser were on its machine.
+	var transport http.RoundTripper = s.previews
+	target := &url.URL{Scheme: "http", Host: strconv.Itoa(port) + "-" + id + portHostSuffix}
+	host := "localhost:" + strconv.Itoa(port)
+	if _, ok := b.Native.(provider.PortDialer); !ok {
+		raw, err := b.Native.PreviewURL(r.Context(), port)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		if target, err = url.Parse(raw); err != nil || target.Host == "" {
+			writeError(w, provider.Errorf(provider.CodeProvider, "provider gave a preview URL that is not absolute"))
+			return
+		}
+		transport, host = urlTransport(), target.Host
 	}
 	rp := &httputil.ReverseProxy{
-		Transport: proxyTransport(),
+		Transport: transport,
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(tu)
-			pr.Out.URL.Path = strings.TrimSuffix(tu.Path, "/") + path
+			pr.Out.URL.Scheme = target.Scheme
+			pr.Out.URL.Host = target.Host
+			pr.Out.URL.Path = strings.TrimSuffix(target.Path, "/") + path
 			pr.Out.URL.RawPath = ""
 			pr.Out.URL.RawQuery = r.URL.RawQuery
+			pr.Out.Host = host
 			pr.Out.Header.Del("Authorization")
 			pr.Out.Header.Del("X-API-Key")
 			pr.SetXForwarded()
 		},
+		ModifyResponse: func(resp *http.Response) error {
+			if pathForm {
+				resp.Header.Del("Service-Worker-Allowed")
+				resp.Header.Add("Content-Security-Policy", pathPreviewCSP)
+			}
+			return nil
+		},
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if r.Context().Err() != nil {
+				return // the client went away
+			}
+			var pe *provider.Error
+			if errors.As(err, &pe) && pe.Code != provider.CodeUnavailable && pe.Code != provider.CodeProvider {
+				writeError(w, err)
+				return
+			}
 			writeError(w, provider.Errorf(provider.CodeUnavailable, "nothing answers on port %d in the sandbox: %v", port, err))
 		},
 	}
@@ -347,7 +433,7 @@ func (s *Server) presign(w http.ResponseWriter, r *http.Request, _ *caller) {
 		q.Set("expires", strconv.FormatInt(exp, 10))
 		q.Set("sig", hex.EncodeToString(s.mac("files", req.Method, b.ID, req.Path, q.Get("expires"))))
 		writeJSON(w, http.StatusOK, map[string]any{
-			"url": s.baseURL(r) + "/v1/signed/files?" + q.Encode(), "method": req.Method,
+			"url": s.baseURL() + "/v1/signed/files?" + q.Encode(), "method": req.Method,
 			"expiresAt": time.Unix(exp, 0).UTC(),
 		})
 		return nil
@@ -377,6 +463,7 @@ func (s *Server) signedDownload(w http.ResponseWriter, r *http.Request, _ *calle
 		writeError(w, err)
 		return
 	}
+	httpdeadline.Lift(w)
 	s.withSandbox(w, r, id, func(b *sandbox.Sandbox) error { return s.serveFile(w, r, b, p, 0, -1) })
 }
 
@@ -386,6 +473,7 @@ func (s *Server) signedUpload(w http.ResponseWriter, r *http.Request, _ *caller)
 		writeError(w, err)
 		return
 	}
+	httpdeadline.Lift(w)
 	s.withSandbox(w, r, id, func(b *sandbox.Sandbox) error { return s.writeBody(w, r, b, p, nil) })
 }
 

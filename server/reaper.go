@@ -10,7 +10,8 @@ import (
 )
 
 // Run does the server's background work until ctx ends: webhook deliveries from the outbox
-// (including those a previous process left unfinished) and the reaper.
+// (including those a previous process left unfinished) and the reaper (sandboxes past
+// their deadline, expired snapshots).
 func (s *Server) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -26,6 +27,9 @@ func (s *Server) reapLoop(ctx context.Context) {
 	for {
 		if err := s.Reconcile(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("reconciling sandboxes", "err", err)
+		}
+		if err := s.reapSnapshots(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("deleting expired snapshots", "err", err)
 		}
 		select {
 		case <-ctx.Done():

@@ -49,7 +49,8 @@ func serve(t *testing.T, home, prov string, env ...string) *child {
 // startServe starts `tupper serve` as serve does, without waiting for it.
 func startServe(t *testing.T, home, prov string, env ...string) *child {
 	t.Helper()
-	cmd := exec.Command(servertest.Binary(t), "serve", "--addr", "127.0.0.1:0", "--home", home, "--provider", prov)
+	// Webhook receivers of these tests listen on loopback.
+	cmd := exec.Command(servertest.Binary(t), "serve", "--addr", "127.0.0.1:0", "--home", home, "--provider", prov, "--allow-private-webhooks")
 	cmd.Env = append(os.Environ(), "TUPPER_HOME="+home)
 	cmd.Env = append(cmd.Env, env...)
 	pr, err := cmd.StderrPipe()

@@ -1,6 +1,10 @@
 package server
 
-import "net/http"
+import (
+	"net/http"
+
+	"github.com/tupper-dev/tupper/internal/httpdeadline"
+)
 
 // table is every route the server serves. The OpenAPI document (openapi.json) must describe
 // exactly these; TestOpenAPIMatchesRoutes checks it. A route with an empty Method takes every
@@ -10,38 +14,40 @@ func (s *Server) table() []route {
 		{"GET", "/v1/health", scopePublic, s.health},
 		{"GET", "/v1/openapi.json", scopePublic, s.openapi},
 
-		{"POST", "/mcp", scopeAccount, s.serveMCP},
-		{"GET", "/mcp", scopeAccount, s.serveMCP},
-		{"DELETE", "/mcp", scopeAccount, s.serveMCP},
+		{"POST", "/mcp", scopeAccount, long(s.serveMCP)},
+		{"GET", "/mcp", scopeAccount, long(s.serveMCP)},
+		{"DELETE", "/mcp", scopeAccount, long(s.serveMCP)},
 		{"GET", "/v1/info", scopeAny, s.info},
 
-		{"POST", "/v1/sandboxes", scopeAccount, s.createSandbox},
+		{"POST", "/v1/sandboxes", scopeAccount, long(s.createSandbox)},
 		{"GET", "/v1/sandboxes", scopeAccount, s.listSandboxes},
 		{"GET", "/v1/sandboxes/{id}", scopeSandbox, s.getSandbox},
 		{"DELETE", "/v1/sandboxes/{id}", scopeSandbox, s.deleteSandbox},
 		{"POST", "/v1/sandboxes/{id}/pause", scopeSandbox, s.pause},
 		{"POST", "/v1/sandboxes/{id}/resume", scopeSandbox, s.resume},
-		{"POST", "/v1/sandboxes/{id}/snapshot", scopeSandbox, s.snapshot},
+		// An API key only: a snapshot is a lasting copy of the sandbox's disk on the host,
+		// counted against the key's quota (Config.SnapshotsPerKey).
+		{"POST", "/v1/sandboxes/{id}/snapshot", scopeAccount, long(s.snapshot)},
 		{"POST", "/v1/sandboxes/{id}/timeout", scopeSandbox, s.setTimeout},
 		{"POST", "/v1/sandboxes/{id}/keep-alive", scopeSandbox, s.keepAlive},
 		{"GET", "/v1/sandboxes/{id}/busy", scopeSandbox, s.busy},
 		{"GET", "/v1/sandboxes/{id}/events", scopeSandbox, s.sandboxEvents},
 
-		{"POST", "/v1/sandboxes/{id}/run", scopeSandbox, s.run},
-		{"POST", "/v1/sandboxes/{id}/exec", scopeSandbox, s.exec},
-		{"GET", "/v1/sandboxes/{id}/terminal", scopeSandbox, s.terminal},
+		{"POST", "/v1/sandboxes/{id}/run", scopeSandbox, long(s.run)},
+		{"POST", "/v1/sandboxes/{id}/exec", scopeSandbox, long(s.exec)},
+		{"GET", "/v1/sandboxes/{id}/terminal", scopeSandbox, long(s.terminal)},
 
-		{"POST", "/v1/sandboxes/{id}/processes", scopeSandbox, s.startProcess},
+		{"POST", "/v1/sandboxes/{id}/processes", scopeSandbox, long(s.startProcess)},
 		{"GET", "/v1/sandboxes/{id}/processes", scopeSandbox, s.listProcesses},
 		{"GET", "/v1/sandboxes/{id}/processes/{name}", scopeSandbox, s.getProcess},
 		{"GET", "/v1/sandboxes/{id}/processes/{name}/logs", scopeSandbox, s.processLogs},
-		{"GET", "/v1/sandboxes/{id}/processes/{name}/lines", scopeSandbox, s.processLines},
+		{"GET", "/v1/sandboxes/{id}/processes/{name}/lines", scopeSandbox, long(s.processLines)},
 		{"POST", "/v1/sandboxes/{id}/processes/{name}/stop", scopeSandbox, s.stopProcess},
-		{"POST", "/v1/sandboxes/{id}/processes/{name}/restart", scopeSandbox, s.restartProcess},
-		{"POST", "/v1/sandboxes/{id}/processes/{name}/wait", scopeSandbox, s.waitProcess},
+		{"POST", "/v1/sandboxes/{id}/processes/{name}/restart", scopeSandbox, long(s.restartProcess)},
+		{"POST", "/v1/sandboxes/{id}/processes/{name}/wait", scopeSandbox, long(s.waitProcess)},
 
-		{"GET", "/v1/sandboxes/{id}/files/content", scopeSandbox, s.download},
-		{"PUT", "/v1/sandboxes/{id}/files/content", scopeSandbox, s.upload},
+		{"GET", "/v1/sandboxes/{id}/files/content", scopeSandbox, long(s.download)},
+		{"PUT", "/v1/sandboxes/{id}/files/content", scopeSandbox, long(s.upload)},
 		{"POST", "/v1/sandboxes/{id}/files/read", scopeSandbox, s.readFile},
 		{"POST", "/v1/sandboxes/{id}/files/write", scopeSandbox, s.writeFile},
 		{"POST", "/v1/sandboxes/{id}/files/edit", scopeSandbox, s.editFile},
@@ -54,20 +60,20 @@ func (s *Server) table() []route {
 		{"POST", "/v1/sandboxes/{id}/files/search", scopeSandbox, s.searchFiles},
 		{"POST", "/v1/sandboxes/{id}/files/mark", scopeSandbox, s.markFiles},
 		{"GET", "/v1/sandboxes/{id}/files/changes", scopeSandbox, s.changes},
-		{"GET", "/v1/sandboxes/{id}/files/watch", scopeSandbox, s.watch},
+		{"GET", "/v1/sandboxes/{id}/files/watch", scopeSandbox, long(s.watch)},
 		{"POST", "/v1/sandboxes/{id}/files/presign", scopeSandbox, s.presign},
 
-		{"POST", "/v1/sandboxes/{id}/git/clone", scopeSandbox, s.gitClone},
+		{"POST", "/v1/sandboxes/{id}/git/clone", scopeSandbox, long(s.gitClone)},
 		{"POST", "/v1/sandboxes/{id}/git/status", scopeSandbox, s.gitStatus},
 		{"POST", "/v1/sandboxes/{id}/git/diff", scopeSandbox, s.gitDiff},
 		{"POST", "/v1/sandboxes/{id}/git/commit", scopeSandbox, s.gitCommit},
-		{"POST", "/v1/sandboxes/{id}/git/push", scopeSandbox, s.gitPush},
+		{"POST", "/v1/sandboxes/{id}/git/push", scopeSandbox, long(s.gitPush)},
 		{"POST", "/v1/sandboxes/{id}/git/checkout", scopeSandbox, s.gitCheckout},
 
 		{"GET", "/v1/sandboxes/{id}/ports", scopeSandbox, s.listPorts},
 		{"POST", "/v1/sandboxes/{id}/ports/{port}/expose", scopeSandbox, s.exposePort},
 		{"DELETE", "/v1/sandboxes/{id}/ports/{port}", scopeSandbox, s.unexposePort},
-		{"", "/v1/sandboxes/{id}/proxy/{port}/{path...}", scopePreview, s.proxyPath},
+		{"", "/v1/sandboxes/{id}/proxy/{port}/{path...}", scopePreview, long(s.proxyPath)},
 		{"", "/v1/preview/{sig}/{path...}", scopePublic, s.proxySigned},
 
 		{"GET", "/v1/signed/files", scopePublic, s.signedDownload},
@@ -77,6 +83,17 @@ func (s *Server) table() []route {
 		{"POST", "/v1/webhooks", scopeAccount, s.createWebhook},
 		{"GET", "/v1/webhooks", scopeAccount, s.listWebhooks},
 		{"DELETE", "/v1/webhooks/{webhook}", scopeAccount, s.deleteWebhook},
+	}
+}
+
+// long lifts the write timeout (Config.WriteTimeout) of a route whose answer lasts as long as
+// the caller asks: a stream, a command, a process's readiness or exit, a file, a preview, a
+// terminal, MCP's event stream, a copy of a sandbox. It runs after authentication; routes a
+// signed URL opens lift it themselves once the signature is checked.
+func long(h func(w http.ResponseWriter, r *http.Request, c *caller)) func(w http.ResponseWriter, r *http.Request, c *caller) {
+	return func(w http.ResponseWriter, r *http.Request, c *caller) {
+		httpdeadline.Lift(w)
+		h(w, r, c)
 	}
 }
 

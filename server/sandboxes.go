@@ -214,6 +214,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, c *caller
 		opts.KeyMode = sandbox.KeyExact
 		opts.Locator = keyLocator{s: s, keyID: c.KeyID}
 	}
+	opts.PreviewURL = s.previewPath
 	ctx := r.Context()
 	b, err := sandbox.Create(ctx, s.prov, opts)
 	if err != nil {
@@ -384,7 +385,7 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request, _ *caller) {
 	})
 }
 
-func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, _ *caller) {
+func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, c *caller) {
 	var req struct {
 		ExpiresInMS int64 `json:"expiresInMs,omitempty"`
 	}
@@ -398,7 +399,7 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, _ *caller) {
 		return
 	}
 	s.withBox(w, r, func(b *sandbox.Sandbox) error {
-		id, err := b.Snapshot(r.Context(), sandbox.SnapshotOptions{ExpiresIn: exp})
+		id, err := s.takeSnapshot(r.Context(), b, c.KeyID, exp)
 		if err != nil {
 			return err
 		}

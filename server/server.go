@@ -21,16 +21,19 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"errors"
 	"github.com/tupper-dev/tupper/mcpserver"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/tupper-dev/tupper/internal/httpdeadline"
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
 	"github.com/tupper-dev/tupper/server/e2b"
@@ -40,14 +43,22 @@ import (
 // DefaultAddr is where `tupper serve` listens unless told otherwise: loopback only.
 const DefaultAddr = "127.0.0.1:7423"
 
+// The defaults of Config's snapshot bounds.
+const (
+	DefaultSnapshotExpiry      = 7 * 24 * time.Hour
+	DefaultSnapshotsPerSandbox = 10
+	DefaultSnapshotsPerKey     = 100
+)
+
 // Config configures a Server. Provider and Store are required.
 type Config struct {
 	Provider provider.Provider
 	Store    *store.Store
 	// Logger receives one line per request and the server's own messages; nil discards.
 	Logger *slog.Logger
-	// BaseURL is the server's public URL (e.g. https://sandboxes.example.com), used in preview
-	// and pre-signed URLs; "" derives it from each request's Host.
+	// BaseURL is the server's public URL (e.g. https://sandboxes.example.com or
+	// http://127.0.0.1:7423), used in preview and pre-signed URLs. Required: a link is never
+	// built from a request's Host header, which the client chooses.
 	BaseURL string
 	// Domain enables host-routed previews: {port}-{id}.{Domain}. "" serves only the path form.
 	Domain string
@@ -56,14 +67,34 @@ type Config struct {
 	// ReapInterval is how often the server reconciles its records with the provider and
 	// destroys sandboxes past their deadline; 0 is 10 s.
 	ReapInterval time.Duration
-	// WebhookClient sends webhook deliveries; nil is a client with a 10 s timeout.
-	WebhookClient *http.Client
+	// AllowPrivateWebhooks lets webhooks post to loopback and private addresses (RFC 1918,
+	// carrier-grade NAT, IPv6 ULA), for a server that posts to a service on its own machine
+	// or network. Without it a webhook reaches public addresses only; link-local addresses
+	// (cloud metadata services) and reserved ranges are refused either way.
+	AllowPrivateWebhooks bool
 	// WebhookBackoff is the first retry delay of a failed delivery, doubled each time up to an
 	// hour; 0 is 1 s. WebhookMaxAttempts (0: 15) attempts are made before giving up.
 	WebhookBackoff     time.Duration
 	WebhookMaxAttempts int
 	// Version is reported to MCP clients; "" is "dev".
 	Version string
+
+	// Snapshots made through the server (an API key is needed: each is a copy of a disk on
+	// the host) expire after SnapshotExpiry unless the request asks for less (0:
+	// DefaultSnapshotExpiry; negative: they do not expire unless asked), and the reaper
+	// deletes them. At most SnapshotsPerSandbox unexpired snapshots per sandbox and
+	// SnapshotsPerKey per API key (0: DefaultSnapshotsPerSandbox, DefaultSnapshotsPerKey;
+	// negative: no bound); past a bound a snapshot fails with resource_exhausted (429).
+	SnapshotExpiry                       time.Duration
+	SnapshotsPerSandbox, SnapshotsPerKey int
+
+	// The timeouts of HTTPServer: 0 is 10 s to read a request's headers, 1 min to read the
+	// rest of a request that is not authenticated, 5 min to write an answer and 2 min for an
+	// idle connection. An authenticated request's body has no read timeout (net/http would
+	// cancel its context when the deadline passes); streams and other answers that last as
+	// long as the caller asks (commands, processes, files, watches, previews, terminals,
+	// E2B's data plane, MCP) have no write timeout.
+	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 }
 
 // Server serves the API. Create it with New, serve Handler, and call Run for the background
@@ -74,6 +105,8 @@ type Server struct {
 	st     *store.Store
 	log    *slog.Logger
 	signer []byte // key of pre-signed URLs
+
+	webhooks *http.Client // sends deliveries to permitted targets only
 
 	routes []route
 	mux    *http.ServeMux
@@ -92,6 +125,8 @@ type Server struct {
 	wake chan struct{} // a new event may have queued deliveries
 
 	mcp *mcpserver.HTTPHandler // /mcp
+
+	previews *http.Transport // the preview proxy's, over Sandbox.DialPort
 }
 
 type keyLock struct {
@@ -113,18 +148,29 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.ReapInterval <= 0 {
 		cfg.ReapInterval = 10 * time.Second
 	}
-	if cfg.WebhookClient == nil {
-		cfg.WebhookClient = &http.Client{Timeout: 10 * time.Second}
-	}
 	if cfg.WebhookBackoff <= 0 {
 		cfg.WebhookBackoff = time.Second
 	}
 	if cfg.WebhookMaxAttempts <= 0 {
 		cfg.WebhookMaxAttempts = 15
 	}
+	cfg.SnapshotExpiry = cmp.Or(cfg.SnapshotExpiry, DefaultSnapshotExpiry)
+	cfg.SnapshotsPerSandbox = cmp.Or(cfg.SnapshotsPerSandbox, DefaultSnapshotsPerSandbox)
+	cfg.SnapshotsPerKey = cmp.Or(cfg.SnapshotsPerKey, DefaultSnapshotsPerKey)
 	cfg.BaseURL = strings.TrimSuffix(cfg.BaseURL, "/")
+	if u, err := url.Parse(cfg.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return nil, provider.Errorf(provider.CodeInvalidArgument, "server: BaseURL %q is not the server's absolute http or https URL", cfg.BaseURL)
+	}
+	cfg.ReadHeaderTimeout = cmp.Or(cfg.ReadHeaderTimeout, 10*time.Second)
+	cfg.ReadTimeout = cmp.Or(cfg.ReadTimeout, time.Minute)
+	cfg.WriteTimeout = cmp.Or(cfg.WriteTimeout, 5*time.Minute)
+	cfg.IdleTimeout = cmp.Or(cfg.IdleTimeout, 2*time.Minute)
 	signer, err := cfg.Store.Setting(ctx, "url-signing-key", 32)
 	if err != nil {
+		return nil, err
+	}
+	// Snapshots a previous process was making when it died were not made.
+	if err := cfg.Store.DropSnapshotReservations(ctx); err != nil {
 		return nil, err
 	}
 	// Deliveries a previous process had in flight when it died go out again now.
@@ -136,8 +182,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s := &Server{
 		cfg: cfg, prov: cfg.Provider, st: cfg.Store, log: cfg.Logger, signer: signer,
 		handles: map[string]*sandbox.Sandbox{}, keyLocks: map[string]*keyLock{},
-		wake: make(chan struct{}, 1),
+		wake: make(chan struct{}, 1), webhooks: webhookClient(cfg.AllowPrivateWebhooks),
 	}
+	s.previews = s.newPreviewTransport()
 	if s.mcp, err = s.newMCP(); err != nil {
 		return nil, err
 	}
@@ -172,6 +219,9 @@ func (s *Server) e2bHooks() e2b.Hooks {
 		TimeoutSet: func(ctx context.Context, id string, deadline time.Time) {
 			s.emit(ctx, EventTimeoutSet, id, map[string]any{"deadline": deadline.UTC()})
 		},
+		Snapshot: func(ctx context.Context, b *sandbox.Sandbox, keyID string) (string, error) {
+			return s.takeSnapshot(ctx, b, keyID, 0)
+		},
 		SnapshotCreated: func(ctx context.Context, id, snap string) {
 			s.emit(ctx, EventSnapshotCreated, id, map[string]string{"snapshotId": snap})
 		},
@@ -201,6 +251,19 @@ func (s *Server) Handler() http.Handler {
 		}
 		s.logRequest(r, pattern, lw.status, start)
 	})
+}
+
+// HTTPServer returns an http.Server that serves Handler with the server's timeouts
+// (Config.ReadHeaderTimeout and the others). Serve it on a listener; Shutdown ends it.
+func (s *Server) HTTPServer() *http.Server {
+	return &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		ReadTimeout:       s.cfg.ReadTimeout,
+		WriteTimeout:      s.cfg.WriteTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
 }
 
 // logRequest logs one request by its route pattern, never its path or query (which may hold
@@ -236,6 +299,7 @@ func (w *logWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // sandbox handles (the other sandboxes live on). Idempotent.
 func (s *Server) Close() error {
 	s.closeMCP()
+	s.previews.CloseIdleConnections()
 	s.hmu.Lock()
 	defer s.hmu.Unlock()
 	for id, b := range s.handles {
@@ -323,7 +387,7 @@ func (s *Server) authenticate(r *http.Request, rt route) (*caller, error) {
 			return &caller{SandboxID: id}, nil
 		}
 		if rt.Scope != scopeSandbox && rt.Scope != scopePreview {
-			return nil, provider.Errorf(provider.CodeForbidden, "a sandbox token may only use its own sandbox's routes; use an API key")
+			return nil, provider.Errorf(provider.CodeForbidden, "this route needs an API key: a sandbox token may use only its own sandbox's routes, and may not snapshot it")
 		}
 		if subtle.ConstantTimeCompare([]byte(id), []byte(r.PathValue("id"))) != 1 {
 			return nil, provider.Errorf(provider.CodeForbidden, "this sandbox token belongs to another sandbox")
@@ -337,6 +401,7 @@ func (s *Server) wrap(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := &caller{}
 		if rt.Scope == scopePreview && s.isPublicPort(r) {
+			httpdeadline.LiftRead(w)
 			rt.h(w, r, c)
 			return
 		}
@@ -349,6 +414,7 @@ func (s *Server) wrap(rt route) http.Handler {
 				writeError(w, err)
 				return
 			}
+			httpdeadline.LiftRead(w)
 		}
 		rt.h(w, r, c)
 	})
@@ -367,7 +433,7 @@ func (s *Server) box(ctx context.Context, id string) (*sandbox.Sandbox, error) {
 	if b != nil {
 		return b, nil
 	}
-	b, err := sandbox.Connect(ctx, s.prov, id, sandbox.ConnectOptions{})
+	b, err := sandbox.Connect(ctx, s.prov, id, sandbox.ConnectOptions{PreviewURL: s.previewPath})
 	if errors.Is(err, provider.CodeNotFound) {
 		s.gone(ctx, id, EventExpired, nil)
 		return nil, provider.Errorf(provider.CodeNotFound, "no sandbox %q", id)

@@ -52,8 +52,9 @@ func newEnv(t *testing.T, mod ...func(*Config)) *env {
 		t.Fatal(err)
 	}
 	logs := &syncBuffer{}
+	ts := httptest.NewUnstartedServer(nil)
 	cfg := Config{
-		Provider: memory.New(), Store: st,
+		Provider: memory.New(), Store: st, BaseURL: "http://" + ts.Listener.Addr().String(),
 		Logger:         slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		WebhookBackoff: 50 * time.Millisecond, ReapInterval: time.Hour,
 	}
@@ -64,7 +65,8 @@ func newEnv(t *testing.T, mod ...func(*Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(srv.Handler())
+	ts.Config = srv.HTTPServer()
+	ts.Start()
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { srv.Run(rctx); close(done) }()
@@ -104,6 +106,9 @@ func (e *env) do(method, path, cred string, body any, hdr ...string) (*http.Resp
 		req.Header.Set("Authorization", "Bearer "+cred)
 	}
 	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i] == "Host" {
+			req.Host = hdr[i+1]
+		}
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	resp, err := e.ts.Client().Do(req)

@@ -183,6 +183,12 @@ func (s *Store) AddToken(ctx context.Context, id string, tokenHash []byte) error
 	return dbErr(err)
 }
 
+// RemoveToken forgets one token of a sandbox; a token the store does not hold is no error.
+func (s *Store) RemoveToken(ctx context.Context, tokenHash []byte) error {
+	_, err := s.db.ExecContext(ctx, `DELETE FROM sandbox_tokens WHERE hash = ?`, tokenHash)
+	return dbErr(err)
+}
+
 // SandboxForToken returns the id of the live sandbox the token belongs to, or CodeUnauthorized.
 func (s *Store) SandboxForToken(ctx context.Context, token string) (string, error) {
 	want := Hash(token)

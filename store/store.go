@@ -1,5 +1,6 @@
 // Package store is the durable state of a tupper server: account API keys, the sandboxes it
-// made and their tokens, lifecycle events, webhooks and the outbox of webhook deliveries.
+// made and their tokens, the snapshots made through it, lifecycle events, webhooks and the
+// outbox of webhook deliveries.
 //
 // It is an embedded SQLite database (modernc.org/sqlite, pure Go, no cgo) in one file, in WAL
 // mode, every connection with a busy timeout, so `tupper keys` in another process can read
@@ -133,6 +134,19 @@ CREATE TABLE settings (
 	// 3: replace the server's secrets. Tuppers before this one created server.db-wal and
 	// server.db-shm readable by other users, and the secrets passed through them.
 	`DELETE FROM settings;`,
+	// 4: the snapshots made through the server, for its quotas and its expiry.
+	`
+CREATE TABLE snapshots (
+	id         TEXT PRIMARY KEY,
+	sandbox_id TEXT NOT NULL,
+	api_key_id TEXT NOT NULL DEFAULT '',
+	created_at INTEGER NOT NULL,
+	expires_at INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX snapshots_sandbox ON snapshots(sandbox_id);
+CREATE INDEX snapshots_key ON snapshots(api_key_id);
+CREATE INDEX snapshots_expiry ON snapshots(expires_at) WHERE expires_at != 0;
+`,
 }
 
 // rotateSecretsVersion is the migration that replaces the secrets of stores made by older

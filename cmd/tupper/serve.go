@@ -22,9 +22,11 @@ func newServeCmd() *cobra.Command {
 	var (
 		addr, home, domain, baseURL, provName string
 		runtimeName                           string
-		quiet                                 bool
+		quiet, allowPrivateWebhooks           bool
 		pool                                  int
 		allowPrivate                          []string
+		snapExpiry                            time.Duration
+		snapsPerSandbox, snapsPerKey          int
 	)
 	cmd := &cobra.Command{
 		Use:   "serve [--addr HOST:PORT]",
@@ -80,17 +82,28 @@ func newServeCmd() *cobra.Command {
 				return err
 			}
 			defer st.Close()
-			srv, err := server.New(ctx, server.Config{Provider: prov, Store: st, Logger: logger, Domain: domain, BaseURL: baseURL, Version: version})
-			if err != nil {
-				return err
-			}
-			defer srv.Close()
 			ln, err := net.Listen("tcp", addr)
 			if err != nil {
 				return fmt.Errorf("listen on %s: %w (pick another with --addr)", addr, err)
 			}
+			defer ln.Close()
+			if baseURL == "" {
+				if baseURL, err = listenURL(ln.Addr()); err != nil {
+					return err
+				}
+			}
+			srv, err := server.New(ctx, server.Config{Provider: prov, Store: st, Logger: logger, Domain: domain, BaseURL: baseURL, Version: version,
+				AllowPrivateWebhooks: allowPrivateWebhooks,
+				// The flags' 0 is "none"; the Config's is "the default".
+				SnapshotExpiry:      noneIfZero(snapExpiry),
+				SnapshotsPerSandbox: noneIfZero(snapsPerSandbox),
+				SnapshotsPerKey:     noneIfZero(snapsPerKey),
+			})
+			if err != nil {
+				return err
+			}
+			defer srv.Close()
 			if err := claim.Serving("http://" + ln.Addr().String()); err != nil {
-				ln.Close()
 				return err
 			}
 			fmt.Fprintf(errw, "tupper: serving on http://%s (provider %s, state %s)\n", ln.Addr(), prov.Name(), st.Path())
@@ -105,7 +118,7 @@ func newServeCmd() *cobra.Command {
 			if keys, err := st.Keys(ctx); err == nil && len(keys) == 0 {
 				fmt.Fprintln(errw, "tupper: no API keys yet: create one with `tupper keys create`")
 			}
-			hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+			hs := srv.HTTPServer()
 			rctx, stop := context.WithCancel(ctx)
 			defer stop()
 			done := make(chan struct{})
@@ -130,12 +143,29 @@ func newServeCmd() *cobra.Command {
 	fl.StringVar(&home, "home", store.Home(), "state directory ($TUPPER_HOME)")
 	fl.StringVar(&provName, "provider", os.Getenv("TUPPER_PROVIDER"), "provider of the sandboxes (default: $TUPPER_PROVIDER, else the platform default: local on Linux)")
 	fl.StringVar(&domain, "domain", os.Getenv("TUPPER_DOMAIN"), "serve previews on {port}-{id}.DOMAIN too ($TUPPER_DOMAIN)")
-	fl.StringVar(&baseURL, "base-url", os.Getenv("TUPPER_BASE_URL"), "public URL of the server for the links it hands out (default: from each request)")
+	fl.StringVar(&baseURL, "base-url", os.Getenv("TUPPER_BASE_URL"), "public URL of the server for the links it hands out (default: http://ADDR of --addr; required when --addr is all addresses)")
 	fl.BoolVar(&quiet, "quiet", false, "log warnings and errors only, not every request")
 	fl.StringArrayVar(&allowPrivate, "allow-private", nil, allowPrivateUsage)
 	fl.StringVar(&runtimeName, "runtime", "", "default OCI runtime of the local provider: crun, runc or runsc (default: crun when it works here, else runc; see tupper doctor)")
+	fl.BoolVar(&allowPrivateWebhooks, "allow-private-webhooks", false, "let webhooks post to loopback and private addresses (a receiver on this machine or network); link-local and metadata addresses stay refused")
+	fl.DurationVar(&snapExpiry, "snapshot-expiry", server.DefaultSnapshotExpiry, "snapshots made through the server expire and are deleted after this, the longest a request may ask (0: they are kept until they expire as asked, or for ever)")
+	fl.IntVar(&snapsPerSandbox, "snapshots-per-sandbox", server.DefaultSnapshotsPerSandbox, "most unexpired snapshots of one sandbox (0: no bound)")
+	fl.IntVar(&snapsPerKey, "snapshots-per-key", server.DefaultSnapshotsPerKey, "most unexpired snapshots made with one API key (0: no bound)")
 	fl.IntVar(&pool, "pool", 0, "keep this many sandboxes started for creates of the default shape with network none (local provider; see docs/local.md)")
 	return cmd
+}
+
+// listenURL is the server's URL when no --base-url says it: http:// and the address it
+// listens on. A server on every address (0.0.0.0, [::]) has no such URL.
+func listenURL(a net.Addr) (string, error) {
+	host, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return "", err
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		return "", fmt.Errorf("listening on every address (%s): say the URL clients reach the server on with --base-url (or $TUPPER_BASE_URL), for the links it hands out", a)
+	}
+	return "http://" + a.String(), nil
 }
 
 func envOr(name, def string) string {
@@ -143,4 +173,12 @@ func envOr(name, def string) string {
 		return v
 	}
 	return def
+}
+
+// noneIfZero turns a flag's 0 ("none") into the negative value server.Config takes for it.
+func noneIfZero[T int | time.Duration](v T) T {
+	if v == 0 {
+		return -1
+	}
+	return v
 }

@@ -113,10 +113,13 @@
 // namespace (or sysfs cannot be mounted), so the provider runs `runc create`, plumbs the
 // veth into /proc/PID/ns/net, then `runc start`; otherwise `runc run --detach`.
 //
-// Preview URLs: PreviewURL(port) opens a listener on 127.0.0.1:random in the calling
-// process, forwarding each connection through the agent's tunnel (GET /tupper/tunnel,
-// upgraded to a raw stream to 127.0.0.1:port inside), so it works with network none. The
-// listener belongs to the Provider: Destroy of the sandbox or Provider.Close ends it.
+// Ports: DialPort(port) (provider.PortDialer) connects to 127.0.0.1:port inside through
+// the agent's tunnel (GET /tupper/tunnel, upgraded to a raw stream), so it works with
+// network none, and opens no listener: tupper serve proxies previews this way.
+// PreviewURL(port), for a caller in this process that wants a URL (the SDK's Process.URL),
+// opens a listener on 127.0.0.1:random in the calling process that forwards each connection
+// the same way; any process of the host can connect to it. The listener belongs to the
+// Provider: Destroy of the sandbox or Provider.Close ends it.
 //
 // # runsc (gVisor as packaged by Debian: 20240729 from bookworm-backports, or 20221219)
 //

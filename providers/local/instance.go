@@ -42,6 +42,7 @@ var (
 )
 
 var _ provider.CapabilityReporter = (*Instance)(nil)
+var _ provider.PortDialer = (*Instance)(nil)
 
 // Capabilities are the sandbox's own, kept in its record at creation (they depend on its
 // runtime), so connecting to a sandbox does not probe the host; for a sandbox recorded
@@ -513,6 +514,20 @@ func (i *Instance) PreviewURL(ctx context.Context, port int) (string, error) {
 		return "", err
 	}
 	return "http://" + pv.addr() + "/", nil
+}
+
+// DialPort connects to port inside the sandbox (its 127.0.0.1:port) through the agent's
+// tunnel, as PreviewURL's listener does for each connection, but with no listener: only the
+// caller holds the connection. It works with any network mode (provider.PortDialer).
+func (i *Instance) DialPort(ctx context.Context, port int) (net.Conn, error) {
+	if port < 1 || port > 65535 {
+		return nil, provider.Errorf(provider.CodeInvalidArgument, "port %d out of range", port)
+	}
+	if err := i.check(); err != nil {
+		return nil, err
+	}
+	c, err := i.c.DialPort(ctx, port)
+	return c, i.agentErr(err, "dial_port")
 }
 
 // Close releases the client connection; the sandbox lives on. It is idempotent.

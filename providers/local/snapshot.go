@@ -88,6 +88,18 @@ func (p *Provider) removeSnapshot(id string) {
 	}
 }
 
+// DeleteSnapshot removes a snapshot now (provider.SnapshotDeleter); CodeNotFound when there
+// is none by that id (or it has expired, and is removed all the same).
+func (p *Provider) DeleteSnapshot(ctx context.Context, id string) error {
+	if _, err := p.readSnapshot(id); err != nil {
+		return err
+	}
+	p.removeSnapshot(id)
+	return nil
+}
+
+var _ provider.SnapshotDeleter = (*Provider)(nil)
+
 // reapSnapshots removes expired snapshots and what a snapshot or removal interrupted by a
 // crash left (temporary directories whose process is gone).
 func (p *Provider) reapSnapshots() {

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tupper-dev/tupper/internal/httpdeadline"
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
 	"github.com/tupper-dev/tupper/store"
@@ -57,6 +58,7 @@ func (s *Server) controlMux() *router {
 				writeError(w, err)
 				return
 			}
+			httpdeadline.LiftRead(w)
 			fn(w, r, keyID)
 		})
 	}
@@ -264,6 +266,7 @@ func isTrue(raw json.RawMessage) bool {
 }
 
 func (s *Server) create(w http.ResponseWriter, r *http.Request, keyID string, defTimeout int64) {
+	httpdeadline.Lift(w) // a template or a snapshot may take a while to start from
 	var req newSandbox
 	if err := decodeBody(w, r, &req); err != nil {
 		writeError(w, err)
@@ -318,7 +321,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, keyID string, de
 		ID: b.ID, Provider: s.prov.Name(), APIKeyID: keyID, Labels: labels,
 		CreatedAt: info.CreatedAt, Deadline: deadline, State: info.State,
 	}
-	if err := s.st.PutSandbox(context.WithoutCancel(ctx), rec, store.Hash(s.envdToken(b.ID))); err != nil {
+	if err := s.st.PutSandbox(context.WithoutCancel(ctx), rec, nil); err != nil {
 		undo(err)
 		return
 	}
@@ -549,9 +552,6 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, _ string) {
 		if err := s.extend(ctx, b, rec, info, d); err != nil {
 			return err
 		}
-		if err := s.registerToken(ctx, b.ID); err != nil {
-			return err
-		}
 		writeJSON(w, status, s.sandboxJSON(b.ID, info.Template, rec.Labels))
 		return nil
 	})
@@ -601,15 +601,13 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request, _ string) {
 		if err := s.extend(ctx, b, rec, info, d); err != nil {
 			return err
 		}
-		if err := s.registerToken(ctx, b.ID); err != nil {
-			return err
-		}
 		writeJSON(w, http.StatusCreated, s.sandboxJSON(b.ID, info.Template, rec.Labels))
 		return nil
 	})
 }
 
-func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, _ string) {
+func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, keyID string) {
+	httpdeadline.Lift(w) // a copy of the sandbox's disk
 	var req struct {
 		Name string `json:"name"`
 	}
@@ -622,7 +620,13 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, _ string) {
 		return
 	}
 	s.withBox(w, r, func(b *sandbox.Sandbox, _ store.Sandbox, _ provider.Info) error {
-		id, err := b.Snapshot(r.Context(), sandbox.SnapshotOptions{})
+		var id string
+		var err error
+		if h := s.cfg.Hooks.Snapshot; h != nil {
+			id, err = h(r.Context(), b, keyID)
+		} else {
+			id, err = b.Snapshot(r.Context(), sandbox.SnapshotOptions{})
+		}
 		if err != nil {
 			return err
 		}

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tupper-dev/tupper/agent/spec/process"
+	"github.com/tupper-dev/tupper/internal/httpdeadline"
 	"github.com/tupper-dev/tupper/provider"
 )
 
@@ -42,8 +43,7 @@ const envdHostSuffix = ".envd.invalid"
 
 // target is which sandbox a data-plane request is for.
 type target struct {
-	id          string // from the header or the host
-	bySignature bool   // a header-less signed /files URL: found by its signature
+	id string // from the header or the host; "" for a signed /files URL that names none
 }
 
 // dataPlane reports whether r is for a sandbox's envd, and which.
@@ -56,7 +56,8 @@ func (s *Server) dataPlane(r *http.Request) (target, bool) {
 		return target{id: id}, true
 	}
 	if r.URL.Path == "/files" && r.URL.Query().Get("signature") != "" {
-		return target{bySignature: true}, true
+		// A signed URL made against E2B_SANDBOX_URL: it names no sandbox (serveEnvd refuses it).
+		return target{}, true
 	}
 	return target{}, false
 }
@@ -103,12 +104,11 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request, t target) {
 	ctx := r.Context()
 	q := r.URL.Query()
 	id := t.id
-	if t.bySignature {
-		var err error
-		if id, err = s.sandboxForSignature(ctx, r.Method, q); err != nil {
-			writeEnvdError(w, http.StatusUnauthorized, err.Error())
-			return
-		}
+	if id == "" {
+		// Finding the sandbox whose token signed the URL would cost a hash per live sandbox,
+		// for anyone who asks.
+		writeEnvdError(w, http.StatusUnauthorized, errSignatureNoSandbox.Error())
+		return
 	}
 	if p := r.Header.Get(headerSandboxPort); p != "" && p != strconv.Itoa(EnvdPort) {
 		writeJSON(w, http.StatusBadGateway, map[string]any{"sandboxId": id, "message": "only the envd port " + strconv.Itoa(EnvdPort) + " is served through E2B's routing headers", "code": http.StatusBadGateway})
@@ -134,9 +134,28 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request, t target) {
 		writeSandboxPaused(w, id)
 		return
 	}
-	if err := s.envdAuthorize(r, id, q); err != nil {
+	if !envdPath(r.URL.Path) {
+		// The agent serves more than envd's API (its tunnel to the sandbox's ports, its
+		// deadlines): the server's own, never the data plane's.
+		writeEnvdError(w, http.StatusNotFound, "no route "+r.Method+" "+r.URL.Path)
+		return
+	}
+	signed, err := s.envdAuthorize(r, id, q)
+	if err != nil {
 		writeEnvdError(w, http.StatusUnauthorized, err.Error())
 		return
+	}
+	// Commands, watches and file transfers last as long as the caller asks.
+	httpdeadline.Lift(w)
+	if signed {
+		// A signed URL acts as the user it was signed for, or the default user when it
+		// names none (as envd does): never one the request adds in its Authorization.
+		user := q.Get("username")
+		if user == "" {
+			user = defaultUser
+		}
+		r.Header.Del("Authorization")
+		r.SetBasicAuth(user, "")
 	}
 	if r.Method == http.MethodPost && r.URL.Path == "/process.Process/Start" {
 		if err := startInHome(r); err != nil {
@@ -147,40 +166,31 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request, t target) {
 	s.proxy.ServeHTTP(w, r.WithContext(context.WithValue(ctx, sandboxKey{}, id)))
 }
 
-// envdAuthorize applies envd's rules with the sandbox's token: X-Access-Token on every
-// request but GET /health and /files, where a valid signed URL also does. It returns nil,
-// or why the request is refused.
-func (s *Server) envdAuthorize(r *http.Request, id string, q url.Values) error {
-	if r.URL.Path == "/health" && r.Method == http.MethodGet {
-		return nil
-	}
-	if s.tokenOK(r.Context(), id, r.Header.Get(headerAccessToken)) {
-		return nil
-	}
-	if r.URL.Path == "/files" && q.Has("signature") && (r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodPost) {
-		return s.checkSignature(id, r.Method, q, time.Now())
-	}
-	return errors.New(unauthorizedMessage)
+// envdPath reports whether path is in envd's API, the part of the agent's API the data
+// plane passes on: /health, /files and the Connect services process.Process and
+// filesystem.Filesystem.
+func envdPath(path string) bool {
+	return path == "/health" || path == "/files" ||
+		strings.HasPrefix(path, "/process.Process/") || strings.HasPrefix(path, "/filesystem.Filesystem/")
 }
 
-// sandboxForSignature finds the live sandbox whose token signed a /files URL. It returns
-// errSignatureInvalid when there is none, and the sandbox with errSignatureExpired when
-// the URL is one of its own but has expired.
-func (s *Server) sandboxForSignature(ctx context.Context, method string, q url.Values) (string, error) {
-	recs, err := s.st.Sandboxes(ctx)
-	if err != nil {
-		return "", errSignatureInvalid
+// envdAuthorize applies envd's rules with the sandbox's token: X-Access-Token on every
+// request but GET /health and /files, where a valid signed URL also does (signed is then
+// true). It returns why the request is refused, or nil.
+func (s *Server) envdAuthorize(r *http.Request, id string, q url.Values) (signed bool, err error) {
+	if r.URL.Path == "/health" && r.Method == http.MethodGet {
+		return false, nil
 	}
-	now := time.Now()
-	for _, rec := range recs {
-		if !idPattern.MatchString(rec.ID) {
-			continue
-		}
-		if err := s.checkSignature(rec.ID, method, q, now); err != errSignatureInvalid {
-			return rec.ID, err
-		}
+	if s.tokenOK(r.Context(), id, r.Header.Get(headerAccessToken)) {
+		return false, nil
 	}
-	return "", errSignatureInvalid
+	if r.URL.Path == "/files" && q.Has("signature") && (r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodPost) {
+		if err := s.checkSignature(id, r.Method, q, time.Now()); err != nil {
+			return false, err
+		}
+		return true, nil
+	}
+	return false, errors.New(unauthorizedMessage)
 }
 
 // HeaderTrafficToken carries the traffic access token of a sandbox whose ports take

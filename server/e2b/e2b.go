@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/sandbox"
 	"github.com/tupper-dev/tupper/store"
 )
 
@@ -39,6 +40,9 @@ type Hooks struct {
 	Paused, Resumed func(ctx context.Context, id string)
 	// TimeoutSet follows a new deadline (already recorded in the store).
 	TimeoutSet func(ctx context.Context, id string, deadline time.Time)
+	// Snapshot snapshots b for the API key keyID (the server's quotas and expiry, and its
+	// record of the snapshot). Nil: b.Snapshot, kept until deleted.
+	Snapshot func(ctx context.Context, b *sandbox.Sandbox, keyID string) (string, error)
 	// SnapshotCreated follows a snapshot of a sandbox.
 	SnapshotCreated func(ctx context.Context, id, snapshotID string)
 }
@@ -80,6 +84,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, prov: cfg.Provider, st: cfg.Store, log: cfg.Logger, tokenKey: key}
+	if err := s.forgetEnvdTokens(ctx); err != nil {
+		return nil, err
+	}
 	s.control = s.controlMux()
 	s.proxy = s.newProxy(s.dialEnvd)
 	return s, nil

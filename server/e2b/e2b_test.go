@@ -89,9 +89,27 @@ func TestControlPlane(t *testing.T) {
 			t.Errorf("created sandbox: %+v", sb)
 		}
 	}
-	// The envd token is also a sandbox token of the native API.
-	if r := call(t, "GET", u+"/v1/sandboxes/"+v2.SandboxID, "", "", map[string]string{"Authorization": "Bearer " + v2.EnvdAccessToken}, nil); r.StatusCode != 200 {
-		t.Errorf("GET /v1/sandboxes/{id} with the envd token: %d", r.StatusCode)
+	// The envd token is a credential of the data plane only: the native API and the control
+	// plane refuse it for everything (it used to delete, expose, presign, snapshot and extend).
+	envdAuth := map[string]string{"Authorization": "Bearer " + v2.EnvdAccessToken}
+	for _, op := range []struct{ method, path, body string }{
+		{"GET", "/v1/sandboxes/" + v2.SandboxID, ""},
+		{"DELETE", "/v1/sandboxes/" + v2.SandboxID, ""},
+		{"POST", "/v1/sandboxes/" + v2.SandboxID + "/timeout", `{"timeoutMs":3153600000000}`},
+		{"POST", "/v1/sandboxes/" + v2.SandboxID + "/snapshot", `{}`},
+		{"POST", "/v1/sandboxes/" + v2.SandboxID + "/ports/3000/expose", `{"public":true}`},
+		{"POST", "/v1/sandboxes/" + v2.SandboxID + "/files/presign", `{"path":"/etc/passwd"}`},
+		{"POST", "/v1/sandboxes/" + v2.SandboxID + "/run", `{"command":"true"}`},
+	} {
+		if r := call(t, op.method, u+op.path, "", op.body, envdAuth, nil); r.StatusCode != 401 {
+			t.Errorf("%s %s with the envd token: %d, want 401", op.method, op.path, r.StatusCode)
+		}
+	}
+	if r := call(t, "DELETE", u+"/sandboxes/"+v2.SandboxID, v2.EnvdAccessToken, "", nil, nil); r.StatusCode != 401 {
+		t.Errorf("E2B kill with the envd token as the API key: %d, want 401", r.StatusCode)
+	}
+	if r := call(t, "GET", u+"/sandboxes/"+v2.SandboxID, key, "", nil, nil); r.StatusCode != 200 {
+		t.Errorf("the sandbox after the envd token's attempts: %d, want it alive (200)", r.StatusCode)
 	}
 	// The e2b_ key is an account key of the native API.
 	var native struct {
@@ -391,9 +409,9 @@ func TestListOrderAndMetadata(t *testing.T) {
 	}
 }
 
-// A signed /files URL that has expired is refused with envd's words, with or without
-// E2B's routing header; a forged one too. The checks come before anything reaches the
-// provider (the memory provider has no data plane).
+// A signed /files URL that has expired is refused with envd's words, with E2B's routing
+// header (without it, the URL names no sandbox); a forged one too. The checks come before
+// anything reaches the provider (the memory provider has no data plane).
 func TestSignedURLErrors(t *testing.T) {
 	srv := servertest.Start(t, memory.New(), "")
 	u, key := srv.URL, srv.Key
@@ -404,8 +422,11 @@ func TestSignedURLErrors(t *testing.T) {
 	past := time.Now().Add(-10 * time.Second).Unix()
 	q := url.Values{"path": {"/home/user/a.txt"}, "signature_expiration": {strconv.FormatInt(past, 10)}}
 	q.Set("signature", e2b.Signature("/home/user/a.txt", "read", "", sb.EnvdAccessToken, past))
-	for _, hdr := range []map[string]string{nil, {"E2b-Sandbox-Id": sb.SandboxID}} {
-		var e apiErr
+	var e apiErr
+	if r := call(t, "GET", u+"/files?"+q.Encode(), "", "", nil, &e); r.StatusCode != 401 || !strings.HasPrefix(e.Message, "invalid signature: the URL names no sandbox") {
+		t.Errorf("without E2b-Sandbox-Id: %d %+v", r.StatusCode, e)
+	}
+	for _, hdr := range []map[string]string{{"E2b-Sandbox-Id": sb.SandboxID}} {
 		if r := call(t, "GET", u+"/files?"+q.Encode(), "", "", hdr, &e); r.StatusCode != 401 || e != (apiErr{401, "signature is already expired"}) {
 			t.Errorf("expired, headers %v: %d %+v", hdr, r.StatusCode, e)
 		}

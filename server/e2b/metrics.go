@@ -2,7 +2,6 @@ package e2b
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"math"
 	"net/http"
@@ -58,7 +57,7 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request, _ string) {
 	s.withBox(w, r, func(b *sandbox.Sandbox, _ store.Sandbox, info provider.Info) error {
 		out := []sandboxMetric{}
 		if inRange && info.State != provider.StatePaused && s.prov.Capabilities().Has(provider.CapShell) {
-			m, err := sample(r.Context(), b.Native)
+			m, err := sample(r.Context(), b)
 			if err != nil {
 				return err
 			}
@@ -69,14 +68,20 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request, _ string) {
 	})
 }
 
-func sample(ctx context.Context, inst provider.Instance) (sandboxMetric, error) {
-	var stdout bytes.Buffer
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if _, err := inst.Exec(ctx, provider.ExecRequest{Command: metricsScript, Cwd: "/", Stdout: &stdout}); err != nil {
+// maxMetricsOutput bounds what sample reads of metricsScript's output (about 500 bytes).
+// Sandbox code can write into the script's output (its stdout is a pipe any root process
+// there can open through /proc), so the bound is what keeps the server's memory its own.
+const maxMetricsOutput = 16 << 10
+
+func sample(ctx context.Context, b *sandbox.Sandbox) (sandboxMetric, error) {
+	res, err := b.Run(ctx, metricsScript, sandbox.RunOptions{Cwd: "/", Timeout: 10 * time.Second, MaxOutputBytes: maxMetricsOutput})
+	if err != nil {
 		return sandboxMetric{}, err
 	}
-	return parseMetrics(stdout.String(), time.Now()), nil
+	if res.Truncated {
+		return sandboxMetric{}, provider.Errorf(provider.CodeProvider, "the sandbox's metrics are more than %d bytes: something in the sandbox wrote into them", maxMetricsOutput)
+	}
+	return parseMetrics(res.Stdout, time.Now()), nil
 }
 
 // parseMetrics reads metricsScript's output. Values a sandbox cannot show are 0.

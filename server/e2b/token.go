@@ -15,9 +15,10 @@ import (
 	"github.com/tupper-dev/tupper/store"
 )
 
-// envdToken is the sandbox's envd access token: a sandbox token of the server (sbt_ and 40
-// hex digits) derived from the id, so the server can recompute it to check signed URLs
-// while the store keeps only its hash.
+// envdToken is the sandbox's envd access token (sbt_ and 40 hex digits), derived from the id
+// so the server can recompute it to check signed URLs. It is a credential of the data plane
+// only (envd's API: commands, files, signed /files URLs): the store does not hold it, so the
+// native API and the control plane do not take it.
 func (s *Server) envdToken(id string) string {
 	m := hmac.New(sha256.New, s.tokenKey)
 	m.Write([]byte("e2b envd access token\x00" + id))
@@ -34,14 +35,19 @@ func (s *Server) trafficToken(id string) string {
 	return hex.EncodeToString(m.Sum(nil))[:40]
 }
 
-// registerToken makes sure the store knows the sandbox's envd token (a sandbox made through
-// the native API gets it at its first E2B connect).
-func (s *Server) registerToken(ctx context.Context, id string) error {
-	tok := s.envdToken(id)
-	if got, err := s.st.SandboxForToken(ctx, tok); err == nil && got == id {
-		return nil
+// forgetEnvdTokens removes the envd tokens that servers before this one recorded as sandbox
+// tokens of the native API, where they could delete, snapshot or extend their sandbox.
+func (s *Server) forgetEnvdTokens(ctx context.Context) error {
+	recs, err := s.st.Sandboxes(ctx)
+	if err != nil {
+		return err
 	}
-	return s.st.AddToken(context.WithoutCancel(ctx), id, store.Hash(tok))
+	for _, rec := range recs {
+		if err := s.st.RemoveToken(ctx, store.Hash(s.envdToken(rec.ID))); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // tokenOK reports whether tok is an access token of sandbox id: its envd token, or any
@@ -73,6 +79,9 @@ func Signature(path, op, user, token string, expiration int64) string {
 var (
 	errSignatureInvalid = errors.New("invalid signature")
 	errSignatureExpired = errors.New("signature is already expired")
+	// A signed URL without E2b-Sandbox-Id or a 49983-{id}.{domain} host (one made against
+	// E2B_SANDBOX_URL) names no sandbox.
+	errSignatureNoSandbox = errors.New("invalid signature: the URL names no sandbox; send it to the sandbox's 49983-{id}.{domain} host (tupper serve --domain) or with an E2b-Sandbox-Id header")
 )
 
 // checkSignature checks a signed /files URL against the sandbox's envd token: nil,

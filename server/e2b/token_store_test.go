@@ -43,3 +43,31 @@ func TestEnvdTokensAfterAnExposedStore(t *testing.T) {
 		t.Fatal("a clean restart changed the envd token")
 	}
 }
+
+// Servers before this one recorded each envd token as a sandbox token of the native API.
+// New forgets them, so the native API refuses them from the first request on.
+func TestStoredEnvdTokensForgotten(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	s, err := New(ctx, Config{Provider: memory.New(), Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := s.envdToken("old")
+	if err := st.PutSandbox(ctx, store.Sandbox{ID: "old", Provider: "memory"}, store.Hash(tok)); err != nil {
+		t.Fatal(err)
+	}
+	if id, err := st.SandboxForToken(ctx, tok); err != nil || id != "old" {
+		t.Fatalf("the planted token: %q %v", id, err)
+	}
+	if _, err := New(ctx, Config{Provider: memory.New(), Store: st}); err != nil {
+		t.Fatal(err)
+	}
+	if id, err := st.SandboxForToken(ctx, tok); err == nil {
+		t.Fatalf("the envd token is still a sandbox token of %q", id)
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -105,7 +104,8 @@ type Server struct {
 }
 
 // Start serves prov on 127.0.0.1 with a fresh store in dir ("" is a temporary directory)
-// and an API key, until the test ends.
+// and an API key, until the test ends, as tupper serve does (Server.HTTPServer, with its
+// timeouts). Its BaseURL is its loopback address unless mod sets another.
 func Start(t testing.TB, prov provider.Provider, dir string, mod ...func(*server.Config)) *Server {
 	t.Helper()
 	if dir == "" {
@@ -116,19 +116,20 @@ func Start(t testing.TB, prov provider.Provider, dir string, mod ...func(*server
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := server.Config{Provider: prov, Store: st}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := server.Config{Provider: prov, Store: st, BaseURL: "http://" + ln.Addr().String()}
 	for _, m := range mod {
 		m(&cfg)
 	}
 	srv, err := server.New(ctx, cfg)
 	if err != nil {
+		ln.Close()
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := &http.Server{Handler: srv.Handler()}
+	hs := srv.HTTPServer()
 	rctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(2)

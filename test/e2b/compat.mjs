@@ -276,21 +276,28 @@ export async function run(sdk, sdkVersion) {
     await sbx.files.remove('compat/watchloop')
   })
 
-  await step('uploadUrl and downloadUrl (plain fetch, no SDK headers)', async () => {
+  await step('uploadUrl and downloadUrl (plain fetch, no credential)', async () => {
+    // With E2B_SANDBOX_URL the SDK's signed URLs are that URL plus /files?…: they name no
+    // sandbox, so they go with E2b-Sandbox-Id (with --domain and no E2B_SANDBOX_URL, their
+    // host 49983-{id}.DOMAIN names it).
+    const named = { headers: { 'E2b-Sandbox-Id': sbx.sandboxId } }
     const up = await sbx.uploadUrl('/home/user/compat/uploaded.txt')
     assert.match(up, /signature=v1_/)
     const form = new FormData()
     form.append('file', new Blob(['uploaded by url']), 'uploaded.txt')
-    const res = await fetch(up, { method: 'POST', body: form })
+    const res = await fetch(up, { method: 'POST', body: form, ...named })
     assert.equal(res.status, 200, await res.text())
     const down = await sbx.downloadUrl('/home/user/compat/uploaded.txt')
-    const got = await fetch(down)
+    const got = await fetch(down, named)
     assert.equal(got.status, 200)
     assert.equal(await got.text(), 'uploaded by url')
+    const unnamed = await fetch(down)
+    assert.equal(unnamed.status, 401)
+    assert.match((await unnamed.json()).message, /names no sandbox/)
     const forged = new URL(down)
     forged.searchParams.set('path', '/etc/shadow')
-    assert.notEqual((await fetch(forged)).status, 200)
-    const bare = await fetch(`${process.env.E2B_SANDBOX_URL}/files?path=/etc/passwd`, { headers: { 'E2b-Sandbox-Id': sbx.sandboxId } })
+    assert.notEqual((await fetch(forged, named)).status, 200)
+    const bare = await fetch(`${process.env.E2B_SANDBOX_URL}/files?path=/etc/passwd`, named)
     assert.equal(bare.status, 401)
   })
 
@@ -365,11 +372,12 @@ export async function run(sdk, sdkVersion) {
   await step('an expired signed URL: 401 with envd\'s message', async () => {
     await sbx.files.write('compat/signed.txt', 'signed')
     const expired = await sbx.downloadUrl('compat/signed.txt', { useSignatureExpiration: -10_000 })
-    const res = await fetch(expired)
+    const named = { headers: { 'E2b-Sandbox-Id': sbx.sandboxId } }
+    const res = await fetch(expired, named)
     assert.equal(res.status, 401)
     assert.deepEqual(await res.json(), { code: 401, message: 'signature is already expired' })
     const valid = await sbx.downloadUrl('compat/signed.txt', { useSignatureExpiration: 10_000 })
-    const ok = await fetch(valid)
+    const ok = await fetch(valid, named)
     assert.equal(ok.status, 200)
     assert.equal(await ok.text(), 'signed')
   })
