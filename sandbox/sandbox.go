@@ -195,8 +195,9 @@ func Create(ctx context.Context, p provider.Provider, opts CreateOptions) (*Sand
 			inst.Close()
 			return nil, err
 		}
-	} else if len(opts.Secrets) > 0 {
-		// An existing sandbox keeps the secrets it was made with; recover them too.
+	} else {
+		// An existing sandbox keeps the secrets it was made with, whatever this create named:
+		// recover them before any output is shown, as Connect does.
 		b.secPending = true
 	}
 	return b, nil

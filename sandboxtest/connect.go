@@ -16,6 +16,7 @@ func connectCases() []testCase {
 		{"EmptyID", connectEmpty},
 		{"Existing", connectExisting},
 		{"RecoverSecrets", connectRecoverSecrets},
+		{"KeyHitRecoversSecrets", connectKeyHitRecovers},
 		{"SkipRecoverSecrets", connectSkipRecover},
 		{"ExtraSecrets", connectExtraSecrets},
 		{"CloseKeepsSandbox", connectClose},
@@ -64,6 +65,23 @@ func connectRecoverSecrets(c *C) {
 	// The secret is still set in the environment.
 	res = c.Run(b, `test "$API_TOKEN" = "$WANT"`, sandbox.RunOptions{Env: map[string]string{"WANT": sec}})
 	Eq(c, "secret still in the environment", res.OK, true)
+}
+
+// A get-or-create that finds the sandbox is a new handle on it: it recovers the secrets the
+// sandbox was made with, whether or not the second create names any.
+func connectKeyHitRecovers(c *C) {
+	sec := newSecret()
+	key := "sbt-key-" + randHex(6)
+	a := c.Create(sandbox.CreateOptions{Key: key, Secrets: map[string]string{"API_TOKEN": sec}})
+	for _, opts := range []sandbox.CreateOptions{{Key: key}, {Key: key, Secrets: map[string]string{"OTHER": newSecret()}}} {
+		b := c.Create(opts)
+		if b.ID != a.ID || b.Created {
+			c.Fatalf("the second create with key %q made %s (created %v), want the existing %s", key, b.ID, b.Created, a.ID)
+		}
+		res := c.MustRun(b, `echo "v=$API_TOKEN"`)
+		c.noLeak(sec, map[string]string{"Stdout through a get-or-create hit": res.Stdout, "Output": res.Output})
+		Eq(c, "Stdout", res.Stdout, "v="+sandbox.Redacted+"\n")
+	}
 }
 
 func connectSkipRecover(c *C) {

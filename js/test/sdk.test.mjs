@@ -28,10 +28,9 @@ test("create with a key is get-or-create", async () => {
   assert.equal((await c.get(box.id)).info.state, "running");
 });
 
-// A get-or-create hit through the server replaces the server's handle on the sandbox with
-// one that does not know the secrets set at creation, so they stop being redacted. The test
-// stays (as todo, reported, outside js/) so it turns green when the server is fixed.
-test("secrets stay redacted after a get-or-create hit", { todo: "server: a get-or-create hit forgets the sandbox's secrets" }, async () => {
+// A get-or-create hit gives the server a new handle on the sandbox: it must still know the
+// secrets set at creation (it once did not, and they came out in clear).
+test("secrets stay redacted after a get-or-create hit", async () => {
   const b = await c.create({ ...boxOptions, key: "redact-after-hit", secrets: { API_TOKEN: "s3cr3t-value" } });
   try {
     const before = (await b.run('echo "$API_TOKEN"')).stdout;
