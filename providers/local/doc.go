@@ -106,8 +106,8 @@
 //     (unshare/clone with CLONE_NEWUSER; clone3 is ENOSYS so libc uses clone).
 //   - Masked and read-only /proc and /sys paths as runc's and Docker's defaults.
 //   - cgroups (cgroupsPath /tupper/ID): memory (default 1024 MB), CPU quota (default 1
-//     core), pids (Config.PidsLimit, default 1024), devices deny-all but the standard
-//     set. Sizes small, medium, large or custom set CPU, memory and disk. runc writes them
+//     core), pids (Config.PidsLimit, default 1024; the sandbox's holder is one of them),
+//     devices deny-all but the standard set. Sizes small, medium, large or custom set CPU, memory and disk. runc writes them
 //     to the v1 controllers on this kind of hybrid host and to v2 on a unified one; runsc
 //     applies them to its sandbox's processes.
 //
