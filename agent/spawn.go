@@ -4,11 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
-	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tupper-dev/tupper/internal/osthread"
 )
 
 // spawner starts every command from one OS thread whose mount namespace
@@ -17,40 +17,18 @@ import (
 // Linux keeps the mount namespace (and the capability sets) per thread, and
 // syscall.ForkExec clones the calling thread, so a child forked from that
 // thread inherits both while the agent's other threads keep theirs. The
-// thread is prepared once (newSpawner) instead of re-executing a helper
-// for every command, which costs a Go runtime start-up each time.
-//
-// The goroutine that owns the thread calls runtime.LockOSThread and never
-// unlocks it: no other goroutine ever runs there, and when the goroutine
-// returns (close) Go terminates the thread instead of reusing it. The Go
-// runtime also never clones new threads from a locked one (it asks its
-// template thread), so the namespace cannot leak into the runtime's
-// threads. It is never the main thread, whose namespace is the process's
-// as seen from outside (/proc/<pid>/ns/mnt, runc exec).
+// thread (internal/osthread: locked for good, never the main thread, never
+// the parent of the runtime's threads) is prepared once (newSpawner) instead
+// of re-executing a helper for every command, which costs a Go runtime
+// start-up each time.
 type spawner struct {
-	mu    sync.Mutex // one request in flight: req and reply carry it
-	req   chan spawnReq
-	reply chan spawnResult
-	stop  chan struct{}
-	done  chan struct{}
-	once  sync.Once
+	t *osthread.Thread
 
 	// shared is set when the covers turned out to be visible to the agent's
 	// other threads too: the runtime has no per-thread mount namespaces
 	// (gVisor runsc up to at least 20221219 accepts unshare(CLONE_NEWNS) as
 	// a no-op). The paths are then hidden sandbox-wide, the agent included.
 	shared bool
-}
-
-type spawnReq struct {
-	prog string
-	argv []string
-	attr *syscall.ProcAttr
-}
-
-type spawnResult struct {
-	pid int
-	err error
 }
 
 var errSpawnerClosed = errors.New("agent is shutting down")
@@ -67,18 +45,11 @@ func newSpawner(hide []string) (*spawner, error) {
 	for i, p := range hide {
 		before[i], _ = os.Lstat(p)
 	}
-	s := &spawner{
-		req:   make(chan spawnReq),
-		reply: make(chan spawnResult),
-		stop:  make(chan struct{}),
-		done:  make(chan struct{}),
-	}
-	ready := make(chan error, 1)
-	go s.loop(hide, ready)
-	if err := <-ready; err != nil {
-		<-s.done
+	t, err := osthread.Start(func() error { return isolateThread(hide) })
+	if err != nil {
 		return nil, err
 	}
+	s := &spawner{t: t}
 	for i, p := range hide {
 		after, _ := os.Lstat(p)
 		if !sameFile(before[i], after) {
@@ -95,53 +66,16 @@ func sameFile(a, b os.FileInfo) bool {
 	return os.SameFile(a, b)
 }
 
-func (s *spawner) loop(hide []string, ready chan<- error) {
-	runtime.LockOSThread() // for good: see spawner
-	if unix.Gettid() == unix.Getpid() {
-		// The main thread: its namespace is the one /proc/<pid>/ns/mnt
-		// shows and runc exec or nsenter join, so it must stay the agent's.
-		// Keep it occupied (nothing else can run on it while this goroutine
-		// holds it) and start over on another thread.
-		go s.loop(hide, ready)
-		<-s.done
-		runtime.UnlockOSThread()
-		return
-	}
-	defer close(s.done)
-	if err := isolateThread(hide); err != nil {
-		ready <- err
-		return
-	}
-	ready <- nil
-	for {
-		select {
-		case r := <-s.req:
-			pid, err := syscall.ForkExec(r.prog, r.argv, r.attr)
-			s.reply <- spawnResult{pid, err}
-		case <-s.stop:
-			return
-		}
-	}
-}
-
 // forkExec is syscall.ForkExec on the spawner's thread.
-func (s *spawner) forkExec(prog string, argv []string, attr *syscall.ProcAttr) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	select {
-	case s.req <- spawnReq{prog, argv, attr}:
-	case <-s.stop:
+func (s *spawner) forkExec(prog string, argv []string, attr *syscall.ProcAttr) (pid int, err error) {
+	if s.t.Do(func() { pid, err = syscall.ForkExec(prog, argv, attr) }) != nil {
 		return 0, errSpawnerClosed
 	}
-	r := <-s.reply
-	return r.pid, r.err
+	return pid, err
 }
 
-// close ends the goroutine, and with it the thread.
-func (s *spawner) close() {
-	s.once.Do(func() { close(s.stop) })
-	<-s.done
-}
+// close ends the thread.
+func (s *spawner) close() { s.t.Close() }
 
 // isolateThread runs on the locked thread.
 func isolateThread(hide []string) error {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -203,29 +204,59 @@ func procPss(pid int) int64 {
 var benchDensity = flag.Int("density", 1000, "live sandboxes for BenchmarkCreateAtDensity")
 
 // BenchmarkCreateAtDensity reports the create → first command p50 (destroy not timed) with no
-// other sandbox of this Home alive and with -density idle ones alive, and their ratio: the
-// cost of a create must not grow with the sandboxes that exist. It asserts nothing. One
-// iteration makes -density sandboxes: run it with -benchtime 1x, e.g.
-//
-//	go test -run '^$' -bench 'CreateAtDensity/runc' -benchtime 1x -density 1000 ./providers/local
+// other sandbox of this Home alive, with -density idle ones alive, and with none again once
+// they are destroyed (the two empty figures bracket how the machine's speed drifted over the
+// run), their ratio, and the p50 of each step of Create at both. The cost of a create must
+// not grow with the sandboxes that exist. It asserts nothing.
 func BenchmarkCreateAtDensity(b *testing.B) {
 	for _, rt := range []string{RuntimeRunc, RuntimeCrun} {
 		b.Run(fmt.Sprintf("%s/%d", rt, *benchDensity), func(b *testing.B) {
 			p := newTestProvider(b, rt)
 			ctx := context.Background()
 			const samples = 30
-			measure := func() time.Duration {
+			var mu sync.Mutex
+			var steps map[string][]time.Duration // per step, while measuring
+			var order []string                   // the steps, in Create's order
+			stepHook = func(name string, d time.Duration) {
+				mu.Lock()
+				defer mu.Unlock()
+				if steps != nil {
+					if _, ok := steps[name]; !ok && !slices.Contains(order, name) {
+						order = append(order, name)
+					}
+					steps[name] = append(steps[name], d)
+				}
+			}
+			defer func() { stepHook = nil }()
+			measure := func() (time.Duration, map[string][]time.Duration) {
+				mu.Lock()
+				steps = map[string][]time.Duration{}
+				mu.Unlock()
 				var durs []time.Duration
 				for range samples {
-					durs = append(durs, createFirstCommand(b, p))
+					start := time.Now()
+					inst, err := p.Create(ctx, provider.CreateSpec{Network: netNone})
+					if err != nil {
+						b.Fatal(err)
+					}
+					if res, err := inst.Exec(ctx, provider.ExecRequest{Command: "true"}); err != nil || res.ExitCode != 0 {
+						b.Fatal(res, err)
+					}
+					durs = append(durs, time.Since(start))
+					inst.Close()
+					if err := p.Destroy(ctx, inst.(*Instance).ID()); err != nil {
+						b.Fatal(err)
+					}
 				}
-				sort.Slice(durs, func(i, j int) bool { return durs[i] < durs[j] })
-				return durs[len(durs)/2]
+				mu.Lock()
+				st := steps
+				steps = nil
+				mu.Unlock()
+				return median(durs), st
 			}
 			for b.Loop() {
-				empty := measure()
+				empty, emptySteps := measure()
 				// Fill from two goroutines: the machine has two cores.
-				var mu sync.Mutex
 				var ids []string
 				errc := make(chan error, 2)
 				for w := range 2 {
@@ -249,16 +280,31 @@ func BenchmarkCreateAtDensity(b *testing.B) {
 						b.Fatalf("filling to %d: %v", *benchDensity, err)
 					}
 				}
-				full := measure()
-				b.ReportMetric(float64(empty.Microseconds())/1000, "ms-p50-empty")
-				b.ReportMetric(float64(full.Microseconds())/1000, "ms-p50-full")
-				b.ReportMetric(float64(full)/float64(empty), "full/empty")
+				full, fullSteps := measure()
 				for _, id := range ids {
 					if err := p.Destroy(ctx, id); err != nil {
 						b.Fatal(err)
 					}
 				}
+				emptyAgain, _ := measure()
+				b.ReportMetric(float64(empty.Microseconds())/1000, "ms-p50-empty")
+				b.ReportMetric(float64(full.Microseconds())/1000, "ms-p50-full")
+				b.ReportMetric(float64(emptyAgain.Microseconds())/1000, "ms-p50-empty-after")
+				b.ReportMetric(float64(full)/float64(empty), "full/empty")
+				for _, name := range order {
+					b.Logf("step %-20s p50 %8.1f ms empty, %8.1f ms full", name,
+						float64(median(emptySteps[name]).Microseconds())/1000, float64(median(fullSteps[name]).Microseconds())/1000)
+				}
 			}
 		})
 	}
+}
+
+// median returns the median of durs (zero for none); it sorts durs.
+func median(durs []time.Duration) time.Duration {
+	if len(durs) == 0 {
+		return 0
+	}
+	sort.Slice(durs, func(i, j int) bool { return durs[i] < durs[j] })
+	return durs[len(durs)/2]
 }

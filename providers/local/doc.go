@@ -1,8 +1,9 @@
 // Package local is Tupper's embedded provider on Linux: real sandboxes made by driving an
 // OCI runtime CLI — crun, runc or gVisor's runsc, per provider (Config.Runtime) or per
-// sandbox (CreateSpec.Runtime) — with no daemon and no host process per sandbox. The default
-// is the fastest runtime with runc's isolation that works on the host: crun when it is
-// installed and usable, else runc (Provider.DefaultRuntime says which and why).
+// sandbox (CreateSpec.Runtime) — with no daemon. The default is the fastest runtime with
+// runc's isolation that works on the host: crun when it is installed and usable, else runc
+// (Provider.DefaultRuntime says which and why). Besides the sandbox's own processes, the
+// host keeps one idle process per sandbox, its holder (see Mount namespace).
 //
 //	p, err := local.New(local.Config{})           // Home: $TUPPER_HOME or /var/lib/tupper
 //	box, err := p.Create(ctx, provider.CreateSpec{Network: provider.Network{Mode: "none"}})
@@ -45,9 +46,28 @@
 //
 // # Steps of Create
 //
-// state directory → user-namespace range → root file system → agent directory → network →
-// bundle → runtime → agent ready → record. Each step is undoable; a failure (or a cancelled
-// ctx) undoes the finished ones in reverse, so nothing is left behind.
+// state directory → user-namespace range → mount namespace → root file system → agent
+// directory → network → bundle → runtime → holder → agent ready → record. Each step is
+// undoable; a failure (or a cancelled ctx) undoes the finished ones in reverse, so nothing is
+// left behind.
+//
+// # Mount namespace
+//
+// A sandbox's mounts (the tmpfs of its disk, the overlay of its root file system, and under
+// runsc with network "all" the bind of its network namespace) are never in the host's mount
+// namespace (nsworker.go). The runtimes copy the host's whole mount table into every new
+// container and walk it, so two host mounts per live sandbox made each create slower the more
+// sandboxes there were. Create runs the steps that mount or that start the runtime on a
+// dedicated thread of its process (internal/osthread) that unshared its mount namespace and
+// made every mount private; the runtime's container copies that namespace (the host's few
+// mounts and this sandbox's). A holder process forked there (holder.go: the host's sleep,
+// reparented to init, in its own session, in the sandbox's cgroups, oom_score_adj -1000)
+// keeps the namespace after Create; its pid and start time are in the record. The host
+// reaches the sandbox's files at /proc/HOLDER/root/HOME/sandboxes/ID/… (snapshots, the
+// agent's log), which only root can use. Teardown kills the holder first (the runtimes'
+// delete removes the sandbox's cgroups, busy while it lives); a sandbox whose holder died
+// runs on and is not reaped, but cannot be snapshotted. Records from before the holder have
+// their mounts on the host's paths and are torn down as before.
 //
 // # Root file system
 //
@@ -86,8 +106,8 @@
 //     (unshare/clone with CLONE_NEWUSER; clone3 is ENOSYS so libc uses clone).
 //   - Masked and read-only /proc and /sys paths as runc's and Docker's defaults.
 //   - cgroups (cgroupsPath /tupper/ID): memory (default 1024 MB), CPU quota (default 1
-//     core), pids (Config.PidsLimit, default 1024), devices deny-all but the standard
-//     set. Sizes small, medium, large or custom set CPU, memory and disk. runc writes them
+//     core), pids (Config.PidsLimit, default 1024; the sandbox's holder is one of them),
+//     devices deny-all but the standard set. Sizes small, medium, large or custom set CPU, memory and disk. runc writes them
 //     to the v1 controllers on this kind of hybrid host and to v2 on a unified one; runsc
 //     applies them to its sandbox's processes.
 //
@@ -161,9 +181,10 @@
 //
 // Under Config.Home (layout in state.go): record.json per sandbox (id, key, labels,
 // createdAt, deadline, idle timeout, runtime, template, network, address, uid range, size,
-// init pid and start time, paused), the bundle, the mounts, the agent directory, the log;
-// leases for addresses and uid ranges; file locks for exact keys, the network and each
-// sandbox. A sandbox's liveness is its recorded init pid with the same start time.
+// init and holder pids and start times, paused), the bundle, the mount points, the agent
+// directory, and on the sandbox's disk the log; leases for addresses and uid ranges; file
+// locks for exact keys, the network and each sandbox. A sandbox's liveness is its recorded
+// init pid with the same start time.
 //
 // # Deadlines
 //
@@ -175,7 +196,8 @@
 // # Snapshots
 //
 // Instance.Snapshot copies the sandbox's writable layer — its file system as changed from
-// the template, not its processes or memory — to Home/snapshots/ID (snapshot.go) while the
+// the template, not its processes or memory; read through its holder — to
+// Home/snapshots/ID (snapshot.go) while the
 // sandbox is frozen (a paused one stays paused), through a temporary directory renamed when
 // complete. The copy never follows a symlink and keeps modes, owners, times, hard links,
 // holes, device nodes, overlay whiteouts and xattrs (the opaque-directory one included).

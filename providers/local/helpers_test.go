@@ -17,6 +17,9 @@ func TestMain(m *testing.M) {
 	if home := os.Getenv(stressEnv); home != "" {
 		os.Exit(stressChild(home))
 	}
+	if home := os.Getenv(crashEnv); home != "" {
+		os.Exit(crashChild(home))
+	}
 	os.Exit(testenv.Main(m))
 }
 
@@ -118,4 +121,49 @@ func forRuntimes(t *testing.T, f func(t *testing.T, rt string)) {
 	for _, rt := range runtimes {
 		t.Run(rt, func(t *testing.T) { f(t, rt) })
 	}
+}
+
+// mountsUnder returns the mount points under dir in every mount namespace on the host that
+// a process is in (each read once), keyed by namespace, and in this process's threads' too:
+// a sandbox's mounts live in a namespace of their own, and nothing of them may outlive it.
+func mountsUnder(t testing.TB, dir string) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	seen := map[string]bool{}
+	var tasks []string
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	tasks = append(tasks, procs...)
+	threads, _ := filepath.Glob("/proc/self/task/[0-9]*")
+	tasks = append(tasks, threads...)
+	for _, task := range tasks {
+		ns, err := os.Readlink(filepath.Join(task, "ns", "mnt"))
+		if err != nil || seen[ns] {
+			continue // gone meanwhile, or read already
+		}
+		b, err := os.ReadFile(filepath.Join(task, "mountinfo"))
+		if err != nil {
+			continue
+		}
+		seen[ns] = true
+		for _, m := range mountPointsUnder(string(b), dir) {
+			out[ns+" ("+task+")"] = append(out[ns+" ("+task+")"], m)
+		}
+	}
+	return out
+}
+
+// mountPointsUnder returns the mount points of a mountinfo text that are under dir.
+func mountPointsUnder(mountinfo, dir string) []string {
+	var out []string
+	for _, line := range strings.Split(mountinfo, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		// Field 5 is the mount point, with spaces and the like octal-escaped.
+		if mp := f[4]; strings.HasPrefix(mp, dir+"/") || mp == dir {
+			out = append(out, mp)
+		}
+	}
+	return out
 }

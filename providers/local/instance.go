@@ -111,20 +111,28 @@ func (p *Provider) waitAgent(ctx context.Context, rec *record) error {
 			}
 		}
 		if !alive(rec) {
-			return fmt.Errorf("the agent exited: %s", p.logTail(rec.ID))
+			return fmt.Errorf("the agent exited: %s", p.logTail(rec))
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("the agent did not answer: %w (log: %s)", ctx.Err(), p.logTail(rec.ID))
+			return fmt.Errorf("the agent did not answer: %w (log: %s)", ctx.Err(), p.logTail(rec))
 		case <-time.After(delay):
 		}
 		delay = min(2*delay, 5*time.Millisecond)
 	}
 }
 
-// logTail returns the end of a sandbox's runtime and agent log, for error messages.
-func (p *Provider) logTail(id string) string {
-	b, _ := os.ReadFile(p.lay.log(id))
+// logTail returns the end of a sandbox's runtime and agent log, for error messages. The log
+// is on the sandbox's disk, reached through its holder.
+func (p *Provider) logTail(rec *record) string {
+	path, err := p.nsPath(rec, p.lay.log(rec.ID))
+	if err != nil {
+		return "(no log: " + err.Error() + ")"
+	}
+	b, _ := os.ReadFile(path)
+	if rec.HolderPID != 0 && !holderAlive(rec) {
+		return "(no log: its holder is gone)"
+	}
 	s := strings.TrimSpace(string(b))
 	if len(s) > 600 {
 		s = s[len(s)-600:]

@@ -156,7 +156,9 @@ func TestPoolHandsOutAndRefills(t *testing.T) {
 			t.Errorf("handed-out sandbox %s is back in the pool", id)
 		}
 	}
-	if l, _ := p.List(ctx, provider.ListFilter{}); len(l) != 2 {
+	// The handed-out ones may have stopped by now (a refill can take longer than their 1 and
+	// 2 s on a busy machine; their stopping is checked below): the list has no pooled one.
+	if l, _ := p.List(ctx, provider.ListFilter{}); slices.ContainsFunc(l, func(i provider.Info) bool { return i.ID != timed.ID() && i.ID != idle.ID() }) {
 		t.Errorf("list after the refill: %+v", l)
 	}
 

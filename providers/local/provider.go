@@ -653,8 +653,22 @@ func (p *Provider) create(ctx context.Context, spec provider.CreateSpec, pooled 
 	// start. runsc wants its interfaces in place before it starts, in a namespace we make.
 	plumbAfterCreate := netMode == provider.NetworkAll && rtName != RuntimeRunsc
 	netnsPath := ""
-	var lower string
+	var lower, views string
 	madeDir := false
+	// The sandbox's mounts are made in a mount namespace of its own (nsworker.go); ns runs
+	// a step's work there.
+	var w *nsWorker
+	defer func() {
+		if w != nil {
+			w.close()
+		}
+	}()
+	ns := func(fn func() error) error {
+		if w == nil {
+			return errors.New("no mount namespace")
+		}
+		return w.do(fn)
+	}
 
 	steps := []step{
 		{name: "state directory", do: func(ctx context.Context) error {
@@ -709,14 +723,24 @@ func (p *Provider) create(ctx context.Context, spec provider.CreateSpec, pooled 
 			}
 			return release(p.uidLeases(), strconv.Itoa(rec.UIDIndex), leaseHolder(p.lay, id))
 		}},
+		{name: "mount namespace", do: func(ctx context.Context) error {
+			// The read-only views of the host's directories are mounted in the host's
+			// namespace, once per boot: before the sandbox's namespace copies it.
+			var err error
+			if views, err = hostViews(ctx); err != nil {
+				return err
+			}
+			w, err = newNSWorker()
+			return err
+		}},
 		{name: "root file system", do: func(ctx context.Context) error {
 			var err error
 			if lower, err = buildTemplate(ctx, p.lay.templates(), tmpl); err != nil {
 				return err
 			}
-			var ns []netip.Addr
+			var nameservers []netip.Addr
 			if netMode == provider.NetworkAll {
-				ns = hostNameservers()
+				nameservers = hostNameservers()
 			}
 			hostTmp := rtName == RuntimeRunsc
 			var fill func(upper string) error
@@ -729,8 +753,12 @@ func (p *Provider) create(ctx context.Context, spec provider.CreateSpec, pooled 
 					return restoreSnapshot(ctx, p.lay.snapshot(snap.ID), snap, upper, tmp, rec.UIDBase)
 				}
 			}
-			return mountRootfs(lower, p.lay.disk(id), p.lay.rootfs(id), size.DiskGB, rec.UIDBase, hostTmp, etcFiles(sandboxHostname, ns), fill)
-		}, undo: func() error { return unmountRootfs(p.lay.disk(id), p.lay.rootfs(id)) }},
+			return ns(func() error {
+				return mountRootfs(lower, p.lay.disk(id), p.lay.rootfs(id), size.DiskGB, rec.UIDBase, hostTmp, etcFiles(sandboxHostname, nameservers), fill)
+			})
+		}, undo: func() error {
+			return ns(func() error { return unmountRootfs(p.lay.disk(id), p.lay.rootfs(id)) })
+		}},
 		{name: "agent directory", do: func(ctx context.Context) error {
 			return p.writeAgentDir(rec, spec)
 		}},
@@ -758,26 +786,26 @@ func (p *Provider) create(ctx context.Context, spec provider.CreateSpec, pooled 
 			if plumbAfterCreate {
 				return nil
 			}
+			// The namespace is bound at netnsPath in the sandbox's mount namespace, where
+			// runsc, started there, opens it.
 			netnsPath = p.lay.netns(id)
-			if err := newNetns(ctx, netnsPath); err != nil {
-				return err
-			}
-			return p.net.attach(ctx, id, netnsPath, a)
+			return ns(func() error {
+				if err := newNetns(ctx, netnsPath); err != nil {
+					return err
+				}
+				return p.net.attach(ctx, id, netnsPath, a)
+			})
 		}, undo: func() error {
 			var errs []error
 			if rec.IP != "" {
 				errs = append(errs, p.net.detach(context.Background(), id, rec.IP))
 			}
 			if netnsPath != "" {
-				errs = append(errs, removeNetns(netnsPath))
+				errs = append(errs, ns(func() error { return removeNetns(netnsPath) }))
 			}
 			return errors.Join(errs...)
 		}},
 		{name: "bundle", do: func(ctx context.Context) error {
-			views, err := hostViews(ctx)
-			if err != nil {
-				return err
-			}
 			s := buildSpec(bundleSpec{
 				hostViews: views,
 				id:        id, runtime: rtName, rootfs: p.lay.rootfs(id), agentPath: agentPath,
@@ -791,7 +819,11 @@ func (p *Provider) create(ctx context.Context, spec provider.CreateSpec, pooled 
 			return os.WriteFile(bundleConfigPath(p.lay.dir(id)), b, 0o600)
 		}},
 		{name: "runtime", do: func(ctx context.Context) error {
-			if err := rt.start(ctx, runscNetwork(rec), id, p.lay.dir(id), p.lay.pidFile(id), p.lay.log(id), plumbAfterCreate); err != nil {
+			// In the sandbox's namespace: the container copies it (and runsc's gofer
+			// opens the rootfs there), and the log is on the sandbox's disk.
+			if err := ns(func() error {
+				return rt.start(ctx, runscNetwork(rec), id, p.lay.dir(id), p.lay.pidFile(id), p.lay.log(id), plumbAfterCreate)
+			}); err != nil {
 				return err
 			}
 			if h := testHookCreated; h != nil {
@@ -811,7 +843,7 @@ func (p *Provider) create(ctx context.Context, spec provider.CreateSpec, pooled 
 				if err := p.net.attach(ctx, id, fmt.Sprintf("/proc/%d/ns/net", pid), a); err != nil {
 					return err
 				}
-				if err := rt.run(ctx, "", "start", id); err != nil {
+				if err := ns(func() error { return rt.run(ctx, "", "start", id) }); err != nil {
 					return err
 				}
 			}
@@ -831,6 +863,43 @@ func (p *Provider) create(ctx context.Context, spec provider.CreateSpec, pooled 
 			err := rt.remove(context.Background(), runscNetwork(rec), id)
 			removeCgroups(id)
 			return err
+		}},
+		{name: "holder", do: func(ctx context.Context) error {
+			// Keeps the namespace after Create (holder.go); in the sandbox's cgroups, which
+			// the runtime has made by now.
+			var pid int
+			var start uint64
+			var hold func() error
+			var done func()
+			if err := ns(func() (err error) {
+				pid, start, hold, done, err = startHolder(ctx)
+				return err
+			}); err != nil {
+				return err
+			}
+			defer done()
+			if h := testHookHolder; h != nil {
+				h(id, "started", pid)
+			}
+			// Recorded before it holds: a Create killed before this point leaves a holder
+			// that exits by itself, one killed after it a holder that teardown finds.
+			rec.HolderPID, rec.HolderStart = pid, start
+			if err := p.lay.writeRecord(rec); err != nil {
+				return err
+			}
+			if err := hold(); err != nil {
+				return err
+			}
+			if h := testHookHolder; h != nil {
+				h(id, "held", pid)
+			}
+			if err := protectFromOOM(pid); err != nil {
+				return err
+			}
+			return joinCgroups(id, pid)
+		}, undo: func() error {
+			stopHolder(rec)(holderExitTimeout)
+			return nil
 		}},
 		{name: "agent", do: func(ctx context.Context) error {
 			return p.waitAgent(ctx, rec)
@@ -866,6 +935,10 @@ func (p *Provider) create(ctx context.Context, spec provider.CreateSpec, pooled 
 // testHookCreated, when set by a test, runs right after the runtime made the container; an
 // error fails the create there.
 var testHookCreated func(id string) error
+
+// testHookHolder, when set by a test, runs in the holder step: with "started" once the holder
+// (pid) runs but before the record names it, with "held" once it holds the namespace.
+var testHookHolder func(id, stage string, pid int)
 
 // runscNetwork is the runsc --network value of a sandbox.
 func runscNetwork(r *record) string {
@@ -1026,21 +1099,26 @@ func (p *Provider) Destroy(ctx context.Context, id string) error {
 	return p.teardown(ctx, rec)
 }
 
-// teardown removes a sandbox: container, network, mounts, leases, state directory. Each part
-// tolerates being gone already, so a teardown interrupted halfway can run again. Call with
-// the sandbox lock held.
+// teardown removes a sandbox: holder, container, network, mounts, leases, state directory.
+// Each part tolerates being gone already, so a teardown interrupted halfway can run again.
+// Call with the sandbox lock held.
 func (p *Provider) teardown(ctx context.Context, rec *record) error {
 	p.probed()
 	id := rec.ID
 	ctx = context.WithoutCancel(ctx)
 	p.closePreviews(id)
 	var errs []error
-	if rt, ok := p.runtimes[rec.Runtime]; ok {
-		if rec.Paused {
-			// runsc panics deleting a paused sandbox; thaw it first (runc and crun cope
-			// either way).
-			rt.run(ctx, runscNetwork(rec), "resume", id)
-		}
+	rt, haveRT := p.runtimes[rec.Runtime]
+	if haveRT && rec.Paused {
+		// runsc panics deleting a paused sandbox, and a frozen holder cannot die: thaw it
+		// first.
+		rt.run(ctx, runscNetwork(rec), "resume", id)
+	}
+	// The holder first: it is in the sandbox's cgroups, which the runtime's delete removes.
+	// The container keeps its own copy of the mounts until it is gone; with the holder, the
+	// sandbox's namespace and its mounts go.
+	stopHolder(rec)(holderExitTimeout)
+	if haveRT {
 		if err := rt.remove(ctx, runscNetwork(rec), id); err != nil {
 			// Kill the init ourselves and let the runtime clean up after a dead one.
 			if alive(rec) {
@@ -1059,6 +1137,8 @@ func (p *Provider) teardown(ctx context.Context, rec *record) error {
 			errs = append(errs, err)
 		}
 	}
+	// A sandbox from before holders has its mounts in the host's namespace; for the others
+	// nothing is mounted at these paths here, which unmountRootfs accepts.
 	if err := unmountRootfs(p.lay.disk(id), p.lay.rootfs(id)); err != nil {
 		errs = append(errs, err)
 	}
@@ -1090,17 +1170,24 @@ func (p *Provider) teardown(ctx context.Context, rec *record) error {
 // fails a create running beside this teardown (another goroutine, another tupper process, a
 // server beside a CLI). An empty cgroup directory costs nothing.
 func removeCgroups(id string) {
+	deadline := time.Now().Add(5 * time.Second)
+	for _, d := range cgroupDirs(id) {
+		for unix.Rmdir(d) == unix.EBUSY && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// cgroupDirs are where a sandbox's cgroups are, if the runtime made them: cgroupsPath
+// /tupper/ID under each v1 hierarchy (and the v2 one of a hybrid host), or under the v2
+// root of a unified host.
+func cgroupDirs(id string) []string {
 	dirs := []string{filepath.Join("/sys/fs/cgroup/tupper", id)}
 	ents, _ := os.ReadDir("/sys/fs/cgroup")
 	for _, e := range ents {
 		dirs = append(dirs, filepath.Join("/sys/fs/cgroup", e.Name(), "tupper", id))
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for _, d := range dirs {
-		for unix.Rmdir(d) == unix.EBUSY && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
+	return dirs
 }
 
 // Reap destroys sandboxes that stopped (their agent exited or was killed), passed their

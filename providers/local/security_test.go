@@ -1481,13 +1481,27 @@ func TestSecurityHostEtc(t *testing.T) {
 	})
 }
 
-// 11. Another user of the host: the sandbox's host directories are out of reach, and a
-// set-uid binary that sandbox code planted (under runsc, host root's) gives nothing.
+// 11. Another user of the host: the sandbox's host directories are out of reach, and so are
+// its file systems, mounted in the sandbox's own mount namespace (where host root reaches
+// them through the holder's /proc/PID/root); and a set-uid binary that sandbox code planted
+// (under runsc, host root's) gives nothing.
 func (s *secSuite) hostUser(t *testing.T) {
 	const nobody = 65534
 	id := s.a.ID()
 	run(t, s.a, "cp /usr/bin/id /workspace/suid-id && chmod 4755 /workspace/suid-id && mkdir -p /workspace/open && chmod 777 /workspace/open && echo "+s.env.marker+" > /workspace/open/secret.txt && chmod 644 /workspace/open/secret.txt")
-	suid := filepath.Join(s.p.lay.rootfs(id), "workspace", "suid-id")
+	rec, err := s.p.lay.readRecord(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rootfs, err := s.p.nsPath(rec, s.p.lay.rootfs(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	disk, err := s.p.diskDir(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	suid := filepath.Join(rootfs, "workspace", "suid-id")
 	fi, err := os.Stat(suid)
 	if err != nil {
 		t.Fatal(err)
@@ -1505,30 +1519,34 @@ func (s *secSuite) hostUser(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		return strings.TrimSpace(string(out)), err
 	}
-	// Listing, reading, writing and running anything under the sandbox's directory.
+	// Listing, reading, writing and running anything under the sandbox's directory, on the
+	// host's paths and through the holder's root.
 	dir := s.p.lay.dir(id)
-	for _, c := range [][]string{
-		{"ls", dir}, {"ls", filepath.Join(s.p.lay.rootfs(id), "etc")},
-		{"cat", filepath.Join(s.p.lay.rootfs(id), "workspace/open/secret.txt")},
-		{"cat", filepath.Join(s.p.lay.disk(id), "upper/workspace/open/secret.txt")},
-		{"touch", filepath.Join(s.p.lay.rootfs(id), "workspace/open/x")},
-		{"touch", filepath.Join(s.p.lay.rootfs(id), "tmp/x")},
-		{"ls", s.p.lay.run(id)},
-		{suid, "-u"},
-	} {
+	cmds := [][]string{{"ls", dir}, {"ls", s.p.lay.run(id)}, {"ls", "/proc/" + strconv.Itoa(rec.HolderPID) + "/root/"}}
+	for _, fs := range []struct{ rootfs, disk string }{{s.p.lay.rootfs(id), s.p.lay.disk(id)}, {rootfs, disk}} {
+		cmds = append(cmds, [][]string{
+			{"ls", filepath.Join(fs.rootfs, "etc")},
+			{"cat", filepath.Join(fs.rootfs, "workspace/open/secret.txt")},
+			{"cat", filepath.Join(fs.disk, "upper/workspace/open/secret.txt")},
+			{"touch", filepath.Join(fs.rootfs, "workspace/open/x")},
+			{"touch", filepath.Join(fs.rootfs, "tmp/x")},
+			{filepath.Join(fs.rootfs, "workspace", "suid-id"), "-u"},
+		}...)
+	}
+	for _, c := range cmds {
 		out, err := asNobody(nil, c[0], c[1:]...)
 		if err == nil || strings.Contains(out, s.env.marker) || !strings.Contains(strings.ToLower(out+" "+fmt.Sprint(err)), "permission denied") {
 			t.Errorf("ESCAPE: uid %d on the host ran %q: %v\n%s", nobody, c, err, out)
 		}
 	}
-	for _, p := range []string{filepath.Join(s.p.lay.rootfs(id), "workspace/open/x"), filepath.Join(s.p.lay.rootfs(id), "tmp/x")} {
+	for _, p := range []string{filepath.Join(rootfs, "workspace/open/x"), filepath.Join(rootfs, "tmp/x")} {
 		if _, err := os.Lstat(p); err == nil {
 			t.Errorf("ESCAPE: uid %d created %s", nobody, p)
 		}
 	}
 	// Even handed the planted binary (an open descriptor, past the directories), it runs as
 	// the user who runs it: the sandbox's file systems are mounted nosuid (and nodev).
-	for _, m := range []string{s.p.lay.rootfs(id), s.p.lay.disk(id)} {
+	for _, m := range []string{rootfs, disk} {
 		var sfs syscall.Statfs_t
 		if err := syscall.Statfs(m, &sfs); err != nil {
 			t.Fatal(err)

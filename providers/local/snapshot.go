@@ -158,6 +158,11 @@ func (i *Instance) Snapshot(ctx context.Context, expires time.Duration) (string,
 	if !ok {
 		return "", provider.Errorf(provider.CodeUnavailable, "runtime %s not found", rec.Runtime)
 	}
+	// The writable layer is in the sandbox's mount namespace, reached through its holder.
+	disk, err := p.diskDir(rec)
+	if err != nil {
+		return "", provider.Wrap(err, provider.CodeProvider, "snapshot")
+	}
 	if !rec.Paused {
 		// Freeze, so the copy is of one moment. The record says paused meanwhile: calls
 		// that would wait on the frozen agent fail at once, and a crash here leaves a
@@ -197,21 +202,31 @@ func (i *Instance) Snapshot(ctx context.Context, expires time.Duration) (string,
 			return err
 		}
 		var skip map[string]bool
-		hostTmp := fileExists(p.lay.tmp(i.id))
+		diskTmp, err := p.nsPath(rec, p.lay.tmp(i.id))
+		if err != nil {
+			return err
+		}
+		hostTmp := fileExists(diskTmp)
 		if hostTmp {
 			// runsc: /tmp is the host-made disk/tmp, not the layer's (empty) tmp.
 			skip = map[string]bool{"tmp": true}
 		}
-		st, err := copyLayer(ctx, filepath.Join(p.lay.disk(i.id), "upper"), filepath.Join(tmp, "upper"), nil, skip)
+		st, err := copyLayer(ctx, filepath.Join(disk, "upper"), filepath.Join(tmp, "upper"), nil, skip)
 		if err != nil {
 			return err
 		}
 		if hostTmp {
-			tst, err := copyLayer(ctx, p.lay.tmp(i.id), filepath.Join(tmp, "upper", "tmp"), nil, nil)
+			tst, err := copyLayer(ctx, diskTmp, filepath.Join(tmp, "upper", "tmp"), nil, nil)
 			if err != nil {
 				return err
 			}
 			st.bytes, st.inodes = st.bytes+tst.bytes, st.inodes+tst.inodes
+		}
+		if rec.HolderPID != 0 && !holderAlive(rec) {
+			// Its pid may have been reused under the copy: what was copied is not known
+			// to be this sandbox's.
+			_, err := p.nsPath(rec, p.lay.disk(i.id))
+			return err
 		}
 		meta.Size, meta.Inodes = st.bytes, st.inodes
 		b, err := json.MarshalIndent(meta, "", "  ")

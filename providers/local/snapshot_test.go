@@ -108,14 +108,18 @@ test -e after.txt && echo after-exists; true`
 		if err != nil {
 			t.Fatal(err)
 		}
+		disk, err := p.diskDir(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
 		var st unix.Stat_t
-		if err := unix.Lstat(filepath.Join(p.lay.disk(b.ID()), "upper", "home", "user", "u.txt"), &st); err != nil {
+		if err := unix.Lstat(filepath.Join(disk, "upper", "home", "user", "u.txt"), &st); err != nil {
 			t.Fatal(err)
 		}
 		if st.Uid != rec.UIDBase+1000 {
 			t.Errorf("host owner of user's file: %d, want %d (uid base %d)", st.Uid, rec.UIDBase+1000, rec.UIDBase)
 		}
-		if err := unix.Lstat(filepath.Join(p.lay.disk(b.ID()), "upper", "workspace", "shadow-link"), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFLNK {
+		if err := unix.Lstat(filepath.Join(disk, "upper", "workspace", "shadow-link"), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFLNK {
 			t.Errorf("restored shadow-link on the host: %v, mode %#o; want a symlink", err, st.Mode)
 		}
 		// The original is unaffected and still runs.

@@ -32,6 +32,9 @@ import (
 //	sandboxes/<id>/config.json      the OCI bundle's spec; the directory is the bundle
 //	sandboxes/<id>/disk/            tmpfs bounding the writable layer: upper/ and work/
 //	sandboxes/<id>/rootfs/          the overlay mount: template lower + private upper
+//	                                (both mounted in the sandbox's own mount namespace, not
+//	                                the host's: the host reaches them below
+//	                                /proc/<holder>/root, see holder.go)
 //	sandboxes/<id>/run/             bind-mounted at /.tupper/run: agent.sock, config.json
 //	sandboxes/<id>/disk/tmp/        (runsc) bound at /tmp: made by the host, on the sandbox's
 //	                                disk, never a path of the sandbox's own layer (a /tmp
@@ -40,7 +43,8 @@ import (
 //	sandboxes/<id>/disk/agent.log   the runtime's and the agent's stdout and stderr (on the
 //	                                sandbox's own tmpfs, so a sandbox writing to its agent's
 //	                                output cannot fill the host's disk)
-//	sandboxes/<id>/netns            (runsc, network all) the bind-mounted network namespace
+//	sandboxes/<id>/netns            (runsc, network all) the network namespace, bound there
+//	                                in the sandbox's mount namespace
 //	snapshots/<id>/meta.json        a snapshot's metadata; upper/ is its copy of the writable
 //	                                layer (see snapshot.go)
 //
@@ -103,6 +107,11 @@ type record struct {
 	InitPID     int               `json:"initPID,omitempty"`
 	InitStart   uint64            `json:"initStart,omitempty"` // /proc/PID/stat starttime, against pid reuse
 	Paused      bool              `json:"paused,omitempty"`
+	// HolderPID and HolderStart are the holder's, the process keeping the sandbox's mount
+	// namespace (holder.go). Zero in records from before the sandbox's mounts left the
+	// host's namespace: their disk and rootfs are mounted at the host paths.
+	HolderPID   int    `json:"holderPID,omitempty"`
+	HolderStart uint64 `json:"holderStart,omitempty"`
 	// Caps are the sandbox's capabilities, fixed at creation (they depend on its runtime).
 	// Empty in records from before they were kept: the provider's then apply.
 	Caps []provider.Capability `json:"caps,omitempty"`

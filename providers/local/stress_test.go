@@ -46,7 +46,8 @@ func stressSpec(i int) (string, provider.NetworkMode) {
 	return rt, mode
 }
 
-// stress runs this process's pairs on p and writes "made ID" and "error …" lines to w.
+// stress runs this process's pairs on p and writes "made ID HOLDERPID HOLDERSTART" and
+// "error …" lines to w.
 func stress(p *Provider, w func(string)) {
 	var wg sync.WaitGroup
 	for g := range stressWorkers {
@@ -72,7 +73,12 @@ func stressPair(p *Provider, rt string, mode provider.NetworkMode, w func(string
 		return fmt.Errorf("create: %w", err)
 	}
 	inst := pi.(*Instance)
-	w("made " + inst.ID())
+	rec, err := p.lay.readRecord(inst.ID())
+	if err != nil {
+		p.Destroy(context.Background(), inst.ID())
+		return fmt.Errorf("record: %w", err)
+	}
+	w(fmt.Sprintf("made %s %d %d", inst.ID(), rec.HolderPID, rec.HolderStart))
 	defer inst.Close()
 	var out bytes.Buffer
 	res, err := inst.Exec(ctx, provider.ExecRequest{Command: "echo ok", Stdout: &out})
@@ -137,14 +143,21 @@ func TestConcurrentCreateDestroy(t *testing.T) {
 	var (
 		mu       sync.Mutex
 		made     []string
+		holders  [][2]uint64 // pid, start time
 		failures []string
 	)
 	record := func(line string) {
 		mu.Lock()
 		defer mu.Unlock()
+		var id string
+		var pid, start uint64
 		switch {
 		case strings.HasPrefix(line, "made "):
-			made = append(made, strings.TrimPrefix(line, "made "))
+			if n, _ := fmt.Sscanf(line, "made %s %d %d", &id, &pid, &start); n != 3 || pid == 0 {
+				failures = append(failures, "no holder: "+line)
+			}
+			made = append(made, id)
+			holders = append(holders, [2]uint64{pid, start})
 		case line != "" && !strings.HasPrefix(line, "PASS") && !strings.HasPrefix(line, "ok"):
 			failures = append(failures, line)
 		}
@@ -172,6 +185,11 @@ func TestConcurrentCreateDestroy(t *testing.T) {
 	}
 	assertNoLeftovers(t, p)
 	assertGone(t, p, made)
+	for _, h := range holders {
+		if procStart(int(h[0])) == h[1] {
+			t.Errorf("holder %d outlived its sandbox", h[0])
+		}
+	}
 }
 
 // assertGone checks that nothing of the sandboxes ids is left on the host: cgroups, veths,
