@@ -1,14 +1,18 @@
 package provider
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"regexp"
+	"slices"
 	"sync"
 )
 
-// Code is a stable error class that callers branch on. The set is fixed; see DESIGN.md.
+// Code is a stable error class that callers branch on. The set is fixed (docs/errors.md). A
+// Code is also the errors.Is target for its class: errors.Is(err, CodeNotFound) is true for
+// any *Error of that code in err's chain. Package provider/httpcode maps codes to HTTP
+// statuses and back; the codes themselves know nothing of HTTP.
 type Code string
 
 // The error codes. Every failure of a sandbox, a provider or a request carries one of these.
@@ -30,86 +34,23 @@ const (
 	CodeInternal          Code = "internal"
 )
 
-// codeStatus is the one table mapping codes to HTTP statuses. StatusCode and CodeFromStatus
-// both read it, so a code means the same in-process, through the server and through the E2B API.
-var codeStatus = []struct {
-	code   Code
-	status int
-}{
-	{CodeInvalidArgument, http.StatusBadRequest},
-	{CodeUnauthorized, http.StatusUnauthorized},
-	{CodeForbidden, http.StatusForbidden},
-	{CodeNotFound, http.StatusNotFound},
-	{CodeConflict, http.StatusConflict},
-	{CodeEditNotFound, http.StatusUnprocessableEntity},
-	{CodeEditNotUnique, http.StatusUnprocessableEntity},
-	{CodeProcessExited, http.StatusUnprocessableEntity},
-	{CodeResourceExhausted, http.StatusTooManyRequests},
-	{CodeAborted, 499},
-	{CodeInternal, http.StatusInternalServerError},
-	{CodeUnsupported, http.StatusNotImplemented},
-	{CodeProvider, http.StatusBadGateway},
-	{CodeUnavailable, http.StatusServiceUnavailable},
-	{CodeTimeout, http.StatusGatewayTimeout},
+// codes is the fixed set, in the order Codes lists them.
+var codes = []Code{
+	CodeInvalidArgument, CodeUnauthorized, CodeForbidden, CodeNotFound, CodeConflict,
+	CodeEditNotFound, CodeEditNotUnique, CodeProcessExited, CodeResourceExhausted, CodeAborted,
+	CodeInternal, CodeUnsupported, CodeProvider, CodeUnavailable, CodeTimeout,
 }
 
 // Codes lists every error code.
-func Codes() []Code {
-	out := make([]Code, len(codeStatus))
-	for i, c := range codeStatus {
-		out[i] = c.code
-	}
-	return out
-}
-
-// StatusCode is the HTTP status for c (500 for an unknown code).
-func (c Code) StatusCode() int {
-	for _, e := range codeStatus {
-		if e.code == c {
-			return e.status
-		}
-	}
-	return http.StatusInternalServerError
-}
+func Codes() []Code { return slices.Clone(codes) }
 
 // Valid reports whether c is one of the fixed codes.
-func (c Code) Valid() bool {
-	for _, e := range codeStatus {
-		if e.code == c {
-			return true
-		}
-	}
-	return false
-}
-
-// CodeFromStatus maps an HTTP status back to a code. Statuses shared by several codes map to
-// the most general one; servers send the code itself in the body, which wins over the status.
-func CodeFromStatus(status int) Code {
-	switch status {
-	case http.StatusUnprocessableEntity:
-		return CodeInvalidArgument
-	case http.StatusRequestEntityTooLarge:
-		return CodeResourceExhausted
-	case http.StatusInsufficientStorage:
-		return CodeResourceExhausted
-	}
-	for _, e := range codeStatus {
-		if e.status == status {
-			return e.code
-		}
-	}
-	switch {
-	case status >= 500:
-		return CodeProvider
-	case status >= 400:
-		return CodeInvalidArgument
-	}
-	return CodeInternal
-}
+func (c Code) Valid() bool { return slices.Contains(codes, c) }
 
 // Error is the one error type of Tupper. The sandbox package exposes it as sandbox.Error.
 //
-// Use errors.As to get at the code, or errors.Is with a bare code value:
+// Branch on its class with errors.Is and the code itself, the one family of targets; use
+// errors.As to get at the message or the cause:
 //
 //	errors.Is(err, provider.CodeNotFound)
 type Error struct {
@@ -134,15 +75,10 @@ func (e *Error) Error() string {
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
 
-// Is makes errors.Is(err, CodeX) and errors.Is(err, &Error{Code: CodeX}) true for an Error of that code.
+// Is makes errors.Is(err, CodeX) true for an Error of code CodeX.
 func (e *Error) Is(target error) bool {
-	switch t := target.(type) {
-	case Code:
-		return e.Code == t
-	case *Error:
-		return t.Message == "" && t.Code == e.Code
-	}
-	return false
+	c, ok := target.(Code)
+	return ok && e.Code == c
 }
 
 // Error lets a bare Code be used as an errors.Is target.
@@ -154,15 +90,21 @@ func Errorf(c Code, format string, args ...any) *Error {
 	return &Error{Code: c, Message: wrapped.Error(), Err: errors.Unwrap(wrapped)}
 }
 
-// CodeOf returns the code of err: the code of the first *Error in its chain, CodeTimeout or
-// CodeAborted for context errors, and CodeInternal otherwise. CodeOf(nil) is "".
+// CodeOf returns the code of err: the code of the first *Error in its chain; else
+// CodeTimeout for context.DeadlineExceeded and CodeAborted for context.Canceled anywhere in
+// the chain; else CodeInternal. CodeOf(nil) is "".
 func CodeOf(err error) Code {
 	if err == nil {
 		return ""
 	}
 	var e *Error
-	if errors.As(err, &e) {
+	switch {
+	case errors.As(err, &e):
 		return e.Code
+	case errors.Is(err, context.DeadlineExceeded):
+		return CodeTimeout
+	case errors.Is(err, context.Canceled):
+		return CodeAborted
 	}
 	return CodeInternal
 }

@@ -3,11 +3,11 @@ package sandbox
 import "github.com/tupper-dev/tupper/provider"
 
 // Error is the error type of every failure of a sandbox, a provider or a request. Branch on
-// its Code with errors.As, or with errors.Is and a bare code:
+// its class with errors.Is and the code itself; errors.As gets at the message and cause:
 //
-//	if errors.Is(err, sandbox.ErrNotFound) { … }
+//	if errors.Is(err, sandbox.CodeNotFound) { … }
 //	var se *sandbox.Error
-//	if errors.As(err, &se) && se.Code == sandbox.CodeUnsupported { … }
+//	if errors.As(err, &se) { log.Print(se.Code, se.Message) }
 //
 // Messages never contain secrets or credentials.
 type Error = provider.Error
@@ -15,7 +15,7 @@ type Error = provider.Error
 // Code is a stable error class; see the constants.
 type Code = provider.Code
 
-// The error codes (DESIGN.md "Errors").
+// The error codes (docs/errors.md). Each is also the errors.Is target for its class.
 const (
 	CodeNotFound          = provider.CodeNotFound
 	CodeUnsupported       = provider.CodeUnsupported
@@ -34,8 +34,10 @@ const (
 	CodeInternal          = provider.CodeInternal
 )
 
-// Sentinel targets for errors.Is: errors.Is(err, sandbox.ErrNotFound) is true for any *Error
-// with that code.
+// A second spelling of the codes, as variables of type error: each holds its code, so
+// errors.Is(err, sandbox.ErrNotFound) is errors.Is(err, sandbox.CodeNotFound).
+//
+// Deprecated: use the codes, e.g. errors.Is(err, sandbox.CodeNotFound).
 var (
 	ErrNotFound          error = CodeNotFound
 	ErrUnsupported       error = CodeUnsupported
@@ -60,5 +62,6 @@ func errorf(c Code, op, format string, args ...any) error {
 	return e
 }
 
-// CodeOf returns err's code ("" for nil, internal for a foreign error).
+// CodeOf returns err's code: "" for nil, timeout or aborted for a context error, internal
+// for another foreign error (see provider.CodeOf).
 func CodeOf(err error) Code { return provider.CodeOf(err) }

@@ -119,7 +119,7 @@ func ExampleFiles_Edit() {
 
 	// A string that is not there is an error with its own code.
 	err := box.Files.Edit(ctx, "app/main.py", "greet()", "x")
-	fmt.Println(errors.Is(err, sandbox.ErrEditNotFound))
+	fmt.Println(errors.Is(err, sandbox.CodeEditNotFound))
 	// Output:
 	// print("hello")
 	// true
@@ -134,7 +134,7 @@ func ExampleError() {
 	_, err := box.Files.Read(ctx, "no/such/file")
 	var e *sandbox.Error
 	if errors.As(err, &e) {
-		fmt.Println(e.Code, errors.Is(err, sandbox.ErrNotFound))
+		fmt.Println(e.Code, errors.Is(err, sandbox.CodeNotFound))
 	}
 	// Output: not_found true
 }

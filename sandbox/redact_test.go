@@ -63,7 +63,7 @@ func TestRedactorErr(t *testing.T) {
 	if strings.Contains(err.Error(), "tok123") {
 		t.Fatalf("secret in error: %v", err)
 	}
-	if !errors.Is(err, ErrNotFound) {
+	if !errors.Is(err, CodeNotFound) {
 		t.Fatalf("code lost: %v", err)
 	}
 	if r.Err(nil) != nil {

@@ -74,7 +74,7 @@ func TestShErrors(t *testing.T) {
 		"tooMany":    Sh("echo %s", "a", "b"),
 		"openVerb":   Sh("echo %", "a"),
 	} {
-		if !errors.Is(c.Err(), ErrInvalidArgument) {
+		if !errors.Is(c.Err(), CodeInvalidArgument) {
 			t.Errorf("%s: Err() = %v, want invalid_argument", name, c.Err())
 		}
 	}
@@ -96,7 +96,7 @@ func TestCmdChainingDoesNotShareState(t *testing.T) {
 	if a.Options().Cwd != "x" || b.Options().Cwd != "" || b.Options().Timeout != 5 || a.Options().Env["A"] != "1" {
 		t.Fatalf("unexpected options: a=%+v b=%+v", a.Options(), b.Options())
 	}
-	if _, err := Sh("true").Run(context.Background()); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := Sh("true").Run(context.Background()); !errors.Is(err, CodeInvalidArgument) {
 		t.Fatalf("running an unbound Cmd: err = %v, want invalid_argument", err)
 	}
 }

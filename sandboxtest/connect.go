@@ -26,8 +26,8 @@ func connectCases() []testCase {
 func connectNotFound(c *C) {
 	_, err := sandbox.Connect(c.Ctx, c.P(), "sbt-no-such-sandbox-"+c.caseID, sandbox.ConnectOptions{})
 	c.WantCode("Connect to a missing id", err, sandbox.CodeNotFound)
-	if !errors.Is(err, sandbox.ErrNotFound) {
-		c.Errorf("errors.Is(err, sandbox.ErrNotFound) is false for %v", err)
+	if !errors.Is(err, sandbox.CodeNotFound) {
+		c.Errorf("errors.Is(err, sandbox.CodeNotFound) is false for %v", err)
 	}
 }
 

@@ -285,7 +285,7 @@ func createKeyExactLocatorNoLock(c *C) {
 	boxes, errs := concurrentCreate(c, 4, sandbox.CreateOptions{Key: "sbt-enl-" + c.caseID, KeyMode: sandbox.KeyExact, Locator: loc})
 	unsupported := 0
 	for _, err := range errs {
-		if errors.Is(err, sandbox.ErrUnsupported) {
+		if errors.Is(err, sandbox.CodeUnsupported) {
 			unsupported++
 		}
 	}

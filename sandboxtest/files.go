@@ -218,8 +218,8 @@ func filesEditNotFound(c *C) {
 	c.Write(b, "f.txt", orig)
 	err := b.Files.Edit(c.Ctx, "f.txt", "gamma", "delta")
 	c.WantCode("Edit of absent text", err, sandbox.CodeEditNotFound)
-	if !errorsIs(err, sandbox.ErrEditNotFound) {
-		c.Errorf("errors.Is(err, ErrEditNotFound) is false")
+	if !errorsIs(err, sandbox.CodeEditNotFound) {
+		c.Errorf("errors.Is(err, CodeEditNotFound) is false")
 	}
 	Eq(c, "file after a failed edit", c.Read(b, "f.txt"), orig)
 }

@@ -207,8 +207,8 @@ func procExitedBeforeReady(c *C) {
 	_, err := b.Start(c.Ctx, "echo boom-output; exit 3", sandbox.StartOptions{
 		Ready: sandbox.ReadyLog(regexp.MustCompile("never")), ReadyTimeout: 20 * time.Second})
 	if c.WantCode("Start of a process that exits", err, sandbox.CodeProcessExited) {
-		if !errors.Is(err, sandbox.ErrProcessExited) {
-			c.Errorf("errors.Is(err, ErrProcessExited) is false")
+		if !errors.Is(err, sandbox.CodeProcessExited) {
+			c.Errorf("errors.Is(err, CodeProcessExited) is false")
 		}
 		if !strings.Contains(err.Error(), "boom-output") {
 			c.Errorf("process_exited error %q lacks the process's last output", err)

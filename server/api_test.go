@@ -144,3 +144,20 @@ func TestProcessesAPI(t *testing.T) {
 		t.Fatalf("keep-alive: %v", dl)
 	}
 }
+
+// The raw exec primitive reports a command cut off by its timeoutMs as a timeout frame.
+func TestExecTimeoutFrame(t *testing.T) {
+	e := newEnv(t)
+	sb := e.create(nil)
+	_, data := e.do("POST", "/v1/sandboxes/"+sb.ID+"/exec", sb.Token, `{"command":"sleep 5","cwd":"/workspace","timeoutMs":100}`+"\n")
+	var last ExecFrame
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		if err := json.Unmarshal(sc.Bytes(), &last); err != nil {
+			t.Fatalf("frame %q: %v", sc.Text(), err)
+		}
+	}
+	if last.Type != "error" || last.Code != "timeout" {
+		t.Fatalf("last frame %+v, want an error frame with code timeout (body %s)", last, data)
+	}
+}

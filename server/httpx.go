@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/provider/httpcode"
 )
 
 // MaxJSONBody is the largest JSON request body; past it the server answers 413.
@@ -23,8 +24,8 @@ type apiError struct {
 	Message string        `json:"message"`
 }
 
-// toAPIError turns err into the wire form: the code of the table in package provider and a
-// message stripped of credentials.
+// toAPIError turns err into the wire form: its code (provider.CodeOf) and a message stripped
+// of credentials.
 func toAPIError(err error) apiError {
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
@@ -42,7 +43,7 @@ func statusOf(e apiError, err error) int {
 	if errors.As(err, &mbe) {
 		return http.StatusRequestEntityTooLarge
 	}
-	return e.Code.StatusCode()
+	return httpcode.Status(e.Code)
 }
 
 // writeError answers with the JSON error for err.

@@ -138,7 +138,7 @@ func TestLoadAndRestart(t *testing.T) {
 					cancel()
 					// While the server restarts, the connection may be refused or reset:
 					// that is the one error a client retries.
-					if err != nil && errors.Is(err, sandbox.ErrUnavailable) && try < 100 {
+					if err != nil && errors.Is(err, sandbox.CodeUnavailable) && try < 100 {
 						retries.Add(1)
 						time.Sleep(50 * time.Millisecond)
 						continue

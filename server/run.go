@@ -219,9 +219,6 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, _ *caller) {
 		res, err := b.Native.Exec(ctx, req)
 		if err != nil {
 			e := toAPIError(err)
-			if errors.Is(err, context.DeadlineExceeded) || ctx.Err() == context.DeadlineExceeded {
-				e.Code = provider.CodeTimeout
-			}
 			_ = fw.send(ExecFrame{Type: "error", Code: e.Code, Message: e.Message})
 			return nil
 		}

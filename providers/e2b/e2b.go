@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/provider/httpcode"
 )
 
 // Name is the registry name.
@@ -168,7 +169,7 @@ func errorFrom(resp *http.Response, op string) error {
 	if msg == "" {
 		msg = resp.Status
 	}
-	return &provider.Error{Code: provider.CodeFromStatus(resp.StatusCode), Op: op, Message: provider.StripCredentials(msg)}
+	return &provider.Error{Code: httpcode.FromStatus(resp.StatusCode), Op: op, Message: provider.StripCredentials(msg)}
 }
 
 func transportErr(ctx context.Context, op string, err error) error {

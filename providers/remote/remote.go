@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/provider/httpcode"
 )
 
 // Name is the registry name.
@@ -172,7 +173,7 @@ func errorFrom(resp *http.Response) error {
 	if msg == "" {
 		msg = resp.Status
 	}
-	return &provider.Error{Code: provider.CodeFromStatus(resp.StatusCode), Message: provider.StripCredentials(msg)}
+	return &provider.Error{Code: httpcode.FromStatus(resp.StatusCode), Message: provider.StripCredentials(msg)}
 }
 
 // transportErr wraps a failed round trip: a context error stays one (wrapped), anything else

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/provider/httpcode"
 	"github.com/tupper-dev/tupper/sandbox"
 	"github.com/tupper-dev/tupper/store"
 )
@@ -152,10 +153,7 @@ type apiError struct {
 
 // writeError answers with E2B's error body; the status comes from the error's code.
 func writeError(w http.ResponseWriter, err error) {
-	status := provider.CodeOf(err).StatusCode()
-	if errors.Is(err, context.Canceled) {
-		status = 499
-	}
+	status := httpcode.StatusOf(err)
 	writeJSON(w, status, apiError{Code: status, Message: provider.StripCredentials(message(err))})
 }
 
