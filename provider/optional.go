@@ -3,6 +3,7 @@ package provider
 import (
 	"context"
 	"io"
+	"maps"
 	"net"
 	"slices"
 	"strings"
@@ -45,6 +46,10 @@ func NewCapabilities(caps ...Capability) Capabilities {
 	}
 	return s
 }
+
+// Clone returns a copy of the set that shares nothing with it (nil for nil). Providers
+// return their own set through it, so callers cannot write into it.
+func (s Capabilities) Clone() Capabilities { return maps.Clone(s) }
 
 // Has reports whether c is in the set.
 func (s Capabilities) Has(c Capability) bool { return s[c] }
@@ -182,7 +187,8 @@ type Terminal interface {
 
 // CapabilityReporter is optional: an Instance whose capabilities are its own rather than
 // its provider's (a local sandbox on gVisor, say, where the provider's default runtime is
-// runc) reports them. The SDK uses them for that sandbox; without it, the provider's.
+// runc) reports them, in a set the caller owns, as Provider.Capabilities does. The SDK uses
+// them for that sandbox; without it, the provider's.
 type CapabilityReporter interface {
 	Capabilities() Capabilities
 }

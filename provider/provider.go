@@ -49,6 +49,8 @@ type Provider interface {
 	Name() string
 
 	// Capabilities is what the provider can enforce or do, probed when it was constructed.
+	// Each call returns a set the caller owns (Capabilities.Clone of the provider's own):
+	// writing into it changes nothing the provider reports next.
 	Capabilities() Capabilities
 
 	// Available returns nil when the provider can create sandboxes here, or a CodeUnavailable

@@ -250,6 +250,32 @@ func lifeCapabilities(c *C) {
 	if err := c.P().Available(c.Ctx); err != nil {
 		c.Errorf("Available: %v, yet sandboxes were created", err)
 	}
+
+	// Every set handed out is the caller's own: adding to one (the handle's included) changes
+	// nothing the provider reports next. (Only additions: a shared set must not lose a
+	// capability the other cases rely on.)
+	wantOwnCopy(c, "Provider.Capabilities", c.P().Capabilities)
+	if cr, ok := b.Native.(provider.CapabilityReporter); ok {
+		wantOwnCopy(c, "Instance.Capabilities", cr.Capabilities)
+	}
+	before := c.P().Capabilities().String()
+	b.Capabilities[written] = true
+	if got := c.P().Capabilities().String(); got != before {
+		c.Errorf("writing into Sandbox.Capabilities changed the provider's: [%s], want [%s]", got, before)
+	}
+}
+
+// written is a capability no provider declares, added to sets to see where it shows up.
+const written = provider.Capability("sandboxtest-written")
+
+// wantOwnCopy adds to a set from get and checks that the next one from get is as before.
+func wantOwnCopy(c *C, what string, get func() provider.Capabilities) {
+	first := get()
+	want := first.String()
+	first[written] = true
+	if got := get().String(); got != want {
+		c.Errorf("%s: adding to the returned set changed the next one: [%s], want [%s]", what, got, want)
+	}
 }
 
 func errorCases() []testCase {

@@ -138,7 +138,7 @@ func (p *Provider) Name() string { return Name }
 
 // Capabilities: a shell (E2B templates are Linux images), lifetimes, users, persistence,
 // sandboxes without network (allow_internet_access: false), and pause when configured.
-func (p *Provider) Capabilities() provider.Capabilities { return p.caps }
+func (p *Provider) Capabilities() provider.Capabilities { return p.caps.Clone() }
 
 // Available lists one sandbox, which checks the URL and the key.
 func (p *Provider) Available(ctx context.Context) error {

@@ -493,7 +493,7 @@ func (p *Provider) DefaultRuntime() (name, why string) {
 func (p *Provider) Name() string { return "local" }
 
 // Capabilities are those probed by New.
-func (p *Provider) Capabilities() provider.Capabilities { p.probed(); return p.caps }
+func (p *Provider) Capabilities() provider.Capabilities { p.probed(); return p.caps.Clone() }
 
 // Available returns nil when sandboxes can be created here.
 func (p *Provider) Available(ctx context.Context) error { p.probed(); return p.unavail }

@@ -100,7 +100,7 @@ func (p *Provider) Name() string { return Name }
 // it cannot be reached; the next call asks again).
 func (p *Provider) Capabilities() provider.Capabilities {
 	p.mu.Lock()
-	caps := p.caps
+	caps := p.caps.Clone()
 	p.mu.Unlock()
 	if caps != nil {
 		return caps
@@ -112,7 +112,7 @@ func (p *Provider) Capabilities() provider.Capabilities {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.caps
+	return p.caps.Clone()
 }
 
 func (p *Provider) fetchInfo(ctx context.Context) error {
