@@ -13,8 +13,8 @@ import (
 // Capability is something a provider can enforce or do.
 type Capability string
 
-// Capabilities a provider may declare. The first five are the ones seeds/001 shows on the
-// sandbox handle; the rest gate create options and conformance cases.
+// Capabilities a provider may declare. The first five decide which lifecycle methods and
+// create options a sandbox handle offers; the rest gate create options and conformance cases.
 const (
 	CapPause         Capability = "pause"          // Pauser
 	CapSnapshot      Capability = "snapshot"       // Snapshotter; CreateSpec.From

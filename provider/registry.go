@@ -23,6 +23,11 @@ type Registration struct {
 	// ErrMissing (and does not say it already), never to one with another cause: a
 	// provider that is installed but cannot run here says why in its own words.
 	Install string
+	// Implicit lets Resolve pick the provider when the caller names none. Leave it false for
+	// a provider that isolates less than a real sandbox (memory isolates nothing) or that
+	// acts on another machine and needs configuration to mean anything (remote, e2b): those
+	// are used only by name.
+	Implicit bool
 }
 
 // ErrMissing marks an unavailable error whose cause is that something Registration.Install
@@ -79,22 +84,22 @@ func List() []string {
 	return names
 }
 
-// PlatformDefault is the default provider for an operating system: local on Linux, docker on
-// macOS and Windows.
+// PlatformDefault is the default provider for an operating system: local on Linux. Other
+// systems have none yet (""): docker will be theirs once the Docker provider exists.
 func PlatformDefault(goos string) string {
 	if goos == "linux" {
 		return "local"
 	}
-	return "docker"
+	return ""
 }
 
 // ResolveOptions tunes Resolve.
 type ResolveOptions struct {
-	// Name picks a provider explicitly. Empty means: any registered provider that reports
-	// itself available, else the platform default.
+	// Name picks a provider explicitly. Empty means: the platform default, else another
+	// available provider whose registration is Implicit (see Resolve).
 	Name string
-	// Skip lists providers never picked implicitly, e.g. "memory", which isolates nothing.
-	// Zero value: memory and remote are skipped unless named.
+	// Skip lists providers not to pick implicitly even though their registrations are
+	// Implicit. A named provider is used whatever Skip says.
 	Skip []string
 	// Existing says the caller works only with sandboxes that already exist (connect, list,
 	// destroy): the named provider, or the registered platform default, is returned without
@@ -103,13 +108,16 @@ type ResolveOptions struct {
 	Existing bool
 }
 
-// Resolve picks a provider in the order of seeds/000:
+// Resolve picks a provider in this order:
 //
 //  1. an explicit name: that provider, or an error if it is not registered or unavailable;
-//  2. the platform default, when registered and available;
-//  3. any other registered provider that reports itself available (in name order, except those
-//     in Skip, which isolate less than a real sandbox or need configuration);
+//  2. the platform default (PlatformDefault), when registered, Implicit and available;
+//  3. any other registered provider whose registration is Implicit and that reports itself
+//     available, in name order, except those in Skip;
 //  4. otherwise a CodeUnavailable error that says what to install.
+//
+// The platform default comes before the others so that importing another provider's package
+// never changes which provider a program that names none gets.
 //
 // Resolve never falls back to a provider less isolated than the one asked for: an explicit
 // name that is unavailable is an error, not a reason to pick another.
@@ -136,26 +144,26 @@ func Resolve(ctx context.Context, opts ResolveOptions) (Provider, error) {
 		}
 		return build(ctx, r)
 	}
-	skip := opts.Skip
-	if skip == nil {
-		skip = []string{"memory", "remote", "e2b"}
-	}
 	var reasons []string
 	def := PlatformDefault(runtime.GOOS)
-	if r, ok := Lookup(def); ok {
+	r, ok := Lookup(def)
+	switch {
+	case def == "":
+		reasons = append(reasons, fmt.Sprintf("%s has no platform default provider yet", runtime.GOOS))
+	case !ok:
+		reasons = append(reasons, fmt.Sprintf("the platform default %q is not registered (import github.com/tupper-dev/tupper/providers/%s)", def, def))
+	case r.Implicit && !slices.Contains(opts.Skip, def):
 		p, err := build(ctx, r)
 		if err == nil {
 			return p, nil
 		}
 		reasons = append(reasons, MessageOf(err))
-	} else {
-		reasons = append(reasons, fmt.Sprintf("the platform default %q is not registered (import github.com/tupper-dev/tupper/providers/%s)", def, def))
 	}
 	for _, name := range List() {
-		if name == def || slices.Contains(skip, name) {
+		r, _ := Lookup(name)
+		if name == def || !r.Implicit || slices.Contains(opts.Skip, name) {
 			continue
 		}
-		r, _ := Lookup(name)
 		p, err := build(ctx, r)
 		if err == nil {
 			return p, nil

@@ -27,7 +27,7 @@ func (s stub) Destroy(context.Context, string) error                   { return 
 func (s stub) ReadFile(context.Context, string) (io.ReadCloser, error) { return nil, nil }
 
 func reg(name string, avail error) {
-	Register(Registration{Name: name, Factory: func() (Provider, error) { return stub{name, avail}, nil }, Install: "apt-get install " + name})
+	Register(Registration{Name: name, Factory: func() (Provider, error) { return stub{name, avail}, nil }, Install: "apt-get install " + name, Implicit: true})
 }
 
 func mustPanic(t *testing.T, what string, f func()) {
@@ -89,14 +89,27 @@ func TestResolve(t *testing.T) {
 		t.Fatalf("unregistered: %v", err)
 	}
 	// No name: the platform default is not registered in this package's tests, so an
-	// available registered provider is picked, never one in Skip.
+	// available registered provider is picked, never one in Skip and never one whose
+	// registration is not Implicit (test-res-named comes before test-res-ok in name order).
+	Register(Registration{Name: "test-res-named", Factory: func() (Provider, error) { return stub{"test-res-named", nil}, nil }})
 	p, err = Resolve(ctx, ResolveOptions{Skip: []string{"test-reg-a"}})
 	if err != nil || p.Name() != "test-res-ok" {
 		t.Fatalf("implicit: %v %v", p, err)
 	}
+	if p, err := Resolve(ctx, ResolveOptions{Name: "test-res-named"}); err != nil || p.Name() != "test-res-named" {
+		t.Fatalf("a provider that is not Implicit, by name: %v %v", p, err)
+	}
 	_, err = Resolve(ctx, ResolveOptions{Skip: []string{"test-reg-a", "test-res-ok"}})
 	if !errors.Is(err, CodeUnavailable) || !strings.Contains(err.Error(), "down here") || strings.Count(err.Error(), "unavailable:") != 1 {
 		t.Fatalf("nothing available: %v", err)
+	}
+}
+
+func TestPlatformDefault(t *testing.T) {
+	for goos, want := range map[string]string{"linux": "local", "darwin": "", "windows": ""} {
+		if got := PlatformDefault(goos); got != want {
+			t.Errorf("PlatformDefault(%q) = %q, want %q", goos, got, want)
+		}
 	}
 }
 

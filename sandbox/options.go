@@ -15,7 +15,7 @@ import (
 // sandboxes that carry it.
 const SDKLabel = "sandbox-sdk"
 
-// Defaults of seeds/001 and DESIGN.md.
+// Defaults used where an option is left zero (docs/commands.md lists those of Run).
 const (
 	DefaultCwd            = "/workspace"
 	DefaultRunTimeout     = 120 * time.Second

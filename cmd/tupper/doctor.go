@@ -28,7 +28,11 @@ func newDoctorCmd() *cobra.Command {
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "%-8s %s\n", name, status)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "platform default: %s\n", provider.PlatformDefault(runtime.GOOS))
+			def := provider.PlatformDefault(runtime.GOOS)
+			if def == "" {
+				def = "none on " + runtime.GOOS + " yet (name a provider with --provider)"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "platform default: %s\n", def)
 			if line := localRuntimeLine(); line != "" {
 				fmt.Fprintln(cmd.OutOrStdout(), line)
 			}

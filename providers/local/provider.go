@@ -170,9 +170,10 @@ var (
 
 func init() {
 	provider.Register(provider.Registration{
-		Name:    "local",
-		Factory: func() (provider.Provider, error) { return New(Config{}) },
-		Install: installRuntimes,
+		Name:     "local",
+		Factory:  func() (provider.Provider, error) { return New(Config{}) },
+		Install:  installRuntimes,
+		Implicit: true,
 	})
 }
 

@@ -3,8 +3,8 @@
 // variables: E2B_API_URL and E2B_SANDBOX_URL to the server's URL, E2B_API_KEY to a Tupper
 // API key (`tupper keys create --e2b` makes one of the form E2B's SDKs validate).
 //
-// The wire protocol is E2B's, as described in ../../shared/E2B-PROTOCOL.md of the project
-// (E2B's openapi.yml for the control plane, envd's Connect services for the data plane).
+// The wire protocol is E2B's: E2B's openapi.yml for the control plane, envd's Connect services
+// for the data plane. docs/e2b.md says what is served and what is not.
 //
 // # Control plane
 //
