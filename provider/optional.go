@@ -153,18 +153,23 @@ type ActivityReporter interface {
 
 // KeyedCreator is optional: an atomic get-or-create by CreateSpec.Key. Providers that
 // declare CapExactKey implement it; the core uses it for exact keys when the caller gives no
-// locator lock.
+// locator lock. Without it, an exact key needs a Locator that can lock (else Create fails
+// with CodeUnsupported before anything is made), and a best-effort key is FindByKey, then
+// Create.
 type KeyedCreator interface {
 	GetOrCreate(ctx context.Context, spec CreateSpec) (inst Instance, created bool, err error)
 }
 
-// Pauser is optional (CapPause): freeze and thaw every process of a sandbox.
+// Pauser is optional (CapPause): freeze and thaw every process of a sandbox. Without it (or
+// without CapPause), Pause and Resume fail with CodeUnsupported.
 type Pauser interface {
 	Pause(ctx context.Context) error
 	Resume(ctx context.Context) error
 }
 
-// Snapshotter is optional (CapSnapshot): capture a sandbox so CreateSpec.From can start from it.
+// Snapshotter is optional (CapSnapshot): capture a sandbox so CreateSpec.From can start from
+// it. Without it (or without CapSnapshot), Snapshot fails with CodeUnsupported and so does a
+// create with From, before anything is made.
 type Snapshotter interface {
 	// Snapshot returns the new snapshot's id. expires 0 keeps it until it is deleted.
 	Snapshot(ctx context.Context, expires time.Duration) (string, error)
@@ -194,17 +199,31 @@ type CapabilityReporter interface {
 }
 
 // TerminalWaiter is optional on a Terminal: Wait blocks until the terminal's process ends
-// (or ctx does) and says how it ended.
+// (or ctx does) and says how it ended. Without it, the end of the terminal's output is all a
+// caller learns: `tupper exec -t` exits 0 and the server's terminal WebSocket closes without
+// an exit message.
 type TerminalWaiter interface {
 	Wait(ctx context.Context) (ExecResult, error)
 }
 
-// Terminaler is optional (CapTerminal).
+// Terminaler is optional (CapTerminal): an interactive login shell on a PTY of cols×rows in
+// the default directory. Without it (or without CapTerminal), Terminal fails with
+// CodeUnsupported; there is no fallback.
 type Terminaler interface {
 	Terminal(ctx context.Context, cols, rows int) (Terminal, error)
 }
 
+// CommandTerminaler is optional beside Terminaler (and needs CapTerminal too): run argv
+// (empty: a login shell) in cwd (empty: the default directory) on a PTY of cols×rows, like
+// `docker exec -it`. Without it, only the login shell of Terminaler is available: a terminal
+// with a command or a directory fails with CodeUnsupported.
+type CommandTerminaler interface {
+	TerminalCommand(ctx context.Context, argv []string, cwd string, cols, rows int) (Terminal, error)
+}
+
 // TimeoutSetter is optional (CapTimeout): move the hard lifetime deadline, counted from now.
+// Without it (or without CapTimeout), SetTimeout fails with CodeUnsupported, and so does a
+// create with a Timeout, before anything is made.
 type TimeoutSetter interface {
 	SetTimeout(ctx context.Context, d time.Duration) error
 }

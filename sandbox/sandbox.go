@@ -522,31 +522,23 @@ func (b *Sandbox) Snapshot(ctx context.Context, opts SnapshotOptions) (string, e
 	return id, wrapProvider(err, "snapshot")
 }
 
-// Terminal opens an interactive PTY. CodeUnsupported without the "terminal" capability.
+// Terminal opens an interactive login shell on a PTY. CodeUnsupported without the
+// "terminal" capability. TerminalCommand runs a given command instead.
 func (b *Sandbox) Terminal(ctx context.Context, cols, rows int) (provider.Terminal, error) {
-	t, ok := b.inst.(provider.Terminaler)
-	if !ok || !b.Capabilities.Has(provider.CapTerminal) {
-		return nil, errorf(CodeUnsupported, "terminal", "provider %s has no terminal", b.Provider)
-	}
-	if cols < 1 || rows < 1 || cols > 1000 || rows > 1000 {
-		return nil, errorf(CodeInvalidArgument, "terminal", "terminal size %dx%d is out of range", cols, rows)
-	}
-	if err := b.ensureSecrets(ctx); err != nil {
-		return nil, err
-	}
-	term, err := t.Terminal(ctx, cols, rows)
-	if err != nil {
-		return nil, wrapProvider(err, "terminal")
-	}
+	return b.TerminalCommand(ctx, TerminalOptions{Cols: cols, Rows: rows})
+}
+
+// redactTerminal returns term with secrets replaced in what it prints.
+func (b *Sandbox) redactTerminal(term provider.Terminal) provider.Terminal {
 	if b.red.longest() == 0 {
-		return term, nil
+		return term
 	}
 	// Secrets are redacted from what the terminal prints, as from command output.
 	rt := &redactedTerminal{Terminal: term, sr: b.red.stream()}
 	if w, ok := term.(provider.TerminalWaiter); ok {
-		return &redactedWaitTerminal{rt, w}, nil
+		return &redactedWaitTerminal{rt, w}
 	}
-	return rt, nil
+	return rt
 }
 
 // redactedTerminal replaces secrets in a terminal's output. A secret split across reads is

@@ -17,12 +17,6 @@ import (
 	"github.com/tupper-dev/tupper/sandbox"
 )
 
-// commandTerminaler is what a provider's instance offers to run a given command, rather than
-// a login shell, on a terminal (the local provider's does).
-type commandTerminaler interface {
-	TerminalCommand(ctx context.Context, argv []string, cwd string, cols, rows int) (provider.Terminal, error)
-}
-
 // Default window size when standard output is not a terminal.
 const defaultCols, defaultRows = 80, 24
 
@@ -32,8 +26,9 @@ const eot = 0x04
 
 // runTerminal runs argv (empty: a login shell) on a terminal in box, like `docker exec -it`:
 // standard input goes to the terminal (in raw mode when it is a terminal itself), the
-// terminal's output to standard output, window size changes follow SIGWINCH, and the
-// process's exit code comes back as an exitError.
+// terminal's output, with the sandbox's secrets redacted by the SDK, to standard output,
+// window size changes follow SIGWINCH, and the process's exit code comes back as an
+// exitError.
 func runTerminal(ctx context.Context, cmd *cobra.Command, box *sandbox.Sandbox, argv []string, cwd string) error {
 	in, out := cmd.InOrStdin(), cmd.OutOrStdout()
 	inFd, inTTY := ttyFd(in)
@@ -57,16 +52,7 @@ func runTerminal(ctx context.Context, cmd *cobra.Command, box *sandbox.Sandbox, 
 	}
 
 	cols, rows := size()
-	var t provider.Terminal
-	var err error
-	if ct, ok := box.Native.(commandTerminaler); ok && box.Capabilities.Has(provider.CapTerminal) {
-		t, err = ct.TerminalCommand(ctx, argv, cwd, cols, rows)
-	} else if len(argv) == 0 && cwd == "" {
-		t, err = box.Terminal(ctx, cols, rows)
-	} else {
-		err = &sandbox.Error{Code: sandbox.CodeUnsupported, Op: "terminal",
-			Message: fmt.Sprintf("provider %s cannot run a command on a terminal; leave out the command and -w for a shell", box.Provider)}
-	}
+	t, err := box.TerminalCommand(ctx, sandbox.TerminalOptions{Cols: cols, Rows: rows, Command: argv, Cwd: cwd})
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,10 @@ import (
 	"github.com/tupper-dev/tupper/provider"
 )
 
-var _ provider.Terminaler = (*Instance)(nil)
+var (
+	_ provider.Terminaler        = (*Instance)(nil)
+	_ provider.CommandTerminaler = (*Instance)(nil)
+)
 
 // Terminal is an interactive process on a pseudo-terminal in a local sandbox: a login shell
 // (Instance.Terminal) or a given command (Instance.TerminalCommand). Beyond
@@ -30,7 +33,7 @@ func (i *Instance) Terminal(ctx context.Context, cols, rows int) (provider.Termi
 }
 
 // TerminalCommand runs argv (empty: a login shell) in cwd (empty: the default workdir) on a
-// new PTY of cols × rows, as `docker exec -t` does. The CLI uses it for `tupper exec -t`.
+// new PTY of cols × rows, as `docker exec -t` does. See provider.CommandTerminaler.
 func (i *Instance) TerminalCommand(ctx context.Context, argv []string, cwd string, cols, rows int) (provider.Terminal, error) {
 	if err := i.check(); err != nil {
 		return nil, err

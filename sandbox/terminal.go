@@ -1,0 +1,47 @@
+package sandbox
+
+import (
+	"context"
+
+	"github.com/tupper-dev/tupper/provider"
+)
+
+// TerminalOptions configures TerminalCommand.
+type TerminalOptions struct {
+	Cols, Rows int      // the PTY's size, 1 to 1000 each
+	Command    []string // argv, run without a shell; empty: a login shell
+	Cwd        string   // the working directory; "": the provider's default
+}
+
+// TerminalCommand opens an interactive PTY that runs opts.Command (a login shell without
+// one), like `docker exec -it`. Secrets are redacted from what it prints, as from every
+// other output. CodeUnsupported without the "terminal" capability, and for a command or a
+// directory on a provider that can open only a login shell (see
+// provider.CommandTerminaler).
+func (b *Sandbox) TerminalCommand(ctx context.Context, opts TerminalOptions) (provider.Terminal, error) {
+	const op = "terminal"
+	t, ok := b.inst.(provider.Terminaler)
+	if !ok || !b.Capabilities.Has(provider.CapTerminal) {
+		return nil, errorf(CodeUnsupported, op, "provider %s has no terminal", b.Provider)
+	}
+	if opts.Cols < 1 || opts.Rows < 1 || opts.Cols > 1000 || opts.Rows > 1000 {
+		return nil, errorf(CodeInvalidArgument, op, "terminal size %dx%d is out of range", opts.Cols, opts.Rows)
+	}
+	// The one fallback: a provider without CommandTerminaler opens only a login shell.
+	open := func() (provider.Terminal, error) { return t.Terminal(ctx, opts.Cols, opts.Rows) }
+	if ct, ok := b.inst.(provider.CommandTerminaler); ok {
+		open = func() (provider.Terminal, error) {
+			return ct.TerminalCommand(ctx, opts.Command, opts.Cwd, opts.Cols, opts.Rows)
+		}
+	} else if len(opts.Command) > 0 || opts.Cwd != "" {
+		return nil, errorf(CodeUnsupported, op, "provider %s cannot run a command on a terminal, only a login shell in the default directory", b.Provider)
+	}
+	if err := b.ensureSecrets(ctx); err != nil {
+		return nil, err
+	}
+	term, err := open()
+	if err != nil {
+		return nil, wrapProvider(err, op)
+	}
+	return b.redactTerminal(term), nil
+}
