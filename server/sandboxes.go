@@ -1,8 +1,11 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"net/http"
 	"slices"
@@ -67,9 +70,42 @@ type sizeJSON struct {
 	DiskGB   int     `json:"diskGb,omitempty"`
 }
 
+// networkJSON is a create request's network in any of its forms: the SDK's own, "all",
+// "none" or {"allow": [...]}, and the object form {"mode": "all"|"none"|"allow", "allow":
+// [...]}. An object with "allow" and no mode is an allow list, even an empty one (which the
+// SDK then refuses): it never widens to all.
 type networkJSON struct {
 	Mode  string   `json:"mode,omitempty"`
 	Allow []string `json:"allow,omitempty"`
+}
+
+func (n *networkJSON) UnmarshalJSON(data []byte) error {
+	var mode string
+	if json.Unmarshal(data, &mode) == nil {
+		*n = networkJSON{Mode: mode} // the SDK checks the mode
+		return nil
+	}
+	const forms = `"network" is "all", "none", {"allow": [...]} or {"mode": ..., "allow": [...]}`
+	if !bytes.HasPrefix(bytes.TrimSpace(data), []byte("{")) {
+		return errors.New(forms)
+	}
+	var obj struct {
+		Mode  string    `json:"mode"`
+		Allow *[]string `json:"allow"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&obj); err != nil {
+		return fmt.Errorf("%s: %s", forms, strings.TrimPrefix(err.Error(), "json: "))
+	}
+	*n = networkJSON{Mode: obj.Mode}
+	if obj.Allow != nil {
+		n.Allow = *obj.Allow
+		if n.Mode == "" {
+			n.Mode = string(provider.NetworkAllow)
+		}
+	}
+	return nil
 }
 
 type createRequest struct {
