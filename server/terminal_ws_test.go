@@ -114,21 +114,11 @@ func TestTerminalWebSocket(t *testing.T) {
 // termCall sends one JSON request and decodes the 2xx answer into out.
 func termCall(t *testing.T, ctx context.Context, method, url, cred, body string, out any) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
+	status, data := callCtx(t, ctx, method, url, cred, body)
+	if status/100 != 2 {
+		t.Fatalf("%s %s: status %d: %s", method, url, status, data)
 	}
-	req.Header.Set("Authorization", "Bearer "+cred)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		t.Fatalf("%s %s: %s", method, url, resp.Status)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+	if err := json.Unmarshal(data, out); err != nil {
 		t.Fatal(err)
 	}
 }
