@@ -12,7 +12,9 @@ import (
 // Bare returns p with every optional interface that package sandbox can do without hidden,
 // so that the core's fallback runs instead of the provider's fast path: provider.KeyedCreator
 // on the provider, and provider.FileSystem, provider.Searcher, provider.ChangeTracker,
-// provider.ActivityReporter, provider.RangeReader and provider.PortDialer on its instances. Interfaces without a
+// provider.ActivityReporter, provider.RangeReader, provider.PortDialer and
+// provider.CommandTerminaler (the core then opens only a login shell) on its instances.
+// Interfaces without a
 // fallback (provider.Pauser, provider.Snapshotter, provider.Terminaler,
 // provider.TimeoutSetter, provider.CapabilityReporter) stay reachable, and answer
 // CodeUnsupported where p's instance lacks them, which is what the core answers then too.
