@@ -290,8 +290,10 @@ func (n *network) detach(ctx context.Context, id, ip string) error {
 	var errs []error
 	host, _ := vethNames(id)
 	if linkExists(host) {
-		// The pair vanishes with its namespace, possibly while we look.
-		if err := n.ip(ctx, "", "link del "+host); err != nil && !strings.Contains(err.Error(), "Cannot find device") {
+		// The pair vanishes with its namespace, possibly while we look ("Cannot find
+		// device", or the kernel's "No such device"): a failed delete is an error only if
+		// the link is still there.
+		if err := n.ip(ctx, "", "link del "+host); err != nil && linkExists(host) {
 			errs = append(errs, err)
 		}
 	}
