@@ -7,8 +7,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tupper-dev/tupper/mcpserver"
-	_ "github.com/tupper-dev/tupper/providers/local"  // the platform default on Linux
-	_ "github.com/tupper-dev/tupper/providers/memory" // --provider memory: no isolation, for trying it out
 )
 
 // newMCPCmd is `tupper mcp`: the sandbox tools over MCP on stdin and stdout, for agent apps

@@ -1,8 +1,10 @@
 package main
 
-// The providers the tupper binary can use. Each registers itself on import.
+// The providers the tupper binary can use, every one of them here and only here. Each
+// registers itself on import.
 import (
 	_ "github.com/tupper-dev/tupper/providers/e2b"
-	_ "github.com/tupper-dev/tupper/providers/local"
-	_ "github.com/tupper-dev/tupper/providers/memory"
+	_ "github.com/tupper-dev/tupper/providers/local"  // the platform default on Linux
+	_ "github.com/tupper-dev/tupper/providers/memory" // --provider memory: no isolation, for trying it out
+	_ "github.com/tupper-dev/tupper/providers/remote"
 )
