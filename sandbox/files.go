@@ -146,6 +146,46 @@ func (f *Files) Open(ctx context.Context, p string) (io.ReadCloser, error) {
 	return rc, f.err(err, op)
 }
 
+// OpenRange opens p for reading length bytes from offset off (length < 0: to the end): by
+// the provider's provider.RangeReader when it has one, else by reading and discarding the
+// first off bytes of the whole file.
+func (f *Files) OpenRange(ctx context.Context, p string, off, length int64) (io.ReadCloser, error) {
+	const op = "files.open"
+	if off < 0 {
+		return nil, errorf(CodeInvalidArgument, op, "offset must not be negative")
+	}
+	p, err := f.prep(ctx, op, p)
+	if err != nil {
+		return nil, err
+	}
+	return f.b.openRange(ctx, op, p, off, length)
+}
+
+// openRange is OpenRange of the absolute path p, for Files and the process logs.
+func (b *Sandbox) openRange(ctx context.Context, op, p string, off, length int64) (io.ReadCloser, error) {
+	if rr, ok := b.inst.(provider.RangeReader); ok && (off > 0 || length >= 0) {
+		rc, err := rr.ReadFileRange(ctx, p, off, length)
+		return rc, b.red.Err(wrapProvider(err, op))
+	}
+	rc, err := b.inst.ReadFile(ctx, p)
+	if err != nil {
+		return nil, b.red.Err(wrapProvider(err, op))
+	}
+	if off > 0 {
+		if _, err := io.CopyN(io.Discard, rc, off); err != nil && !errors.Is(err, io.EOF) {
+			rc.Close()
+			return nil, b.red.Err(wrapProvider(err, op))
+		}
+	}
+	if length >= 0 {
+		return struct {
+			io.Reader
+			io.Closer
+		}{io.LimitReader(rc, length), rc}, nil
+	}
+	return rc, nil
+}
+
 // Write writes data to p, creating parent directories.
 func (f *Files) Write(ctx context.Context, p string, data []byte, opts WriteOptions) error {
 	return f.WriteFrom(ctx, p, bytes.NewReader(data), opts)

@@ -681,19 +681,7 @@ func parseCursor(s, gen string) (cursor, error) {
 // readFrom reads up to n bytes of a log file from off.
 func (p *Process) readFrom(ctx context.Context, name string, off int64, n int) ([]byte, error) {
 	file := p.dir + "/" + name
-	var rc io.ReadCloser
-	var err error
-	if rr, ok := p.b.inst.(provider.RangeReader); ok {
-		rc, err = rr.ReadFileRange(ctx, file, off, int64(n))
-	} else {
-		rc, err = p.b.inst.ReadFile(ctx, file)
-		if err == nil {
-			if _, cerr := io.CopyN(io.Discard, rc, off); cerr != nil && cerr != io.EOF {
-				rc.Close()
-				return nil, p.b.red.Err(wrapProvider(cerr, "process.logs"))
-			}
-		}
-	}
+	rc, err := p.b.openRange(ctx, "process.logs", file, off, int64(n))
 	if errors.Is(err, CodeNotFound) {
 		return nil, nil
 	}

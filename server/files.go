@@ -77,25 +77,7 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request, _ *caller) {
 
 func (s *Server) serveFile(w http.ResponseWriter, r *http.Request, b *sandbox.Sandbox, p string, off, length int64) error {
 	ctx := r.Context()
-	var rc io.ReadCloser
-	var err error
-	if rr, ok := b.Native.(provider.RangeReader); ok && (off > 0 || length >= 0) && len(p) > 0 && p[0] == '/' {
-		rc, err = rr.ReadFileRange(ctx, p, off, length)
-	} else {
-		rc, err = b.Files.Open(ctx, p)
-		if err == nil && off > 0 {
-			if _, cerr := io.CopyN(io.Discard, rc, off); cerr != nil && !errors.Is(cerr, io.EOF) {
-				rc.Close()
-				return provider.Wrap(cerr, provider.CodeProvider, "files.read")
-			}
-		}
-		if err == nil && length >= 0 {
-			rc = struct {
-				io.Reader
-				io.Closer
-			}{io.LimitReader(rc, length), rc}
-		}
-	}
+	rc, err := b.Files.OpenRange(ctx, p, off, length)
 	if err != nil {
 		return err
 	}
