@@ -93,7 +93,9 @@ func (t *Thread) Do(fn func()) error {
 	return nil
 }
 
-// Close ends the thread, after a Do in progress has returned. It is idempotent.
+// Close ends the thread, after a Do in progress has returned. It is idempotent. It returns
+// when the thread's goroutine has returned; the runtime ends the OS thread itself a moment
+// later (nothing else ever runs on it meanwhile).
 func (t *Thread) Close() {
 	t.once.Do(func() { close(t.stop) })
 	<-t.done

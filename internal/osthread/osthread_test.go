@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -79,8 +80,16 @@ func TestThreadState(t *testing.T) {
 	}
 	th.Close()
 	th.Close() // idempotent
-	if left := threadsNamed(t, name); len(left) != 0 {
-		t.Errorf("threads named %q after Close: %v", name, left)
+	// The runtime ends a locked thread after its goroutine has returned, which is when Close
+	// returns: the thread goes a moment later, with no event to wait on.
+	var left []int
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if left = threadsNamed(t, name); len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(left) != 0 {
+		t.Errorf("threads named %q 5 s after Close: %v", name, left)
 	}
 	ran := false
 	if err := th.Do(func() { ran = true }); !errors.Is(err, ErrClosed) || ran {
