@@ -374,12 +374,17 @@ func labRun(t *testing.T, name string, args ...string) string {
 // sandboxNetns is the network namespace of the sandbox id of p.
 func sandboxNetns(t *testing.T, p *Provider, id string) string {
 	t.Helper()
-	if ns := p.lay.netns(id); fileExists(ns) {
-		return ns // runsc: the namespace the provider made
-	}
 	rec, err := p.lay.readRecord(id)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if ns := p.lay.netns(id); fileExists(ns) {
+		// runsc: the namespace the provider made, bound in the sandbox's mount namespace.
+		ns, err := p.nsPath(rec, ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ns
 	}
 	return fmt.Sprintf("/proc/%d/ns/net", rec.InitPID)
 }
