@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tupper-dev/tupper/mcpserver"
+	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
 	"github.com/tupper-dev/tupper/store"
 	"github.com/tupper-dev/tupper/tools"
@@ -39,6 +40,13 @@ func (s *Server) newMCP() (*mcpserver.HTTPHandler, error) {
 				Destroyed: func(ctx context.Context, id string) { s.gone(ctx, id, EventDestroyed, nil) },
 				// Through the server's proxy: no listener on this host per port.
 				PreviewURL: s.previewPath,
+				// Counted against the key's and the sandbox's quotas, with the server's expiry.
+				Snapshot: func(ctx context.Context, b *sandbox.Sandbox) (string, error) {
+					if c == nil || c.KeyID == "" {
+						return "", provider.Errorf(provider.CodeForbidden, "snapshots need an API key")
+					}
+					return s.takeSnapshot(ctx, b, c.KeyID, 0)
+				},
 			}
 		},
 	})

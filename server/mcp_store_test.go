@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/tupper-dev/tupper/providers/memory"
+	"github.com/tupper-dev/tupper/server"
 	"github.com/tupper-dev/tupper/server/servertest"
 	"github.com/tupper-dev/tupper/store"
 )
@@ -100,5 +103,41 @@ func TestMCPSandboxesAreRecorded(t *testing.T) {
 		if n != 1 {
 			t.Errorf("%d %s events for %s, want 1: %+v", n, typ, created.ID, evs.Events)
 		}
+	}
+}
+
+// The snapshot tool over /mcp takes the server's snapshots: counted against the sandbox's and
+// the key's quotas, as the API's own are (it once went to the provider directly, around them).
+func TestMCPSnapshotQuota(t *testing.T) {
+	srv := servertest.Start(t, memory.New(), "", func(c *server.Config) {
+		c.SnapshotsPerSandbox, c.SnapshotsPerKey, c.SnapshotExpiry = 1, 10, time.Hour
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := mcp.NewClient(&mcp.Implementation{Name: "tupper-test", Version: "0"}, nil)
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{
+		Endpoint:   srv.URL + "/mcp",
+		HTTPClient: &http.Client{Transport: bearer{srv.Key, http.DefaultTransport}},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "snapshot", Arguments: map[string]any{}})
+	if err != nil || res.IsError {
+		t.Fatalf("first snapshot: %v %+v", err, res)
+	}
+	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "snapshot", Arguments: map[string]any{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := ""
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			text += tc.Text
+		}
+	}
+	if !res.IsError || !strings.Contains(text, "per sandbox") {
+		t.Fatalf("a second snapshot of the sandbox past its quota of 1: error %v, %q", res.IsError, text)
 	}
 }

@@ -35,6 +35,9 @@ type SessionOptions struct {
 	// Destroyed, when set, is told of each sandbox the session destroyed (destroy_sandbox,
 	// or the default sandbox at Close).
 	Destroyed func(ctx context.Context, id string)
+	// Snapshot, when set, takes the snapshot tool's snapshots (a server counts them against
+	// its quotas and gives them its expiry, as its own API does). Nil: Sandbox.Snapshot.
+	Snapshot func(ctx context.Context, b *sandbox.Sandbox) (string, error)
 }
 
 // Session is the state tools share in one conversation with a model: a provider, and a

@@ -28,7 +28,12 @@ func snapshot(ctx context.Context, s *Session, a inSandbox) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	id, err := b.Snapshot(ctx, sandbox.SnapshotOptions{})
+	var id string
+	if s.opts.Snapshot != nil {
+		id, err = s.opts.Snapshot(ctx, b)
+	} else {
+		id, err = b.Snapshot(ctx, sandbox.SnapshotOptions{})
+	}
 	if err != nil {
 		return Result{}, err
 	}
