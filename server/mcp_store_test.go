@@ -27,6 +27,22 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	return b.next.RoundTrip(r)
 }
 
+// mcpSession connects the official MCP Go client to srv's /mcp over streamable HTTP with its
+// key, closed when the test ends.
+func mcpSession(ctx context.Context, t *testing.T, srv *servertest.Server) *mcp.ClientSession {
+	t.Helper()
+	client := mcp.NewClient(&mcp.Implementation{Name: "tupper-test", Version: "0"}, nil)
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{
+		Endpoint:   srv.URL + "/mcp",
+		HTTPClient: &http.Client{Transport: bearer{srv.Key, http.DefaultTransport}},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
 // A sandbox made over /mcp is recorded like one made with the API: listed under /v1 for the
 // same key, with sandbox.created and sandbox.destroyed events, and gone from the list once
 // the MCP session destroys it. Uses the official MCP Go client over streamable HTTP.
@@ -36,15 +52,7 @@ func TestMCPSandboxesAreRecorded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
-	client := mcp.NewClient(&mcp.Implementation{Name: "tupper-test", Version: "0"}, nil)
-	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{
-		Endpoint:   srv.URL + "/mcp",
-		HTTPClient: &http.Client{Transport: bearer{srv.Key, http.DefaultTransport}},
-	}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
+	cs := mcpSession(ctx, t, srv)
 
 	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "create_sandbox", Arguments: map[string]any{}})
 	if err != nil || res.IsError {
@@ -114,15 +122,7 @@ func TestMCPSnapshotQuota(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	client := mcp.NewClient(&mcp.Implementation{Name: "tupper-test", Version: "0"}, nil)
-	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{
-		Endpoint:   srv.URL + "/mcp",
-		HTTPClient: &http.Client{Transport: bearer{srv.Key, http.DefaultTransport}},
-	}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
+	cs := mcpSession(ctx, t, srv)
 	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "snapshot", Arguments: map[string]any{}})
 	if err != nil || res.IsError {
 		t.Fatalf("first snapshot: %v %+v", err, res)
