@@ -77,6 +77,12 @@ func (s *Server) Reconcile(ctx context.Context) error {
 		in, ok := live[rec.ID]
 		if !ok {
 			// Listed by the store before the provider was asked: gone, or being destroyed.
+			s.missingMu.Lock()
+			busy := s.destroying[rec.ID] > 0
+			s.missingMu.Unlock()
+			if busy {
+				continue // the request destroying it records it
+			}
 			if missedBefore[rec.ID] {
 				s.gone(ctx, rec.ID, EventExpired, nil)
 			} else {

@@ -388,6 +388,7 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, _ *caller
 		writeError(w, err)
 		return
 	}
+	defer s.destroyingNow(id)()
 	err := s.prov.Destroy(ctx, id)
 	if err != nil && !errors.Is(err, provider.CodeNotFound) {
 		writeError(w, err)

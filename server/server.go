@@ -118,9 +118,11 @@ type Server struct {
 	klmu     sync.Mutex
 	keyLocks map[string]*keyLock
 
-	// missing are the sandboxes the last Reconcile found recorded but not in the provider.
-	missingMu sync.Mutex
-	missing   map[string]bool
+	// missing are the sandboxes the last Reconcile found recorded but not in the provider;
+	// destroying, those a request is destroying now (Reconcile leaves them to it).
+	missingMu  sync.Mutex
+	missing    map[string]bool
+	destroying map[string]int
 
 	wake chan struct{} // a new event may have queued deliveries
 
@@ -206,7 +208,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 // e2bHooks record what the E2B API does to sandboxes as the native API records its own.
 func (s *Server) e2bHooks() e2b.Hooks {
 	return e2b.Hooks{
-		Created: func(ctx context.Context, id string, data map[string]any) { s.emit(ctx, EventCreated, id, data) },
+		Created:    func(ctx context.Context, id string, data map[string]any) { s.emit(ctx, EventCreated, id, data) },
+		Destroying: s.destroyingNow,
 		Gone: func(ctx context.Context, id string, destroyed bool) {
 			if destroyed {
 				s.gone(ctx, id, EventDestroyed, nil)
@@ -504,5 +507,24 @@ func (s *Server) lockKey(key string) func() {
 			delete(s.keyLocks, key)
 		}
 		s.klmu.Unlock()
+	}
+}
+
+// destroyingNow marks id as being destroyed by a request until done is called, so that a
+// Reconcile meanwhile does not count it missing (and record it expired) while the provider
+// has removed it and the request has not yet recorded it destroyed.
+func (s *Server) destroyingNow(id string) (done func()) {
+	s.missingMu.Lock()
+	if s.destroying == nil {
+		s.destroying = map[string]int{}
+	}
+	s.destroying[id]++
+	s.missingMu.Unlock()
+	return func() {
+		s.missingMu.Lock()
+		if s.destroying[id]--; s.destroying[id] <= 0 {
+			delete(s.destroying, id)
+		}
+		s.missingMu.Unlock()
 	}
 }

@@ -46,6 +46,13 @@ type env struct {
 
 func newEnv(t *testing.T, mod ...func(*Config)) *env {
 	t.Helper()
+	return newEnvLoop(t, true, mod...)
+}
+
+// newEnvLoop is newEnv with the server's background loops (Run: reconciling, reaping,
+// webhooks) started or not; a test that calls Reconcile itself must not race the loop's.
+func newEnvLoop(t *testing.T, loop bool, mod ...func(*Config)) *env {
+	t.Helper()
 	ctx := context.Background()
 	st, err := store.Open(ctx, t.TempDir())
 	if err != nil {
@@ -69,7 +76,11 @@ func newEnv(t *testing.T, mod ...func(*Config)) *env {
 	ts.Start()
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { srv.Run(rctx); close(done) }()
+	if loop {
+		go func() { srv.Run(rctx); close(done) }()
+	} else {
+		close(done)
+	}
 	t.Cleanup(func() {
 		cancel()
 		<-done

@@ -426,6 +426,9 @@ func (s *Server) kill(w http.ResponseWriter, r *http.Request, _ string) {
 		writeError(w, err)
 		return
 	}
+	if h := s.cfg.Hooks.Destroying; h != nil {
+		defer h(id)()
+	}
 	err := s.prov.Destroy(ctx, id)
 	if errors.Is(err, provider.CodeNotFound) {
 		s.gone(ctx, id, false)

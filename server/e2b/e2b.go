@@ -34,6 +34,9 @@ const ClientID = "6532622b"
 type Hooks struct {
 	// Created is called once a new sandbox is recorded in the store.
 	Created func(ctx context.Context, id string, data map[string]any)
+	// Destroying is called as a kill starts destroying a sandbox; the kill calls done once it
+	// has recorded the outcome (with Gone). Nil: nothing.
+	Destroying func(id string) (done func())
 	// Gone records that a sandbox no longer exists: destroyed by a kill (true) or found
 	// missing (false). Nil: store.MarkDestroyed.
 	Gone func(ctx context.Context, id string, destroyed bool)
