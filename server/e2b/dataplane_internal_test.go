@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/tupper-dev/tupper/provider"
-	"github.com/tupper-dev/tupper/providers/memory"
 	"github.com/tupper-dev/tupper/store"
 )
 
@@ -98,15 +97,7 @@ func TestProxyKeepsServerStreams(t *testing.T) {
 // which never answers (the SDK's isRunning hung for its whole request timeout).
 func TestPausedSandboxIsAnsweredWithoutTheAgent(t *testing.T) {
 	ctx := t.Context()
-	st, err := store.Open(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	s, err := New(ctx, Config{Provider: memory.New(), Store: st})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, st := newMemoryServer(t)
 	var dials atomic.Int32
 	s.proxy = s.newProxy(func(context.Context, string, string) (net.Conn, error) {
 		dials.Add(1)

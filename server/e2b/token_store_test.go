@@ -48,15 +48,7 @@ func TestEnvdTokensAfterAnExposedStore(t *testing.T) {
 // New forgets them, so the native API refuses them from the first request on.
 func TestStoredEnvdTokensForgotten(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	s, err := New(ctx, Config{Provider: memory.New(), Store: st})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, st := newMemoryServer(t)
 	tok := s.envdToken("old")
 	if err := st.PutSandbox(ctx, store.Sandbox{ID: "old", Provider: "memory"}, store.Hash(tok)); err != nil {
 		t.Fatal(err)
@@ -70,4 +62,20 @@ func TestStoredEnvdTokensForgotten(t *testing.T) {
 	if id, err := st.SandboxForToken(ctx, tok); err == nil {
 		t.Fatalf("the envd token is still a sandbox token of %q", id)
 	}
+}
+
+// newMemoryServer is a Server on the memory provider with a store of its own, closed when
+// the test ends.
+func newMemoryServer(t *testing.T) (*Server, *store.Store) {
+	t.Helper()
+	st, err := store.Open(t.Context(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	s, err := New(t.Context(), Config{Provider: memory.New(), Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, st
 }
