@@ -234,19 +234,7 @@ func BenchmarkCreateAtDensity(b *testing.B) {
 				mu.Unlock()
 				var durs []time.Duration
 				for range samples {
-					start := time.Now()
-					inst, err := p.Create(ctx, provider.CreateSpec{Network: netNone})
-					if err != nil {
-						b.Fatal(err)
-					}
-					if res, err := inst.Exec(ctx, provider.ExecRequest{Command: "true"}); err != nil || res.ExitCode != 0 {
-						b.Fatal(res, err)
-					}
-					durs = append(durs, time.Since(start))
-					inst.Close()
-					if err := p.Destroy(ctx, inst.(*Instance).ID()); err != nil {
-						b.Fatal(err)
-					}
+					durs = append(durs, createFirstCommand(b, p))
 				}
 				mu.Lock()
 				st := steps
