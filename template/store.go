@@ -42,7 +42,10 @@ type Template struct {
 	// Config holds what a sandbox starts with.
 	Config Config `json:"config"`
 	// Source says where it came from: an image reference, an archive, a Dockerfile.
-	Source  string    `json:"source,omitempty"`
+	Source string `json:"source,omitempty"`
+	// Digest is the digest of the image manifest it was imported from, when it has one (a
+	// registry or an OCI layout).
+	Digest  string    `json:"digest,omitempty"`
 	Created time.Time `json:"created"`
 }
 
@@ -67,6 +70,8 @@ type Layer struct {
 	DiffID string `json:"diffID"` // sha256:<hex> of the uncompressed tar
 	Size   int64  `json:"size"`   // bytes of regular files unpacked
 	Files  int64  `json:"files"`  // entries unpacked
+	// Skipped counts the entries left out: device nodes (see docs/templates.md).
+	Skipped int64 `json:"skipped,omitempty"`
 }
 
 var nameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
@@ -85,7 +90,7 @@ type Store struct{ root string }
 // Open returns the store under home (home/store), making its directories.
 func Open(home string) (*Store, error) {
 	s := &Store{root: filepath.Join(home, "store")}
-	for _, d := range []string{s.templates(), filepath.Join(s.root, "layers", "sha256")} {
+	for _, d := range []string{s.templates(), filepath.Join(s.root, "layers", "sha256"), s.tmp(), filepath.Join(s.root, "locks")} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
 			return nil, fmt.Errorf("template store: %w", err)
 		}

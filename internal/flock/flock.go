@@ -22,13 +22,23 @@ type Lock struct{ f *os.File }
 // Acquire takes the lock on path, creating the file with mode 0600 when it is missing, and
 // waits until the lock is free or ctx is done.
 func Acquire(ctx context.Context, path string) (*Lock, error) {
+	return acquire(ctx, path, unix.LOCK_EX)
+}
+
+// AcquireShared takes a shared lock on path, which any number of holders may share while no
+// one holds the exclusive lock (Acquire), and waits like Acquire.
+func AcquireShared(ctx context.Context, path string) (*Lock, error) {
+	return acquire(ctx, path, unix.LOCK_SH)
+}
+
+func acquire(ctx context.Context, path string, how int) (*Lock, error) {
 	f, err := open(path)
 	if err != nil {
 		return nil, err
 	}
 	delay := time.Millisecond
 	for {
-		ok, err := try(f)
+		ok, err := try(f, how)
 		if ok {
 			return &Lock{f: f}, nil
 		}
@@ -53,7 +63,7 @@ func TryAcquire(path string) (*Lock, error) {
 	if err != nil {
 		return nil, err
 	}
-	ok, err := try(f)
+	ok, err := try(f, unix.LOCK_EX)
 	if !ok {
 		f.Close()
 		if err != nil {
@@ -80,10 +90,11 @@ func open(path string) (*os.File, error) {
 	return os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 }
 
-// try takes the lock without waiting; it reports false and no error when another holds it.
-func try(f *os.File) (bool, error) {
+// try takes the lock (how: LOCK_EX or LOCK_SH) without waiting; it reports false and no error
+// when another holds it.
+func try(f *os.File, how int) (bool, error) {
 	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
 		switch {
 		case err == nil:
 			return true, nil

@@ -51,3 +51,34 @@ func TestLocksExcludeEachOther(t *testing.T) {
 	}
 	c.Unlock()
 }
+
+func TestSharedLocksShareAndExcludeExclusive(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "l")
+	ctx := context.Background()
+	a, err := AcquireShared(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := AcquireShared(ctx, path)
+	if err != nil {
+		t.Fatalf("a second shared lock: %v", err)
+	}
+	if x, err := TryAcquire(path); x != nil || err != nil {
+		t.Fatalf("TryAcquire while shared locks are held = %v, %v; want nil, nil", x, err)
+	}
+	a.Unlock()
+	if x, err := TryAcquire(path); x != nil || err != nil {
+		t.Fatalf("TryAcquire while one shared lock is held = %v, %v; want nil, nil", x, err)
+	}
+	b.Unlock()
+	x, err := TryAcquire(path)
+	if x == nil || err != nil {
+		t.Fatalf("TryAcquire after the shared locks went = %v, %v", x, err)
+	}
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := AcquireShared(short, path); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("AcquireShared while the exclusive lock is held = %v", err)
+	}
+	x.Unlock()
+}
