@@ -32,7 +32,7 @@ func (s *Store) fromRegistry(ctx context.Context, ref string, plat v1.Platform, 
 	if insecure {
 		base.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // asked for with --insecure
 	}
-	f := &registry{repo: r.Context(), opts: []remote.Option{
+	f := &registryFetcher{repo: r.Context(), opts: []remote.Option{
 		remote.WithContext(ctx),
 		remote.WithAuthFromKeychain(authn.DefaultKeychain),
 		remote.WithTransport(httpGuard{base: base, insecure: insecure}),
@@ -53,12 +53,12 @@ func (s *Store) fromRegistry(ctx context.Context, ref string, plat v1.Platform, 
 	return img, nil
 }
 
-type registry struct {
+type registryFetcher struct {
 	repo name.Repository
 	opts []remote.Option
 }
 
-func (r *registry) manifest(ctx context.Context, d v1.Descriptor) ([]byte, error) {
+func (r *registryFetcher) manifest(ctx context.Context, d v1.Descriptor) ([]byte, error) {
 	desc, err := remote.Get(r.repo.Digest(d.Digest.String()), append(r.opts, remote.WithContext(ctx))...)
 	if err != nil {
 		return nil, registryErr(r.repo.String(), err)
@@ -66,7 +66,7 @@ func (r *registry) manifest(ctx context.Context, d v1.Descriptor) ([]byte, error
 	return desc.Manifest, nil
 }
 
-func (r *registry) blob(ctx context.Context, d v1.Descriptor) (io.ReadCloser, error) {
+func (r *registryFetcher) blob(ctx context.Context, d v1.Descriptor) (io.ReadCloser, error) {
 	l, err := remote.Layer(r.repo.Digest(d.Digest.String()), append(r.opts, remote.WithContext(ctx))...)
 	if err != nil {
 		return nil, registryErr(r.repo.String(), err)
