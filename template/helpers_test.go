@@ -255,3 +255,10 @@ func storeIsClean(t testing.TB, s *Store) {
 var bg = context.Background()
 
 func nullLogger() *log.Logger { return log.New(io.Discard, "", 0) }
+
+func jsonUnmarshal(t testing.TB, b []byte, v any) {
+	t.Helper()
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -649,13 +649,10 @@ type fetcher interface {
 
 // resolve walks from a manifest or index (raw, described by desc) to the one image manifest
 // for plat, verifying each manifest it fetches against its digest, and reads that image's
-// configuration. It refuses a walk that comes back to a manifest it has seen, or goes
-// deeper than maxIndexDepth.
+// configuration. A loop of manifests would need a cycle of digests: each manifest is
+// verified, so a manifest naming itself or an ancestor fails as a mismatch, and a walk
+// deeper than maxIndexDepth is refused.
 func resolve(ctx context.Context, f fetcher, desc v1.Descriptor, raw []byte, plat v1.Platform) (*image, error) {
-	seen := map[v1.Hash]bool{}
-	if desc.Digest != (v1.Hash{}) {
-		seen[desc.Digest] = true
-	}
 	for depth := 0; ; depth++ {
 		mt := desc.MediaType
 		if mt == "" {
@@ -686,10 +683,6 @@ func resolve(ctx context.Context, f fetcher, desc v1.Descriptor, raw []byte, pla
 			if err != nil {
 				return nil, err
 			}
-			if seen[child.Digest] {
-				return nil, provider.Errorf(provider.CodeInvalidArgument, "manifest loop: %s refers back to a manifest it came from", child.Digest)
-			}
-			seen[child.Digest] = true
 			if raw, err = fetchManifest(ctx, f, child); err != nil {
 				return nil, err
 			}

@@ -265,10 +265,7 @@ func (u *unpacker) file(pfd int, name, base string, hdr *tar.Header, r io.Reader
 	defer f.Close()
 	n, err := io.CopyBuffer(struct{ io.Writer }{f}, r, u.buf)
 	if err != nil {
-		if provider.CodeOf(err) == provider.CodeResourceExhausted {
-			return err
-		}
-		return fmt.Errorf("layer entry %q: %w", name, err)
+		return streamErr(fmt.Errorf("layer entry %q: %w", name, err))
 	}
 	if n != hdr.Size {
 		return bad(hdr.Name, "%d bytes of %d", n, hdr.Size)
