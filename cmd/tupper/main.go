@@ -66,6 +66,9 @@ func humanError(err error) string {
 		}
 		return msg + "\n(run `tupper doctor` to see what this machine lacks)"
 	case sandbox.CodeNotFound:
+		if se != nil && se.Op == "template" {
+			return msg + "\n(`tupper template ls` lists the templates)"
+		}
 		return msg + "\n(`tupper ls` lists the sandboxes)"
 	}
 	return msg
@@ -89,6 +92,7 @@ var subcommands = []struct {
 	{"keys", newKeysCmd},
 	{"logs", newLogsCmd},
 	{"snapshot", newSnapshotCmd},
+	{"template", newTemplateCmd},
 	{"mcp", newMCPCmd},
 	{"bench", newBenchCmd},
 }
