@@ -79,7 +79,7 @@ func TestTemplateCLI(t *testing.T) {
 
 	res = tupper(t, home, "", "template", "ls", "--json")
 	var ls struct {
-		Templates []templateRow `json:"templates"`
+		Templates []templateRow        `json:"templates"`
 		Store     struct{ Layers int } `json:"store"`
 	}
 	if res.code != 0 || json.Unmarshal([]byte(res.stdout), &ls) != nil {
