@@ -14,7 +14,14 @@
 // in the store); a provider maps them into each sandbox's user namespace when it mounts
 // them (providers/local: idmapped mounts under an overlay whose upper layer is the
 // sandbox's own). Records and layers are written to a temporary name and renamed, so a
-// process dying halfway leaves either nothing or a whole record.
+// process dying halfway leaves either nothing or a whole record. layers/ and tmp/ are
+// root's alone (0700): an image's setuid files are never reachable by host users.
+//
+// Import makes templates from OCI and Docker images: from a registry, a docker save archive,
+// an OCI image layout, or a root filesystem tarball. Everything in an image is treated as
+// hostile: each layer is verified against its digests and unpacked under openat2 without
+// following a symbolic link, within limits on bytes and files (docs/templates.md lists the
+// guarantees). Usage and Prune measure and reclaim the store's disk.
 package template
 
 import (
@@ -92,6 +99,14 @@ func Open(home string) (*Store, error) {
 	s := &Store{root: filepath.Join(home, "store")}
 	for _, d := range []string{s.templates(), filepath.Join(s.root, "layers", "sha256"), s.tmp(), filepath.Join(s.root, "locks")} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
+			return nil, fmt.Errorf("template store: %w", err)
+		}
+	}
+	// Layers hold an image's files as it has them, setuid-root programs included, and tmp/
+	// holds layers being unpacked: no host user but root may reach into either. Sandboxes
+	// see layers through mounts the provider makes as root, never through these paths.
+	for _, d := range []string{filepath.Join(s.root, "layers"), s.tmp()} {
+		if err := os.Chmod(d, 0o700); err != nil {
 			return nil, fmt.Errorf("template store: %w", err)
 		}
 	}

@@ -68,3 +68,18 @@ func TestStoreRefusesBadNames(t *testing.T) {
 		}
 	}
 }
+
+// TestStoreHidesLayers: layers keep an image's setuid-root files, so no host user but root
+// may reach them.
+func TestStoreHidesLayers(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"layers", "tmp"} {
+		fi, err := os.Stat(filepath.Join(s.Root(), d))
+		if err != nil || fi.Mode().Perm() != 0o700 {
+			t.Fatalf("%s: %v, %v; want 0700", d, fi.Mode(), err)
+		}
+	}
+}
