@@ -452,7 +452,7 @@ func (u *unpacker) attrs(pfd int, base, name string, hdr *tar.Header, isDir bool
 	if err := unix.Fchmodat(pfd, base, uint32(hdr.Mode&0o7777), 0); err != nil {
 		return u.fail(name, "chmod", err)
 	}
-	if xattrs := saneXattrs(hdr); len(xattrs) > 0 {
+	if xattrs := saneXattrs(hdr); len(xattrs) > 0 && isDir { // FIFOs take no user.* attributes
 		fd, err := unix.Openat(pfd, base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 		if err != nil {
 			return u.fail(name, "open", err)
