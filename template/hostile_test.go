@@ -298,3 +298,20 @@ func TestHalfLayersAreNotLayers(t *testing.T) {
 		t.Fatal("prune removed a layer in use")
 	}
 }
+
+func TestTooManyLayers(t *testing.T) {
+	l := newRawLayout(t)
+	layer := tarOf(t, ent{name: "f", body: "x"})
+	var layers [][]byte
+	var diffs []string
+	for range maxLayers + 1 {
+		layers = append(layers, layer)
+		diffs = append(diffs, digestOf(layer))
+	}
+	l.index(l.image(layers, diffs))
+	s := newStore(t)
+	if _, err := s.Import(bg, "x", Source{Path: l.dir}, ImportOptions{}); provider.CodeOf(err) != provider.CodeInvalidArgument || !strings.Contains(err.Error(), "layers") {
+		t.Fatalf("import: %v", err)
+	}
+	storeIsClean(t, s)
+}

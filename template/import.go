@@ -64,7 +64,17 @@ const (
 	maxManifestBytes = 8 << 20
 	maxConfigBytes   = 16 << 20
 	maxIndexDepth    = 8 // an index of indexes of …: real ones nest once
+	// maxLayers is overlayfs's own bound on lower layers: a template of more could never
+	// be mounted.
+	maxLayers = 500
 )
+
+func tooManyLayers(n int) error {
+	if n > maxLayers {
+		return provider.Errorf(provider.CodeInvalidArgument, "image has %d layers, more than the %d an overlay can stack", n, maxLayers)
+	}
+	return nil
+}
 
 // Format says what a file or directory holds.
 type Format string
@@ -568,6 +578,9 @@ func fromDockerArchive(path string, plat v1.Platform) (*image, error) {
 	if err != nil {
 		return nil, provider.Errorf(provider.CodeInvalidArgument, "docker archive %s: %w", path, err)
 	}
+	if err := tooManyLayers(len(layers)); err != nil {
+		return nil, err
+	}
 	out := &image{source: "docker-archive:" + path, config: configOf(cfg)}
 	for _, l := range layers {
 		d, err := l.DiffID()
@@ -782,6 +795,9 @@ func fromManifest(ctx context.Context, f fetcher, raw []byte, plat v1.Platform, 
 		return nil, provider.Errorf(provider.CodeInvalidArgument, "image configuration: %w", err)
 	}
 	if err := checkPlatform(cfg, plat); err != nil {
+		return nil, err
+	}
+	if err := tooManyLayers(len(m.Layers)); err != nil {
 		return nil, err
 	}
 	if len(cfg.RootFS.DiffIDs) != len(m.Layers) {
