@@ -251,6 +251,24 @@ func (s *Store) Import(ctx context.Context, name string, src Source, opts Import
 	return t, nil
 }
 
+// AddLayer unpacks the layer tar r (plain, gzip, zstd or bzip2) into the store, unless a
+// layer of the same content is there, and returns its record: how a build adds the layer a
+// step made. It is unpacked as an imported layer is, with the same refusals, within
+// limits. A layer no template names is Prune's to remove: write the template soon.
+func (s *Store) AddLayer(ctx context.Context, r io.Reader, limits Limits) (*Layer, error) {
+	lock, err := flock.AcquireShared(ctx, s.storeLock())
+	if err != nil {
+		return nil, fmt.Errorf("template store: %w", err)
+	}
+	defer lock.Unlock()
+	l := layerSource{size: -1, open: func(context.Context) (io.ReadCloser, error) { return io.NopCloser(r), nil }}
+	diffID, err := s.unpackLayer(ctx, l, newBudget(limits.withDefaults()), func(Progress) {})
+	if err != nil {
+		return nil, err
+	}
+	return s.Layer(diffID)
+}
+
 func (s *Store) storeLock() string { return filepath.Join(s.root, "locks", "store.lock") }
 func (s *Store) layerLock(diffID string) string {
 	return filepath.Join(s.root, "locks", strings.TrimPrefix(diffID, "sha256:")+".lock")

@@ -407,3 +407,36 @@ func TestImportRootFS(t *testing.T) {
 		t.Fatalf("three compressions of one tar make %d layers", u.Layers)
 	}
 }
+
+// TestAddLayer: a build's layer, from WriteTree of a directory, goes into the store as an
+// imported one would, and a second copy of the same content is the same layer.
+func TestAddLayer(t *testing.T) {
+	needRoot(t)
+	src := t.TempDir()
+	os.MkdirAll(filepath.Join(src, "usr", "bin"), 0o755)
+	os.WriteFile(filepath.Join(src, "usr", "bin", "tool"), []byte("#!/bin/sh\n"), 0o755)
+	os.Symlink("../escape", filepath.Join(src, "link"))
+	var buf bytes.Buffer
+	if err := WriteTree(bg, &buf, src, TreeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s := newStore(t)
+	l, err := s.AddLayer(bg, bytes.NewReader(buf.Bytes()), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.DiffID != digestOf(buf.Bytes()) || l.Files < 3 || !s.HasLayer(l.DiffID) {
+		t.Fatalf("layer %+v", l)
+	}
+	if b, err := os.ReadFile(filepath.Join(s.LayerFS(l.DiffID), "usr/bin/tool")); err != nil || string(b) != "#!/bin/sh\n" {
+		t.Fatalf("tool: %q, %v", b, err)
+	}
+	again, err := s.AddLayer(bg, bytes.NewReader(gz(t, buf.Bytes())), Limits{})
+	if err != nil || again.DiffID != l.DiffID {
+		t.Fatalf("the same content again: %+v, %v", again, err)
+	}
+	if _, err := s.AddLayer(bg, bytes.NewReader(tarOf(t, ent{name: "../x", body: "x"})), Limits{}); provider.CodeOf(err) != provider.CodeInvalidArgument {
+		t.Fatalf("a hostile layer: %v", err)
+	}
+	storeIsCleanTmp(t, s)
+}
