@@ -45,7 +45,7 @@ func TestWriteTreeUpper(t *testing.T) {
 	}
 	must(os.Lchown(filepath.Join(dir, "home/user"), shift+1000, shift+1000))
 	must(os.Lchown(filepath.Join(dir, "home/user/f"), shift+1000, shift+1000))
-	must(os.Lchown(filepath.Join(dir, "usr/bin/out"), 5, 5)) // outside the range: nobody
+	must(os.Lchown(filepath.Join(dir, "usr/bin/out"), 5, 5))                // outside the range: nobody
 	must(os.Chmod(filepath.Join(dir, "usr/bin/tool"), os.ModeSetuid|0o755)) // chown cleared set-uid
 
 	var buf bytes.Buffer
