@@ -1,5 +1,9 @@
 // @tupper/sdk: a typed client of tupper serve's REST API (/v1). It uses only fetch, so it
-// runs in Node and in edge and browser runtimes alike.
+// runs in Node and in edge and browser runtimes alike; the terminal also needs a WebSocket
+// that sends headers (Node 22's, or the ws package's passed in).
+import { openTerminal, type Terminal, type TerminalOptions } from "./terminal.js";
+
+export * from "./terminal.js";
 
 /** The codes of the API's errors (docs/errors.md). */
 export type ErrorCode =
@@ -167,13 +171,18 @@ export class Client {
     this.fetch = opts.fetch ?? globalThis.fetch.bind(globalThis);
   }
 
+  /** The Authorization header this client sends (the terminal's WebSocket sends it too). */
+  authorization(): string {
+    return `Bearer ${this.apiKey}`;
+  }
+
   /** Sends one request and returns the response, or throws the API's error. */
   async request(req: Request): Promise<Response> {
     const u = new URL(this.url + req.path);
     for (const [k, v] of Object.entries(req.query ?? {})) {
       if (v !== undefined) u.searchParams.set(k, String(v));
     }
-    const headers: Record<string, string> = { Authorization: `Bearer ${this.apiKey}` };
+    const headers: Record<string, string> = { Authorization: this.authorization() };
     let body: BodyInit | undefined;
     if (req.json !== undefined) {
       headers["Content-Type"] = "application/json";
@@ -305,6 +314,15 @@ export class Sandbox {
   /** What changed under /workspace since creation, or since a mark. */
   async changes(since?: string): Promise<Changes> {
     return this.client.json<Changes>({ method: "GET", path: this.path("/files/changes"), query: { since } });
+  }
+
+  /**
+   * Opens an interactive terminal: a login shell on a PTY in the sandbox, over a WebSocket
+   * (see Terminal). It resolves once the terminal is open; a bad size, an unknown sandbox or a
+   * provider without terminals rejects with the API's error.
+   */
+  async terminal(opts: TerminalOptions = {}): Promise<Terminal> {
+    return openTerminal(this, opts);
   }
 
   /** Exposes a port and returns the URL it is reachable at. */
