@@ -84,6 +84,26 @@ test("writeFiles and the port URL", async () => {
   assert.match(u, /^https?:\/\//);
 });
 
+test("background processes: output, exit code, list, kill", async () => {
+  const streamed = [];
+  const h = await sandbox.processes.spawn("echo a; echo b >&2; sleep 0.3; echo c; exit 5", { onStdout: (t) => streamed.push(t) });
+  assert.match(h.pid, /^mastra-/);
+  assert.equal((await sandbox.sandbox.processes.get(h.pid)).command, "echo a; echo b >&2; sleep 0.3; echo c; exit 5");
+  const r = await h.wait();
+  assert.deepEqual([r.exitCode, r.success, r.stdout, r.stderr], [5, false, "a\nc\n", "b\n"]);
+  assert.equal(streamed.join(""), "a\nc\n");
+  assert.deepEqual((await sandbox.processes.list()).find((p) => p.pid === h.pid), { pid: h.pid, command: h.command, running: false, exitCode: 5 });
+  const env = await sandbox.processes.spawn('echo "$OVERLAY $MINE"; pwd', { env: { MINE: "mine" }, cwd: "/tmp" });
+  assert.equal((await env.wait()).stdout, "changed mine\n/tmp\n");
+  const long = await sandbox.processes.spawn("sleep 300");
+  assert.equal((await sandbox.processes.list()).find((p) => p.pid === long.pid).running, true);
+  await assert.rejects(long.sendStdin("x"), /stdin/);
+  assert.equal(await sandbox.processes.kill(long.pid), true);
+  const killed = await long.wait();
+  assert.notEqual(killed.exitCode, 0);
+  assert.equal((await sandbox.sandbox.processes.get(long.pid)).status, "exited");
+});
+
 test("the filesystem's methods and Mastra's errors", async () => {
   await fs.init();
   await fs.writeFile("fs/a.txt", "one\n");
@@ -144,12 +164,23 @@ test("the filesystem's methods and Mastra's errors", async () => {
 
 const usage = { inputTokens: 1, outputTokens: 1, totalTokens: 2 };
 
-/** Mastra's scripted model: each step answers with the next scripted tool calls, or text. */
+/** The background process id in the last tool result of a prompt. */
+function pidIn(prompt) {
+  const ids = JSON.stringify(prompt).match(/PID: (mastra-[\w-]+)/g);
+  assert.ok(ids, "no process id in the prompt");
+  return ids.at(-1).slice("PID: ".length);
+}
+
+/**
+ * Mastra's scripted model: each step answers with the next scripted tool calls, or text; a
+ * step may be a function of the prompt so far.
+ */
 function scripted(steps) {
   let i = 0;
   return new MastraLanguageModelV2Mock({
-    doGenerate: async () => {
-      const step = steps[i++];
+    doGenerate: async ({ prompt }) => {
+      let step = steps[i++];
+      if (typeof step === "function") step = step(prompt);
       assert.ok(step, "the agent asked the model for more steps than the script has");
       if (typeof step === "string") return { content: [{ type: "text", text: step }], finishReason: "stop", usage, warnings: [] };
       const content = step.map(([id, toolName, input]) => ({ type: "tool-call", toolCallId: id, toolName, input: JSON.stringify(input) }));
@@ -167,13 +198,21 @@ test("a Mastra agent works in the sandbox", async () => {
     [["e", "mastra_workspace_edit_file", { path: "notes.txt", old_string: "beta", new_string: "gamma" }]],
     [["x", "mastra_workspace_execute_command", { command: "tr a-z A-Z < notes.txt; uname -n" }]],
     [["l", "mastra_workspace_list_files", { path: "." }], ["g", "mastra_workspace_grep", { pattern: "gam+a", path: "." }], ["s", "mastra_workspace_file_stat", { path: "notes.txt" }]],
+    [["b", "mastra_workspace_execute_command", { command: "echo bg-start; sleep 300", background: true }]],
+    // The model reads the process's id from the result before.
+    (prompt) => [["o", "mastra_workspace_get_process_output", { pid: pidIn(prompt), wait: false }], ["k", "mastra_workspace_kill_process", { pid: pidIn(prompt) }]],
     "finished",
   ]);
   const agent = new Agent({ id: "tupper-agent", name: "tupper-agent", instructions: "Work in the sandbox.", model, workspace });
   const out = await agent.generate("write notes", { maxSteps: 10 });
   assert.equal(out.text, "finished");
   const results = Object.fromEntries(out.steps.flatMap((s) => s.toolResults).map((r) => [r.payload?.toolCallId ?? r.toolCallId, r.payload?.result ?? r.result]));
-  assert.deepEqual(Object.keys(results).sort(), ["e", "g", "l", "r", "s", "w", "x"]);
+  assert.deepEqual(Object.keys(results).sort(), ["b", "e", "g", "k", "l", "o", "r", "s", "w", "x"]);
+  const pid = String(results["b"]).match(/PID: (mastra-[\w-]+)/)?.[1];
+  assert.ok(pid, String(results["b"]));
+  assert.match(String(results["k"]), new RegExp(pid));
+  assert.equal((await sandbox.sandbox.processes.get(pid)).status, "exited");
+  assert.equal((await sandbox.sandbox.processes.logs(pid)).text, "bg-start\n");
   assert.match(String(results["x"]), /ALPHA\nGAMMA/);
   assert.match(String(results["r"]), /beta/);
   assert.match(String(results["l"]), /notes\.txt/);

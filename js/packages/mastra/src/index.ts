@@ -12,7 +12,10 @@ import {
   MastraSandbox,
   NotDirectoryError,
   PermissionError,
+  ProcessHandle,
   SandboxNotReadyError,
+  SandboxProcessManager,
+  SandboxUnsupportedFeatureError,
   StaleFileError,
   validateSandboxFileMode,
   type CommandResult,
@@ -25,6 +28,7 @@ import {
   type ListOptions,
   type MastraFilesystemOptions,
   type MastraSandboxOptions,
+  type ProcessInfo,
   type ProviderStatus,
   type ReadOptions,
   type RemoveOptions,
@@ -32,6 +36,7 @@ import {
   type SandboxInfo,
   type SandboxNetworking,
   type SandboxStartResult,
+  type SpawnProcessOptions,
   type WriteFilesOptions,
   type WriteOptions,
 } from "@mastra/core/workspace";
@@ -57,7 +62,8 @@ export interface TupperSandboxOptions extends MastraSandboxOptions {
  * TupperSandbox runs a Mastra workspace's commands in one Tupper sandbox. start() creates it
  * (or, with `create.key`, finds the live one with that key), stop() pauses it where the
  * provider can pause, destroy() destroys it. Commands run with /bin/sh -c in the working
- * directory (/workspace unless `workingDirectory` says otherwise).
+ * directory (/workspace unless `workingDirectory` says otherwise); background commands are
+ * the sandbox's named processes (see TupperProcessManager).
  */
 export class TupperSandbox extends MastraSandbox {
   readonly id: string;
@@ -72,7 +78,7 @@ export class TupperSandbox extends MastraSandbox {
 
   constructor(opts: TupperSandboxOptions) {
     const { client, create, sandbox, id, timeoutMs, ...base } = opts;
-    super({ name: "TupperSandbox", ...base });
+    super({ name: "TupperSandbox", processes: new TupperProcessManager(), ...base });
     if (!client && !sandbox) throw new TupperError("invalid_argument", "TupperSandbox needs a client or a sandbox", 0);
     this.client = client;
     this.createOptions = create ?? {};
@@ -177,6 +183,106 @@ export class TupperSandbox extends MastraSandbox {
   private async portUrl(port: number): Promise<string | null> {
     if (!this.box || this.status !== "running") return null;
     return this.box.expose(port);
+  }
+}
+
+/**
+ * TupperProcessManager runs a workspace's background commands as the sandbox's named
+ * processes (the server's /processes): a handle's pid is the process's name. Their output is
+ * followed line by line; they have no stdin.
+ */
+export class TupperProcessManager extends SandboxProcessManager<TupperSandbox> {
+  private next = 0;
+
+  async spawn(command: string, options: SpawnProcessOptions = {}): Promise<ProcessHandle> {
+    const box = this.sandbox.sandbox;
+    const name = `mastra-${Date.now().toString(36)}-${this.next++}`;
+    const env: Record<string, string> = {};
+    for (const [k, v] of Object.entries({ ...this.env, ...(options.env ?? {}) })) if (v !== undefined) env[k] = v;
+    const cwd = options.cwd ?? this.sandbox.workingDirectory;
+    await box.processes.start(command, cwd ? { name, env, cwd } : { name, env });
+    const handle = new TupperProcessHandle(box, name, options);
+    this._tracked.set(name, handle);
+    return handle;
+  }
+
+  async list(): Promise<ProcessInfo[]> {
+    return [...this._tracked.values()].map((h) => {
+      const info: ProcessInfo = { pid: h.pid, running: h.exitCode === undefined };
+      if (h.command !== undefined) info.command = h.command;
+      if (h.exitCode !== undefined) info.exitCode = h.exitCode;
+      return info;
+    });
+  }
+}
+
+/** A background process in the sandbox; see TupperProcessManager. */
+class TupperProcessHandle extends ProcessHandle {
+  readonly pid: string;
+  exitCode: number | undefined = undefined;
+  private readonly box: Sandbox;
+  private readonly started = Date.now();
+  /** Settles (never rejects) once the output has been passed on. */
+  private readonly following: Promise<void>;
+
+  constructor(box: Sandbox, name: string, options: SpawnProcessOptions) {
+    super(options);
+    this.box = box;
+    this.pid = name;
+    this.following = this.follow();
+    if (options.timeout) {
+      const t = setTimeout(() => void this.kill().catch(() => {}), options.timeout);
+      (t as { unref?: () => void }).unref?.();
+      void this.following.finally(() => clearTimeout(t));
+    }
+  }
+
+  /**
+   * Passes the output on, line by line, until the process exits. A failure to follow (the
+   * sandbox went away) ends the output, noted on stderr, rather than rejecting where no one
+   * may be waiting.
+   */
+  private async follow(): Promise<void> {
+    try {
+      for await (const l of this.box.processes.lines(this.pid)) {
+        if (l.stream === "stderr") this.emitStderr(l.text + "\n");
+        else this.emitStdout(l.text + "\n");
+      }
+    } catch (e) {
+      this.emitStderr(`[following the output of ${this.pid} failed: ${e instanceof Error ? e.message : String(e)}]\n`);
+    }
+  }
+
+  async kill(): Promise<boolean> {
+    try {
+      await this.box.processes.stop(this.pid);
+      return true;
+    } catch (e) {
+      if (e instanceof TupperError && e.code === "not_found") return false;
+      throw e;
+    }
+  }
+
+  async sendStdin(): Promise<void> {
+    throw new SandboxUnsupportedFeatureError("a Tupper sandbox's background processes have no stdin");
+  }
+
+  async wait(): Promise<CommandResult> {
+    for (;;) {
+      const w = await this.box.processes.wait(this.pid, { timeoutMs: 60_000 });
+      if (w.status === "exited") {
+        this.exitCode = w.exitCode ?? -1;
+        break;
+      }
+    }
+    await this.following;
+    return {
+      success: this.exitCode === 0,
+      exitCode: this.exitCode,
+      stdout: this.stdout,
+      stderr: this.stderr,
+      executionTimeMs: Date.now() - this.started,
+    };
   }
 }
 
