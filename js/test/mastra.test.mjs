@@ -20,6 +20,10 @@ import { MastraLanguageModelV2Mock } from "@mastra/core/test-utils/llm-mock";
 import { TupperSandbox, TupperFilesystem, shellQuote } from "@tupper/mastra";
 import { client, boxOptions, checkExchanges, url } from "./helpers.mjs";
 
+// Mastra reports usage to its makers' telemetry service unless told not to (it reads this when
+// it sends): the tests send nothing beyond loopback.
+process.env.MASTRA_TELEMETRY_DISABLED = "1";
+
 const c = client();
 const sandbox = new TupperSandbox({ client: c, create: { ...boxOptions, key: "mastra-test" }, env: { OVERLAY: "from-setenv" } });
 const fs = new TupperFilesystem({ sandbox });
