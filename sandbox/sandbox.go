@@ -88,13 +88,25 @@ type Sandbox struct {
 	closeOnce sync.Once
 }
 
-// Info describes a sandbox in List.
+// Info describes a sandbox, in List and from (*Sandbox).Info.
 type Info struct {
 	ID        string
 	Key       string
 	Labels    map[string]string
 	State     provider.State // running, paused or stopped
 	CreatedAt time.Time
+	Template  string    // the template it was made from; "" when the provider does not say
+	Runtime   string    // the isolation runtime, where the provider has several; "" otherwise
+	Deadline  time.Time // the hard lifetime deadline; zero: none, or the provider cannot say
+}
+
+// InfoOf is the SDK's Info of a provider's description of a sandbox (provider.Provider.List,
+// provider.Instance.Info).
+func InfoOf(in provider.Info) Info {
+	return Info{
+		ID: in.ID, Key: in.Key, Labels: in.Labels, State: in.State, CreatedAt: in.CreatedAt,
+		Template: in.Template, Runtime: in.Runtime, Deadline: in.Deadline,
+	}
 }
 
 func newHandle(p provider.Provider, inst provider.Instance, info provider.Info, created bool) *Sandbox {
@@ -421,7 +433,7 @@ func List(ctx context.Context, p provider.Provider, opts ListOptions) ([]Info, e
 		if !filter.Matches(in.Labels) {
 			continue
 		}
-		out = append(out, Info{ID: in.ID, Key: in.Key, Labels: in.Labels, State: in.State, CreatedAt: in.CreatedAt})
+		out = append(out, InfoOf(in))
 	}
 	return out, nil
 }
@@ -481,13 +493,13 @@ func (b *Sandbox) Close() error {
 	return err
 }
 
-// Info returns the sandbox's current identity and state.
+// Info returns the sandbox's current identity, state, template and deadline.
 func (b *Sandbox) Info(ctx context.Context) (Info, error) {
 	in, err := b.inst.Info(ctx)
 	if err != nil {
 		return Info{}, wrapProvider(err, "info")
 	}
-	return Info{ID: in.ID, Key: in.Key, Labels: in.Labels, State: in.State, CreatedAt: in.CreatedAt}, nil
+	return InfoOf(in), nil
 }
 
 // Pause freezes every process in the sandbox. CodeUnsupported without the "pause" capability.
@@ -634,6 +646,21 @@ func (b *Sandbox) DialPort(ctx context.Context, port int) (net.Conn, error) {
 		return nil, errorf(CodeUnavailable, op, "nothing answers on port %d: %v", port, err)
 	}
 	return c, nil
+}
+
+// PortTarget is where a proxy on this host forwards requests for port: "" when DialPort
+// reaches it through the provider's tunnel (provider.PortDialer, no listener on this host),
+// else the provider's own preview URL (never the options' PreviewURL), for providers that
+// reach ports only through URLs.
+func (b *Sandbox) PortTarget(ctx context.Context, port int) (string, error) {
+	if port < 1 || port > 65535 {
+		return "", errorf(CodeInvalidArgument, "preview", "port %d is out of range", port)
+	}
+	if _, ok := b.inst.(provider.PortDialer); ok {
+		return "", nil
+	}
+	u, err := b.inst.PreviewURL(ctx, port)
+	return u, wrapProvider(err, "preview")
 }
 
 // AddSecrets adds values to redact from everything this handle returns.

@@ -2,14 +2,13 @@ package server
 
 import (
 	"context"
-	"maps"
 	"net/http"
 	"time"
 
 	"github.com/tupper-dev/tupper/mcpserver"
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
-	"github.com/tupper-dev/tupper/store"
+	"github.com/tupper-dev/tupper/server/lifecycle"
 	"github.com/tupper-dev/tupper/tools"
 )
 
@@ -37,7 +36,7 @@ func (s *Server) newMCP() (*mcpserver.HTTPHandler, error) {
 				Created: func(ctx context.Context, b *sandbox.Sandbox) error {
 					return s.recordMCPSandbox(ctx, key, labels, b)
 				},
-				Destroyed: func(ctx context.Context, id string) { s.gone(ctx, id, EventDestroyed, nil) },
+				Destroyed: func(ctx context.Context, id string) { s.lc.Gone(ctx, id, EventDestroyed, nil) },
 				// Through the server's proxy: no listener on this host per port.
 				PreviewURL: s.previewPath,
 				// Counted against the key's and the sandbox's quotas, with the server's expiry.
@@ -45,34 +44,21 @@ func (s *Server) newMCP() (*mcpserver.HTTPHandler, error) {
 					if c == nil || c.KeyID == "" {
 						return "", provider.Errorf(provider.CodeForbidden, "snapshots need an API key")
 					}
-					return s.takeSnapshot(ctx, b, c.KeyID, 0)
+					return s.lc.Snapshot(ctx, b.ID, lifecycle.SnapshotOptions{KeyID: c.KeyID})
 				},
 			}
 		},
 	})
 }
 
-// recordMCPSandbox stores a sandbox an MCP session made, owned by the session's API key, and
-// emits sandbox.created. Its token is random and never shown: MCP callers reach the sandbox
-// through the session, API callers with their key.
+// recordMCPSandbox records a sandbox an MCP session made, owned by the session's API key
+// (lifecycle.Service.Record). Its token is never shown: MCP callers reach the sandbox through
+// the session, API callers with their key.
 func (s *Server) recordMCPSandbox(ctx context.Context, keyID string, labels map[string]string, b *sandbox.Sandbox) error {
-	ctx = context.WithoutCancel(ctx)
-	info, err := b.Native.Info(ctx)
-	if err != nil {
-		return err
-	}
 	if keyID == "unknown" {
 		keyID = ""
 	}
-	rec := store.Sandbox{
-		ID: b.ID, Provider: s.prov.Name(), APIKeyID: keyID, Labels: maps.Clone(labels),
-		CreatedAt: info.CreatedAt, Deadline: info.Deadline, State: info.State,
-	}
-	if err := s.st.PutSandbox(ctx, rec, store.Hash(store.NewToken())); err != nil {
-		return err
-	}
-	s.emit(ctx, EventCreated, b.ID, map[string]any{"labels": rec.Labels, "via": "mcp"})
-	return nil
+	return s.lc.Record(ctx, b, lifecycle.RecordOptions{KeyID: keyID, Labels: labels, Event: map[string]any{"via": "mcp"}})
 }
 
 // serveMCP passes an authenticated request (an API key: scopeAccount) to the MCP handler.

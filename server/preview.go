@@ -341,12 +341,12 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 	var transport http.RoundTripper = s.previews
 	target := &url.URL{Scheme: "http", Host: strconv.Itoa(port) + "-" + id + portHostSuffix}
 	host := "localhost:" + strconv.Itoa(port)
-	if _, ok := b.Native.(provider.PortDialer); !ok {
-		raw, err := b.Native.PreviewURL(r.Context(), port)
-		if err != nil {
-			writeError(w, err)
-			return
-		}
+	raw, err := b.PortTarget(r.Context(), port)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if raw != "" {
 		if target, err = url.Parse(raw); err != nil || target.Host == "" {
 			writeError(w, provider.Errorf(provider.CodeProvider, "provider gave a preview URL that is not absolute"))
 			return

@@ -77,14 +77,11 @@ func (s *Server) Reconcile(ctx context.Context) error {
 		in, ok := live[rec.ID]
 		if !ok {
 			// Listed by the store before the provider was asked: gone, or being destroyed.
-			s.missingMu.Lock()
-			busy := s.destroying[rec.ID] > 0
-			s.missingMu.Unlock()
-			if busy {
+			if s.lc.Destroying(rec.ID) {
 				continue // the request destroying it records it
 			}
 			if missedBefore[rec.ID] {
-				s.gone(ctx, rec.ID, EventExpired, nil)
+				s.lc.Gone(ctx, rec.ID, EventExpired, nil)
 			} else {
 				s.missingMu.Lock()
 				s.missing[rec.ID] = true
@@ -102,7 +99,7 @@ func (s *Server) Reconcile(ctx context.Context) error {
 				s.log.Warn("destroying a sandbox past its deadline", "sandbox", rec.ID, "err", err)
 				continue
 			}
-			s.gone(ctx, rec.ID, EventTimedOut, map[string]any{"deadline": deadline.UTC()})
+			s.lc.Gone(ctx, rec.ID, EventTimedOut, map[string]any{"deadline": deadline.UTC()})
 		}
 	}
 	return nil

@@ -2,31 +2,31 @@ package server
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
+	"github.com/tupper-dev/tupper/server/lifecycle"
 	"github.com/tupper-dev/tupper/store"
 )
 
-// Event types. Every lifecycle transition the server sees or makes is one of these.
+// Event types. Every lifecycle transition the server sees or makes is one of these (the
+// sandbox's own are package lifecycle's).
 const (
-	EventCreated         = "sandbox.created"
-	EventDestroyed       = "sandbox.destroyed"
-	EventExpired         = "sandbox.expired" // the provider no longer has it (deadline, idle, crash)
-	EventTimedOut        = "sandbox.timeout" // the server destroyed it at its deadline
-	EventPaused          = "sandbox.paused"
-	EventResumed         = "sandbox.resumed"
-	EventSnapshotCreated = "sandbox.snapshot_created"
-	EventTimeoutSet      = "sandbox.timeout_set"
+	EventCreated         = lifecycle.EventCreated
+	EventDestroyed       = lifecycle.EventDestroyed
+	EventExpired         = lifecycle.EventExpired
+	EventTimedOut        = lifecycle.EventTimedOut
+	EventPaused          = lifecycle.EventPaused
+	EventResumed         = lifecycle.EventResumed
+	EventSnapshotCreated = lifecycle.EventSnapshotCreated
+	EventTimeoutSet      = lifecycle.EventTimeoutSet
 	EventProcessStarted  = "process.started"
 	EventProcessStopped  = "process.stopped"
 	EventProcessExited   = "process.exited"
@@ -186,7 +186,7 @@ type sandboxJSON struct {
 
 // toJSON describes a sandbox: its state from the provider, its key and labels from the
 // server's record (which holds them exactly as the client gave them).
-func (s *Server) toJSON(in provider.Info, rec store.Sandbox) sandboxJSON {
+func (s *Server) toJSON(in sandbox.Info, rec store.Sandbox) sandboxJSON {
 	labels := maps.Clone(rec.Labels)
 	if labels == nil {
 		labels = map[string]string{}
@@ -201,40 +201,6 @@ func (s *Server) toJSON(in provider.Info, rec store.Sandbox) sandboxJSON {
 	}
 }
 
-// keyLocator makes the server's store the authority for get-or-create keys and serializes
-// them, so a key maps to exactly one sandbox on any provider.
-type keyLocator struct {
-	s     *Server
-	keyID string
-}
-
-func (l keyLocator) Get(ctx context.Context, key string) (string, error) {
-	sb, err := l.s.st.SandboxByKey(ctx, key)
-	if errors.Is(err, provider.CodeNotFound) {
-		return "", nil
-	}
-	return sb.ID, err
-}
-
-func (l keyLocator) Set(ctx context.Context, key, id string) error {
-	return l.s.st.PutSandbox(ctx, store.Sandbox{ID: id, Provider: l.s.prov.Name(), APIKeyID: l.keyID, Key: key, CreatedAt: time.Now()}, nil)
-}
-
-func (l keyLocator) Delete(ctx context.Context, key string) error {
-	sb, err := l.s.st.SandboxByKey(ctx, key)
-	if err != nil {
-		return nil
-	}
-	l.s.gone(ctx, sb.ID, EventExpired, nil)
-	return nil
-}
-
-func (l keyLocator) WithLock(ctx context.Context, key string, fn func(context.Context) error) error {
-	unlock := l.s.lockKey(key)
-	defer unlock()
-	return fn(ctx)
-}
-
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, c *caller) {
 	var req createRequest
 	if err := decode(w, r, &req, true); err != nil {
@@ -246,52 +212,18 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, c *caller
 		writeError(w, err)
 		return
 	}
-	if opts.Key != "" {
-		opts.KeyMode = sandbox.KeyExact
-		opts.Locator = keyLocator{s: s, keyID: c.KeyID}
-	}
-	opts.PreviewURL = s.previewPath
-	ctx := r.Context()
-	b, err := sandbox.Create(ctx, s.prov, opts)
+	cr, err := s.lc.Create(r.Context(), lifecycle.CreateOptions{Sandbox: opts, KeyID: c.KeyID, Labels: req.recordLabels(), Token: true})
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	info, err := b.Native.Info(ctx)
-	if err != nil {
-		if b.Created {
-			_ = b.Destroy(context.WithoutCancel(ctx))
-		}
-		writeError(w, err)
-		return
-	}
-	token := store.NewToken()
-	var rec store.Sandbox
-	if b.Created {
-		rec = store.Sandbox{
-			ID: b.ID, Provider: s.prov.Name(), APIKeyID: c.KeyID, Key: opts.Key, Labels: req.recordLabels(),
-			CreatedAt: info.CreatedAt, Deadline: info.Deadline, State: info.State,
-		}
-		err = s.st.PutSandbox(context.WithoutCancel(ctx), rec, store.Hash(token))
-	} else if rec, err = s.st.Sandbox(ctx, b.ID); err == nil {
-		err = s.st.AddToken(context.WithoutCancel(ctx), b.ID, store.Hash(token))
-	}
-	if err != nil {
-		if b.Created {
-			_ = b.Destroy(context.WithoutCancel(ctx))
-		}
-		writeError(w, err)
-		return
-	}
-	s.remember(b)
 	status := http.StatusOK
-	if b.Created {
+	if cr.Created {
 		status = http.StatusCreated
-		s.emit(ctx, EventCreated, b.ID, map[string]any{"key": rec.Key, "labels": rec.Labels, "template": info.Template})
 	}
-	out := s.toJSON(info, rec)
-	out.Token = token
-	out.Created = &b.Created
+	out := s.toJSON(cr.Info, cr.Record)
+	out.Token = cr.Token
+	out.Created = &cr.Created
 	out.Capabilities = capList(s.Capabilities())
 	writeJSON(w, status, out)
 }
@@ -307,33 +239,15 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, _ *caller
 		}
 		filter[k] = v
 	}
-	key := q.Get("key")
-	ctx := r.Context()
-	// The store first: a record is written only after the provider made the sandbox, so a
-	// sandbox in both lists is live and one made meanwhile is simply not listed yet.
-	recs, err := s.st.Sandboxes(ctx)
+	list, err := s.lc.List(r.Context(), lifecycle.ListOptions{Labels: filter, Key: q.Get("key")})
 	if err != nil {
 		writeError(w, err)
 		return
-	}
-	infos, err := s.prov.List(ctx, provider.ListFilter{})
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	live := make(map[string]provider.Info, len(infos))
-	for _, in := range infos {
-		live[in.ID] = in
 	}
 	out := []sandboxJSON{}
-	for _, rec := range recs {
-		in, ok := live[rec.ID]
-		if !ok || !(provider.ListFilter{Labels: filter}).Matches(rec.Labels) || (key != "" && rec.Key != key) {
-			continue
-		}
-		out = append(out, s.toJSON(in, rec))
+	for _, l := range list {
+		out = append(out, s.toJSON(l.Info, l.Record))
 	}
-	slices.SortFunc(out, func(a, b sandboxJSON) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	writeJSON(w, http.StatusOK, map[string]any{"sandboxes": out})
 }
 
@@ -345,81 +259,47 @@ func (s *Server) withBox(w http.ResponseWriter, r *http.Request, fn func(b *sand
 	}
 	if err != nil {
 		if errors.Is(err, provider.CodeNotFound) {
-			s.checkGone(r.Context(), r.PathValue("id"))
+			s.lc.CheckGone(r.Context(), r.PathValue("id"))
 		}
 		writeError(w, err)
-	}
-}
-
-// checkGone records a sandbox the provider no longer has, after an operation said not found
-// (which may also mean a missing file).
-func (s *Server) checkGone(ctx context.Context, id string) {
-	inst, err := s.prov.Connect(ctx, id)
-	if errors.Is(err, provider.CodeNotFound) {
-		s.gone(ctx, id, EventExpired, nil)
-		return
-	}
-	if err == nil {
-		inst.Close()
 	}
 }
 
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, _ *caller) {
-	s.withBox(w, r, func(b *sandbox.Sandbox) error {
-		info, err := b.Native.Info(r.Context())
-		if err != nil {
-			return err
-		}
-		rec, err := s.st.Sandbox(r.Context(), b.ID)
-		if err != nil {
-			return err
-		}
-		out := s.toJSON(info, rec)
-		out.Capabilities = capList(s.Capabilities())
-		writeJSON(w, http.StatusOK, out)
-		return nil
-	})
+	box, err := s.lc.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := s.toJSON(box.Info, box.Record)
+	out.Capabilities = capList(s.Capabilities())
+	writeJSON(w, http.StatusOK, out)
 }
 
+// deleteSandbox destroys a sandbox; one the provider had already lost is recorded expired,
+// and the delete succeeds all the same.
 func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, _ *caller) {
-	id := r.PathValue("id")
-	ctx := r.Context()
-	if _, err := s.st.Sandbox(ctx, id); err != nil {
+	if err := s.lc.Destroy(r.Context(), r.PathValue("id")); err != nil && !errors.Is(err, lifecycle.ErrExpired) {
 		writeError(w, err)
 		return
 	}
-	defer s.destroyingNow(id)()
-	err := s.prov.Destroy(ctx, id)
-	if err != nil && !errors.Is(err, provider.CodeNotFound) {
-		writeError(w, err)
-		return
-	}
-	s.gone(ctx, id, EventDestroyed, nil)
 	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *Server) pause(w http.ResponseWriter, r *http.Request, _ *caller) {
-	s.withBox(w, r, func(b *sandbox.Sandbox) error {
-		if err := b.Pause(r.Context()); err != nil {
-			return err
-		}
-		_ = s.st.SetState(r.Context(), b.ID, provider.StatePaused)
-		s.emit(r.Context(), EventPaused, b.ID, nil)
-		w.WriteHeader(http.StatusNoContent)
-		return nil
-	})
+	if err := s.lc.Pause(r.Context(), r.PathValue("id")); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *Server) resume(w http.ResponseWriter, r *http.Request, _ *caller) {
-	s.withBox(w, r, func(b *sandbox.Sandbox) error {
-		if err := b.Resume(r.Context()); err != nil {
-			return err
-		}
-		_ = s.st.SetState(r.Context(), b.ID, provider.StateRunning)
-		s.emit(r.Context(), EventResumed, b.ID, nil)
-		w.WriteHeader(http.StatusNoContent)
-		return nil
-	})
+	if err := s.lc.Resume(r.Context(), r.PathValue("id")); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, c *caller) {
@@ -435,15 +315,12 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, c *caller) {
 		writeError(w, err)
 		return
 	}
-	s.withBox(w, r, func(b *sandbox.Sandbox) error {
-		id, err := s.takeSnapshot(r.Context(), b, c.KeyID, exp)
-		if err != nil {
-			return err
-		}
-		s.emit(r.Context(), EventSnapshotCreated, b.ID, map[string]string{"snapshotId": id})
-		writeJSON(w, http.StatusCreated, map[string]string{"id": id})
-		return nil
-	})
+	id, err := s.lc.Snapshot(r.Context(), r.PathValue("id"), lifecycle.SnapshotOptions{KeyID: c.KeyID, ExpiresIn: exp})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, map[string]string{"id": id})
 }
 
 type timeoutRequest struct {
@@ -482,19 +359,12 @@ func (s *Server) applyTimeout(w http.ResponseWriter, r *http.Request, ms int64) 
 		writeError(w, err)
 		return
 	}
-	s.withBox(w, r, func(b *sandbox.Sandbox) error {
-		if err := b.SetTimeout(r.Context(), d); err != nil {
-			return err
-		}
-		deadline := time.Now().Add(d)
-		if info, err := b.Native.Info(r.Context()); err == nil && !info.Deadline.IsZero() {
-			deadline = info.Deadline
-		}
-		_ = s.st.SetDeadline(r.Context(), b.ID, deadline)
-		s.emit(r.Context(), EventTimeoutSet, b.ID, map[string]any{"deadline": deadline.UTC()})
-		writeJSON(w, http.StatusOK, map[string]any{"deadline": deadline.UTC()})
-		return nil
-	})
+	deadline, err := s.lc.SetTimeout(r.Context(), r.PathValue("id"), d)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"deadline": deadline.UTC()})
 }
 
 // busy reports whether a command or background process is running in the sandbox (for

@@ -24,8 +24,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/subtle"
-	"errors"
-	"github.com/tupper-dev/tupper/mcpserver"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -34,9 +32,11 @@ import (
 	"time"
 
 	"github.com/tupper-dev/tupper/internal/httpdeadline"
+	"github.com/tupper-dev/tupper/mcpserver"
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
 	"github.com/tupper-dev/tupper/server/e2b"
+	"github.com/tupper-dev/tupper/server/lifecycle"
 	"github.com/tupper-dev/tupper/store"
 )
 
@@ -112,28 +112,17 @@ type Server struct {
 	mux    *http.ServeMux
 	e2b    *e2b.Server // E2B's API on the same port
 
-	hmu     sync.Mutex
-	handles map[string]*sandbox.Sandbox
+	lc *lifecycle.Service // every API's sandbox lifecycle
 
-	klmu     sync.Mutex
-	keyLocks map[string]*keyLock
-
-	// missing are the sandboxes the last Reconcile found recorded but not in the provider;
-	// destroying, those a request is destroying now (Reconcile leaves them to it).
-	missingMu  sync.Mutex
-	missing    map[string]bool
-	destroying map[string]int
+	// missing are the sandboxes the last Reconcile found recorded but not in the provider.
+	missingMu sync.Mutex
+	missing   map[string]bool
 
 	wake chan struct{} // a new event may have queued deliveries
 
 	mcp *mcpserver.HTTPHandler // /mcp
 
 	previews *http.Transport // the preview proxy's, over Sandbox.DialPort
-}
-
-type keyLock struct {
-	mu   sync.Mutex
-	refs int
 }
 
 // New builds a server.
@@ -183,8 +172,13 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg, prov: cfg.Provider, st: cfg.Store, log: cfg.Logger, signer: signer,
-		handles: map[string]*sandbox.Sandbox{}, keyLocks: map[string]*keyLock{},
 		wake: make(chan struct{}, 1), webhooks: webhookClient(cfg.AllowPrivateWebhooks),
+	}
+	if s.lc, err = lifecycle.New(lifecycle.Config{
+		Provider: s.prov, Store: s.st, Logger: s.log, Emit: s.emit, PreviewURL: s.previewPath,
+		SnapshotExpiry: cfg.SnapshotExpiry, SnapshotsPerSandbox: cfg.SnapshotsPerSandbox, SnapshotsPerKey: cfg.SnapshotsPerKey,
+	}); err != nil {
+		return nil, err
 	}
 	s.previews = s.newPreviewTransport()
 	if s.mcp, err = s.newMCP(); err != nil {
@@ -199,36 +193,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		s.mux.Handle(pattern, s.wrap(rt))
 	}
-	if s.e2b, err = e2b.New(ctx, e2b.Config{Provider: s.prov, Store: s.st, Logger: s.log, Domain: cfg.Domain, Hooks: s.e2bHooks()}); err != nil {
+	if s.e2b, err = e2b.New(ctx, e2b.Config{Provider: s.prov, Store: s.st, Logger: s.log, Domain: cfg.Domain, Lifecycle: s.lc}); err != nil {
 		return nil, err
 	}
 	return s, nil
-}
-
-// e2bHooks record what the E2B API does to sandboxes as the native API records its own.
-func (s *Server) e2bHooks() e2b.Hooks {
-	return e2b.Hooks{
-		Created:    func(ctx context.Context, id string, data map[string]any) { s.emit(ctx, EventCreated, id, data) },
-		Destroying: s.destroyingNow,
-		Gone: func(ctx context.Context, id string, destroyed bool) {
-			if destroyed {
-				s.gone(ctx, id, EventDestroyed, nil)
-			} else {
-				s.gone(ctx, id, EventExpired, nil)
-			}
-		},
-		Paused:  func(ctx context.Context, id string) { s.emit(ctx, EventPaused, id, nil) },
-		Resumed: func(ctx context.Context, id string) { s.emit(ctx, EventResumed, id, nil) },
-		TimeoutSet: func(ctx context.Context, id string, deadline time.Time) {
-			s.emit(ctx, EventTimeoutSet, id, map[string]any{"deadline": deadline.UTC()})
-		},
-		Snapshot: func(ctx context.Context, b *sandbox.Sandbox, keyID string) (string, error) {
-			return s.takeSnapshot(ctx, b, keyID, 0)
-		},
-		SnapshotCreated: func(ctx context.Context, id, snap string) {
-			s.emit(ctx, EventSnapshotCreated, id, map[string]string{"snapshotId": snap})
-		},
-	}
 }
 
 // Handler is the server's HTTP handler: the API, the preview proxy and the logging around them.
@@ -303,13 +271,7 @@ func (w *logWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 func (s *Server) Close() error {
 	s.closeMCP()
 	s.previews.CloseIdleConnections()
-	s.hmu.Lock()
-	defer s.hmu.Unlock()
-	for id, b := range s.handles {
-		b.Close()
-		delete(s.handles, id)
-	}
-	return nil
+	return s.lc.Close()
 }
 
 // Capabilities is what the server can do for a client: the provider's capabilities, plus an
@@ -423,108 +385,7 @@ func (s *Server) wrap(rt route) http.Handler {
 	})
 }
 
-// box returns the server's handle to a live sandbox it made. A sandbox the store does not
-// know, or one the provider no longer has, is CodeNotFound (and the latter is recorded as
-// expired).
+// box returns the server's handle to a live sandbox it made (lifecycle.Service.Handle).
 func (s *Server) box(ctx context.Context, id string) (*sandbox.Sandbox, error) {
-	if _, err := s.st.Sandbox(ctx, id); err != nil {
-		return nil, err
-	}
-	s.hmu.Lock()
-	b := s.handles[id]
-	s.hmu.Unlock()
-	if b != nil {
-		return b, nil
-	}
-	b, err := sandbox.Connect(ctx, s.prov, id, sandbox.ConnectOptions{PreviewURL: s.previewPath})
-	if errors.Is(err, provider.CodeNotFound) {
-		s.gone(ctx, id, EventExpired, nil)
-		return nil, provider.Errorf(provider.CodeNotFound, "no sandbox %q", id)
-	}
-	if err != nil {
-		return nil, err
-	}
-	s.hmu.Lock()
-	if old := s.handles[id]; old != nil {
-		s.hmu.Unlock()
-		b.Close()
-		return old, nil
-	}
-	s.handles[id] = b
-	s.hmu.Unlock()
-	return b, nil
-}
-
-func (s *Server) remember(b *sandbox.Sandbox) {
-	s.hmu.Lock()
-	defer s.hmu.Unlock()
-	if old := s.handles[b.ID]; old != nil && old != b {
-		old.Close()
-	}
-	s.handles[b.ID] = b
-}
-
-func (s *Server) forget(id string) {
-	s.hmu.Lock()
-	b := s.handles[id]
-	delete(s.handles, id)
-	s.hmu.Unlock()
-	if b != nil {
-		b.Close()
-	}
-}
-
-// gone records that a sandbox no longer exists and emits typ once.
-func (s *Server) gone(ctx context.Context, id, typ string, data any) {
-	s.forget(id)
-	ctx = context.WithoutCancel(ctx)
-	live, err := s.st.MarkDestroyed(ctx, id)
-	if err != nil {
-		s.log.Error("recording a destroyed sandbox", "sandbox", id, "err", err)
-		return
-	}
-	if live {
-		s.emit(ctx, typ, id, data)
-	}
-}
-
-// lockKey serializes get-or-create by key within this server.
-func (s *Server) lockKey(key string) func() {
-	s.klmu.Lock()
-	l := s.keyLocks[key]
-	if l == nil {
-		l = &keyLock{}
-		s.keyLocks[key] = l
-	}
-	l.refs++
-	s.klmu.Unlock()
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
-		s.klmu.Lock()
-		l.refs--
-		if l.refs == 0 {
-			delete(s.keyLocks, key)
-		}
-		s.klmu.Unlock()
-	}
-}
-
-// destroyingNow marks id as being destroyed by a request until done is called, so that a
-// Reconcile meanwhile does not count it missing (and record it expired) while the provider
-// has removed it and the request has not yet recorded it destroyed.
-func (s *Server) destroyingNow(id string) (done func()) {
-	s.missingMu.Lock()
-	if s.destroying == nil {
-		s.destroying = map[string]int{}
-	}
-	s.destroying[id]++
-	s.missingMu.Unlock()
-	return func() {
-		s.missingMu.Lock()
-		if s.destroying[id]--; s.destroying[id] <= 0 {
-			delete(s.destroying, id)
-		}
-		s.missingMu.Unlock()
-	}
+	return s.lc.Handle(ctx, id)
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/tupper-dev/tupper/internal/httpdeadline"
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
-	"github.com/tupper-dev/tupper/store"
+	"github.com/tupper-dev/tupper/server/lifecycle"
 )
 
 // Default lifetimes of E2B's API, in seconds.
@@ -185,26 +185,26 @@ func unsupported(format string, args ...any) error {
 }
 
 // options turns a create request into sandbox options.
-func (s *Server) options(req newSandbox, defTimeout int64) (sandbox.CreateOptions, time.Duration, error) {
+func (s *Server) options(req newSandbox, defTimeout int64) (sandbox.CreateOptions, error) {
 	var opts sandbox.CreateOptions
 	switch {
 	case req.AutoPause != nil && *req.AutoPause:
-		return opts, 0, unsupported("autoPause is not supported: a sandbox is killed at its timeout")
+		return opts, unsupported("autoPause is not supported: a sandbox is killed at its timeout")
 	case isTrue(req.AutoResume):
-		return opts, 0, unsupported("autoResume is not supported")
+		return opts, unsupported("autoResume is not supported")
 	case len(req.VolumeMounts) > 0:
-		return opts, 0, unsupported("volumeMounts are not supported")
+		return opts, unsupported("volumeMounts are not supported")
 	case isSet(req.MCP):
-		return opts, 0, unsupported("mcp is not supported")
+		return opts, unsupported("mcp is not supported")
 	case isSet(req.IAM):
-		return opts, 0, unsupported("iam is not supported")
+		return opts, unsupported("iam is not supported")
 	}
 	timeout := defTimeout
 	if req.Timeout != nil {
 		timeout = *req.Timeout
 	}
 	if timeout < 0 || timeout > maxTimeout {
-		return opts, 0, provider.Errorf(provider.CodeInvalidArgument, "timeout must be between 0 and %d seconds", maxTimeout)
+		return opts, provider.Errorf(provider.CodeInvalidArgument, "timeout must be between 0 and %d seconds", maxTimeout)
 	}
 	if timeout == 0 {
 		timeout = defTimeout
@@ -212,7 +212,7 @@ func (s *Server) options(req newSandbox, defTimeout int64) (sandbox.CreateOption
 	d := time.Duration(timeout) * time.Second
 	for k := range req.Metadata {
 		if strings.HasPrefix(k, reservedPrefix) {
-			return opts, 0, provider.Errorf(provider.CodeInvalidArgument, "metadata key %q: keys beginning with %q are reserved for the server", k, reservedPrefix)
+			return opts, provider.Errorf(provider.CodeInvalidArgument, "metadata key %q: keys beginning with %q are reserved for the server", k, reservedPrefix)
 		}
 	}
 	opts.Labels = maps.Clone(req.Metadata)
@@ -222,15 +222,14 @@ func (s *Server) options(req newSandbox, defTimeout int64) (sandbox.CreateOption
 	if req.TemplateID != baseTemplate {
 		opts.Template = req.TemplateID
 	}
-	if s.prov.Capabilities().Has(provider.CapTimeout) {
-		opts.Timeout = d
-	}
+	// On a provider that cannot enforce it the server's reaper does (lifecycle.CreateOptions).
+	opts.Timeout = d
 	if req.AllowInternetAccess != nil && !*req.AllowInternetAccess {
 		opts.Network = sandbox.NetworkNone
 	}
 	if n := req.Network; n != nil {
 		if isSet(n.Rules) || isSet(n.EgressProxy) {
-			return opts, 0, unsupported("network rules and egress proxies are not supported")
+			return opts, unsupported("network rules and egress proxies are not supported")
 		}
 		switch {
 		case len(n.DenyOut) == 0:
@@ -242,10 +241,10 @@ func (s *Server) options(req newSandbox, defTimeout int64) (sandbox.CreateOption
 				opts.Network = sandbox.NetworkAllowList(n.AllowOut...)
 			}
 		default:
-			return opts, 0, unsupported("network.denyOut other than 0.0.0.0/0 (all) is not supported")
+			return opts, unsupported("network.denyOut other than 0.0.0.0/0 (all) is not supported")
 		}
 	}
-	return opts, d, opts.Validate()
+	return opts, opts.Validate()
 }
 
 func isSet(raw json.RawMessage) bool {
@@ -276,35 +275,10 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, keyID string, de
 		writeError(w, provider.Errorf(provider.CodeInvalidArgument, "templateID is required"))
 		return
 	}
-	opts, timeout, err := s.options(req, defTimeout)
+	opts, err := s.options(req, defTimeout)
 	if err != nil {
 		writeError(w, err)
 		return
-	}
-	ctx := r.Context()
-	b, err := s.createBox(ctx, opts, req.TemplateID)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	defer b.Close()
-	undo := func(err error) {
-		_ = b.Destroy(context.WithoutCancel(ctx))
-		writeError(w, err)
-	}
-	if !idPattern.MatchString(b.ID) {
-		undo(provider.Errorf(provider.CodeUnsupported, "provider %s makes sandbox ids E2B clients cannot use", s.prov.Name()))
-		return
-	}
-	info, err := b.Native.Info(ctx)
-	if err != nil {
-		undo(err)
-		return
-	}
-	deadline := info.Deadline
-	if deadline.IsZero() {
-		// A provider that cannot enforce a lifetime: the server's reaper does.
-		deadline = time.Now().Add(timeout)
 	}
 	labels := maps.Clone(req.Metadata)
 	if labels == nil {
@@ -317,148 +291,65 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, keyID string, de
 	if n := req.Network; n != nil && n.AllowPublicTraffic != nil && !*n.AllowPublicTraffic {
 		labels[labelPublicTraffic] = "false"
 	}
-	rec := store.Sandbox{
-		ID: b.ID, Provider: s.prov.Name(), APIKeyID: keyID, Labels: labels,
-		CreatedAt: info.CreatedAt, Deadline: deadline, State: info.State,
-	}
-	if err := s.st.PutSandbox(context.WithoutCancel(ctx), rec, nil); err != nil {
-		undo(err)
+	cr, err := s.lc.Create(r.Context(), lifecycle.CreateOptions{
+		Sandbox: opts, KeyID: keyID, Labels: labels, TemplateMayBeSnapshot: true,
+		CheckID: func(id string) error {
+			if !idPattern.MatchString(id) {
+				return provider.Errorf(provider.CodeUnsupported, "provider %s makes sandbox ids E2B clients cannot use", s.prov.Name())
+			}
+			return nil
+		},
+		Event: map[string]any{"api": "e2b"},
+	})
+	if err != nil {
+		writeError(w, err)
 		return
 	}
-	s.created(ctx, b.ID, map[string]any{"labels": labels, "template": info.Template, "api": "e2b"})
-	writeJSON(w, http.StatusCreated, s.sandboxJSON(b.ID, info.Template, labels))
+	writeJSON(w, http.StatusCreated, s.sandboxJSON(cr.Record.ID, cr.Info.Template, cr.Record.Labels))
 }
 
-// createBox creates the sandbox. A templateID that is not a template of the provider may be
-// a snapshot id (where the provider has snapshots).
-func (s *Server) createBox(ctx context.Context, opts sandbox.CreateOptions, templateID string) (*sandbox.Sandbox, error) {
-	b, err := sandbox.Create(ctx, s.prov, opts)
-	if err == nil || opts.Template == "" || !s.prov.Capabilities().Has(provider.CapSnapshot) {
-		return b, err
-	}
-	if c := provider.CodeOf(err); c != provider.CodeInvalidArgument && c != provider.CodeNotFound {
-		return nil, err
-	}
-	opts.From, opts.Template = templateID, ""
-	if b2, err2 := sandbox.Create(ctx, s.prov, opts); err2 == nil {
-		return b2, nil
-	}
-	return nil, err
+// lookup returns a live sandbox, or CodeNotFound with E2B's message.
+func (s *Server) lookup(ctx context.Context, id string) (lifecycle.Box, error) {
+	box, err := s.lc.Get(ctx, id)
+	return box, e2bError(id, err)
 }
 
-// lookup returns the record and the provider's info of a live sandbox, or CodeNotFound.
-func (s *Server) lookup(ctx context.Context, id string) (store.Sandbox, provider.Info, error) {
-	rec, err := s.st.Sandbox(ctx, id)
-	if err != nil {
-		if errors.Is(err, provider.CodeNotFound) {
-			err = notFound(id)
-		}
-		return store.Sandbox{}, provider.Info{}, err
-	}
-	inst, err := s.prov.Connect(ctx, id)
+// e2bError is err with the message of E2B's API when it says the sandbox is not found.
+func e2bError(id string, err error) error {
 	if errors.Is(err, provider.CodeNotFound) {
-		s.gone(ctx, id, false)
-		return store.Sandbox{}, provider.Info{}, notFound(id)
+		return notFound(id)
 	}
-	if err != nil {
-		return store.Sandbox{}, provider.Info{}, err
-	}
-	defer inst.Close()
-	info, err := inst.Info(ctx)
-	if errors.Is(err, provider.CodeNotFound) {
-		s.gone(ctx, id, false)
-		return store.Sandbox{}, provider.Info{}, notFound(id)
-	}
-	return rec, info, err
+	return err
 }
 
 func notFound(id string) error {
 	return provider.Errorf(provider.CodeNotFound, "sandbox %q not found", id)
 }
 
-// withBox runs fn on a handle to the live sandbox named by {id}.
-func (s *Server) withBox(w http.ResponseWriter, r *http.Request, fn func(b *sandbox.Sandbox, rec store.Sandbox, info provider.Info) error) {
-	ctx := r.Context()
-	id := r.PathValue("sandboxID")
-	rec, info, err := s.lookup(ctx, id)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	b, err := sandbox.Connect(ctx, s.prov, id, sandbox.ConnectOptions{SkipRecoverSecrets: true})
-	if errors.Is(err, provider.CodeNotFound) {
-		s.gone(ctx, id, false)
-		err = notFound(id)
-	}
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	defer b.Close()
-	if err := fn(b, rec, info); err != nil {
-		writeError(w, err)
-	}
-}
-
 func (s *Server) get(w http.ResponseWriter, r *http.Request, _ string) {
-	rec, info, err := s.lookup(r.Context(), r.PathValue("sandboxID"))
+	box, err := s.lookup(r.Context(), r.PathValue("sandboxID"))
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	d := sandboxDetail{
-		listedSandbox: s.listed(rec, info), EnvdAccessToken: s.envdToken(rec.ID), Domain: s.domain(),
-		Lifecycle: &lifecycle{OnTimeout: "kill"},
+		listedSandbox: s.listed(box.Record, box.Info), EnvdAccessToken: s.envdToken(box.Record.ID), Domain: s.domain(),
+		Lifecycle: &sandboxLifecycle{OnTimeout: "kill"},
 	}
-	if private(rec.Labels) {
+	if private(box.Record.Labels) {
 		d.Network = &networkDetail{AllowPublicTraffic: false}
 	}
 	writeJSON(w, http.StatusOK, d)
 }
 
+// kill is DELETE /sandboxes/{id}: 404 for a sandbox that had already ended.
 func (s *Server) kill(w http.ResponseWriter, r *http.Request, _ string) {
-	ctx := r.Context()
 	id := r.PathValue("sandboxID")
-	if _, err := s.st.Sandbox(ctx, id); err != nil {
-		if errors.Is(err, provider.CodeNotFound) {
-			err = notFound(id)
-		}
-		writeError(w, err)
+	if err := s.lc.Destroy(r.Context(), id); err != nil {
+		writeError(w, e2bError(id, err))
 		return
 	}
-	if h := s.cfg.Hooks.Destroying; h != nil {
-		defer h(id)()
-	}
-	err := s.prov.Destroy(ctx, id)
-	if errors.Is(err, provider.CodeNotFound) {
-		s.gone(ctx, id, false)
-		writeError(w, notFound(id))
-		return
-	}
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	s.gone(ctx, id, true)
 	w.WriteHeader(http.StatusNoContent)
-}
-
-// applyTimeout moves the sandbox's deadline to d from now, and records it.
-func (s *Server) applyTimeout(ctx context.Context, b *sandbox.Sandbox, d time.Duration) error {
-	deadline := time.Now().Add(d)
-	if s.prov.Capabilities().Has(provider.CapTimeout) {
-		if err := b.SetTimeout(ctx, d); err != nil {
-			return err
-		}
-		if info, err := b.Native.Info(ctx); err == nil && !info.Deadline.IsZero() {
-			deadline = info.Deadline
-		}
-	}
-	if err := s.st.SetDeadline(ctx, b.ID, deadline); err != nil {
-		return err
-	}
-	s.timeoutSet(ctx, b.ID, deadline)
-	return nil
 }
 
 func timeoutBody(w http.ResponseWriter, r *http.Request, field string, required bool) (time.Duration, bool, error) {
@@ -490,13 +381,12 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request, _ string) {
 		writeError(w, provider.Errorf(provider.CodeInvalidArgument, "timeout must be positive"))
 		return
 	}
-	s.withBox(w, r, func(b *sandbox.Sandbox, _ store.Sandbox, _ provider.Info) error {
-		if err := s.applyTimeout(r.Context(), b, d); err != nil {
-			return err
-		}
-		w.WriteHeader(http.StatusNoContent)
-		return nil
-	})
+	id := r.PathValue("sandboxID")
+	if _, err := s.lc.SetTimeout(r.Context(), id, d); err != nil {
+		writeError(w, e2bError(id, err))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // refresh is the old keep-alive: extend the lifetime by duration seconds when that is later.
@@ -509,28 +399,16 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request, _ string) {
 	if !ok || d == 0 {
 		d = defaultTimeoutV2 * time.Second
 	}
-	s.withBox(w, r, func(b *sandbox.Sandbox, rec store.Sandbox, info provider.Info) error {
-		if err := s.extend(r.Context(), b, rec, info, d); err != nil {
-			return err
-		}
-		w.WriteHeader(http.StatusNoContent)
-		return nil
-	})
+	id := r.PathValue("sandboxID")
+	if _, err := s.lc.ExtendTimeout(r.Context(), id, d); err != nil {
+		writeError(w, e2bError(id, err))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
-// extend moves the deadline to d from now when that is later than the current one, as E2B
-// does on connect.
-func (s *Server) extend(ctx context.Context, b *sandbox.Sandbox, rec store.Sandbox, info provider.Info, d time.Duration) error {
-	cur := info.Deadline
-	if cur.IsZero() {
-		cur = rec.Deadline
-	}
-	if cur.IsZero() || !time.Now().Add(d).After(cur) {
-		return nil
-	}
-	return s.applyTimeout(ctx, b, d)
-}
-
+// connect resumes a paused sandbox (201) and extends its lifetime to d from now when that
+// is later, as E2B does.
 func (s *Server) connect(w http.ResponseWriter, r *http.Request, _ string) {
 	d, ok, err := timeoutBody(w, r, "timeout", false)
 	if err != nil {
@@ -540,24 +418,33 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, _ string) {
 	if !ok || d == 0 {
 		d = connectTimeout * time.Second
 	}
-	s.withBox(w, r, func(b *sandbox.Sandbox, rec store.Sandbox, info provider.Info) error {
-		ctx := r.Context()
-		status := http.StatusOK
-		if info.State == provider.StatePaused {
-			if err := b.Resume(ctx); err != nil {
-				return err
-			}
-			_ = s.st.SetState(ctx, b.ID, provider.StateRunning)
-			s.proxy.closeIdle()
-			s.resumed(ctx, b.ID)
-			status = http.StatusCreated
+	s.resumeAndExtend(w, r, d, false)
+}
+
+// resumeAndExtend resumes the sandbox when it is paused (else CodeConflict when mustResume),
+// extends its lifetime to d and answers with the sandbox: 201 when resumed.
+func (s *Server) resumeAndExtend(w http.ResponseWriter, r *http.Request, d time.Duration, mustResume bool) {
+	ctx := r.Context()
+	id := r.PathValue("sandboxID")
+	box, err := s.lookup(ctx, id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	status := http.StatusOK
+	if box.Info.State == provider.StatePaused || mustResume {
+		if err := s.lc.Resume(ctx, id); err != nil {
+			writeError(w, e2bError(id, err))
+			return
 		}
-		if err := s.extend(ctx, b, rec, info, d); err != nil {
-			return err
-		}
-		writeJSON(w, status, s.sandboxJSON(b.ID, info.Template, rec.Labels))
-		return nil
-	})
+		s.proxy.closeIdle()
+		status = http.StatusCreated
+	}
+	if _, err := s.lc.ExtendTimeout(ctx, id, d); err != nil {
+		writeError(w, e2bError(id, err))
+		return
+	}
+	writeJSON(w, status, s.sandboxJSON(id, box.Info.Template, box.Record.Labels))
 }
 
 func (s *Server) pause(w http.ResponseWriter, r *http.Request, _ string) {
@@ -565,19 +452,13 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request, _ string) {
 		writeError(w, err)
 		return
 	}
-	s.withBox(w, r, func(b *sandbox.Sandbox, _ store.Sandbox, info provider.Info) error {
-		if info.State == provider.StatePaused {
-			return provider.Errorf(provider.CodeConflict, "sandbox %q is already paused", b.ID)
-		}
-		if err := b.Pause(r.Context()); err != nil {
-			return err
-		}
-		_ = s.st.SetState(r.Context(), b.ID, provider.StatePaused)
-		s.proxy.closeIdle()
-		s.paused(r.Context(), b.ID)
-		w.WriteHeader(http.StatusNoContent)
-		return nil
-	})
+	id := r.PathValue("sandboxID")
+	if err := s.lc.Pause(r.Context(), id); err != nil {
+		writeError(w, e2bError(id, err))
+		return
+	}
+	s.proxy.closeIdle()
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // resume is E2B's deprecated POST /sandboxes/{id}/resume: 201 Sandbox, 409 when running.
@@ -590,23 +471,7 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request, _ string) {
 	if !ok || d == 0 {
 		d = defaultTimeoutV1 * time.Second
 	}
-	s.withBox(w, r, func(b *sandbox.Sandbox, rec store.Sandbox, info provider.Info) error {
-		ctx := r.Context()
-		if info.State != provider.StatePaused {
-			return provider.Errorf(provider.CodeConflict, "sandbox %q is already running", b.ID)
-		}
-		if err := b.Resume(ctx); err != nil {
-			return err
-		}
-		_ = s.st.SetState(ctx, b.ID, provider.StateRunning)
-		s.proxy.closeIdle()
-		s.resumed(ctx, b.ID)
-		if err := s.extend(ctx, b, rec, info, d); err != nil {
-			return err
-		}
-		writeJSON(w, http.StatusCreated, s.sandboxJSON(b.ID, info.Template, rec.Labels))
-		return nil
-	})
+	s.resumeAndExtend(w, r, d, true)
 }
 
 func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, keyID string) {
@@ -622,42 +487,25 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, keyID string) 
 		writeError(w, unsupported("named snapshots are not supported"))
 		return
 	}
-	s.withBox(w, r, func(b *sandbox.Sandbox, _ store.Sandbox, _ provider.Info) error {
-		var id string
-		var err error
-		if h := s.cfg.Hooks.Snapshot; h != nil {
-			id, err = h(r.Context(), b, keyID)
-		} else {
-			id, err = b.Snapshot(r.Context(), sandbox.SnapshotOptions{})
-		}
-		if err != nil {
-			return err
-		}
-		s.snapshotCreated(r.Context(), b.ID, id)
-		writeJSON(w, http.StatusCreated, map[string]any{"snapshotID": id, "names": []string{}})
-		return nil
-	})
+	id := r.PathValue("sandboxID")
+	snap, err := s.lc.Snapshot(r.Context(), id, lifecycle.SnapshotOptions{KeyID: keyID})
+	if err != nil {
+		writeError(w, e2bError(id, err))
+		return
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"snapshotID": snap, "names": []string{}})
 }
 
-// live lists the live sandboxes: in the store and the provider.
+// live lists the live sandboxes with ids E2B clients can use.
 func (s *Server) live(ctx context.Context) ([]listedSandbox, error) {
-	// The store first: a record is written only after the provider made the sandbox.
-	recs, err := s.st.Sandboxes(ctx)
+	list, err := s.lc.List(ctx, lifecycle.ListOptions{})
 	if err != nil {
 		return nil, err
-	}
-	infos, err := s.prov.List(ctx, provider.ListFilter{})
-	if err != nil {
-		return nil, err
-	}
-	byID := make(map[string]provider.Info, len(infos))
-	for _, in := range infos {
-		byID[in.ID] = in
 	}
 	out := []listedSandbox{}
-	for _, rec := range recs {
-		if in, ok := byID[rec.ID]; ok && idPattern.MatchString(rec.ID) {
-			out = append(out, s.listed(rec, in))
+	for _, l := range list {
+		if idPattern.MatchString(l.Record.ID) {
+			out = append(out, s.listed(l.Record, l.Info))
 		}
 	}
 	return out, nil

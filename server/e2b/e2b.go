@@ -9,11 +9,10 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/provider/httpcode"
-	"github.com/tupper-dev/tupper/sandbox"
+	"github.com/tupper-dev/tupper/server/lifecycle"
 	"github.com/tupper-dev/tupper/store"
 )
 
@@ -28,29 +27,6 @@ const EnvdPort = 49983
 // ClientID is the constant clientID of E2B's API.
 const ClientID = "6532622b"
 
-// Hooks let the server that mounts the E2B API record what happens to sandboxes the way it
-// records its own operations (events, webhooks, its handle cache). A nil hook does only the
-// store part (or nothing).
-type Hooks struct {
-	// Created is called once a new sandbox is recorded in the store.
-	Created func(ctx context.Context, id string, data map[string]any)
-	// Destroying is called as a kill starts destroying a sandbox; the kill calls done once it
-	// has recorded the outcome (with Gone). Nil: nothing.
-	Destroying func(id string) (done func())
-	// Gone records that a sandbox no longer exists: destroyed by a kill (true) or found
-	// missing (false). Nil: store.MarkDestroyed.
-	Gone func(ctx context.Context, id string, destroyed bool)
-	// Paused and Resumed follow a pause and a resume (the store state is already set).
-	Paused, Resumed func(ctx context.Context, id string)
-	// TimeoutSet follows a new deadline (already recorded in the store).
-	TimeoutSet func(ctx context.Context, id string, deadline time.Time)
-	// Snapshot snapshots b for the API key keyID (the server's quotas and expiry, and its
-	// record of the snapshot). Nil: b.Snapshot, kept until deleted.
-	Snapshot func(ctx context.Context, b *sandbox.Sandbox, keyID string) (string, error)
-	// SnapshotCreated follows a snapshot of a sandbox.
-	SnapshotCreated func(ctx context.Context, id, snapshotID string)
-}
-
 // Config configures a Server. Provider and Store are required.
 type Config struct {
 	Provider provider.Provider
@@ -60,12 +36,16 @@ type Config struct {
 	// Domain, when set, is returned as the sandboxes' domain (so SDKs without E2B_SANDBOX_URL
 	// use https://49983-{id}.{Domain}), and such hosts are routed to the data plane.
 	Domain string
-	Hooks  Hooks
+	// Lifecycle is the server's sandbox lifecycle, shared with its other APIs (so the same
+	// request behaves the same in each). Nil: one of the E2B API's own, on Provider and Store,
+	// without events.
+	Lifecycle *lifecycle.Service
 }
 
 // Server serves E2B's control plane and data plane. Create it with New.
 type Server struct {
 	cfg      Config
+	lc       *lifecycle.Service
 	prov     provider.Provider
 	st       *store.Store
 	log      *slog.Logger
@@ -87,7 +67,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, prov: cfg.Provider, st: cfg.Store, log: cfg.Logger, tokenKey: key}
+	if cfg.Lifecycle == nil {
+		if cfg.Lifecycle, err = lifecycle.New(lifecycle.Config{Provider: cfg.Provider, Store: cfg.Store, Logger: cfg.Logger}); err != nil {
+			return nil, err
+		}
+	}
+	s := &Server{cfg: cfg, lc: cfg.Lifecycle, prov: cfg.Provider, st: cfg.Store, log: cfg.Logger, tokenKey: key}
 	if err := s.forgetEnvdTokens(ctx); err != nil {
 		return nil, err
 	}
@@ -182,47 +167,4 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
 	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
-}
-
-// hooks, with the defaults of nil ones.
-
-func (s *Server) created(ctx context.Context, id string, data map[string]any) {
-	if h := s.cfg.Hooks.Created; h != nil {
-		h(context.WithoutCancel(ctx), id, data)
-	}
-}
-
-func (s *Server) gone(ctx context.Context, id string, destroyed bool) {
-	ctx = context.WithoutCancel(ctx)
-	if h := s.cfg.Hooks.Gone; h != nil {
-		h(ctx, id, destroyed)
-		return
-	}
-	if _, err := s.st.MarkDestroyed(ctx, id); err != nil {
-		s.log.Error("recording a destroyed sandbox", "sandbox", id, "err", err)
-	}
-}
-
-func (s *Server) paused(ctx context.Context, id string) {
-	if h := s.cfg.Hooks.Paused; h != nil {
-		h(context.WithoutCancel(ctx), id)
-	}
-}
-
-func (s *Server) resumed(ctx context.Context, id string) {
-	if h := s.cfg.Hooks.Resumed; h != nil {
-		h(context.WithoutCancel(ctx), id)
-	}
-}
-
-func (s *Server) timeoutSet(ctx context.Context, id string, deadline time.Time) {
-	if h := s.cfg.Hooks.TimeoutSet; h != nil {
-		h(context.WithoutCancel(ctx), id, deadline)
-	}
-}
-
-func (s *Server) snapshotCreated(ctx context.Context, id, snap string) {
-	if h := s.cfg.Hooks.SnapshotCreated; h != nil {
-		h(context.WithoutCancel(ctx), id, snap)
-	}
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
-	"github.com/tupper-dev/tupper/store"
 )
 
 // metricsScript samples the sandbox's cgroup (v2, or v1's controllers, as the sandbox sees
@@ -54,18 +53,22 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request, _ string) {
 		}
 		inRange = inRange && now.Unix() <= n+1
 	}
-	s.withBox(w, r, func(b *sandbox.Sandbox, _ store.Sandbox, info provider.Info) error {
-		out := []sandboxMetric{}
-		if inRange && info.State != provider.StatePaused && s.prov.Capabilities().Has(provider.CapShell) {
-			m, err := sample(r.Context(), b)
-			if err != nil {
-				return err
-			}
-			out = append(out, m)
+	id := r.PathValue("sandboxID")
+	box, err := s.lookup(r.Context(), id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := []sandboxMetric{}
+	if inRange && box.Info.State != provider.StatePaused && box.Sandbox.Capabilities.Has(provider.CapShell) {
+		m, err := sample(r.Context(), box.Sandbox)
+		if err != nil {
+			writeError(w, e2bError(id, err))
+			return
 		}
-		writeJSON(w, http.StatusOK, out)
-		return nil
-	})
+		out = append(out, m)
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // maxMetricsOutput bounds what sample reads of metricsScript's output (about 500 bytes).

@@ -76,10 +76,10 @@ type listedSandbox struct {
 // sandboxDetail is E2B's SandboxDetail.
 type sandboxDetail struct {
 	listedSandbox
-	EnvdAccessToken string         `json:"envdAccessToken"`
-	Domain          *string        `json:"domain"`
-	Network         *networkDetail `json:"network,omitempty"`
-	Lifecycle       *lifecycle     `json:"lifecycle"`
+	EnvdAccessToken string            `json:"envdAccessToken"`
+	Domain          *string           `json:"domain"`
+	Network         *networkDetail    `json:"network,omitempty"`
+	Lifecycle       *sandboxLifecycle `json:"lifecycle"`
 }
 
 // networkDetail is the part of E2B's SandboxNetworkConfig a detail reports.
@@ -87,7 +87,7 @@ type networkDetail struct {
 	AllowPublicTraffic bool `json:"allowPublicTraffic"`
 }
 
-type lifecycle struct {
+type sandboxLifecycle struct {
 	OnTimeout  string `json:"onTimeout"`
 	AutoResume bool   `json:"autoResume"`
 }
@@ -159,7 +159,7 @@ func (s *Server) domain() *string {
 	return &d
 }
 
-func (s *Server) listed(rec store.Sandbox, in provider.Info) listedSandbox {
+func (s *Server) listed(rec store.Sandbox, in sandbox.Info) listedSandbox {
 	end := in.Deadline
 	if end.IsZero() {
 		end = rec.Deadline

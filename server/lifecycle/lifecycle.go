@@ -1,0 +1,674 @@
+// Package lifecycle is the one lifecycle of the sandboxes a server manages, whichever API
+// asks for it: the native REST API, E2B's API and MCP sessions all create, find, destroy,
+// pause, resume, snapshot and time out sandboxes through a *Service, so the same request
+// behaves the same in every dialect. The handlers of each API only decode a request, call
+// the Service and encode its answer.
+//
+// A Service keeps the server's record of each sandbox in a store.Store (the provider keeps
+// the sandbox itself), its sandbox tokens, the server's handles to live sandboxes, and emits
+// one event per transition through Config.Emit. Each operation that changes a sandbox
+// records the change and emits its event; a create that fails after the provider made the
+// sandbox destroys it again.
+//
+// # Concurrency
+//
+// A *Service may be used from many goroutines at once.
+package lifecycle
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/sandbox"
+	"github.com/tupper-dev/tupper/store"
+)
+
+// Event types. Every lifecycle transition a server sees or makes is one of these.
+const (
+	EventCreated         = "sandbox.created"
+	EventDestroyed       = "sandbox.destroyed"
+	EventExpired         = "sandbox.expired" // the provider no longer has it (deadline, idle, crash)
+	EventTimedOut        = "sandbox.timeout" // the server destroyed it at its deadline
+	EventPaused          = "sandbox.paused"
+	EventResumed         = "sandbox.resumed"
+	EventSnapshotCreated = "sandbox.snapshot_created"
+	EventTimeoutSet      = "sandbox.timeout_set"
+)
+
+// Config configures a Service. Provider and Store are required.
+type Config struct {
+	Provider provider.Provider
+	Store    *store.Store
+	// Logger receives the service's own messages; nil discards.
+	Logger *slog.Logger
+	// Emit records an event of type typ about a sandbox (the server stores it and delivers
+	// it to webhooks). Nil: events are not recorded.
+	Emit func(ctx context.Context, typ, sandboxID string, data any)
+	// PreviewURL is the preview URL function of every handle the Service opens; nil: the
+	// provider's.
+	PreviewURL sandbox.PreviewURLFunc
+
+	// Snapshots expire after SnapshotExpiry unless a request asks for less, which is also the
+	// most a request may ask (0 or negative: no bound). At most SnapshotsPerSandbox unexpired
+	// snapshots per sandbox and SnapshotsPerKey per API key (0 or negative: no bound); past a
+	// bound a snapshot fails with resource_exhausted.
+	SnapshotExpiry                       time.Duration
+	SnapshotsPerSandbox, SnapshotsPerKey int
+}
+
+// Service is the lifecycle of a server's sandboxes. Create it with New.
+type Service struct {
+	cfg  Config
+	prov provider.Provider
+	st   *store.Store
+	log  *slog.Logger
+
+	hmu     sync.Mutex
+	handles map[string]*sandbox.Sandbox
+
+	klmu     sync.Mutex
+	keyLocks map[string]*keyLock
+
+	dmu        sync.Mutex
+	destroying map[string]int
+}
+
+type keyLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+// New builds a Service.
+func New(cfg Config) (*Service, error) {
+	if cfg.Provider == nil || cfg.Store == nil {
+		return nil, provider.Errorf(provider.CodeInvalidArgument, "lifecycle: Provider and Store are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Service{
+		cfg: cfg, prov: cfg.Provider, st: cfg.Store, log: cfg.Logger,
+		handles: map[string]*sandbox.Sandbox{}, keyLocks: map[string]*keyLock{}, destroying: map[string]int{},
+	}, nil
+}
+
+// Provider is the provider the Service manages sandboxes on.
+func (s *Service) Provider() provider.Provider { return s.prov }
+
+// Close drops the Service's handles to sandboxes (the sandboxes live on). Idempotent.
+func (s *Service) Close() error {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	for id, b := range s.handles {
+		b.Close()
+		delete(s.handles, id)
+	}
+	return nil
+}
+
+// NotFound is the error of an operation on a sandbox the server does not have (any more).
+func NotFound(id string) error {
+	return provider.Errorf(provider.CodeNotFound, "sandbox %q not found", id)
+}
+
+// ErrExpired is wrapped by the CodeNotFound error of Destroy when the server had a record of
+// the sandbox but the provider no longer had it: Destroy then recorded it as expired.
+var ErrExpired = errors.New("the sandbox had already ended")
+
+// CreateOptions configure Create. The zero value of each field is its default; the struct
+// grows with the features every API wires once here (templates, forks, egress rules).
+type CreateOptions struct {
+	// Sandbox are the SDK's options. With a Key, the server's store is the authority for
+	// the key (an exact get-or-create, serialized by the Service). A Timeout the provider
+	// cannot enforce (no "timeout" capability) or does not report is recorded as the
+	// sandbox's deadline, which the server's reaper enforces.
+	Sandbox sandbox.CreateOptions
+	// KeyID is the API key the sandbox belongs to ("": none).
+	KeyID string
+	// Labels are the labels recorded and reported for the sandbox, exactly as the client gave
+	// them (plus any the API adds); nil: none.
+	Labels map[string]string
+	// Token issues a sandbox token (Created.Token): a credential for this one sandbox.
+	Token bool
+	// TemplateMayBeSnapshot lets Sandbox.Template name a snapshot when it names no template of
+	// the provider (E2B's templateID), where the provider has snapshots.
+	TemplateMayBeSnapshot bool
+	// CheckID refuses sandbox ids the client cannot use; a new sandbox it refuses is destroyed.
+	CheckID func(id string) error
+	// Event is added to the data of the sandbox.created event.
+	Event map[string]any
+}
+
+// Box is a live sandbox: the server's handle to it, its record and the provider's view.
+type Box struct {
+	Sandbox *sandbox.Sandbox // the Service's handle: do not Close it
+	Record  store.Sandbox
+	Info    sandbox.Info
+}
+
+// Deadline is the sandbox's deadline: the provider's, else the server's record (zero: none).
+func (b Box) Deadline() time.Time {
+	if !b.Info.Deadline.IsZero() {
+		return b.Info.Deadline
+	}
+	return b.Record.Deadline
+}
+
+// Created is the outcome of Create.
+type Created struct {
+	Box
+	Created bool   // false when a get-or-create by key found an existing sandbox
+	Token   string // the new sandbox token, when CreateOptions.Token
+}
+
+// Create makes (or, by key, finds) a sandbox, records it, issues its token and emits
+// sandbox.created for a new one; a failure after the provider made it destroys it again.
+func (s *Service) Create(ctx context.Context, opts CreateOptions) (*Created, error) {
+	so := opts.Sandbox
+	if so.Key != "" {
+		so.KeyMode = sandbox.KeyExact
+		so.Locator = keyLocator{s: s, keyID: opts.KeyID}
+	}
+	if so.PreviewURL == nil {
+		so.PreviewURL = s.cfg.PreviewURL
+	}
+	timeout := so.Timeout
+	if !s.prov.Capabilities().Has(provider.CapTimeout) {
+		so.Timeout = 0 // the server's reaper enforces it
+	}
+	b, err := s.create(ctx, so, opts.TemplateMayBeSnapshot)
+	if err != nil {
+		return nil, err
+	}
+	keep := false
+	defer func() {
+		if !keep {
+			if b.Created {
+				_ = b.Destroy(context.WithoutCancel(ctx))
+			} else {
+				b.Close()
+			}
+		}
+	}()
+	if b.Created && opts.CheckID != nil {
+		if err := opts.CheckID(b.ID); err != nil {
+			return nil, err
+		}
+	}
+	info, err := b.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := &Created{Created: b.Created}
+	var hash []byte
+	if opts.Token {
+		out.Token = store.NewToken()
+		hash = store.Hash(out.Token)
+	}
+	wctx := context.WithoutCancel(ctx)
+	var rec store.Sandbox
+	if b.Created {
+		deadline := info.Deadline
+		if deadline.IsZero() && timeout > 0 {
+			deadline = time.Now().Add(timeout)
+		}
+		labels := maps.Clone(opts.Labels)
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		rec = store.Sandbox{
+			ID: b.ID, Provider: s.prov.Name(), APIKeyID: opts.KeyID, Key: so.Key, Labels: labels,
+			CreatedAt: info.CreatedAt, Deadline: deadline, State: info.State,
+		}
+		err = s.st.PutSandbox(wctx, rec, hash)
+	} else if rec, err = s.st.Sandbox(ctx, b.ID); err == nil && hash != nil {
+		err = s.st.AddToken(wctx, b.ID, hash)
+	}
+	if err != nil {
+		return nil, err
+	}
+	keep = true
+	b = s.remember(b)
+	out.Box = Box{Sandbox: b, Record: rec, Info: info}
+	if b.Created {
+		data := map[string]any{"key": rec.Key, "labels": rec.Labels, "template": info.Template}
+		maps.Copy(data, opts.Event)
+		s.emit(ctx, EventCreated, b.ID, data)
+	}
+	return out, nil
+}
+
+// create makes the sandbox; with maybeSnapshot a Template that is not a template of the
+// provider may be a snapshot id (where the provider has snapshots).
+func (s *Service) create(ctx context.Context, opts sandbox.CreateOptions, maybeSnapshot bool) (*sandbox.Sandbox, error) {
+	b, err := sandbox.Create(ctx, s.prov, opts)
+	if err == nil || !maybeSnapshot || opts.Template == "" || !s.prov.Capabilities().Has(provider.CapSnapshot) {
+		return b, err
+	}
+	if c := provider.CodeOf(err); c != provider.CodeInvalidArgument && c != provider.CodeNotFound {
+		return nil, err
+	}
+	opts.From, opts.Template = opts.Template, ""
+	if b2, err2 := sandbox.Create(ctx, s.prov, opts); err2 == nil {
+		return b2, nil
+	}
+	return nil, err
+}
+
+// RecordOptions configure Record.
+type RecordOptions struct {
+	KeyID  string            // the API key the sandbox belongs to ("": none)
+	Labels map[string]string // the labels recorded for it
+	Event  map[string]any    // added to the data of the sandbox.created event
+}
+
+// Record records a sandbox made outside Create (an MCP session's), with a token that is never
+// shown, and emits sandbox.created.
+func (s *Service) Record(ctx context.Context, b *sandbox.Sandbox, opts RecordOptions) error {
+	ctx = context.WithoutCancel(ctx)
+	info, err := b.Info(ctx)
+	if err != nil {
+		return err
+	}
+	rec := store.Sandbox{
+		ID: b.ID, Provider: s.prov.Name(), APIKeyID: opts.KeyID, Labels: maps.Clone(opts.Labels),
+		CreatedAt: info.CreatedAt, Deadline: info.Deadline, State: info.State,
+	}
+	if err := s.st.PutSandbox(ctx, rec, store.Hash(store.NewToken())); err != nil {
+		return err
+	}
+	data := map[string]any{"labels": rec.Labels}
+	maps.Copy(data, opts.Event)
+	s.emit(ctx, EventCreated, b.ID, data)
+	return nil
+}
+
+// Handle returns the server's handle to a live sandbox it has a record of. A sandbox the
+// store does not know, or one the provider no longer has, is CodeNotFound (and the latter is
+// recorded as expired). Do not Close the handle.
+func (s *Service) Handle(ctx context.Context, id string) (*sandbox.Sandbox, error) {
+	if _, err := s.record(ctx, id); err != nil {
+		return nil, err
+	}
+	return s.handle(ctx, id)
+}
+
+func (s *Service) handle(ctx context.Context, id string) (*sandbox.Sandbox, error) {
+	s.hmu.Lock()
+	b := s.handles[id]
+	s.hmu.Unlock()
+	if b != nil {
+		return b, nil
+	}
+	b, err := sandbox.Connect(ctx, s.prov, id, sandbox.ConnectOptions{PreviewURL: s.cfg.PreviewURL})
+	if errors.Is(err, provider.CodeNotFound) {
+		s.Gone(ctx, id, EventExpired, nil)
+		return nil, NotFound(id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s.remember(b), nil
+}
+
+// record is the store's record of id, or NotFound.
+func (s *Service) record(ctx context.Context, id string) (store.Sandbox, error) {
+	rec, err := s.st.Sandbox(ctx, id)
+	if errors.Is(err, provider.CodeNotFound) {
+		err = NotFound(id)
+	}
+	return rec, err
+}
+
+// Get returns a live sandbox with its record and the provider's current view of it.
+func (s *Service) Get(ctx context.Context, id string) (Box, error) {
+	rec, err := s.record(ctx, id)
+	if err != nil {
+		return Box{}, err
+	}
+	b, err := s.handle(ctx, id)
+	if err != nil {
+		return Box{}, err
+	}
+	info, err := b.Info(ctx)
+	if errors.Is(err, provider.CodeNotFound) {
+		s.Gone(ctx, id, EventExpired, nil)
+		return Box{}, NotFound(id)
+	}
+	if err != nil {
+		return Box{}, err
+	}
+	return Box{Sandbox: b, Record: rec, Info: info}, nil
+}
+
+// CheckGone records a sandbox the provider no longer has as expired, after an operation on it
+// said not found (which may also mean a missing file).
+func (s *Service) CheckGone(ctx context.Context, id string) {
+	inst, err := s.prov.Connect(ctx, id)
+	if errors.Is(err, provider.CodeNotFound) {
+		s.Gone(ctx, id, EventExpired, nil)
+		return
+	}
+	if err == nil {
+		inst.Close()
+	}
+}
+
+// Destroy destroys a sandbox the server has a record of and records it destroyed. When the
+// provider no longer had it, Destroy records it expired and returns a CodeNotFound error
+// wrapping ErrExpired.
+func (s *Service) Destroy(ctx context.Context, id string) error {
+	if _, err := s.record(ctx, id); err != nil {
+		return err
+	}
+	defer s.DestroyingNow(id)()
+	err := s.prov.Destroy(ctx, id)
+	if errors.Is(err, provider.CodeNotFound) {
+		s.Gone(ctx, id, EventExpired, nil)
+		return &provider.Error{Code: provider.CodeNotFound, Message: NotFound(id).(*provider.Error).Message, Err: ErrExpired}
+	}
+	if err != nil {
+		return err
+	}
+	s.Gone(ctx, id, EventDestroyed, nil)
+	return nil
+}
+
+// Gone records that a sandbox no longer exists, drops the handle to it and emits typ (with
+// data) once, the first time it is recorded.
+func (s *Service) Gone(ctx context.Context, id, typ string, data any) {
+	s.forget(id)
+	ctx = context.WithoutCancel(ctx)
+	live, err := s.st.MarkDestroyed(ctx, id)
+	if err != nil {
+		s.log.Error("recording a destroyed sandbox", "sandbox", id, "err", err)
+		return
+	}
+	if live {
+		s.emit(ctx, typ, id, data)
+	}
+}
+
+// DestroyingNow marks id as being destroyed by a request until done is called, so that a
+// reconcile meanwhile (Destroying) does not count it missing (and record it expired) while
+// the provider has removed it and the request has not yet recorded it destroyed.
+func (s *Service) DestroyingNow(id string) (done func()) {
+	s.dmu.Lock()
+	s.destroying[id]++
+	s.dmu.Unlock()
+	return func() {
+		s.dmu.Lock()
+		if s.destroying[id]--; s.destroying[id] <= 0 {
+			delete(s.destroying, id)
+		}
+		s.dmu.Unlock()
+	}
+}
+
+// Destroying reports whether a request is destroying id now (DestroyingNow).
+func (s *Service) Destroying(id string) bool {
+	s.dmu.Lock()
+	defer s.dmu.Unlock()
+	return s.destroying[id] > 0
+}
+
+// SetTimeout moves a sandbox's deadline to d from now, records it and emits
+// sandbox.timeout_set; it returns the new deadline. On a provider without the "timeout"
+// capability the deadline is the server's own, which its reaper enforces.
+func (s *Service) SetTimeout(ctx context.Context, id string, d time.Duration) (time.Time, error) {
+	if d <= 0 {
+		return time.Time{}, provider.Errorf(provider.CodeInvalidArgument, "the timeout must be positive, got %v", d)
+	}
+	b, err := s.Handle(ctx, id)
+	if err != nil {
+		return time.Time{}, err
+	}
+	deadline := time.Now().Add(d)
+	if s.prov.Capabilities().Has(provider.CapTimeout) {
+		if err := b.SetTimeout(ctx, d); err != nil {
+			return time.Time{}, err
+		}
+		if info, err := b.Info(ctx); err == nil && !info.Deadline.IsZero() {
+			deadline = info.Deadline
+		}
+	}
+	if err := s.st.SetDeadline(ctx, id, deadline); err != nil {
+		return time.Time{}, err
+	}
+	s.emit(ctx, EventTimeoutSet, id, map[string]any{"deadline": deadline.UTC()})
+	return deadline, nil
+}
+
+// ExtendTimeout moves a sandbox's deadline to d from now when that is later than its
+// current one (as SetTimeout), and reports whether it moved it. A sandbox without a deadline
+// keeps none.
+func (s *Service) ExtendTimeout(ctx context.Context, id string, d time.Duration) (bool, error) {
+	box, err := s.Get(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	cur := box.Deadline()
+	if cur.IsZero() || !time.Now().Add(d).After(cur) {
+		return false, nil
+	}
+	_, err = s.SetTimeout(ctx, id, d)
+	return err == nil, err
+}
+
+// Pause freezes a running sandbox, records it paused and emits sandbox.paused. A paused
+// sandbox is CodeConflict.
+func (s *Service) Pause(ctx context.Context, id string) error {
+	box, err := s.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	if box.Info.State == provider.StatePaused {
+		return provider.Errorf(provider.CodeConflict, "sandbox %q is already paused", id)
+	}
+	if err := box.Sandbox.Pause(ctx); err != nil {
+		return err
+	}
+	_ = s.st.SetState(ctx, id, provider.StatePaused)
+	s.emit(ctx, EventPaused, id, nil)
+	return nil
+}
+
+// Resume thaws a paused sandbox, records it running and emits sandbox.resumed. A sandbox
+// that is not paused is CodeConflict.
+func (s *Service) Resume(ctx context.Context, id string) error {
+	box, err := s.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	if box.Info.State != provider.StatePaused {
+		return provider.Errorf(provider.CodeConflict, "sandbox %q is already running", id)
+	}
+	if err := box.Sandbox.Resume(ctx); err != nil {
+		return err
+	}
+	_ = s.st.SetState(ctx, id, provider.StateRunning)
+	s.emit(ctx, EventResumed, id, nil)
+	return nil
+}
+
+// SnapshotOptions configure Snapshot.
+type SnapshotOptions struct {
+	KeyID string // the API key the snapshot counts against
+	// ExpiresIn is how long the snapshot lives; 0: Config.SnapshotExpiry, which is also the
+	// most it may be.
+	ExpiresIn time.Duration
+}
+
+// Snapshot snapshots a sandbox within the quotas (Config.SnapshotsPerSandbox,
+// SnapshotsPerKey), expiring as Config.SnapshotExpiry bounds, records it (so the server's
+// reaper deletes it when it expires) and emits sandbox.snapshot_created. It returns the
+// snapshot's id.
+func (s *Service) Snapshot(ctx context.Context, id string, opts SnapshotOptions) (string, error) {
+	b, err := s.Handle(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	expires := opts.ExpiresIn
+	if limit := s.cfg.SnapshotExpiry; limit > 0 {
+		if expires > limit {
+			return "", provider.Errorf(provider.CodeInvalidArgument, "the expiry is more than the server's longest snapshot expiry, %v", limit)
+		}
+		expires = cmp.Or(expires, limit)
+	}
+	var exp time.Time
+	if expires > 0 {
+		exp = time.Now().Add(expires)
+	}
+	reserved, err := s.st.ReserveSnapshot(ctx, store.Snapshot{SandboxID: id, APIKeyID: opts.KeyID, ExpiresAt: exp},
+		store.SnapshotQuota{PerSandbox: s.cfg.SnapshotsPerSandbox, PerKey: s.cfg.SnapshotsPerKey})
+	if err != nil {
+		return "", err
+	}
+	snap, err := b.Snapshot(ctx, sandbox.SnapshotOptions{ExpiresIn: expires})
+	if err != nil {
+		_ = s.st.DeleteSnapshot(context.WithoutCancel(ctx), reserved)
+		return "", err
+	}
+	if err := s.st.SetSnapshotID(context.WithoutCancel(ctx), reserved, snap); err != nil {
+		s.log.Warn("recording a snapshot", "sandbox", id, "snapshot", snap, "err", err)
+	}
+	s.emit(ctx, EventSnapshotCreated, id, map[string]string{"snapshotId": snap})
+	return snap, nil
+}
+
+// ListOptions filter List. The zero value lists every live sandbox.
+type ListOptions struct {
+	Labels map[string]string // every pair must match the recorded labels
+	Key    string            // the get-or-create key, when set
+}
+
+// Listed is one sandbox of List: its record and the provider's view.
+type Listed struct {
+	Record store.Sandbox
+	Info   sandbox.Info
+}
+
+// List returns the live sandboxes (recorded by the server and still in the provider) that
+// match opts, oldest first.
+func (s *Service) List(ctx context.Context, opts ListOptions) ([]Listed, error) {
+	// The store first: a record is written only after the provider made the sandbox, so a
+	// sandbox in both lists is live and one made meanwhile is simply not listed yet.
+	recs, err := s.st.Sandboxes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	infos, err := s.prov.List(ctx, provider.ListFilter{})
+	if err != nil {
+		return nil, err
+	}
+	live := make(map[string]provider.Info, len(infos))
+	for _, in := range infos {
+		live[in.ID] = in
+	}
+	filter := provider.ListFilter{Labels: opts.Labels}
+	out := []Listed{}
+	for _, rec := range recs {
+		in, ok := live[rec.ID]
+		if !ok || !filter.Matches(rec.Labels) || (opts.Key != "" && rec.Key != opts.Key) {
+			continue
+		}
+		out = append(out, Listed{Record: rec, Info: sandbox.InfoOf(in)})
+	}
+	slices.SortStableFunc(out, func(a, b Listed) int { return a.Info.CreatedAt.Compare(b.Info.CreatedAt) })
+	return out, nil
+}
+
+func (s *Service) emit(ctx context.Context, typ, id string, data any) {
+	if s.cfg.Emit != nil {
+		s.cfg.Emit(context.WithoutCancel(ctx), typ, id, data)
+	}
+}
+
+// remember keeps b as the handle to its sandbox, unless another request stored one first:
+// it returns the handle kept.
+func (s *Service) remember(b *sandbox.Sandbox) *sandbox.Sandbox {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	if old := s.handles[b.ID]; old != nil && old != b {
+		if !b.Created {
+			b.Close()
+			return old
+		}
+		old.Close()
+	}
+	s.handles[b.ID] = b
+	return b
+}
+
+func (s *Service) forget(id string) {
+	s.hmu.Lock()
+	b := s.handles[id]
+	delete(s.handles, id)
+	s.hmu.Unlock()
+	if b != nil {
+		b.Close()
+	}
+}
+
+// keyLocator makes the server's store the authority for get-or-create keys and serializes
+// them, so a key maps to exactly one sandbox on any provider.
+type keyLocator struct {
+	s     *Service
+	keyID string
+}
+
+func (l keyLocator) Get(ctx context.Context, key string) (string, error) {
+	sb, err := l.s.st.SandboxByKey(ctx, key)
+	if errors.Is(err, provider.CodeNotFound) {
+		return "", nil
+	}
+	return sb.ID, err
+}
+
+func (l keyLocator) Set(ctx context.Context, key, id string) error {
+	return l.s.st.PutSandbox(ctx, store.Sandbox{ID: id, Provider: l.s.prov.Name(), APIKeyID: l.keyID, Key: key, CreatedAt: time.Now()}, nil)
+}
+
+func (l keyLocator) Delete(ctx context.Context, key string) error {
+	sb, err := l.s.st.SandboxByKey(ctx, key)
+	if err != nil {
+		return nil
+	}
+	l.s.Gone(ctx, sb.ID, EventExpired, nil)
+	return nil
+}
+
+func (l keyLocator) WithLock(ctx context.Context, key string, fn func(context.Context) error) error {
+	unlock := l.s.lockKey(key)
+	defer unlock()
+	return fn(ctx)
+}
+
+// lockKey serializes get-or-create by key within this Service.
+func (s *Service) lockKey(key string) func() {
+	s.klmu.Lock()
+	l := s.keyLocks[key]
+	if l == nil {
+		l = &keyLock{}
+		s.keyLocks[key] = l
+	}
+	l.refs++
+	s.klmu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		s.klmu.Lock()
+		l.refs--
+		if l.refs == 0 {
+			delete(s.keyLocks, key)
+		}
+		s.klmu.Unlock()
+	}
+}
