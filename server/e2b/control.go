@@ -78,6 +78,8 @@ func (s *Server) controlMux() *router {
 	h("POST /sandboxes/{sandboxID}/pause", s.pause)
 	h("POST /sandboxes/{sandboxID}/resume", s.resume)
 	h("GET /sandboxes/{sandboxID}/metrics", s.metrics)
+	h("GET /sandboxes/{sandboxID}/logs", s.logsV1)
+	h("GET /v2/sandboxes/{sandboxID}/logs", s.logsV2)
 	h("POST /sandboxes/{sandboxID}/snapshots", s.snapshot)
 	h("GET /templates/aliases/{alias}", s.templateAlias)
 	for _, op := range notServed {
@@ -105,8 +107,6 @@ const (
 var notServed = []struct{ pattern, why string }{
 	{"GET /snapshots", ""},
 	{"GET /sandboxes/metrics", ""},
-	{"GET /sandboxes/{sandboxID}/logs", ""},
-	{"GET /v2/sandboxes/{sandboxID}/logs", ""},
 	{"POST /sandboxes/{sandboxID}/fork", ""},
 	{"PUT /sandboxes/{sandboxID}/network", ""},
 

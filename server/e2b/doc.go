@@ -20,8 +20,11 @@
 // running ones; GET /v2/sandboxes: metadata, state, template and startedAfter (at or after)
 // filters, order, limit and X-Next-Token paging; both newest first by default), get, kill,
 // timeout, pause and resume (where the provider declares "pause"; 409 when already in that
-// state), metrics (one sample measured in the sandbox when asked), snapshot creation (where
-// the provider declares "snapshot") and the template alias "base". Every other operation of
+// state), metrics (one sample measured in the sandbox when asked), logs (v1 and v2: the
+// lifecycle events the server recorded about the sandbox, as E2B's log entries), snapshot
+// creation (where the provider declares "snapshot") and the template alias "base". Each of
+// them goes through the server's lifecycle.Service (Config.Lifecycle), the same one as the
+// native API's. Every other operation of
 // E2B's API — network updates, fork, volumes, secrets, templates, teams, MCP, auto-pause,
 // listing and deleting snapshots — answers 501 with E2B's error body {"code": status,
 // "message": text}, naming E2B's path pattern; other paths under E2B's API answer 404 (405

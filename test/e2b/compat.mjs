@@ -485,6 +485,28 @@ export async function run(sdk, sdkVersion) {
     await sbx.setTimeout(120_000)
   })
 
+  await step('sandbox logs through the SDK\'s API client (v2 and v1 paths)', async () => {
+    const { ApiClient, ConnectionConfig } = sdk
+    const api = new ApiClient(new ConnectionConfig()).api
+    const path = { sandboxID: sbx.sandboxId }
+    const v2 = await api.GET('/v2/sandboxes/{sandboxID}/logs', { params: { path, query: { direction: 'forward' } } })
+    assert.equal(v2.response.status, 200)
+    const messages = v2.data.logs.map((e) => e.message)
+    assert.equal(messages[0], 'sandbox.created', messages.join(', '))
+    assert.ok(messages.includes('sandbox.timeout_set'), messages.join(', '))
+    for (const e of v2.data.logs) {
+      assert.ok(!Number.isNaN(Date.parse(e.timestamp)) && e.level === 'info' && typeof e.fields === 'object', JSON.stringify(e))
+    }
+    const newest = await api.GET('/v2/sandboxes/{sandboxID}/logs', { params: { path, query: { limit: 1 } } })
+    assert.deepEqual(newest.data.logs, v2.data.logs.slice(-1))
+    const v1 = await api.GET('/sandboxes/{sandboxID}/logs', { params: { path } })
+    assert.equal(v1.response.status, 200)
+    assert.deepEqual(v1.data.logEntries, v2.data.logs)
+    assert.match(v1.data.logs[0].line, /^sandbox\.created /)
+    const missing = await api.GET('/v2/sandboxes/{sandboxID}/logs', { params: { path: { sandboxID: 'nosuchsandbox' } } })
+    assert.equal(missing.response.status, 404)
+  })
+
   await step('getMetrics', async () => {
     const ms = await sbx.getMetrics()
     assert.ok(Array.isArray(ms))
