@@ -52,6 +52,19 @@ func fallbackDialPort(c *C) {
 	}
 	_, err := fast.DialPort(c.Ctx, 0)
 	c.WantCode("DialPort port 0", err, sandbox.CodeInvalidArgument)
+	// PortTarget: through the tunnel (""), else the provider's own preview URL.
+	target, err := fast.PortTarget(c.Ctx, 3000)
+	c.NoErr("PortTarget (fast path)", err)
+	Eq(c, "PortTarget with provider.PortDialer", target, "")
+	target, err = slow.PortTarget(c.Ctx, 3000)
+	c.NoErr("PortTarget (fallback)", err)
+	want, err := slow.Native.PreviewURL(c.Ctx, 3000)
+	c.NoErr("the provider's PreviewURL", err)
+	if target == "" || target != want {
+		c.Errorf("PortTarget without provider.PortDialer is %q, want the provider's preview URL %q", target, want)
+	}
+	_, err = fast.PortTarget(c.Ctx, 65536)
+	c.WantCode("PortTarget port 65536", err, sandbox.CodeInvalidArgument)
 }
 
 // bare returns a box with the fast paths and a handle on the same sandbox without them, after

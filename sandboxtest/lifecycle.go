@@ -203,7 +203,7 @@ func lifeSetTimeout(c *C) {
 		return
 	}
 	c.NoErr("SetTimeout 1h", b.SetTimeout(c.Ctx, time.Hour))
-	if in, err := b.Native.Info(c.Ctx); err == nil && !in.Deadline.IsZero() {
+	if in, err := b.Info(c.Ctx); err == nil && !in.Deadline.IsZero() {
 		if d := time.Until(in.Deadline); d < 59*time.Minute || d > 61*time.Minute {
 			c.Errorf("deadline after SetTimeout(1h) is %v away", d)
 		}
