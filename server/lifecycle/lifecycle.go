@@ -235,12 +235,11 @@ func (s *Service) Create(ctx context.Context, opts CreateOptions) (*Created, err
 		return nil, err
 	}
 	keep = true
-	b = s.remember(b)
-	out.Box = Box{Sandbox: b, Record: rec, Info: info}
-	if b.Created {
+	out.Box = Box{Sandbox: s.remember(b), Record: rec, Info: info}
+	if out.Created {
 		data := map[string]any{"key": rec.Key, "labels": rec.Labels, "template": info.Template}
 		maps.Copy(data, opts.Event)
-		s.emit(ctx, EventCreated, b.ID, data)
+		s.emit(ctx, EventCreated, rec.ID, data)
 	}
 	return out, nil
 }
@@ -372,7 +371,7 @@ func (s *Service) Destroy(ctx context.Context, id string) error {
 	err := s.prov.Destroy(ctx, id)
 	if errors.Is(err, provider.CodeNotFound) {
 		s.Gone(ctx, id, EventExpired, nil)
-		return &provider.Error{Code: provider.CodeNotFound, Message: NotFound(id).(*provider.Error).Message, Err: ErrExpired}
+		return provider.Errorf(provider.CodeNotFound, "sandbox %q not found: %w", id, ErrExpired)
 	}
 	if err != nil {
 		return err

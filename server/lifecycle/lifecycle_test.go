@@ -1,0 +1,126 @@
+package lifecycle_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/providers/memory"
+	"github.com/tupper-dev/tupper/sandbox"
+	"github.com/tupper-dev/tupper/server/lifecycle"
+	"github.com/tupper-dev/tupper/store"
+)
+
+// events collects what a Service emits.
+type events struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (e *events) emit(_ context.Context, typ, id string, _ any) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.got = append(e.got, typ+" "+id)
+}
+
+func (e *events) list() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.got)
+}
+
+func newService(t *testing.T) (*lifecycle.Service, *memory.Provider, *store.Store, *events) {
+	t.Helper()
+	st, err := store.Open(t.Context(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	prov := memory.New()
+	ev := &events{}
+	lc, err := lifecycle.New(lifecycle.Config{Provider: prov, Store: st, Emit: ev.emit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lc.Close() })
+	return lc, prov, st, ev
+}
+
+// TestCreateUndo: a create that fails after the provider made the sandbox leaves no sandbox,
+// no record and no event.
+func TestCreateUndo(t *testing.T) {
+	lc, prov, st, ev := newService(t)
+	refused := errors.New("refused")
+	var made string
+	_, err := lc.Create(t.Context(), lifecycle.CreateOptions{CheckID: func(id string) error { made = id; return refused }})
+	if !errors.Is(err, refused) || made == "" {
+		t.Fatalf("Create with a refusing CheckID: %v (id %q)", err, made)
+	}
+	if infos, _ := prov.List(t.Context(), provider.ListFilter{}); len(infos) != 0 {
+		t.Errorf("the refused sandbox is still in the provider: %v", infos)
+	}
+	if _, err := st.Sandbox(t.Context(), made); !errors.Is(err, provider.CodeNotFound) {
+		t.Errorf("the refused sandbox has a record: %v", err)
+	}
+	if got := ev.list(); len(got) != 0 {
+		t.Errorf("events of a refused create: %q", got)
+	}
+}
+
+// TestCreateByKey: a get-or-create by key finds the sandbox it made, with a new token each
+// time and one sandbox.created.
+func TestCreateByKey(t *testing.T) {
+	lc, _, st, ev := newService(t)
+	opts := lifecycle.CreateOptions{Sandbox: sandbox.CreateOptions{Key: "user:1"}, KeyID: "k1", Labels: map[string]string{"a": "1"}, Token: true}
+	first, err := lc.Create(t.Context(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := lc.Create(t.Context(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !first.Created || again.Created || again.Record.ID != first.Record.ID || first.Token == again.Token {
+		t.Fatalf("get-or-create: first %+v, again %+v", first, again)
+	}
+	for _, tok := range []string{first.Token, again.Token} {
+		if id, err := st.SandboxForToken(t.Context(), tok); err != nil || id != first.Record.ID {
+			t.Errorf("token %q: %q %v", tok, id, err)
+		}
+	}
+	if got, want := ev.list(), []string{"sandbox.created " + first.Record.ID}; !slices.Equal(got, want) {
+		t.Errorf("events: %q, want %q", got, want)
+	}
+	if rec := first.Record; rec.Key != "user:1" || rec.APIKeyID != "k1" || rec.Labels["a"] != "1" {
+		t.Errorf("record: %+v", rec)
+	}
+}
+
+// TestDestroyExpired: destroying a sandbox the provider had already lost records it expired
+// (once) and says so with ErrExpired; a second destroy is plain not found.
+func TestDestroyExpired(t *testing.T) {
+	lc, prov, _, ev := newService(t)
+	c, err := lc.Create(t.Context(), lifecycle.CreateOptions{Sandbox: sandbox.CreateOptions{Timeout: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := c.Record.ID
+	if err := prov.Destroy(t.Context(), id); err != nil {
+		t.Fatal(err)
+	}
+	err = lc.Destroy(t.Context(), id)
+	if !errors.Is(err, lifecycle.ErrExpired) || !errors.Is(err, provider.CodeNotFound) {
+		t.Fatalf("Destroy of a lost sandbox: %v", err)
+	}
+	err = lc.Destroy(t.Context(), id)
+	if !errors.Is(err, provider.CodeNotFound) || errors.Is(err, lifecycle.ErrExpired) {
+		t.Fatalf("Destroy again: %v", err)
+	}
+	if got, want := ev.list(), []string{"sandbox.created " + id, "sandbox.expired " + id}; !slices.Equal(got, want) {
+		t.Errorf("events: %q, want %q", got, want)
+	}
+}
