@@ -252,3 +252,22 @@ type EnvdDialer interface {
 type PortDialer interface {
 	DialPort(ctx context.Context, port int) (net.Conn, error)
 }
+
+// Metrics is one sample of a sandbox's resource use. Values the sandbox cannot show are 0.
+type Metrics struct {
+	At         time.Time // when it was measured
+	CPUCount   int       // the CPUs the sandbox may use (its quota, rounded up), at least 1
+	CPUUsedPct float64   // CPU use over the sample, 0–100, of CPUCount
+	MemUsed    int64     // bytes
+	MemTotal   int64     // bytes: the sandbox's memory limit, else the machine's memory
+	MemCache   int64     // bytes of page cache
+	DiskUsed   int64     // bytes used on the root file system
+	DiskTotal  int64     // bytes of the root file system
+}
+
+// MetricsReporter is optional: one sample of the sandbox's resource use, measured now.
+// Without it, the core samples the sandbox's cgroup, /proc and root file system with a shell
+// script run in the sandbox (needs CapShell; else CodeUnsupported).
+type MetricsReporter interface {
+	Metrics(ctx context.Context) (Metrics, error)
+}
