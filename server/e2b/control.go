@@ -314,16 +314,13 @@ func (s *Server) lookup(ctx context.Context, id string) (lifecycle.Box, error) {
 	return box, e2bError(id, err)
 }
 
-// e2bError is err with the message of E2B's API when it says the sandbox is not found.
+// e2bError is err with the lifecycle's plain message when it says the sandbox is not found
+// (the one E2B's SDKs expect, without the cause the native API may add).
 func e2bError(id string, err error) error {
 	if errors.Is(err, provider.CodeNotFound) {
-		return notFound(id)
+		return lifecycle.NotFound(id)
 	}
 	return err
-}
-
-func notFound(id string) error {
-	return provider.Errorf(provider.CodeNotFound, "sandbox %q not found", id)
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request, _ string) {
