@@ -1,7 +1,11 @@
 // Package client is the host-side Go client of the in-sandbox agent
 // (package agent): exec with streaming output, detached processes, signals,
 // file transfer and file operations, watches, deadlines and TCP tunnels, all
-// over the agent's unix socket.
+// over the agent's unix socket. The agent speaks envd's protocol, so the same
+// client reaches an E2B envd over the network (Options.HTTPClient and
+// BaseURL) for the calls envd has: everything but Busy, SetDeadline,
+// SetLimits, DialPort and the offset, length and mode of file transfers,
+// which are the agent's own.
 //
 // The client speaks HTTP/1.1 with a pool of keep-alive connections. On a
 // unix socket there is no handshake to amortise, so a pooled HTTP/1.1
@@ -43,13 +47,24 @@ import (
 // DialFunc opens a new connection to the agent.
 type DialFunc func(ctx context.Context) (net.Conn, error)
 
-// Options configure a Client. The zero value is not usable: set SocketPath
-// or Dial.
+// Options configure a Client. The zero value is not usable: set SocketPath,
+// Dial, or BaseURL and HTTPClient.
 type Options struct {
 	// SocketPath is the agent's unix socket, used when Dial is nil.
 	SocketPath string
 	// Dial opens a connection to the agent; it overrides SocketPath.
 	Dial DialFunc
+	// HTTPClient, when set, sends every request to BaseURL instead of
+	// connections from Dial or SocketPath (an envd reached over the network,
+	// as E2B's are). DialPort, which needs a connection of its own, is then
+	// not available.
+	HTTPClient *http.Client
+	// BaseURL is the agent's base URL with HTTPClient, such as
+	// https://49983-ID.e2b.app; unused without it.
+	BaseURL string
+	// Header is set on every request: routing headers of a proxy in front of
+	// the agent (E2B's E2b-Sandbox-Id).
+	Header http.Header
 	// AccessToken is sent as X-Access-Token when non-empty.
 	AccessToken string
 	// User is the default OS user for every call; empty means the agent's
@@ -63,8 +78,10 @@ type Options struct {
 // Client talks to one agent.
 type Client struct {
 	hc     *http.Client
-	tr     *http.Transport
-	dial   DialFunc
+	tr     *http.Transport // nil with Options.HTTPClient
+	dial   DialFunc        // nil with Options.HTTPClient
+	base   string
+	header http.Header
 	token  string
 	user   string
 	maxMsg int
@@ -94,6 +111,16 @@ func NewWithDialer(dial DialFunc) *Client { return NewWithOptions(Options{Dial: 
 
 // NewWithOptions returns a client configured by o.
 func NewWithOptions(o Options) *Client {
+	maxMsg := o.MaxMessageBytes
+	if maxMsg <= 0 {
+		maxMsg = 64 << 20
+	}
+	c := &Client{base: baseURL, header: o.Header.Clone(), token: o.AccessToken, user: o.User, maxMsg: maxMsg}
+	if o.HTTPClient != nil {
+		c.hc, c.base = o.HTTPClient, strings.TrimSuffix(o.BaseURL, "/")
+		c.initRPC()
+		return c
+	}
 	dial := o.Dial
 	if dial == nil {
 		path := o.SocketPath
@@ -101,10 +128,6 @@ func NewWithOptions(o Options) *Client {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", path)
 		}
-	}
-	maxMsg := o.MaxMessageBytes
-	if maxMsg <= 0 {
-		maxMsg = 64 << 20
 	}
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -125,7 +148,7 @@ func NewWithOptions(o Options) *Client {
 		WriteBufferSize:        64 << 10,
 		ReadBufferSize:         64 << 10,
 	}
-	c := &Client{hc: &http.Client{Transport: tr}, tr: tr, dial: dial, token: o.AccessToken, user: o.User, maxMsg: maxMsg}
+	c.hc, c.tr, c.dial = &http.Client{Transport: tr}, tr, dial
 	c.initRPC()
 	return c
 }
@@ -142,13 +165,13 @@ func (c *Client) rpcOptions() []connect.ClientOption {
 
 func (c *Client) procRPC() processconnect.ProcessClient {
 	r := c.rpc
-	r.procOnce.Do(func() { r.proc = processconnect.NewProcessClient(c.hc, baseURL, c.rpcOptions()...) })
+	r.procOnce.Do(func() { r.proc = processconnect.NewProcessClient(c.hc, c.base, c.rpcOptions()...) })
 	return r.proc
 }
 
 func (c *Client) fsRPC() filesystemconnect.FilesystemClient {
 	r := c.rpc
-	r.fsOnce.Do(func() { r.fs = filesystemconnect.NewFilesystemClient(c.hc, baseURL, c.rpcOptions()...) })
+	r.fsOnce.Do(func() { r.fs = filesystemconnect.NewFilesystemClient(c.hc, c.base, c.rpcOptions()...) })
 	return r.fs
 }
 
@@ -161,31 +184,47 @@ func (c *Client) WithUser(name string) *Client {
 	return &d
 }
 
-// Close releases idle connections. The client stays usable.
+// Close releases idle connections (none of an Options.HTTPClient, which is
+// the caller's). The client stays usable.
 func (c *Client) Close() error {
-	c.tr.CloseIdleConnections()
+	if c.tr != nil {
+		c.tr.CloseIdleConnections()
+	}
 	return nil
 }
 
-// headerInterceptor adds the access token and the user to every RPC.
-type headerInterceptor struct{ c *Client }
-
-func (h headerInterceptor) set(hdr http.Header, user string) {
-	if h.c.token != "" {
-		hdr.Set("X-Access-Token", h.c.token)
+// setHeaders sets Options.Header and the access token on a request.
+func (c *Client) setHeaders(hdr http.Header) {
+	for k, v := range c.header {
+		hdr[k] = append([]string(nil), v...)
 	}
-	if user == "" {
-		user = h.c.user
-	}
-	if user != "" && hdr.Get("Authorization") == "" {
-		r := http.Request{Header: hdr}
-		r.SetBasicAuth(user, "")
+	if c.token != "" {
+		hdr.Set("X-Access-Token", c.token)
 	}
 }
 
+// setUser names user, or the client's user when user is empty, in the
+// request's Authorization, unless it already has one.
+func (c *Client) setUser(hdr http.Header, user string) {
+	if user == "" {
+		user = c.user
+	}
+	if user != "" && hdr.Get("Authorization") == "" {
+		hdr.Set("Authorization", basicAuth(user))
+	}
+}
+
+// headerInterceptor adds the headers, the access token and (on unary calls)
+// the user to every RPC. A streaming call's user is set on its request by its
+// method: connect adds a request's headers to the stream's after the
+// interceptors ran, so a user set here would come first, as a second
+// Authorization, and win over the request's.
+type headerInterceptor struct{ c *Client }
+
 func (h headerInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		h.set(req.Header(), "")
+		h.c.setHeaders(req.Header())
+		h.c.setUser(req.Header(), "")
 		return next(ctx, req)
 	}
 }
@@ -193,7 +232,7 @@ func (h headerInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 func (h headerInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
 	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
 		conn := next(ctx, spec)
-		h.set(conn.RequestHeader(), "")
+		h.c.setHeaders(conn.RequestHeader())
 		return conn
 	}
 }
@@ -309,7 +348,7 @@ func httpError(resp *http.Response) error {
 }
 
 func (c *Client) newRequest(ctx context.Context, method, path string, q url.Values, body io.Reader) (*http.Request, error) {
-	u := baseURL + path
+	u := c.base + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
@@ -317,9 +356,7 @@ func (c *Client) newRequest(ctx context.Context, method, path string, q url.Valu
 	if err != nil {
 		return nil, err
 	}
-	if c.token != "" {
-		req.Header.Set("X-Access-Token", c.token)
-	}
+	c.setHeaders(req.Header)
 	return req, nil
 }
 
@@ -427,6 +464,9 @@ func (c *Client) postDeadline(ctx context.Context, s string) error {
 func (c *Client) DialPort(ctx context.Context, port int) (net.Conn, error) {
 	if port < 1 || port > 65535 {
 		return nil, &Error{Code: CodeInvalidArgument, Message: "port out of range"}
+	}
+	if c.dial == nil {
+		return nil, errors.New("agent: DialPort needs a client that dials the agent (Options.Dial or SocketPath)")
 	}
 	conn, err := c.dial(ctx)
 	if err != nil {

@@ -239,7 +239,9 @@ type Watcher struct {
 // returns once the agent has set up the watch, so later changes are seen.
 func (c *Client) Watch(ctx context.Context, dir string, recursive bool) (*Watcher, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	stream, err := c.fsRPC().WatchDir(ctx, connect.NewRequest(&filesystem.WatchDirRequest{Path: dir, Recursive: recursive}))
+	req := connect.NewRequest(&filesystem.WatchDirRequest{Path: dir, Recursive: recursive})
+	c.setUser(req.Header(), "")
+	stream, err := c.fsRPC().WatchDir(ctx, req)
 	if err != nil {
 		cancel()
 		return nil, rpcErr(err)

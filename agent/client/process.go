@@ -99,9 +99,7 @@ func (c *Client) startStream(ctx context.Context, r *ExecRequest, o startOpts) (
 		// and reports the end; the client must not hang up first.
 		req.Header().Set("Connect-Timeout-Ms", strconv.FormatInt(max(1, r.Timeout.Milliseconds()), 10))
 	}
-	if r.User != "" {
-		req.Header().Set("Authorization", basicAuth(r.User))
-	}
+	c.setUser(req.Header(), r.User)
 	// The stream must outlive a ctx deadline (connect-go would send it as
 	// the process timeout and hang up at it), but not a cancellation.
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -268,7 +266,9 @@ func (c *Client) AttachTag(ctx context.Context, tag string, stdout, stderr io.Wr
 }
 
 func (c *Client) attach(ctx context.Context, sel *process.ProcessSelector, stdout, stderr io.Writer) (ExecResult, error) {
-	stream, err := c.procRPC().Connect(ctx, connect.NewRequest(&process.ConnectRequest{Process: sel}))
+	req := connect.NewRequest(&process.ConnectRequest{Process: sel})
+	c.setUser(req.Header(), "")
+	stream, err := c.procRPC().Connect(ctx, req)
 	if err != nil {
 		return ExecResult{}, rpcErr(err)
 	}
