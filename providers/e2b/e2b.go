@@ -9,12 +9,14 @@
 // implicitly: ask for it by name.
 //
 // The control plane is E2B's REST API with X-API-Key (create, get, list, kill, timeout,
-// pause, connect). The data plane is envd's: the process and filesystem Connect services
-// (the generated clients of agent/spec, binary codec) and /files, with E2B's routing headers
-// and the sandbox's access token. Exec runs /bin/sh -c through Process.Start, streaming
-// stdout and stderr and feeding stdin with SendInput and CloseStdin; when ctx ends first, the
-// process group is killed with SendSignal. Files go up as octet streams (envd ≥ 0.5.7) and
-// down as raw bytes. FileSystem maps to Stat, ListDir, Remove, MakeDir and Move.
+// pause, connect). The data plane is envd's, spoken by the one client of that protocol,
+// agent/client, through provider/agentinst's Envd (shared with the providers whose
+// sandboxes run Tupper's agent): the process and filesystem Connect services and /files,
+// with E2B's routing headers and the sandbox's access token. Exec runs /bin/sh -c through
+// Process.Start, streaming stdout and stderr and feeding stdin with SendInput and
+// CloseStdin; when ctx ends first, the process group is killed with SendSignal. Files go up
+// as octet streams (envd ≥ 0.5.7) and down as raw bytes. FileSystem maps to Stat, ListDir,
+// Remove, MakeDir and Move.
 //
 // A sandbox's key and labels are kept in its E2B metadata (the key under KeyMetadata). E2B
 // sandboxes always have a lifetime: a sandbox created without a timeout gets

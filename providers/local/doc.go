@@ -17,8 +17,9 @@
 // Its PID 1 is the in-sandbox agent: the static tupper binary ("tupper agent", package
 // agent), bound read-only at /.tupper/bin/tupper. The agent serves E2B-envd-compatible
 // Connect RPC on /.tupper/run/agent.sock, a bind of the per-sandbox host directory
-// Home/sandboxes/ID/run, so the host reaches it at a path. Every Instance method goes
-// through it (package agent/client). When the agent exits — its lifetime or idle deadline,
+// Home/sandboxes/ID/run, so the host reaches it at a path. Every Instance method but the
+// lifecycle's goes through it, in the part of Instance shared with every provider whose
+// sandboxes run the agent (package provider/agentinst, over agent/client). When the agent exits — its lifetime or idle deadline,
 // a crash, a kill — the sandbox stops, and the next List, Create, Destroy, Connect or Reap
 // removes what it left. Nothing of a sandbox lives in the creating process: another process
 // with the same Home finds it by id or key.

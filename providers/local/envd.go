@@ -15,7 +15,7 @@ var _ provider.EnvdDialer = (*Instance)(nil)
 // a symlink planted in place of the socket is refused, never followed. A paused sandbox's agent cannot answer: CodeConflict; a sandbox
 // that is gone: CodeNotFound.
 func (i *Instance) DialEnvd(ctx context.Context) (net.Conn, error) {
-	if err := i.check(); err != nil {
+	if err := i.check(ctx); err != nil {
 		return nil, err
 	}
 	c, err := dialAgent(ctx, i.p.lay.socket(i.id))

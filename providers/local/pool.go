@@ -181,7 +181,7 @@ func (p *Provider) handOut(ctx context.Context, id string, spec provider.CreateS
 	}
 	// The instance's own client, so that the caller's first command reuses the connection.
 	inst := p.instance(rec)
-	if err := inst.c.SetLimits(ctx, agentDeadline, spec.IdleTimeout); err != nil {
+	if err := inst.Client().SetLimits(ctx, agentDeadline, spec.IdleTimeout); err != nil {
 		inst.Close()
 		if ctx.Err() == nil || !p.putBack(id) {
 			p.teardown(ctx, rec)

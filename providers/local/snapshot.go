@@ -178,7 +178,7 @@ func (i *Instance) Snapshot(ctx context.Context, expires time.Duration) (string,
 			rec.Paused = false
 			p.lay.writeRecord(rec)
 			if !rec.Deadline.IsZero() {
-				_ = i.c.SetDeadline(bg, rec.Deadline.Add(999*time.Millisecond))
+				_ = i.SetDeadline(bg, rec.Deadline)
 			}
 		}()
 		if werr != nil {
