@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -165,50 +164,4 @@ func parsePairs(flag string, pairs []string) (map[string]string, error) {
 		m[k] = v
 	}
 	return m, nil
-}
-
-// argvCommand turns argv into one shell command line with every word quoted, so
-// `tupper exec ID -- ls "a b"` runs ls with one argument.
-func argvCommand(args []string) string {
-	words := make([]string, len(args))
-	for i, a := range args {
-		words[i] = sandbox.Quote(a)
-	}
-	return strings.Join(words, " ")
-}
-
-// streamRun runs command in cwd ("" is /workspace), copying output to the command's stdout
-// and stderr as it arrives. A non-zero exit, a timeout or an interruption comes back as an
-// exitError carrying the code tupper exits with.
-func streamRun(ctx context.Context, cmd *cobra.Command, box *sandbox.Sandbox, command, cwd string, timeout time.Duration, interactive bool) error {
-	opts := sandbox.RunOptions{Cwd: cwd, Timeout: timeout, MaxOutputBytes: 64 << 20}
-	if interactive {
-		opts.StdinReader = cmd.InOrStdin()
-	}
-	h := box.Stream(ctx, command, opts)
-	out, errw := cmd.OutOrStdout(), cmd.ErrOrStderr()
-	for c := range h.Chunks() {
-		if c.Stream == sandbox.Stderr {
-			fmt.Fprint(errw, c.Text)
-		} else {
-			fmt.Fprint(out, c.Text)
-		}
-	}
-	res, err := h.Wait()
-	if err != nil {
-		return err
-	}
-	switch {
-	case res.TimedOut:
-		fmt.Fprintf(errw, "tupper: command timed out after %v\n", timeout)
-		return exitError{exitTimedOut}
-	case res.Aborted:
-		return exitError{exitAborted}
-	case res.Truncated:
-		fmt.Fprintln(errw, "tupper: output was truncated at 64 MiB per stream")
-	}
-	if res.ExitCode != 0 {
-		return exitError{res.ExitCode}
-	}
-	return nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -60,89 +61,48 @@ func newRunCmd() *cobra.Command {
 	return cmd
 }
 
-func newCreateCmd() *cobra.Command {
-	var (
-		f        createFlags
-		lifetime time.Duration
-		idle     time.Duration
-		key      string
-		from     string
-	)
-	cmd := &cobra.Command{
-		Use:     "create [flags]",
-		Short:   "Create a sandbox and print its id",
-		Example: "  id=$(tupper create --network none --timeout 1h)\n  tupper exec $id -- uname -a",
-		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts, err := f.options()
-			if err != nil {
-				return err
-			}
-			opts.Timeout, opts.IdleTimeout, opts.Key, opts.From = lifetime, idle, key, from
-			if err := opts.Validate(); err != nil {
-				return err
-			}
-			ctx := cmd.Context()
-			prov, err := f.resolve(ctx)
-			if err != nil {
-				return err
-			}
-			box, err := sandbox.Create(ctx, prov, opts)
-			if err != nil {
-				return err
-			}
-			defer box.Close()
-			fmt.Fprintln(cmd.OutOrStdout(), box.ID)
-			return nil
-		},
+// argvCommand turns argv into one shell command line with every word quoted, so
+// `tupper exec ID -- ls "a b"` runs ls with one argument.
+func argvCommand(args []string) string {
+	words := make([]string, len(args))
+	for i, a := range args {
+		words[i] = sandbox.Quote(a)
 	}
-	f.register(cmd)
-	cmd.Flags().DurationVar(&lifetime, "timeout", 0, "destroy the sandbox after this long (0: never)")
-	cmd.Flags().DurationVar(&idle, "idle-timeout", 0, "destroy the sandbox after this long idle (0: never)")
-	cmd.Flags().StringVar(&key, "key", "", "get-or-create key: print the id of the sandbox made with this key, or make one")
-	cmd.Flags().StringVar(&from, "from", "", "start from this snapshot (an id printed by tupper snapshot)")
-	return cmd
+	return strings.Join(words, " ")
 }
 
-func newExecCmd() *cobra.Command {
-	var (
-		pf          providerFlags
-		timeout     time.Duration
-		interactive bool
-		tty         bool
-		cwd         string
-	)
-	cmd := &cobra.Command{
-		Use:     "exec ID -- CMD [ARG...]",
-		Short:   "Run a command in an existing sandbox",
-		Example: "  tupper exec $id -- ls -la\n  echo data | tupper exec -i $id -- cat\n  tupper exec -t $id",
-		Args: func(cmd *cobra.Command, args []string) error {
-			if tty {
-				return cobra.MinimumNArgs(1)(cmd, args)
-			}
-			return cobra.MinimumNArgs(2)(cmd, args)
-		},
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			prov, err := pf.resolveExisting(ctx)
-			if err != nil {
-				return err
-			}
-			box, err := sandbox.Connect(ctx, prov, args[0], sandbox.ConnectOptions{})
-			if err != nil {
-				return err
-			}
-			defer box.Close()
-			if tty {
-				return runTerminal(ctx, cmd, box, args[1:], cwd)
-			}
-			return streamRun(ctx, cmd, box, argvCommand(args[1:]), cwd, timeout, interactive)
-		},
+// streamRun runs command in cwd ("" is /workspace), copying output to the command's stdout
+// and stderr as it arrives. A non-zero exit, a timeout or an interruption comes back as an
+// exitError carrying the code tupper exits with.
+func streamRun(ctx context.Context, cmd *cobra.Command, box *sandbox.Sandbox, command, cwd string, timeout time.Duration, interactive bool) error {
+	opts := sandbox.RunOptions{Cwd: cwd, Timeout: timeout, MaxOutputBytes: 64 << 20}
+	if interactive {
+		opts.StdinReader = cmd.InOrStdin()
 	}
-	pf.register(cmd)
-	cmd.Flags().DurationVar(&timeout, "timeout", sandbox.DefaultRunTimeout, "kill the command after this long")
-	cmd.Flags().BoolVarP(&interactive, "interactive", "i", false, "pass standard input to the command")
-	cmd.Flags().BoolVarP(&tty, "tty", "t", false, "run on an interactive terminal (a login shell without CMD); implies -i, ignores --timeout")
-	cmd.Flags().StringVarP(&cwd, "workdir", "w", "", "working directory (default /workspace)")
-	return cmd
+	h := box.Stream(ctx, command, opts)
+	out, errw := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	for c := range h.Chunks() {
+		if c.Stream == sandbox.Stderr {
+			fmt.Fprint(errw, c.Text)
+		} else {
+			fmt.Fprint(out, c.Text)
+		}
+	}
+	res, err := h.Wait()
+	if err != nil {
+		return err
+	}
+	switch {
+	case res.TimedOut:
+		fmt.Fprintf(errw, "tupper: command timed out after %v\n", timeout)
+		return exitError{exitTimedOut}
+	case res.Aborted:
+		return exitError{exitAborted}
+	case res.Truncated:
+		fmt.Fprintln(errw, "tupper: output was truncated at 64 MiB per stream")
+	}
+	if res.ExitCode != 0 {
+		return exitError{res.ExitCode}
+	}
+	return nil
 }
