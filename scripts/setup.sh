@@ -40,6 +40,7 @@ command_of() {
 	case "$1" in
 	iproute2) echo ip ;;
 	nodejs) echo node ;;
+	busybox-static) echo busybox ;;
 	*) echo "$1" ;;
 	esac
 }
@@ -55,7 +56,8 @@ done
 step="find what is missing"
 need=()
 pkgs=(runc runsc crun iptables iproute2 git)
-[ -z "$for_tests" ] || pkgs+=(nodejs npm)
+# busybox-static: the tests' image templates are made of its static busybox.
+[ -z "$for_tests" ] || pkgs+=(nodejs npm busybox-static)
 for p in "${pkgs[@]}"; do
 	have "$(command_of "$p")" || need+=("$p")
 done

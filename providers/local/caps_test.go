@@ -17,7 +17,7 @@ import (
 func TestSandboxCapabilitiesFromRecord(t *testing.T) {
 	p1 := newTestProvider(t, RuntimeRunc)
 	inst := create(t, p1, provider.CreateSpec{Network: netNone})
-	want := p1.capsFor(RuntimeRunc)
+	want := p1.capsFor(RuntimeRunc, &sandboxTemplate{name: TemplateHost})
 	if len(want) == 0 || !slices.Equal(provider.NewCapabilities(want...).List(), inst.Capabilities().List()) {
 		t.Fatalf("instance caps %v, want %v", inst.Capabilities(), want)
 	}
@@ -59,14 +59,14 @@ func TestSandboxCapabilitiesFromRecord(t *testing.T) {
 func TestCapsForRuntime(t *testing.T) {
 	p := &Provider{caps: provider.NewCapabilities(provider.CapShell, provider.CapGit)}
 	p.runscDate = 20221219
-	if slices.Contains(p.capsFor(RuntimeRunsc), provider.CapShell) {
+	if slices.Contains(p.capsFor(RuntimeRunsc, &sandboxTemplate{name: TemplateHost}), provider.CapShell) {
 		t.Error("old runsc got the shell capability")
 	}
-	if !slices.Contains(p.capsFor(RuntimeRunsc), provider.CapGit) {
+	if !slices.Contains(p.capsFor(RuntimeRunsc, &sandboxTemplate{name: TemplateHost}), provider.CapGit) {
 		t.Error("capsFor dropped git")
 	}
 	p.runscDate = 20240729
-	if fileExists("/bin/sh") && !slices.Contains(p.capsFor(RuntimeRunsc), provider.CapShell) {
+	if fileExists("/bin/sh") && !slices.Contains(p.capsFor(RuntimeRunsc, &sandboxTemplate{name: TemplateHost}), provider.CapShell) {
 		t.Error("new runsc lacks the shell capability")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -21,6 +22,7 @@ import (
 
 	agentspec "github.com/tupper-dev/tupper/agent/spec"
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/template"
 )
 
 // Config configures the local provider. The zero value is the default.
@@ -368,15 +370,18 @@ func (p *Provider) shellWorks(rt string) bool {
 
 // capsFor returns the capabilities of a sandbox on runtime rt: the provider's, with the
 // shell as that runtime allows. Call after probed.
-func (p *Provider) capsFor(rt string) []provider.Capability {
+func (p *Provider) capsFor(rt string, tp *sandboxTemplate) []provider.Capability {
 	var out []provider.Capability
 	for _, c := range p.caps.List() {
-		if c != provider.CapShell {
+		if c != provider.CapShell && c != provider.CapGit {
 			out = append(out, c)
 		}
 	}
-	if p.shellWorks(rt) {
+	if p.shellWorks(rt) && (tp.image == nil || tp.has("bin/sh") || tp.has("usr/bin/sh")) {
 		out = append(out, provider.CapShell)
+	}
+	if p.caps.Has(provider.CapGit) && tp.image == nil || tp.image != nil && tp.has("usr/bin/git") {
+		out = append(out, provider.CapGit)
 	}
 	return out
 }
@@ -587,9 +592,6 @@ func (p *Provider) create(ctx context.Context, spec provider.CreateSpec, pooled 
 	if tmpl == "" {
 		tmpl = TemplateHost
 	}
-	if tmpl != TemplateHost {
-		return nil, provider.Errorf(provider.CodeInvalidArgument, "unknown template %q (the local provider has %q)", tmpl, TemplateHost)
-	}
 	var snap *snapMeta
 	if spec.From != "" {
 		var err error
@@ -600,6 +602,10 @@ func (p *Provider) create(ctx context.Context, spec provider.CreateSpec, pooled 
 			return nil, provider.Errorf(provider.CodeInvalidArgument, "snapshot %s is of template %q, not %q", snap.ID, snap.Template, spec.Template)
 		}
 		tmpl = snap.Template
+	}
+	tp, err := p.resolveTemplate(tmpl)
+	if err != nil {
+		return nil, err
 	}
 	netMode := spec.Network.Mode
 	switch netMode {
@@ -618,6 +624,10 @@ func (p *Provider) create(ctx context.Context, spec provider.CreateSpec, pooled 
 	if err != nil {
 		return nil, err
 	}
+	var tc template.Config
+	if tp.image != nil {
+		tc = tp.image.Config
+	}
 	if snap != nil {
 		if err := snapshotFits(snap, size.DiskGB); err != nil {
 			return nil, err
@@ -634,7 +644,7 @@ func (p *Provider) create(ctx context.Context, spec provider.CreateSpec, pooled 
 		CreatedAt: now.UTC().Truncate(time.Millisecond), IdleTimeout: spec.IdleTimeout,
 		Runtime: rtName, Template: tmpl, Network: string(netMode), UIDIndex: -1,
 		CPU: size.CPU, MemoryMB: size.MemoryMB, DiskGB: size.DiskGB, Pids: p.cfg.PidsLimit,
-		Caps: p.capsFor(rtName),
+		Caps: p.capsFor(rtName, tp),
 	}
 	if pooled {
 		rec.Pooled, rec.PoolOwner, rec.PoolOwnerStart = true, os.Getpid(), procStart(os.Getpid())
@@ -654,8 +664,8 @@ func (p *Provider) create(ctx context.Context, spec provider.CreateSpec, pooled 
 	// start. runsc wants its interfaces in place before it starts, in a namespace we make.
 	plumbAfterCreate := netMode == provider.NetworkAll && rtName != RuntimeRunsc
 	netnsPath := ""
-	var lower, views string
 	madeDir := false
+	agentUser := "root" // the default user of commands: the template's, else root
 	// The sandbox's mounts are made in a mount namespace of its own (nsworker.go); ns runs
 	// a step's work there.
 	var w *nsWorker
@@ -725,43 +735,60 @@ func (p *Provider) create(ctx context.Context, spec provider.CreateSpec, pooled 
 			return release(p.uidLeases(), strconv.Itoa(rec.UIDIndex), leaseHolder(p.lay, id))
 		}},
 		{name: "mount namespace", do: func(ctx context.Context) error {
-			// The read-only views of the host's directories are mounted in the host's
-			// namespace, once per boot: before the sandbox's namespace copies it.
 			var err error
-			if views, err = hostViews(ctx); err != nil {
-				return err
-			}
 			w, err = newNSWorker()
 			return err
 		}},
 		{name: "root file system", do: func(ctx context.Context) error {
-			var err error
-			if lower, err = buildTemplate(ctx, p.lay.templates(), tmpl); err != nil {
-				return err
-			}
 			var nameservers []netip.Addr
 			if netMode == provider.NetworkAll {
 				nameservers = hostNameservers()
 			}
-			hostTmp := rtName == RuntimeRunsc
-			var fill func(upper string) error
+			plan := rootfsPlan{
+				usernsFD: -1, uidBase: rec.UIDBase, diskGB: size.DiskGB, hostTmp: rtName == RuntimeRunsc,
+			}
+			if tp.image == nil {
+				lower, err := buildTemplate(ctx, p.lay.templates(), TemplateHost)
+				if err != nil {
+					return err
+				}
+				plan.lowers, plan.hostDirs = []string{lower}, realHostDirs()
+				plan.etc = etcFiles(sandboxHostname, nameservers)
+			} else {
+				plan.lowers, plan.image, plan.workdir = tp.lowers, true, tc.WorkingDir
+				if plan.etc, err = imageEtc(tp.lowers, sandboxHostname, nameservers); err != nil {
+					return err
+				}
+				if tc.User != "" {
+					if agentUser, err = userName(tc.User, plan.etc["passwd"]); err != nil {
+						return err
+					}
+				}
+			}
+			if userns {
+				// The layers are idmapped into the sandbox's range (idmap.go).
+				fd, err := usernsFDs.fd(rec.UIDBase)
+				if err != nil {
+					return err
+				}
+				defer unix.Close(fd)
+				plan.usernsFD = fd
+			}
 			if snap != nil {
-				fill = func(upper string) error {
+				plan.fill = func(upper string) error {
 					tmp := ""
-					if hostTmp {
+					if plan.hostTmp {
 						tmp = p.lay.tmp(id)
 					}
 					return restoreSnapshot(ctx, p.lay.snapshot(snap.ID), snap, upper, tmp, rec.UIDBase)
 				}
 			}
-			return ns(func() error {
-				return mountRootfs(lower, p.lay.disk(id), p.lay.rootfs(id), size.DiskGB, rec.UIDBase, hostTmp, etcFiles(sandboxHostname, nameservers), fill)
-			})
+			return ns(func() error { return mountRootfs(p.lay.disk(id), p.lay.rootfs(id), plan) })
 		}, undo: func() error {
 			return ns(func() error { return unmountRootfs(p.lay.disk(id), p.lay.rootfs(id)) })
 		}},
 		{name: "agent directory", do: func(ctx context.Context) error {
-			return p.writeAgentDir(rec, spec)
+			return p.writeAgentDir(rec, spec, tc, agentUser)
 		}},
 		{name: "network", do: func(ctx context.Context) error {
 			if netMode != provider.NetworkAll {
@@ -808,8 +835,7 @@ func (p *Provider) create(ctx context.Context, spec provider.CreateSpec, pooled 
 		}},
 		{name: "bundle", do: func(ctx context.Context) error {
 			s := buildSpec(bundleSpec{
-				hostViews: views,
-				id:        id, runtime: rtName, rootfs: p.lay.rootfs(id), agentPath: agentPath,
+				id: id, runtime: rtName, rootfs: p.lay.rootfs(id), agentPath: agentPath,
 				runDir: p.lay.run(id), tmpDir: p.lay.tmp(id), userns: userns, uidBase: rec.UIDBase, netnsPath: netnsPath,
 				cpu: size.CPU, memoryMB: size.MemoryMB, limitSwap: swapAccounted(), pids: p.cfg.PidsLimit,
 			})
@@ -1000,12 +1026,18 @@ func (p *Provider) allocUIDs(ctx context.Context, id string) (int, error) {
 
 // writeAgentDir prepares the directory bound at /.tupper/run: the agent's config, owned so
 // that the sandbox's root can create the socket there.
-func (p *Provider) writeAgentDir(rec *record, spec provider.CreateSpec) error {
+func (p *Provider) writeAgentDir(rec *record, spec provider.CreateSpec, tc template.Config, user string) error {
 	dir := p.lay.run(rec.ID)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return err
 	}
+	// The template's environment is the base; the spec's and its secrets win over it.
 	env := map[string]string{}
+	for _, kv := range tc.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+			env[k] = v
+		}
+	}
 	for k, v := range spec.Env {
 		env[k] = v
 	}
@@ -1014,10 +1046,13 @@ func (p *Provider) writeAgentDir(rec *record, spec provider.CreateSpec) error {
 	}
 	cfg := agentConfig{
 		Env:                env,
-		DefaultUser:        "root",
+		DefaultUser:        user,
 		DefaultWorkdir:     defaultWorkdir,
 		IdleTimeoutSeconds: int64((spec.IdleTimeout + time.Second - 1) / time.Second),
 		Protocol:           agentspec.Version,
+	}
+	if tc.WorkingDir != "" {
+		cfg.DefaultWorkdir = path.Clean("/" + tc.WorkingDir)
 	}
 	if hideAgent(rec.Runtime) {
 		// From commands, and from the agent's own file API once it serves: a symlink a

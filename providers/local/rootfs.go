@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -25,6 +26,18 @@ const templateVersion = "2"
 // hostDirs are the host directories the host template binds read-only. On a merged-/usr
 // host most are symlinks, which the template copies instead.
 var hostDirs = []string{"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"}
+
+// realHostDirs are the host directories that are directories (not a merged-/usr host's
+// symlinks, which the template copies): each becomes a lower layer (see mountRootfs).
+func realHostDirs() []string {
+	var out []string
+	for _, d := range hostDirs {
+		if fi, err := os.Lstat("/" + d); err == nil && fi.IsDir() {
+			out = append(out, d)
+		}
+	}
+	return out
+}
 
 // hostEtcDir is the host's /etc, which hostEtc is copied from; a test points it elsewhere.
 var hostEtcDir = "/etc"
@@ -277,88 +290,185 @@ func parseNameservers(path string) (ns []netip.Addr, loopback bool) {
 	return ns, loopback
 }
 
-// mountRootfs mounts the sandbox's root file system: a tmpfs of diskGB at disk (which bounds
-// the writable layer), the private skeleton in disk/upper owned by uidBase, and an overlay
-// of lower and that upper at rootfs. With hostTmp it also makes disk/tmp, the directory
-// runsc binds at /tmp (see layout.tmp). fill, when not nil, adds to the upper layer (and
-// disk/tmp) before the overlay is mounted (a snapshot's files).
-func mountRootfs(lower, disk, rootfs string, diskGB int, uidBase uint32, hostTmp bool, etc map[string]string, fill func(upper string) error) error {
+// rootfsPlan is what mountRootfs stacks for one sandbox.
+type rootfsPlan struct {
+	// lowers are the template's layer directories, top first (overlayfs's order).
+	lowers []string
+	// hostDirs are, for template host, the host directories ("usr", …) that become read-only
+	// lower layers of overlays of their own at /<dir> (see the package doc).
+	hostDirs []string
+	// image: the template is an image, whose layers have their own tree; only what the
+	// sandbox needs and the image lacks is added (imageSkeleton), never the host skeleton.
+	image bool
+	// workdir is an image's working directory, made when the image lacks it.
+	workdir string
+	// usernsFD is a user namespace with the sandbox's mapping, through which every lower
+	// layer is idmapped (idmap.go); -1 mounts them as they are (runsc, NoUserNS).
+	usernsFD int
+	uidBase  uint32 // host uid of root inside: the owner of what is made in the upper layer
+	diskGB   int
+	// hostTmp also makes disk/tmp, the directory runsc binds at /tmp (see layout.tmp).
+	hostTmp bool
+	etc     map[string]string // files written into the upper layer's /etc
+	// fill, when not nil, adds to the upper layer (and disk/tmp) before the overlay is
+	// mounted (a snapshot's files).
+	fill func(upper string) error
+}
+
+// mountRootfs mounts the sandbox's root file system at rootfs: a tmpfs of the disk size at
+// disk (which bounds the writable layer), the private skeleton in disk/upper owned by the
+// sandbox's root, and an overlay of the template's layers, each a read-only (idmapped)
+// view attached at disk/l/N, under that upper layer. For template host each host directory
+// gets an overlay of its own, mounted at /<dir> above it, whose upper directory is
+// disk/upper/<dir>: so the sandbox's whole writable layer is one tree (what a snapshot
+// copies). Run it on the sandbox's mount-namespace thread: it changes that thread's
+// working directory for the mounts and restores it.
+func mountRootfs(disk, rootfs string, plan rootfsPlan) error {
 	for _, d := range []string{disk, rootfs} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err
 		}
 	}
 	// nr_inodes bounds metadata too: 64 Ki inodes per GiB.
-	opts := fmt.Sprintf("size=%dm,nr_inodes=%d,mode=0700", diskGB*1024, diskGB*65536)
+	opts := fmt.Sprintf("size=%dm,nr_inodes=%d,mode=0700", plan.diskGB*1024, plan.diskGB*65536)
 	if err := unix.Mount("tmpfs", disk, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mount tmpfs: %w", err)
 	}
-	upper, work := filepath.Join(disk, "upper"), filepath.Join(disk, "work")
 	err := func() error {
-		for _, d := range []string{upper, work} {
-			if err := os.Mkdir(d, 0o755); err != nil {
+		upper := filepath.Join(disk, "upper")
+		base := int(plan.uidBase)
+		for _, d := range []string{"upper", "work", "l", "w", "m"} {
+			if err := os.Mkdir(filepath.Join(disk, d), 0o755); err != nil {
 				return err
 			}
 		}
-		if err := os.Chown(upper, int(uidBase), int(uidBase)); err != nil {
+		if err := os.Chown(upper, base, base); err != nil {
 			return err
 		}
-		for _, s := range skeleton {
-			p := filepath.Join(upper, s.path)
-			mode := s.mode
-			if mode == 0 {
-				mode = 0o755
-			}
-			if err := os.Mkdir(p, mode.Perm()); err != nil {
+		if plan.image {
+			if err := imageSkeleton(upper, plan.lowers, plan.uidBase, plan.workdir); err != nil {
 				return err
 			}
-			if err := os.Chmod(p, mode); err != nil {
-				return err
-			}
-			id := int(uidBase + s.uid)
-			if err := os.Chown(p, id, id); err != nil {
-				return err
-			}
+		} else if err := hostSkeleton(upper, plan.hostDirs, plan.uidBase); err != nil {
+			return err
 		}
-		if hostTmp {
+		if plan.hostTmp {
 			tmp := filepath.Join(disk, "tmp")
 			if err := os.Mkdir(tmp, 0o755); err != nil {
 				return err
 			}
-			if err := os.Chown(tmp, int(uidBase), int(uidBase)); err != nil {
+			if err := os.Chown(tmp, base, base); err != nil {
 				return err
 			}
 			if err := os.Chmod(tmp, 0o1777|os.ModeSticky); err != nil {
 				return err
 			}
 		}
-		for name, content := range etc {
+		for name, content := range plan.etc {
 			p := filepath.Join(upper, "etc", name)
 			if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
 				return err
 			}
-			if err := os.Chown(p, int(uidBase), int(uidBase)); err != nil {
+			if err := os.Chown(p, base, base); err != nil {
 				return err
 			}
 		}
-		if fill != nil {
-			if err := fill(upper); err != nil {
+		if plan.fill != nil {
+			if err := plan.fill(upper); err != nil {
 				return err
 			}
 		}
-		data := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, upper, work)
+		// Relative paths keep the overlays' options short (a page at most) however many
+		// layers an image has.
+		if err := unix.Chdir(disk); err != nil {
+			return err
+		}
+		defer unix.Chdir("/")
+		lowers := make([]string, len(plan.lowers))
+		for i, l := range plan.lowers {
+			lowers[i] = "l/" + strconv.Itoa(i)
+			if err := os.Mkdir(lowers[i], 0o700); err != nil {
+				return err
+			}
+			if err := mountIdmapped(l, lowers[i], plan.usernsFD); err != nil {
+				return err
+			}
+		}
+		// The host directories' overlays are mounted before the root's and moved onto it
+		// after: mounted the other way round, each would have an upper directory inside an
+		// upper directory in use (disk/upper), which overlayfs warns of.
+		for _, d := range plan.hostDirs {
+			l, w, m := "l/host-"+d, "w/"+d, "m/"+d
+			for _, dir := range []string{l, w, m} {
+				if err := os.Mkdir(dir, 0o700); err != nil {
+					return err
+				}
+			}
+			if err := mountIdmapped("/"+d, l, plan.usernsFD); err != nil {
+				return err
+			}
+			data := fmt.Sprintf("lowerdir=%s,upperdir=upper/%s,workdir=%s", l, d, w)
+			if err := unix.Mount("overlay", m, "overlay", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
+				return fmt.Errorf("mount the overlay of /%s: %w", d, err)
+			}
+		}
+		data := fmt.Sprintf("lowerdir=%s,upperdir=upper,workdir=work", strings.Join(lowers, ":"))
 		// nosuid, nodev: the host never honours a set-id bit or a device node that sandbox
 		// code made (under runsc files made inside are host root's).
 		if err := unix.Mount("overlay", rootfs, "overlay", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
 			return fmt.Errorf("mount overlay: %w", err)
 		}
+		for _, d := range plan.hostDirs {
+			if err := unix.Mount("m/"+d, filepath.Join(rootfs, d), "", unix.MS_MOVE, ""); err != nil {
+				return fmt.Errorf("move the overlay of /%s into place: %w", d, err)
+			}
+		}
+		// The overlays hold their own references to the layers: the views need no place
+		// in the namespace any more.
+		ents, _ := os.ReadDir("l")
+		for _, e := range ents {
+			if err := unix.Unmount("l/"+e.Name(), unix.MNT_DETACH); err != nil {
+				return fmt.Errorf("detach the view of a layer: %w", err)
+			}
+		}
 		return nil
 	}()
 	if err != nil {
+		unix.Unmount(rootfs, unix.MNT_DETACH)
 		unix.Unmount(disk, unix.MNT_DETACH)
 		return err
 	}
 	return nil
+}
+
+// hostSkeleton makes the host template's writable skeleton in upper, and the upper
+// directories of the host directories' overlays (root's, 0755, as the host's own).
+func hostSkeleton(upper string, hostDirs []string, uidBase uint32) error {
+	for _, s := range skeleton {
+		if err := mkdirOwned(filepath.Join(upper, s.path), s.mode, uidBase+s.uid); err != nil {
+			return err
+		}
+	}
+	for _, d := range hostDirs {
+		if err := mkdirOwned(filepath.Join(upper, d), 0, uidBase); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mkdirOwned makes the directory p with mode (0: 0755) owned by host uid and gid id.
+func mkdirOwned(p string, mode os.FileMode, id uint32) error {
+	if mode == 0 {
+		mode = 0o755
+	}
+	if err := os.Mkdir(p, mode.Perm()); err != nil {
+		return err
+	}
+	if err := os.Chmod(p, mode); err != nil {
+		return err
+	}
+	return os.Chown(p, int(id), int(id))
 }
 
 // unmountRootfs undoes mountRootfs. Paths that are not mounted are fine.

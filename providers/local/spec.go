@@ -1,7 +1,6 @@
 package local
 
 import (
-	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -31,7 +30,6 @@ type bundleSpec struct {
 	agentPath string // the host binary bound at agentBinary
 	runDir    string // the host directory bound at agentRunDir
 	tmpDir    string // runsc: the host-made directory bound at /tmp
-	hostViews string // the read-only views of the host directories (see hostviews.go); "": the directories themselves
 	userns    bool
 	uidBase   uint32
 	netnsPath string // "": a new network namespace with loopback only
@@ -86,7 +84,6 @@ func buildSpec(b bundleSpec) *specs.Spec {
 		// RLIMIT_NOFILE is inherited from the host (a user namespace cannot raise it).
 	}
 
-	ro := []string{"rbind", "ro", "nosuid", "nodev"}
 	mounts := []specs.Mount{
 		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
 		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
@@ -95,15 +92,6 @@ func buildSpec(b bundleSpec) *specs.Spec {
 		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
 		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
 		{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
-	}
-	for _, d := range hostDirs {
-		if fi, err := os.Lstat("/" + d); err == nil && fi.IsDir() {
-			src := "/" + d
-			if b.hostViews != "" {
-				src = filepath.Join(b.hostViews, d)
-			}
-			mounts = append(mounts, specs.Mount{Destination: "/" + d, Type: "bind", Source: src, Options: ro})
-		}
 	}
 	if b.runtime == RuntimeRunsc {
 		// runsc puts a tmpfs in sentry memory on an empty /tmp unless /tmp is a mount of

@@ -1,0 +1,115 @@
+package local
+
+import (
+	"errors"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// A template's layers hold files with the image's own owners (root-owned /usr is host uid
+// 0), shared by every sandbox. A runc or crun sandbox runs in a user namespace that maps
+// 0..65535 inside to UIDBase.. on the host, where host uid 0 has no name: bound as they
+// are, its /usr would be nobody's and apt-get, as root inside, could not replace a file in
+// it. So each lower layer is mounted idmapped (open_tree(OPEN_TREE_CLONE) and
+// mount_setattr(MOUNT_ATTR_IDMAP)) with the sandbox's own mapping: through that mount, a
+// file of host uid N is UIDBase+N's, which the sandbox sees as N. The layer on disk is
+// never changed and serves every sandbox, whatever its range. An idmapped mount takes its
+// mapping from a user namespace: usernsFD makes one per range (a short-lived process in a
+// new user namespace with the mapping; its /proc/PID/ns/user, opened, keeps the namespace
+// after the process is gone) and keeps a few open, since ranges are leased again.
+
+// usernsCacheSize bounds the user namespaces kept open, one file descriptor each.
+const usernsCacheSize = 64
+
+// usernsCache holds open user-namespace descriptors by the host uid of root inside.
+type usernsCache struct {
+	mu    sync.Mutex
+	fds   map[uint32]int
+	order []uint32 // oldest first
+}
+
+var usernsFDs = &usernsCache{fds: map[uint32]int{}}
+
+// fd returns a descriptor of a user namespace mapping 0..idMapSize-1 to base.. (uids and
+// gids), the caller's to close.
+func (c *usernsCache) fd(base uint32) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if fd, ok := c.fds[base]; ok {
+		return unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	}
+	fd, err := newUserns(base)
+	if err != nil {
+		return -1, err
+	}
+	if len(c.order) >= usernsCacheSize {
+		old := c.order[0]
+		c.order = c.order[1:]
+		unix.Close(c.fds[old])
+		delete(c.fds, old)
+	}
+	c.fds[base] = fd
+	c.order = append(c.order, base)
+	return unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+}
+
+// newUserns starts the host's sleep in a new user namespace with the mapping, opens its
+// namespace and ends it.
+func newUserns(base uint32) (int, error) {
+	sleep, err := findBinary("sleep")
+	if err != nil {
+		return -1, err
+	}
+	m := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(base), Size: idMapSize}}
+	cmd := exec.Command(sleep, holderSeconds)
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWUSER, UidMappings: m, GidMappings: m,
+		Pdeathsig: syscall.SIGKILL,
+	}
+	if err := cmd.Start(); err != nil {
+		return -1, fmt.Errorf("a user namespace for the idmapped layers: %w", err)
+	}
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	// The mappings are written before the child execs, and it stays in the namespace
+	// until the kill above.
+	fd, err := unix.Open("/proc/"+strconv.Itoa(cmd.Process.Pid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open the idmap user namespace: %w", err)
+	}
+	return fd, nil
+}
+
+// mountIdmapped mounts a read-only, nosuid, nodev view of the directory src at target
+// (which must exist), idmapped through the user namespace usernsFD, or plain when
+// usernsFD is negative. It is made detached and attached only once complete, so nothing
+// ever sees it writable or unmapped.
+func mountIdmapped(src, target string, usernsFD int) error {
+	tree, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("clone the mount of %s: %w", src, err)
+	}
+	defer unix.Close(tree)
+	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if usernsFD >= 0 {
+		attr.Attr_set |= unix.MOUNT_ATTR_IDMAP
+		attr.Userns_fd = uint64(usernsFD)
+	}
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, attr); err != nil {
+		if errors.Is(err, unix.EINVAL) && usernsFD >= 0 {
+			return fmt.Errorf("idmap %s (its file system must support idmapped mounts, Linux 5.12 or later): %w", src, err)
+		}
+		return fmt.Errorf("set the attributes of %s: %w", src, err)
+	}
+	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("attach the view of %s: %w", src, err)
+	}
+	return nil
+}
