@@ -931,6 +931,9 @@ func (p *Provider) create(ctx context.Context, spec provider.CreateSpec, pooled 
 		{name: "agent", do: func(ctx context.Context) error {
 			return p.waitAgent(ctx, rec)
 		}},
+		{name: "start command", do: func(ctx context.Context) error {
+			return p.startTemplate(ctx, rec, tc)
+		}},
 		{name: "record", do: func(ctx context.Context) error {
 			if spec.Timeout > 0 {
 				rec.Deadline = time.Now().Add(spec.Timeout).UTC().Truncate(time.Millisecond)
@@ -957,6 +960,43 @@ func (p *Provider) create(ctx context.Context, spec provider.CreateSpec, pooled 
 		return nil, provider.Wrap(err, provider.CodeProvider, "create")
 	}
 	return p.instance(rec), nil
+}
+
+// readyPoll is how often a template's ready command is run until it succeeds.
+const readyPoll = 100 * time.Millisecond
+
+// startTemplate runs the template's start command in the background, once the agent
+// answers, then its ready command until it exits 0, for as long as ctx allows (E2B's start
+// and ready commands).
+func (p *Provider) startTemplate(ctx context.Context, rec *record, tc template.Config) error {
+	if tc.StartCmd == "" && tc.ReadyCmd == "" {
+		return nil
+	}
+	inst := p.instance(rec)
+	defer inst.Close()
+	if tc.StartCmd != "" {
+		if _, err := inst.Exec(ctx, provider.ExecRequest{Command: tc.StartCmd, Detach: true}); err != nil {
+			return fmt.Errorf("the template's start command: %w", err)
+		}
+	}
+	for tc.ReadyCmd != "" {
+		res, err := inst.Exec(ctx, provider.ExecRequest{Command: tc.ReadyCmd})
+		if err == nil && res.ExitCode == 0 {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("the template's ready command %q never succeeded: %w", tc.ReadyCmd, ctx.Err())
+		}
+		if err != nil {
+			return fmt.Errorf("the template's ready command: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the template's ready command %q never succeeded: %w", tc.ReadyCmd, ctx.Err())
+		case <-time.After(readyPoll):
+		}
+	}
+	return nil
 }
 
 // testHookCreated, when set by a test, runs right after the runtime made the container; an

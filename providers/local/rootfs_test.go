@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -297,4 +298,28 @@ mkdir -p /usr/lib/`+m+`/pkg`)
 			t.Errorf("another sandbox sees the first's writes: %q", got)
 		}
 	})
+}
+
+// TestImageTemplateStartReady: the template's start command runs in the background once the
+// agent answers, and Create returns only once its ready command succeeds; a ready command
+// that never does fails the create when its context ends, leaving nothing.
+func TestImageTemplateStartReady(t *testing.T) {
+	p := newTestProvider(t, "")
+	busyboxTemplate(t, p, "bb-start", template.Config{
+		StartCmd: "sleep 1; echo up > /tmp/ready-flag; exec sleep 1000",
+		ReadyCmd: "test -e /tmp/ready-flag",
+	})
+	a := create(t, p, provider.CreateSpec{Template: "bb-start", Network: netNone})
+	if got := run(t, a, "cat /tmp/ready-flag; ps -o args | grep -c '^sleep 1000'"); got != "up\n1" {
+		t.Errorf("after create: %q, want the ready flag and the start command running", got)
+	}
+	busyboxTemplate(t, p, "bb-never", template.Config{ReadyCmd: "false"})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if _, err := p.Create(ctx, provider.CreateSpec{Template: "bb-never", Network: netNone}); provider.CodeOf(err) != provider.CodeAborted {
+		t.Errorf("create with a ready command that never succeeds: %v, want aborted", err)
+	}
+	if ids, _ := p.lay.ids(); len(ids) != 1 {
+		t.Errorf("sandboxes after the failed create: %v, want only the first", ids)
+	}
 }
