@@ -48,7 +48,7 @@
 // # Steps of Create
 //
 // state directory → user-namespace range → mount namespace → root file system → agent
-// directory → network → bundle → runtime → holder → agent ready → record. Each step is
+// directory → network → bundle → runtime → holder → agent ready → start command → record. Each step is
 // undoable; a failure (or a cancelled ctx) undoes the finished ones in reverse, so nothing is
 // left behind.
 //
@@ -72,15 +72,62 @@
 //
 // # Root file system
 //
-// Template "host" (the only one so far): a shared read-only lower layer built once under
-// Home/templates/host — mount points for the host's /usr, /bin, /sbin and /lib* (bound
-// read-only, nosuid, nodev; on a merged-/usr host the symlinks are copied instead), and the
-// static /etc files that make /usr work (alternatives, the loader cache, CA certificates),
-// and shell start-up files the provider writes (never the host's, which can carry
-// credentials). The per-sandbox upper layer holds the writable skeleton — /etc with
-// passwd (root, user 1000 with home /home/user), group, hosts, hostname, resolv.conf and
-// nsswitch.conf, /tmp, /root, /home/user, /workspace (the default cwd), /var, /opt … —
-// owned by the sandbox's root. /usr is read-only, so /usr/local is too.
+// Every template is a stack of read-only lower layers under the sandbox's private upper
+// layer (overlayfs), so root inside can change anything — apt-get install, pip install
+// into the system, a tool in /usr/local/bin — and what it writes is in its upper layer
+// only: never in the template, the host or another sandbox.
+//
+// Template "host" (the default; rootfs.go): the lowest layer is built once under
+// Home/templates/host — mount points for the host's /usr, /bin, /sbin and /lib* (on a
+// merged-/usr host the symlinks are copied instead), the static /etc files that make /usr
+// work (alternatives, the loader cache, CA certificates), and shell start-up files the
+// provider writes (never the host's, which can carry credentials). Each host directory
+// that is a real directory is then the read-only lower layer of an overlay of its own,
+// mounted at /<dir> above the root overlay, whose upper directory is <dir> inside the
+// sandbox's upper layer. One overlay per host directory, not the host directories as
+// extra lower layers of the root overlay: a lower layer is a whole tree rooted at /, and
+// overlayfs does not cross mounts inside a layer, so /usr could only be a layer by making
+// the host's whole root one (its /etc, /root, /home…) and hiding the rest; and with the
+// upper directories nested in the one upper layer, the sandbox's writes are one tree,
+// which a snapshot copies as it is. The host directories' overlays are mounted before the
+// root overlay and moved onto it, so no upper directory is ever inside another overlay's
+// upper directory in use. The per-sandbox upper layer starts with the writable skeleton —
+// /etc with passwd (root, user 1000 with home /home/user), group, hosts, hostname,
+// resolv.conf and nsswitch.conf, /tmp, /root, /home/user, /workspace (the default cwd),
+// /var, /opt … — owned by the sandbox's root.
+//
+// Image templates (images.go): a template of the store (package template,
+// Home/store/templates) named by CreateSpec.Template. Its layers, unpacked once under
+// Home/store/layers and shared by every template and sandbox that uses them, are the
+// lower layers, top first. The upper layer starts with what a sandbox needs and the image
+// may lack: /etc/hosts, /etc/hostname and /etc/resolv.conf written by the provider, the
+// image's /etc/passwd and /etc/group with root and user (uid 1000, home /home/user) added
+// only when absent, and where the image has none /tmp (1777), /root, /home/user,
+// /workspace, the template's working directory and the mount points of /proc, /sys, /dev
+// and /.tupper (a directory the image has is made with its mode and owner). The agent, a
+// static binary, needs nothing from the image. The template's Env is the base of the
+// sandbox's environment (CreateSpec.Env and Secrets win), its WorkingDir the default cwd
+// (else /workspace), its User the default user of commands (else root; a uid is named
+// through the image's passwd). Its StartCmd runs in the background once the agent answers,
+// and Create returns once its ReadyCmd exits 0, polled every 100 ms for as long as the
+// create's context allows. The capabilities shell and git follow the image's /bin/sh and
+// /usr/bin/git. An unknown template is not_found; the record, Info and snapshots keep its
+// name.
+//
+// Owners (idmap.go): the layers keep the image's raw owners on the host (root-owned /usr
+// is host uid 0), whatever sandbox uses them. Under runc and crun, whose sandboxes run in
+// a user namespace mapping 0..65535 to their own range, every lower layer — the host's
+// directories, the host template's, an image's — is mounted idmapped with the sandbox's
+// mapping (open_tree(OPEN_TREE_CLONE), mount_setattr(MOUNT_ATTR_IDMAP), read-only,
+// nosuid, nodev) before the overlay takes it, so /usr is root's inside and a layer's file
+// of uid 1000 is user's. The user namespace the mapping comes from is a short-lived
+// process's, whose namespace stays open in the provider (a few are kept, ranges being
+// leased again). The upper layer holds host ids shifted by the sandbox's base, as before:
+// overlayfs copies a file up with the owner it shows, so a changed /usr/bin/x stays root's
+// inside, and snapshots copy and shift the upper layer as they always did. Under runsc (no
+// user namespace) and with NoUserNS the views are the same without the idmap. All of it is
+// mounted in the sandbox's mount namespace, on its thread (see Mount namespace); the views
+// are detached again once the overlays hold them.
 //
 // The upper layer lives on a tmpfs of the sandbox's disk size (default 5 GB, 64 Ki inodes
 // per GB), mounted at Home/sandboxes/ID/disk: writes past it fail with ENOSPC. The tmpfs is
@@ -214,7 +261,7 @@
 // network-none (always), network-all (a veth pair and the nat table work), timeout and
 // idle-timeout (agent + host), exact-key (a file lock over find and create), preview (the
 // agent tunnel), users (/etc/passwd has user), persistent (state in Home), resource-limit
-// and size (cgroups and the bounded tmpfs), shell (/bin/sh on the host, and runc, crun or a
-// runsc from 2023 on), git (/usr/bin/git on the host), pause and snapshot (a freezer cgroup;
-// a snapshot is copied frozen).
+// and size (cgroups and the bounded tmpfs), shell (/bin/sh in the template — the host's
+// for host —, and runc, crun or a runsc from 2023 on), git (/usr/bin/git in the template),
+// pause and snapshot (a freezer cgroup; a snapshot is copied frozen).
 package local

@@ -15,16 +15,18 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TemplateHost is the default template: the host's /usr, /bin, /sbin and /lib* bound
-// read-only, with a private /etc, /tmp, /home and /workspace.
+// TemplateHost is the default template: the host's /usr, /bin, /sbin and /lib* as
+// read-only lower layers under the sandbox's own writable layer, with a private /etc, /tmp,
+// /home and /workspace.
 const TemplateHost = "host"
 
 // templateVersion changes when the layout of a built template changes; an older build is
 // rebuilt.
 const templateVersion = "2"
 
-// hostDirs are the host directories the host template binds read-only. On a merged-/usr
-// host most are symlinks, which the template copies instead.
+// hostDirs are the host directories of the host template, each a read-only lower layer of
+// an overlay of its own (mountRootfs). On a merged-/usr host most are symlinks, which the
+// template copies instead.
 var hostDirs = []string{"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"}
 
 // realHostDirs are the host directories that are directories (not a merged-/usr host's

@@ -268,6 +268,16 @@ func TestHostTemplateWritable(t *testing.T) {
 		if got := run(t, a, "stat -c '%n %U:%G' / /usr /usr/bin /usr/bin/env /etc/ld.so.cache"); got != "/ root:root\n/usr root:root\n/usr/bin root:root\n/usr/bin/env root:root\n/etc/ld.so.cache root:root" {
 			t.Errorf("owners inside: %q", got)
 		}
+		// Root inside reads what only host root may read in /usr (docs/security.md,
+		// finding 8): the idmap makes host root's files root's inside.
+		secret := "/usr/local/share/" + m + ".root-only"
+		if err := os.WriteFile(secret, []byte(m), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.Remove(secret) })
+		if got := run(t, a, "cat "+secret); got != m {
+			t.Errorf("root-only host file inside: %q", got)
+		}
 		envBefore, err := os.ReadFile("/usr/bin/env")
 		if err != nil {
 			t.Fatal(err)

@@ -23,15 +23,18 @@ import (
 //	keys/<hash of a key>            the id of the sandbox created with that key (see keys.go)
 //	agent/<sha256 prefix>/tupper    the agent binary bound into sandboxes (agent.go)
 //	agent/seen/                     what was learned about candidate agent binaries
-//	templates/<name>.v<N>/          a template's shared read-only lower layer (built once;
-//	                                delete it to pick up changes to the host's /etc)
+//	templates/<name>.v<N>/          the host template's shared read-only lower layer (built
+//	                                once; delete it to pick up changes to the host's /etc)
+//	store/                          image templates and their layers (package template)
 //	runc/, runsc/, crun/            the runtimes' --root (their own container state)
 //	sandboxes/<id>/                 0700 root, or 0710 root:<its root's gid> with a user
 //	                                namespace: no other host user reaches anything below
 //	sandboxes/<id>/record.json      the sandbox's record (see record)
 //	sandboxes/<id>/config.json      the OCI bundle's spec; the directory is the bundle
-//	sandboxes/<id>/disk/            tmpfs bounding the writable layer: upper/ and work/
-//	sandboxes/<id>/rootfs/          the overlay mount: template lower + private upper
+//	sandboxes/<id>/disk/            tmpfs bounding the writable layer: upper/ and work/, the
+//	                                mount points of the layers' views (l/) and of the host
+//	                                directories' overlays (m/, their work directories in w/)
+//	sandboxes/<id>/rootfs/          the overlay mount: template lowers + private upper
 //	                                (both mounted in the sandbox's own mount namespace, not
 //	                                the host's: the host reaches them below
 //	                                /proc/<holder>/root, see holder.go)
