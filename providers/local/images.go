@@ -224,6 +224,15 @@ func imageSkeleton(upper string, lowers []string, uidBase uint32, workdir string
 		if _, err := os.Lstat(filepath.Join(upper, rel)); err == nil {
 			return nil
 		}
+		if rel == ".tupper" || strings.HasPrefix(rel, ".tupper/") {
+			// The agent's mount points are the provider's, whatever the image has there.
+			if dir := filepath.Dir(rel); dir != "." {
+				if err := ensure(dir, 0, 0, true); err != nil {
+					return err
+				}
+			}
+			return mkdirOwned(filepath.Join(upper, rel), 0, uidBase)
+		}
 		_, fi, inImage := lowerLookup(lowers, rel)
 		if inImage && (!always || !fi.IsDir()) {
 			// Never a directory over an image's file or symlink (a /lib -> usr/lib).

@@ -368,8 +368,9 @@ func (p *Provider) shellWorks(rt string) bool {
 	return fileExists("/bin/sh") && (rt != RuntimeRunsc || p.runscDate >= 20230101)
 }
 
-// capsFor returns the capabilities of a sandbox on runtime rt: the provider's, with the
-// shell as that runtime allows. Call after probed.
+// capsFor returns the capabilities of a sandbox on runtime rt and template tp: the
+// provider's, with the shell as that runtime and the template allow, and git where the
+// template has it. Call after probed.
 func (p *Provider) capsFor(rt string, tp *sandboxTemplate) []provider.Capability {
 	var out []provider.Capability
 	for _, c := range p.caps.List() {
@@ -740,6 +741,7 @@ func (p *Provider) create(ctx context.Context, spec provider.CreateSpec, pooled 
 			return err
 		}},
 		{name: "root file system", do: func(ctx context.Context) error {
+			var err error
 			var nameservers []netip.Addr
 			if netMode == provider.NetworkAll {
 				nameservers = hostNameservers()

@@ -47,7 +47,8 @@ func testLayer(t *testing.T, st *template.Store, seed string, fill func(dir stri
 //	lower layer: /bin/busybox and a link per applet in /bin, /usr/bin/hello (root's, 0755),
 //	             /data/owned and /data (1000's), /data/gone, /etc/passwd and /etc/group
 //	             with root and img (1001) but no user
-//	upper layer: /usr/bin/hello replaced ("hello from the top layer"), /data/gone whited out
+//	upper layer: /usr/bin/hello replaced ("hello from the top layer"), /data/gone whited out,
+//	             /.tupper a symlink to /usr
 //
 // and returns its layers' directories on the host.
 func busyboxTemplate(t *testing.T, p *Provider, name string, cfg template.Config) []string {
@@ -120,6 +121,10 @@ func busyboxTemplate(t *testing.T, p *Provider, name string, cfg template.Config
 		if err := unix.Mknod(filepath.Join(dir, "data", "gone"), unix.S_IFCHR, 0); err != nil {
 			t.Fatal(err)
 		}
+		// An image's own /.tupper never decides where the agent's mounts go.
+		if err := os.Symlink("/usr", filepath.Join(dir, ".tupper")); err != nil {
+			t.Fatal(err)
+		}
 	})
 	if err := st.Put(&template.Template{Name: name, Layers: []string{base, top}, Config: cfg}); err != nil {
 		t.Fatal(err)
@@ -176,7 +181,7 @@ func TestImageTemplate(t *testing.T) {
 		})
 		before := treeHash(t, layers...)
 		a := create(t, p, provider.CreateSpec{Template: "bb", Network: netNone, Env: map[string]string{"OVERRIDDEN": "spec"}})
-		if got := run(t, a, "hello; test -e /data/gone && echo gone-is-there; id -u; pwd; echo $TPL_VAR $OVERRIDDEN"); got != "hello from the top layer\n0\n/srv/app\nfrom-template spec" {
+		if got := run(t, a, "hello; test -e /data/gone && echo gone-is-there; test -e /usr/bin/tupper && echo agent-in-usr; id -u; pwd; echo $TPL_VAR $OVERRIDDEN"); got != "hello from the top layer\n0\n/srv/app\nfrom-template spec" {
 			t.Errorf("layers, user, cwd, env: %q", got)
 		}
 		// Owners as in the image, whatever the uid range on the host.
