@@ -3,6 +3,7 @@ package local
 import (
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"strconv"
 	"sync"
@@ -19,7 +20,7 @@ import (
 // mount_setattr(MOUNT_ATTR_IDMAP)) with the sandbox's own mapping: through that mount, a
 // file of host uid N is UIDBase+N's, which the sandbox sees as N. The layer on disk is
 // never changed and serves every sandbox, whatever its range. An idmapped mount takes its
-// mapping from a user namespace: usernsFD makes one per range (a short-lived process in a
+// mapping from a user namespace: usernsFDs makes one per range (a short-lived process in a
 // new user namespace with the mapping; its /proc/PID/ns/user, opened, keeps the namespace
 // after the process is gone) and keeps a few open, since ranges are leased again.
 
@@ -58,29 +59,49 @@ func (c *usernsCache) fd(base uint32) (int, error) {
 	return unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 }
 
-// newUserns starts the host's sleep in a new user namespace with the mapping, opens its
-// namespace and ends it.
+// newUserns makes a user namespace with the mapping and returns a descriptor of it: the
+// host's unshare(1) makes the namespace and runs sh there, which says it is ready and waits;
+// the provider writes the mappings (as host root it may), opens the namespace and lets sh
+// end. Not a Go child cloned with CLONE_NEWUSER: Go cannot vfork such a child, and copying
+// the page tables of a large process (a server, a test binary) took 15-20 ms a create.
 func newUserns(base uint32) (int, error) {
-	sleep, err := findBinary("sleep")
+	unshare, err := findBinary("unshare")
+	if err != nil {
+		return -1, fmt.Errorf("a user namespace for the idmapped layers: %w (util-linux)", err)
+	}
+	sh, err := findBinary("sh")
 	if err != nil {
 		return -1, err
 	}
-	m := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(base), Size: idMapSize}}
-	cmd := exec.Command(sleep, holderSeconds)
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags: syscall.CLONE_NEWUSER, UidMappings: m, GidMappings: m,
-		Pdeathsig: syscall.SIGKILL,
+	cmd := exec.Command(unshare, "--user", "--", sh, "-c", "echo; read -r x")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return -1, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return -1, err
 	}
 	if err := cmd.Start(); err != nil {
 		return -1, fmt.Errorf("a user namespace for the idmapped layers: %w", err)
 	}
 	defer func() {
+		stdin.Close()
 		cmd.Process.Kill()
 		cmd.Wait()
 	}()
-	// The mappings are written before the child execs, and it stays in the namespace
-	// until the kill above.
-	fd, err := unix.Open("/proc/"+strconv.Itoa(cmd.Process.Pid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if _, err := stdout.Read(make([]byte, 1)); err != nil {
+		return -1, fmt.Errorf("a user namespace for the idmapped layers: unshare --user failed: %w", err)
+	}
+	proc := "/proc/" + strconv.Itoa(cmd.Process.Pid)
+	m := fmt.Sprintf("0 %d %d\n", base, idMapSize)
+	for _, f := range []string{"uid_map", "gid_map"} {
+		if err := os.WriteFile(proc+"/"+f, []byte(m), 0); err != nil {
+			return -1, fmt.Errorf("map the idmap user namespace: %w", err)
+		}
+	}
+	fd, err := unix.Open(proc+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, fmt.Errorf("open the idmap user namespace: %w", err)
 	}
