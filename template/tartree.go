@@ -28,6 +28,10 @@ type TreeOptions struct {
 	// Skip reports whether a path (slash-separated, relative to the tree's root, no leading
 	// "./") is left out, with everything below it.
 	Skip func(rel string) bool
+	// Unchanged reports whether an entry is as it was when the tree was last written out
+	// (a build step's upper layer before the step): it is left out, but a directory's
+	// contents are still walked.
+	Unchanged func(rel string, st *unix.Stat_t) bool
 	// Prefix is prepended to every entry's name ("" for none).
 	Prefix string
 }
@@ -42,11 +46,15 @@ func WriteTree(ctx context.Context, w io.Writer, dir string, opts TreeOptions) e
 	if err != nil {
 		return fmt.Errorf("open %s: %w", dir, err)
 	}
+	defer unix.Close(fd)
+	return WriteTreeFD(ctx, w, fd, opts)
+}
+
+// WriteTreeFD is WriteTree of the directory open at fd (which it does not close).
+func WriteTreeFD(ctx context.Context, w io.Writer, fd int, opts TreeOptions) error {
 	tw := tar.NewWriter(w)
 	t := &treeWriter{ctx: ctx, tw: tw, opts: opts, links: map[[2]uint64]string{}}
-	err = t.dir(fd, "")
-	unix.Close(fd)
-	if err != nil {
+	if err := t.dir(fd, ""); err != nil {
 		return err
 	}
 	return tw.Close()
@@ -121,6 +129,10 @@ func (t *treeWriter) dir(fd int, rel string) error {
 
 func (t *treeWriter) entry(parent int, n, rel string, st *unix.Stat_t) error {
 	hdr := t.header(rel, st)
+	same := t.opts.Unchanged != nil && t.opts.Unchanged(rel, st)
+	if same && st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return nil
+	}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:
 		hdr.Typeflag, hdr.Name = tar.TypeDir, hdr.Name+"/"
@@ -132,9 +144,11 @@ func (t *treeWriter) entry(parent int, n, rel string, st *unix.Stat_t) error {
 			return fmt.Errorf("open %s: %w", rel, err)
 		}
 		defer unix.Close(fd)
-		t.xattrs(fd, hdr)
-		if err := t.tw.WriteHeader(hdr); err != nil {
-			return err
+		if !same {
+			t.xattrs(fd, hdr)
+			if err := t.tw.WriteHeader(hdr); err != nil {
+				return err
+			}
 		}
 		return t.dir(fd, rel)
 	case unix.S_IFLNK:

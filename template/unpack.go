@@ -2,6 +2,7 @@ package template
 
 import (
 	"archive/tar"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -71,9 +72,14 @@ func (l *limitedReader) Read(p []byte) (int, error) {
 type unpacker struct {
 	root   int // O_PATH descriptor of the layer's fs/
 	budget *budget
-	layer  Layer
-	dirs   []dirTimes // directories whose times are set last (their entries change them)
-	buf    []byte
+	// idShift is added to every owner: a user namespace's base when unpacking into a
+	// sandbox's root (UnpackInto); 0 for a layer, which keeps the image's ids.
+	idShift int
+	// noWhiteouts refuses whiteout entries: outside a layer they mean nothing.
+	noWhiteouts bool
+	layer       Layer
+	dirs        []dirTimes // directories whose times are set last (their entries change them)
+	buf         []byte
 
 	// The last parent directory opened, kept for the next entry in the same directory.
 	cacheDir string
@@ -166,7 +172,8 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 	if u.budget.files--; u.budget.files < 0 {
 		return provider.Errorf(provider.CodeResourceExhausted, "image has more than the import limit of %d files", u.budget.limits.MaxFiles)
 	}
-	if hdr.Uid < 0 || hdr.Gid < 0 || hdr.Uid > 1<<32-2 || hdr.Gid > 1<<32-2 {
+	if hdr.Uid < 0 || hdr.Gid < 0 || hdr.Uid > 1<<32-2 || hdr.Gid > 1<<32-2 ||
+		u.idShift != 0 && (hdr.Uid >= 65536 || hdr.Gid >= 65536) {
 		return bad(hdr.Name, "owner %d:%d out of range", hdr.Uid, hdr.Gid)
 	}
 	dir, base := path.Split(name)
@@ -183,6 +190,9 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 		return u.attrs(u.root, ".", name, hdr, true)
 	}
 	if strings.HasPrefix(base, whiteoutPrefix) {
+		if u.noWhiteouts {
+			return bad(hdr.Name, "whiteout names are only for image layers")
+		}
 		return u.whiteout(name, dir, base)
 	}
 	pfd, err := u.parent(name, dir, true)
@@ -218,7 +228,7 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 	case tar.TypeLink:
 		return u.hardlink(pfd, name, base, hdr)
 	case tar.TypeChar, tar.TypeBlock:
-		if hdr.Typeflag == tar.TypeChar && hdr.Devmajor == 0 && hdr.Devminor == 0 {
+		if hdr.Typeflag == tar.TypeChar && hdr.Devmajor == 0 && hdr.Devminor == 0 && !u.noWhiteouts {
 			// Already an overlay whiteout, as layers exported from overlay directories have.
 			if _, err := u.clear(pfd, name, base, false); err != nil {
 				return err
@@ -441,7 +451,7 @@ func (u *unpacker) mkdirs(dir string) (int, error) {
 // attrs sets an entry's owner, mode, extended attributes and times (a directory's times
 // later, once its entries are in).
 func (u *unpacker) attrs(pfd int, base, name string, hdr *tar.Header, isDir bool) error {
-	if err := unix.Fchownat(pfd, base, hdr.Uid, hdr.Gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	if err := unix.Fchownat(pfd, base, hdr.Uid+u.idShift, hdr.Gid+u.idShift, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return u.fail(name, "chown", err)
 	}
 	if hdr.Typeflag == tar.TypeSymlink {
@@ -473,7 +483,7 @@ func (u *unpacker) attrs(pfd int, base, name string, hdr *tar.Header, isDir bool
 
 // attrsFD is attrs for a regular file open as fd.
 func (u *unpacker) attrsFD(fd int, name string, hdr *tar.Header) error {
-	if err := unix.Fchown(fd, hdr.Uid, hdr.Gid); err != nil {
+	if err := unix.Fchown(fd, hdr.Uid+u.idShift, hdr.Gid+u.idShift); err != nil {
 		return u.fail(name, "chown", err)
 	}
 	if err := unix.Fchmod(fd, uint32(hdr.Mode&0o7777)); err != nil {
@@ -558,4 +568,20 @@ func (u *unpacker) fail(name, op string, err error) error {
 		return provider.Errorf(provider.CodeInvalidArgument, "layer entry %q: %s: %w", name, op, err)
 	}
 	return provider.Errorf(provider.CodeInternal, "layer entry %q: %s: %w", name, op, err)
+}
+
+// UnpackInto unpacks the tar r into dir, an existing directory such as a sandbox's root
+// file system seen from the host (a build's COPY and ADD). It refuses what a layer's
+// unpacking refuses — a path through a symbolic link, "..", a hard link out of dir —
+// and whiteout entries, adds idShift to every owner (the sandbox's user-namespace base;
+// owners must be below 65536 then), and stays within limits.
+func UnpackInto(ctx context.Context, dir string, r io.Reader, idShift int, limits Limits) error {
+	b := newBudget(limits.withDefaults())
+	u, err := newUnpacker(dir, b)
+	if err != nil {
+		return err
+	}
+	defer u.close()
+	u.idShift, u.noWhiteouts = idShift, true
+	return u.unpack(tar.NewReader(&limitedReader{r: r, b: b}), ctx.Err)
 }

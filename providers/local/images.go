@@ -35,6 +35,10 @@ type sandboxTemplate struct {
 	image *template.Template
 	// lowers are an image's layer directories, top first.
 	lowers []string
+	// build: a build step's sandbox (build.go), whose writable layer becomes the next layer,
+	// so nothing is added to it but what the sandbox cannot run without (no user account,
+	// no /workspace, /tmp or homes).
+	build bool
 }
 
 // resolveTemplate finds the template called name ("" or "host": the host template). An
@@ -153,8 +157,9 @@ func readLowerFile(lowers []string, rel string) ([]byte, error) {
 }
 
 // imageEtc returns the /etc files of a sandbox of an image template: the image's passwd and
-// group, with root and user added when they lack them, and hosts, hostname and resolv.conf.
-func imageEtc(lowers []string, hostname string, nameservers []netip.Addr) (map[string]string, error) {
+// group, with root (and with addUser, user) added when they lack them, and hosts, hostname
+// and resolv.conf.
+func imageEtc(lowers []string, hostname string, nameservers []netip.Addr, addUser bool) (map[string]string, error) {
 	etc := etcFiles(hostname, nameservers)
 	out := map[string]string{"hosts": etc["hosts"], "hostname": etc["hostname"], "resolv.conf": etc["resolv.conf"]}
 	for _, f := range []struct{ name, root, user string }{
@@ -171,7 +176,7 @@ func imageEtc(lowers []string, hostname string, nameservers []netip.Addr) (map[s
 		if !hasEntry(b, "root") {
 			b = append([]byte(f.root), b...)
 		}
-		if !hasEntry(b, "user") {
+		if addUser && !hasEntry(b, "user") {
 			b = append(b, f.user...)
 		}
 		out[f.name] = string(b)
@@ -210,7 +215,7 @@ func userName(user, passwd string) (string, error) {
 // (1777), /root, /home/user (user's), /workspace, the mount points /proc, /sys and /dev,
 // and /.tupper with the agent's mount points. A directory the image has is made in the
 // upper layer with the image's mode and owner, so that it looks the same.
-func imageSkeleton(upper string, lowers []string, uidBase uint32, workdir string) error {
+func imageSkeleton(upper string, lowers []string, uidBase uint32, workdir string, build bool) error {
 	shift := func(id uint32) uint32 {
 		if id < idMapSize {
 			return uidBase + id
@@ -270,11 +275,14 @@ func imageSkeleton(upper string, lowers []string, uidBase uint32, workdir string
 		{"home/user", 0, 1000, false}, {"workspace", 0, 0, false}, {"proc", 0, 0, false},
 		{"sys", 0, 0, false}, {"dev", 0, 0, false}, {".tupper/run", 0, 0, true}, {".tupper/bin", 0, 0, true},
 	} {
+		if build && !d.always && d.path != "proc" && d.path != "sys" && d.path != "dev" {
+			continue // a build step's layer holds only what its step made
+		}
 		if err := ensure(d.path, d.mode, d.uid, d.always); err != nil {
 			return err
 		}
 	}
-	if workdir != "" && workdir != "/" {
+	if workdir != "" && workdir != "/" && !build {
 		if err := ensure(strings.TrimPrefix(filepath.Clean(workdir), "/"), 0, 0, false); err != nil {
 			return err
 		}

@@ -575,6 +575,12 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 // create makes a sandbox (see Create); a pooled one is marked so in its record from the
 // start.
 func (p *Provider) create(ctx context.Context, spec provider.CreateSpec, pooled bool) (provider.Instance, error) {
+	return p.createFrom(ctx, spec, pooled, nil)
+}
+
+// createFrom is create with the template given (a build step's layers, build.go) rather
+// than named by spec.Template, when tp is not nil.
+func (p *Provider) createFrom(ctx context.Context, spec provider.CreateSpec, pooled bool, given *sandboxTemplate) (provider.Instance, error) {
 	rtName := spec.Runtime
 	if rtName == "" {
 		rtName = p.cfg.Runtime
@@ -604,9 +610,14 @@ func (p *Provider) create(ctx context.Context, spec provider.CreateSpec, pooled 
 		}
 		tmpl = snap.Template
 	}
-	tp, err := p.resolveTemplate(tmpl)
-	if err != nil {
-		return nil, err
+	tp := given
+	if tp == nil {
+		var err error
+		if tp, err = p.resolveTemplate(tmpl); err != nil {
+			return nil, err
+		}
+	} else {
+		tmpl = tp.name
 	}
 	netMode := spec.Network.Mode
 	switch netMode {
@@ -757,8 +768,8 @@ func (p *Provider) create(ctx context.Context, spec provider.CreateSpec, pooled 
 				plan.lowers, plan.hostDirs = []string{lower}, realHostDirs()
 				plan.etc = etcFiles(sandboxHostname, nameservers)
 			} else {
-				plan.lowers, plan.image, plan.workdir = tp.lowers, true, tc.WorkingDir
-				if plan.etc, err = imageEtc(tp.lowers, sandboxHostname, nameservers); err != nil {
+				plan.lowers, plan.image, plan.workdir, plan.build = tp.lowers, true, tc.WorkingDir, tp.build
+				if plan.etc, err = imageEtc(tp.lowers, sandboxHostname, nameservers, !tp.build); err != nil {
 					return err
 				}
 				if tc.User != "" {

@@ -304,6 +304,8 @@ type rootfsPlan struct {
 	image bool
 	// workdir is an image's working directory, made when the image lacks it.
 	workdir string
+	// build: a build step's sandbox; see sandboxTemplate.build.
+	build bool
 	// usernsFD is a user namespace with the sandbox's mapping, through which every lower
 	// layer is idmapped (idmap.go); -1 mounts them as they are (runsc, NoUserNS).
 	usernsFD int
@@ -348,7 +350,7 @@ func mountRootfs(disk, rootfs string, plan rootfsPlan) error {
 			return err
 		}
 		if plan.image {
-			if err := imageSkeleton(upper, plan.lowers, plan.uidBase, plan.workdir); err != nil {
+			if err := imageSkeleton(upper, plan.lowers, plan.uidBase, plan.workdir, plan.build); err != nil {
 				return err
 			}
 		} else if err := hostSkeleton(upper, plan.hostDirs, plan.uidBase); err != nil {

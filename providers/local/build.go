@@ -1,0 +1,259 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/sandbox"
+	"github.com/tupper-dev/tupper/template"
+)
+
+// Builds (template.Store.Build): every step that changes files runs in a sandbox of this
+// provider whose root is exactly the stage's layers so far (a template marked build:
+// nothing of the provider's in its upper layer but /etc's hosts, hostname and resolv.conf,
+// root's passwd entry when the image lacks one, and mount points), and its upper layer,
+// less what was there when the sandbox started, is the step's layer. The sandbox is as
+// isolated as any other: same namespaces, user-namespace range, seccomp, cgroups and
+// network policy. COPY's files are unpacked from the host into the sandbox's root through
+// its overlay (template.UnpackInto: no path through a symlink, owners shifted into the
+// sandbox's range); Diff reads the upper layer by descriptors, after freezing the sandbox.
+
+// BuildRunner returns the runner that makes a build's step sandboxes with this provider.
+func (p *Provider) BuildRunner() template.Runner { return buildRunner{p} }
+
+type buildRunner struct{ p *Provider }
+
+// buildOmit are the paths of a step sandbox's root that are never part of a layer, as in
+// docker build: the agent's mount points and the files the provider writes per sandbox.
+var buildOmit = map[string]bool{".tupper": true, "etc/hosts": true, "etc/hostname": true, "etc/resolv.conf": true}
+
+func (r buildRunner) Start(ctx context.Context, layers []string, network provider.NetworkMode) (template.BuildBox, error) {
+	p := r.p
+	st, err := template.Open(p.cfg.Home)
+	if err != nil {
+		return nil, err
+	}
+	tp := &sandboxTemplate{name: "build", image: &template.Template{Name: "build", Layers: layers}, build: true}
+	for i := len(layers) - 1; i >= 0; i-- {
+		if !st.HasLayer(layers[i]) {
+			return nil, provider.Errorf(provider.CodeNotFound, "build: layer %s is missing from the store", layers[i])
+		}
+		tp.lowers = append(tp.lowers, st.LayerFS(layers[i]))
+	}
+	if len(tp.lowers) == 0 {
+		// FROM scratch: an overlay needs a lower layer; an empty one.
+		empty := filepath.Join(p.lay.templates(), "empty")
+		if err := os.MkdirAll(empty, 0o755); err != nil {
+			return nil, err
+		}
+		tp.lowers = []string{empty}
+	}
+	inst, err := p.createFrom(ctx, provider.CreateSpec{Network: provider.Network{Mode: network}, Labels: map[string]string{"tupper.build": "1"}}, false, tp)
+	if err != nil {
+		return nil, err
+	}
+	box := &buildBox{inst: inst.(*Instance), p: p}
+	ok := false
+	defer func() {
+		if !ok {
+			box.Destroy(context.WithoutCancel(ctx))
+		}
+	}()
+	rec, err := p.lay.readRecord(box.inst.id)
+	if err != nil {
+		return nil, err
+	}
+	box.rec = rec
+	if box.root, err = p.nsPath(rec, p.lay.rootfs(rec.ID)); err != nil {
+		return nil, err
+	}
+	if box.upper, err = p.nsPath(rec, filepath.Join(p.lay.disk(rec.ID), "upper")); err != nil {
+		return nil, err
+	}
+	// What the upper layer holds before the step: the provider's, not the step's.
+	box.before = map[string]unix.Stat_t{}
+	err = filepath.WalkDir(box.upper, func(q string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		var s unix.Stat_t
+		if err := unix.Lstat(q, &s); err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(box.upper, q)
+		box.before[filepath.ToSlash(rel)] = s
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	ok = true
+	return box, nil
+}
+
+type buildBox struct {
+	inst   *Instance
+	p      *Provider
+	rec    *record
+	root   string // the sandbox's root file system, seen from the host
+	upper  string // its upper layer, seen from the host
+	before map[string]unix.Stat_t
+}
+
+func (b *buildBox) Exec(ctx context.Context, req provider.ExecRequest) (provider.ExecResult, error) {
+	return b.inst.Exec(ctx, req)
+}
+
+// open opens p of the sandbox's root, symlinks resolved inside it.
+func (b *buildBox) open(p string, flags int) (*os.File, error) {
+	rfd, err := unix.Open(b.root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(rfd)
+	fd, err := unix.Openat2(rfd, strings.TrimPrefix(path.Clean("/"+p), "/")+"/.", &unix.OpenHow{
+		Flags: uint64(flags | unix.O_CLOEXEC), Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if errors.Is(err, unix.ENOTDIR) && flags&unix.O_DIRECTORY == 0 {
+		fd, err = unix.Openat2(rfd, strings.TrimPrefix(path.Clean("/"+p), "/"), &unix.OpenHow{
+			Flags: uint64(flags | unix.O_CLOEXEC), Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+		})
+	}
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), p), nil
+}
+
+func (b *buildBox) ReadFile(ctx context.Context, p string) ([]byte, error) {
+	f, err := b.open(p, unix.O_RDONLY)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil, provider.Errorf(provider.CodeNotFound, "%s: no such file", p)
+		}
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, 16<<20))
+}
+
+func (b *buildBox) IsDir(ctx context.Context, p string) (bool, error) {
+	f, err := b.open(p, unix.O_PATH|unix.O_DIRECTORY)
+	if err == nil {
+		f.Close()
+		return true, nil
+	}
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+		return false, nil
+	}
+	return false, err
+}
+
+// AddTar makes dir (symlinks on its way resolved inside the root, as the sandbox would)
+// and unpacks r into it.
+func (b *buildBox) AddTar(ctx context.Context, dir string, r io.Reader) error {
+	mk, err := b.Exec(ctx, provider.ExecRequest{Command: "mkdir -p -- " + sandbox.Quote(dir), Cwd: "/"})
+	if err != nil || mk.ExitCode != 0 {
+		// No shell in the image (FROM scratch): make it from the host, component by component.
+		if err := b.mkdirs(dir); err != nil {
+			return err
+		}
+	}
+	f, err := b.open(dir, unix.O_PATH|unix.O_DIRECTORY)
+	if err != nil {
+		return fmt.Errorf("%s: %w", dir, err)
+	}
+	defer f.Close()
+	shift := 0
+	if b.rec.UIDIndex >= 0 {
+		shift = int(b.rec.UIDBase)
+	}
+	return template.UnpackInto(ctx, fmt.Sprintf("/proc/self/fd/%d", f.Fd()), r, shift, template.Limits{})
+}
+
+func (b *buildBox) mkdirs(dir string) error {
+	cur := "/"
+	for _, c := range strings.Split(strings.Trim(path.Clean("/"+dir), "/"), "/") {
+		if c == "" {
+			continue
+		}
+		f, err := b.open(cur, unix.O_PATH|unix.O_DIRECTORY)
+		if err != nil {
+			return err
+		}
+		err = unix.Mkdirat(int(f.Fd()), c, 0o755)
+		if err == nil && b.rec.UIDIndex >= 0 {
+			err = unix.Fchownat(int(f.Fd()), c, int(b.rec.UIDBase), int(b.rec.UIDBase), unix.AT_SYMLINK_NOFOLLOW)
+		}
+		f.Close()
+		if err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("mkdir %s: %w", path.Join(cur, c), err)
+		}
+		cur = path.Join(cur, c)
+	}
+	return nil
+}
+
+func (b *buildBox) shift() int {
+	if b.rec.UIDIndex >= 0 {
+		return int(b.rec.UIDBase)
+	}
+	return 0
+}
+
+// TarFrom writes p (a file, or a directory and what is below it) as a tar named from p's
+// base name.
+func (b *buildBox) TarFrom(ctx context.Context, p string, w io.Writer) error {
+	clean := path.Clean("/" + p)
+	parent := path.Dir(clean)
+	f, err := b.open(parent, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return provider.Errorf(provider.CodeNotFound, "%s: %v", p, err)
+	}
+	defer f.Close()
+	fd := int(f.Fd())
+	if clean == "/" {
+		return template.WriteTreeFD(ctx, w, fd, template.TreeOptions{IDShift: b.shift(), Skip: func(rel string) bool {
+			return buildOmit[rel] || rel == "proc" || rel == "sys" || rel == "dev"
+		}})
+	}
+	base := path.Base(clean)
+	var st unix.Stat_t
+	if err := unix.Fstatat(fd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return provider.Errorf(provider.CodeNotFound, "%s: not in the stage's files", p)
+	}
+	return template.WriteTreeFD(ctx, w, fd, template.TreeOptions{IDShift: b.shift(), Skip: func(rel string) bool {
+		return rel != base && !strings.HasPrefix(rel, base+"/")
+	}})
+}
+
+// Diff freezes the sandbox and writes its upper layer, less what the provider put there
+// and what was there before the step, as a layer.
+func (b *buildBox) Diff(ctx context.Context, w io.Writer) error {
+	if err := b.inst.Pause(ctx); err != nil {
+		return err
+	}
+	return template.WriteTree(ctx, w, b.upper, template.TreeOptions{
+		IDShift:   b.shift(),
+		Whiteouts: true,
+		Skip:      func(rel string) bool { return buildOmit[rel] },
+		Unchanged: func(rel string, st *unix.Stat_t) bool {
+			was, ok := b.before[rel]
+			return ok && was.Ino == st.Ino && was.Mode == st.Mode && was.Uid == st.Uid && was.Gid == st.Gid &&
+				was.Size == st.Size && was.Mtim == st.Mtim && was.Ctim == st.Ctim
+		},
+	})
+}
+
+func (b *buildBox) Destroy(ctx context.Context) error {
+	return b.p.Destroy(ctx, b.inst.id)
+}

@@ -1,0 +1,191 @@
+package local
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/template"
+)
+
+// buildContext writes a build context: a Dockerfile, files, a .dockerignore and a gzipped
+// tar for ADD.
+func buildContext(t *testing.T, dockerfile string) string {
+	t.Helper()
+	dir := t.TempDir()
+	files := map[string]string{
+		"Dockerfile":      dockerfile,
+		"greet.txt":       "hello from the context\n",
+		"dir/a.txt":       "a\n",
+		"dir/sub/b.txt":   "b\n",
+		"dir/secret.key":  "never copied\n",
+		".dockerignore":   "**/*.key\n",
+		"untouched/c.txt": "c\n",
+	}
+	for name, content := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	for _, f := range []struct {
+		name string
+		uid  int
+		body string
+	}{{"pkg/", 0, ""}, {"pkg/data.txt", 1001, "from the archive\n"}} {
+		h := &tar.Header{Name: f.name, Mode: 0o644, Uid: f.uid, Gid: f.uid, Size: int64(len(f.body)), Typeflag: tar.TypeReg}
+		if strings.HasSuffix(f.name, "/") {
+			h.Typeflag, h.Mode = tar.TypeDir, 0o755
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write([]byte(f.body))
+	}
+	tw.Close()
+	zw.Close()
+	if err := os.WriteFile(filepath.Join(dir, "files.tar.gz"), buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+const testDockerfile = `ARG BASE=bb
+FROM ${BASE} AS base
+ARG GREETING=hello
+ENV APP=/srv/app
+WORKDIR $APP
+COPY --chown=1000:1000 greet.txt ./
+COPY dir/ sub/
+ADD files.tar.gz /opt/
+RUN echo "$GREETING from $APP" > out.txt && rm /data/owned && mkdir -p /usr/local/bin && \
+    echo '#!/bin/sh' > /usr/local/bin/tool && chmod 755 /usr/local/bin/tool
+
+FROM base
+COPY --from=base /srv/app/out.txt /copied.txt
+LABEL org.example.test=yes
+EXPOSE 8080
+USER 1000
+CMD ["cat", "out.txt"]
+`
+
+// TestBuild builds a two-stage Dockerfile on the busybox template, makes a sandbox of the
+// result, and checks every instruction's effect, the layer cache, and a failing step.
+func TestBuild(t *testing.T) {
+	forRuntimes(t, func(t *testing.T, rt string) {
+		p := newTestProvider(t, rt)
+		busyboxTemplate(t, p, "bb", template.Config{Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin"}})
+		st, err := template.Open(p.cfg.Home)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctxDir := buildContext(t, testDockerfile)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		var events []template.BuildEvent
+		opts := template.BuildOptions{
+			Name: "built", Context: ctxDir, Runner: p.BuildRunner(), Network: provider.NetworkNone,
+			BuildArgs: map[string]string{"GREETING": "hi"},
+			Progress:  func(ev template.BuildEvent) { events = append(events, ev) },
+		}
+		tp, err := st.Build(ctx, opts)
+		if err != nil {
+			t.Fatalf("build: %v", err)
+		}
+		if tp.Config.User != "1000" || tp.Config.WorkingDir != "/srv/app" || strings.Join(tp.Config.Cmd, " ") != "cat out.txt" ||
+			tp.Config.Labels["org.example.test"] != "yes" || tp.Config.ExposedPorts[0] != "8080/tcp" {
+			t.Errorf("config = %+v", tp.Config)
+		}
+		a := create(t, p, provider.CreateSpec{Template: "built", Network: netNone})
+		got := run(t, a, "id -u; pwd; echo $APP; cat out.txt /copied.txt greet.txt sub/a.txt sub/sub/b.txt /opt/pkg/data.txt; "+
+			"test -e sub/secret.key || echo no-key; test -e /data/owned || echo owned-removed; tool && echo tool-ran; "+
+			"stat -c '%n %u' greet.txt out.txt /opt/pkg/data.txt /usr/local/bin/tool")
+		want := strings.Join([]string{
+			"1000", "/srv/app", "/srv/app",
+			"hi from /srv/app", "hi from /srv/app", "hello from the context", "a", "b", "from the archive",
+			"no-key", "owned-removed", "tool-ran",
+			"greet.txt 1000", "out.txt 0", "/opt/pkg/data.txt 1001", "/usr/local/bin/tool 0",
+		}, "\n")
+		if got != want {
+			t.Errorf("the built template:\n%s\nwant:\n%s", got, want)
+		}
+		// No layer the build made holds what the provider put in the step sandboxes.
+		if len(tp.Layers) != 2+6 {
+			t.Errorf("%d layers, want bb's 2 and one per WORKDIR, COPY, ADD and RUN (6)", len(tp.Layers))
+		}
+		for _, l := range tp.Layers[2:] {
+			for _, rel := range []string{".tupper", "etc/hosts", "etc/hostname", "etc/resolv.conf", "etc/passwd", "proc", "tmp"} {
+				if _, err := os.Lstat(filepath.Join(st.LayerFS(l), rel)); err == nil {
+					t.Errorf("layer %s has /%s", l, rel)
+				}
+			}
+		}
+		// The build's own sandboxes are gone.
+		left, err := p.List(ctx, provider.ListFilter{Labels: map[string]string{"tupper.build": "1"}})
+		if err != nil || len(left) != 0 {
+			t.Errorf("build sandboxes left: %v, %v", left, err)
+		}
+
+		// An unchanged rebuild is all cache hits: no step runs.
+		events = nil
+		again, err := st.Build(ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cached, ran := 0, 0
+		for _, ev := range events {
+			switch {
+			case ev.Kind == "cached":
+				cached++
+			case ev.Kind == "output":
+				ran++
+			}
+		}
+		if cached != 6 || ran != 0 || strings.Join(again.Layers, ",") != strings.Join(tp.Layers, ",") {
+			t.Errorf("rebuild: %d cached steps (want 6), %d outputs, layers %v vs %v", cached, ran, again.Layers, tp.Layers)
+		}
+		// A changed file in the context reruns its COPY and what follows, not what precedes.
+		if err := os.WriteFile(filepath.Join(ctxDir, "dir/a.txt"), []byte("changed\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		events = nil
+		if _, err := st.Build(ctx, opts); err != nil {
+			t.Fatal(err)
+		}
+		var ranSteps []int
+		for _, ev := range events {
+			if ev.Kind == "done" && ev.Layer != "" {
+				ranSteps = append(ranSteps, ev.Line)
+			}
+		}
+		if fmt.Sprint(ranSteps) != "[7 8 9 13]" {
+			t.Errorf("after a context change, the steps that made a layer were on lines %v, want [7 8 9 13]", ranSteps)
+		}
+
+		// A failing RUN names its line, its exit code and its output.
+		failing := buildContext(t, "FROM bb\nRUN echo first\nRUN echo about to fail; exit 3\n")
+		_, err = st.Build(ctx, template.BuildOptions{Name: "broken", Context: failing, Runner: p.BuildRunner(), Network: provider.NetworkNone})
+		var be *template.BuildError
+		if !errors.As(err, &be) || be.Line != 3 || be.ExitCode != 3 || !strings.Contains(be.Output, "about to fail") {
+			t.Fatalf("failing build: %v (%+v)", err, be)
+		}
+		if _, err := st.Get("broken"); provider.CodeOf(err) != provider.CodeNotFound {
+			t.Errorf("a failed build left a template: %v", err)
+		}
+	})
+}
