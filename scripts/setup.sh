@@ -55,7 +55,8 @@ done
 
 step="find what is missing"
 need=()
-pkgs=(runc runsc crun iptables iproute2 git)
+# debootstrap makes the built-in debian template from the machine's own mirror.
+pkgs=(runc runsc crun iptables iproute2 git debootstrap)
 # busybox-static: the tests' image templates are made of its static busybox.
 [ -z "$for_tests" ] || pkgs+=(nodejs npm busybox-static)
 for p in "${pkgs[@]}"; do

@@ -22,8 +22,10 @@ echo "== go test -race"
 # The E2B SDK compatibility scripts and the JavaScript packages' tests drive real sandboxes
 # through a real server with wall-clock waits; they run on their own afterwards rather than
 # beside the heaviest packages.
-go test -race -count=1 -timeout 30m "$@" $(go list ./... | grep -v -e '/test/e2b$' -e '/test/js$')
+go test -race -count=1 -timeout 30m "$@" $(go list ./... | grep -v -e '/test/e2b$' -e '/test/js$' -e '/test/debian$')
 echo "== E2B SDK compatibility"
 go test -race -count=1 -timeout 10m "$@" ./test/e2b/
 echo "== JavaScript packages (js/)"
 go test -race -count=1 -timeout 15m "$@" ./test/js/
+echo "== The debian template and a build on it, from this machine's apt mirror"
+go test -race -count=1 -timeout 20m "$@" ./test/debian/

@@ -429,12 +429,10 @@ func (bc *buildCtx) instruction(ctx context.Context, st *stageState, in dockerfi
 			dir = path.Join("/", st.cfg.WorkingDir, dir)
 		}
 		st.cfg.WorkingDir = path.Clean(dir)
+		// The directory is made (root's) when missing, as docker build does; an image without
+		// a shell needs no mkdir of its own for it.
 		return bc.layerStep(ctx, st, in, []string{st.cfg.WorkingDir}, nil, func(box BuildBox, out io.Writer) error {
-			res, err := box.Exec(ctx, provider.ExecRequest{Command: "mkdir -p -- " + sandbox.Quote(st.cfg.WorkingDir), Cwd: "/", Stdout: out, Stderr: out})
-			if err == nil && res.ExitCode != 0 {
-				err = fmt.Errorf("mkdir %s: exit code %d", st.cfg.WorkingDir, res.ExitCode)
-			}
-			return err
+			return box.AddTar(ctx, st.cfg.WorkingDir, bytes.NewReader(emptyTar))
 		})
 	case "RUN":
 		return bc.runStep(ctx, st, in, words)
@@ -591,6 +589,9 @@ func (s *Store) cache(key, diffID string) error {
 	}
 	return writeFileAtomic(s.cachePath(key), []byte(diffID+"\n"))
 }
+
+// emptyTar is a tar stream with no entries: its two zero blocks.
+var emptyTar = make([]byte, 1024)
 
 // progressWriter turns a step's output into "output" events.
 type progressWriter struct {

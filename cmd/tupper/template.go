@@ -29,7 +29,7 @@ func newTemplateCmd() *cobra.Command {
 	var home string
 	cmd := &cobra.Command{
 		Use:   "template",
-		Short: "Import, list, inspect and remove sandbox templates",
+		Short: "Import, build, list, inspect and remove sandbox templates",
 		Long: "template manages the templates of the local provider whose state is in --home\n" +
 			"($TUPPER_HOME, default /var/lib/tupper): images imported from a registry, a docker\n" +
 			"save archive, an OCI layout or a root filesystem tarball, stored as shared layers.\n" +
@@ -216,7 +216,7 @@ func newTemplateCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.AddCommand(imp, ls, inspect, rm, prune)
+	cmd.AddCommand(imp, newTemplateBuildCmd(&home), ls, inspect, rm, prune)
 	return cmd
 }
 

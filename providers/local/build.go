@@ -13,7 +13,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tupper-dev/tupper/provider"
-	"github.com/tupper-dev/tupper/sandbox"
 	"github.com/tupper-dev/tupper/template"
 )
 
@@ -38,6 +37,10 @@ var buildOmit = map[string]bool{".tupper": true, "etc/hosts": true, "etc/hostnam
 
 func (r buildRunner) Start(ctx context.Context, layers []string, network provider.NetworkMode) (template.BuildBox, error) {
 	p := r.p
+	p.probed()
+	if p.unavail != nil {
+		return nil, p.unavail
+	}
 	st, err := template.Open(p.cfg.Home)
 	if err != nil {
 		return nil, err
@@ -158,15 +161,12 @@ func (b *buildBox) IsDir(ctx context.Context, p string) (bool, error) {
 	return false, err
 }
 
-// AddTar makes dir (symlinks on its way resolved inside the root, as the sandbox would)
-// and unpacks r into it.
+// AddTar makes dir (from the host, each component made in its parent as opened with
+// symlinks resolved inside the root, as the sandbox would resolve them; made directories are
+// root's inside) and unpacks r into it.
 func (b *buildBox) AddTar(ctx context.Context, dir string, r io.Reader) error {
-	mk, err := b.Exec(ctx, provider.ExecRequest{Command: "mkdir -p -- " + sandbox.Quote(dir), Cwd: "/"})
-	if err != nil || mk.ExitCode != 0 {
-		// No shell in the image (FROM scratch): make it from the host, component by component.
-		if err := b.mkdirs(dir); err != nil {
-			return err
-		}
+	if err := b.mkdirs(dir); err != nil {
+		return err
 	}
 	f, err := b.open(dir, unix.O_PATH|unix.O_DIRECTORY)
 	if err != nil {

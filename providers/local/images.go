@@ -2,6 +2,7 @@ package local
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -41,9 +42,10 @@ type sandboxTemplate struct {
 	build bool
 }
 
-// resolveTemplate finds the template called name ("" or "host": the host template). An
-// unknown name is CodeNotFound.
-func (p *Provider) resolveTemplate(name string) (*sandboxTemplate, error) {
+// resolveTemplate finds the template called name ("" or "host": the host template).
+// "debian", when the store lacks it, is made first (template.Store.EnsureDebian: a minute or
+// two, once). An unknown name is CodeNotFound.
+func (p *Provider) resolveTemplate(ctx context.Context, name string) (*sandboxTemplate, error) {
 	if name == "" || name == TemplateHost {
 		return &sandboxTemplate{name: TemplateHost}, nil
 	}
@@ -52,6 +54,10 @@ func (p *Provider) resolveTemplate(name string) (*sandboxTemplate, error) {
 		return nil, err
 	}
 	t, err := st.Get(name)
+	if provider.CodeOf(err) == provider.CodeNotFound && name == template.Debian {
+		// The built-in debian template is made on first use from the machine's own mirror.
+		t, err = st.EnsureDebian(ctx, template.DebianOptions{})
+	}
 	if err != nil {
 		if provider.CodeOf(err) == provider.CodeNotFound {
 			return nil, provider.Errorf(provider.CodeNotFound, "template %q not found (the local provider has %q and the templates of %s)", name, TemplateHost, st.Root())

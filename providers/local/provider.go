@@ -613,7 +613,7 @@ func (p *Provider) createFrom(ctx context.Context, spec provider.CreateSpec, poo
 	tp := given
 	if tp == nil {
 		var err error
-		if tp, err = p.resolveTemplate(tmpl); err != nil {
+		if tp, err = p.resolveTemplate(ctx, tmpl); err != nil {
 			return nil, err
 		}
 	} else {

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/providers/local"
+	"github.com/tupper-dev/tupper/template"
+)
+
+// newTemplateBuildCmd is "tupper template build": a Dockerfile built into a template, each
+// step in a sandbox of the local provider whose state is in home.
+func newTemplateBuildCmd(home *string) *cobra.Command {
+	var (
+		tags, buildArgs, allowPrivate []string
+		file, network, runtime        string
+		target                        string
+		noCache, quiet                bool
+	)
+	cmd := &cobra.Command{
+		Use:   "build -t NAME [flags] CONTEXT",
+		Short: "Build a template from a Dockerfile",
+		Long: "build makes template NAME from CONTEXT/Dockerfile (or -f FILE): FROM a template, an\n" +
+			"image (imported as by `template import`), an earlier stage or scratch; RUN, COPY, ADD,\n" +
+			"ENV, ARG, WORKDIR, USER, LABEL, EXPOSE, CMD, ENTRYPOINT and SHELL. Each RUN runs in a\n" +
+			"real sandbox (network all unless --network none) and what it changes becomes a layer;\n" +
+			"an unchanged step is taken from the cache. FROM debian is the built-in template made\n" +
+			"from this machine's own Debian mirror. See docs/templates.md.",
+		Example: "  tupper template build -t py .\n" +
+			"  tupper template build -t app -f docker/Dockerfile --build-arg VERSION=2 --no-cache .",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(tags) == 0 {
+				return provider.Errorf(provider.CodeInvalidArgument, "%s", "give the template's name with -t NAME")
+			}
+			allow, err := parseAllowPrivate(allowPrivate)
+			if err != nil {
+				return provider.Errorf(provider.CodeInvalidArgument, "%s", err.Error())
+			}
+			bargs := map[string]string{}
+			for _, a := range buildArgs {
+				k, v, ok := strings.Cut(a, "=")
+				if !ok {
+					v, ok = os.LookupEnv(k) // --build-arg NAME takes NAME from the environment
+				}
+				if k == "" || !ok {
+					return provider.Errorf(provider.CodeInvalidArgument, "%s", fmt.Sprintf("--build-arg %q: use NAME=VALUE, or NAME set in the environment", a))
+				}
+				bargs[k] = v
+			}
+			var mode provider.NetworkMode
+			switch network {
+			case "all", "":
+				mode = provider.NetworkAll
+			case "none":
+				mode = provider.NetworkNone
+			default:
+				return provider.Errorf(provider.CodeInvalidArgument, "%s", fmt.Sprintf("--network %q: all or none", network))
+			}
+			p, err := local.New(local.Config{Home: *home, Runtime: runtime, AllowPrivate: allow})
+			if err != nil {
+				return err
+			}
+			st, err := template.Open(*home)
+			if err != nil {
+				return err
+			}
+			out := cmd.ErrOrStderr()
+			pr := &buildProgress{w: out, quiet: quiet}
+			ctxDir, _ := filepath.Abs(args[0])
+			start := time.Now()
+			t, err := st.Build(cmd.Context(), template.BuildOptions{
+				Name: tags[0], Tags: tags[1:], Context: ctxDir, Dockerfile: file, BuildArgs: bargs,
+				Target: target, Network: mode, NoCache: noCache, Runner: p.BuildRunner(),
+				Pull:     func(ctx context.Context, ref string) (*template.Template, error) { return pullBase(ctx, st, ref, out) },
+				Progress: pr.event,
+			})
+			if err != nil {
+				return templateErr(err)
+			}
+			unit := "layers"
+			if len(t.Layers) == 1 {
+				unit = "layer"
+			}
+			fmt.Fprintf(out, "built template %s (%d %s) in %s\n", t.Name, len(t.Layers), unit, time.Since(start).Round(time.Millisecond))
+			fmt.Fprintln(cmd.OutOrStdout(), t.Name)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringArrayVarP(&tags, "tag", "t", nil, "the template's name (repeat for more names)")
+	f.StringVarP(&file, "file", "f", "", "the Dockerfile (default CONTEXT/Dockerfile)")
+	f.StringArrayVar(&buildArgs, "build-arg", nil, "a build argument NAME=VALUE (repeatable)")
+	f.StringVar(&network, "network", "all", "network of RUN steps: all or none")
+	f.StringVar(&target, "target", "", "build up to this stage")
+	f.StringVar(&runtime, "runtime", "", "runtime of the step sandboxes: runc, crun or runsc (default: the provider's)")
+	f.StringArrayVar(&allowPrivate, "allow-private", nil, "a private IPv4 range RUN steps may reach (repeatable)")
+	f.BoolVar(&noCache, "no-cache", false, "run every step, even those in the cache")
+	f.BoolVarP(&quiet, "quiet", "q", false, "print only errors and the template's name")
+	return cmd
+}
+
+// pullBase is how a build gets a FROM that is no template yet: debian is made from the
+// machine's mirror, anything else is imported from its registry.
+func pullBase(ctx context.Context, st *template.Store, ref string, out io.Writer) (*template.Template, error) {
+	if ref == template.Debian {
+		fmt.Fprintf(out, "making the debian template from this machine's mirror (once; a minute or two)\n")
+		return st.EnsureDebian(ctx, template.DebianOptions{})
+	}
+	name := importName(ref)
+	fmt.Fprintf(out, "importing %s as template %s\n", ref, name)
+	return st.Import(ctx, name, template.Source{Ref: ref}, template.ImportOptions{Tags: []string{ref}})
+}
+
+// importName is the template name an image reference is imported under: its repository's
+// last path element and its tag ("python:3.12-slim" → "python-3.12-slim").
+func importName(ref string) string {
+	r := ref
+	if i := strings.LastIndex(r, "/"); i >= 0 {
+		r = r[i+1:]
+	}
+	r, _, _ = strings.Cut(r, "@")
+	r = strings.NewReplacer(":", "-").Replace(strings.ToLower(r))
+	if template.ValidName(r) != nil {
+		r = "image"
+	}
+	return r
+}
+
+// buildProgress prints a build's events as docker build does: the step, cached or its
+// output, and a failure's line.
+type buildProgress struct {
+	w     io.Writer
+	quiet bool
+}
+
+func (b *buildProgress) event(ev template.BuildEvent) {
+	if b.quiet && ev.Kind != "error" {
+		return
+	}
+	switch ev.Kind {
+	case "step":
+		fmt.Fprintf(b.w, "Step %d/%d : %s\n", ev.Step, ev.Steps, ev.Instruction)
+	case "cached":
+		if ev.Layer == "" {
+			fmt.Fprintf(b.w, " ---> Using cache (no changes)\n")
+		} else {
+			fmt.Fprintf(b.w, " ---> Using cache %s\n", shortDigest(ev.Layer))
+		}
+	case "output":
+		io.WriteString(b.w, ev.Output)
+	case "done":
+		if ev.Layer != "" {
+			fmt.Fprintf(b.w, " ---> %s\n", shortDigest(ev.Layer))
+		}
+	}
+}

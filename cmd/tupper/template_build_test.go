@@ -1,0 +1,55 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestTemplateBuildCLI builds a FROM scratch template from a context with the CLI, as a user
+// would: progress as docker build prints it, the cache on a second run, the template's
+// defaults, and clear refusals of bad input.
+func TestTemplateBuildCLI(t *testing.T) {
+	home := requireLocal(t)
+	ctx := t.TempDir()
+	files := map[string]string{
+		"Dockerfile":     "FROM scratch\nCOPY app.txt /app/\nENV GREETING=hi\nWORKDIR /app\nCMD [\"/app/app.txt\"]\n",
+		"app.txt":        "an app\n",
+		"bad.Dockerfile": "FROM scratch\nHEALTHCHECK CMD true\n",
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(ctx, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res := tupper(t, home, "", "template", "build", "-t", "scr", ctx)
+	if res.code != 0 || res.stdout != "scr\n" || !strings.Contains(res.stderr, "Step 1/5 : FROM scratch") ||
+		!strings.Contains(res.stderr, "Step 2/5 : COPY app.txt /app/") || !strings.Contains(res.stderr, "built template scr (1 layer)") {
+		t.Fatalf("build: %+v", res)
+	}
+	res = tupper(t, home, "", "template", "build", "-t", "scr", ctx)
+	if res.code != 0 || strings.Count(res.stderr, "---> Using cache") != 2 {
+		t.Fatalf("rebuild is not all cache hits: %+v", res)
+	}
+	res = tupper(t, home, "", "template", "inspect", "scr")
+	if res.code != 0 || !strings.Contains(res.stdout, `"GREETING=hi"`) || !strings.Contains(res.stdout, `"workingDir": "/app"`) {
+		t.Fatalf("inspect: %+v", res)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{ctx}, "give the template's name with -t NAME"},
+		{[]string{"-t", "bad", "-f", filepath.Join(ctx, "bad.Dockerfile"), ctx}, "Dockerfile line 2: HEALTHCHECK is not supported"},
+		{[]string{"-t", "x", "--network", "some", ctx}, `--network "some"`},
+		{[]string{"-t", "x", "--build-arg", "=v", ctx}, "--build-arg"},
+		{[]string{"-t", "Bad/Name", ctx}, "template name"},
+		{[]string{"-t", "x", filepath.Join(ctx, "missing")}, "no such file"},
+	} {
+		res := tupper(t, home, "", append([]string{"template", "build"}, c.args...)...)
+		if res.code != 125 || !strings.Contains(res.stderr, c.want) {
+			t.Errorf("build %q: %+v, want exit 125 saying %q", c.args, res, c.want)
+		}
+	}
+}
