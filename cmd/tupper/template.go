@@ -18,10 +18,17 @@ import (
 	"github.com/tupper-dev/tupper/template"
 )
 
-// templateUsers names the sandboxes and snapshots that use a template, which `template rm`
-// refuses to remove without --force. It is nil until sandboxes record their template; rm
-// then asks no one.
-var templateUsers func(ctx context.Context, name string) ([]string, error)
+// templateUsers names the sandboxes and snapshots of the local provider in home that use a
+// template, which `template rm` refuses to remove without --force.
+func templateUsers(home string) func(ctx context.Context, name string) ([]string, error) {
+	return func(ctx context.Context, name string) ([]string, error) {
+		p, err := local.New(local.Config{Home: home})
+		if err != nil {
+			return nil, err
+		}
+		return p.TemplateUsers(ctx, name)
+	}
+}
 
 // newTemplateCmd is "tupper template": the templates in the local provider's store, under
 // the same home ($TUPPER_HOME, default /var/lib/tupper).
@@ -184,7 +191,7 @@ func newTemplateCmd() *cobra.Command {
 			if err != nil {
 				return templateErr(err)
 			}
-			t, err := st.Remove(cmd.Context(), args[0], template.RemoveOptions{InUse: templateUsers, Force: force})
+			t, err := st.Remove(cmd.Context(), args[0], template.RemoveOptions{InUse: templateUsers(home), Force: force})
 			if err != nil {
 				return templateErr(err)
 			}

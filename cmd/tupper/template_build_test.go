@@ -36,6 +36,22 @@ func TestTemplateBuildCLI(t *testing.T) {
 	if res.code != 0 || !strings.Contains(res.stdout, `"GREETING=hi"`) || !strings.Contains(res.stdout, `"workingDir": "/app"`) {
 		t.Fatalf("inspect: %+v", res)
 	}
+	// A template a sandbox uses is not removed without --force.
+	res = tupper(t, home, "", "create", "--template", "scr", "--network", "none")
+	id := strings.TrimSpace(res.stdout)
+	if res.code != 0 || id == "" {
+		t.Fatalf("create --template scr: %+v", res)
+	}
+	res = tupper(t, home, "", "template", "rm", "scr")
+	if res.code != 125 || !strings.Contains(res.stderr, "sandbox "+id) {
+		t.Errorf("rm of a template in use: %+v", res)
+	}
+	if res = tupper(t, home, "", "rm", id); res.code != 0 {
+		t.Fatalf("rm %s: %+v", id, res)
+	}
+	if res = tupper(t, home, "", "template", "rm", "scr"); res.code != 0 {
+		t.Errorf("rm of a template no longer used: %+v", res)
+	}
 	for _, c := range []struct {
 		args []string
 		want string

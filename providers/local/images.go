@@ -303,3 +303,30 @@ func imageSkeleton(upper string, lowers []string, uidBase uint32, workdir string
 	}
 	return os.Chown(p, int(uidBase), int(uidBase))
 }
+
+// TemplateUsers names what uses the template called name: the sandboxes recorded in Home
+// ("sandbox ID"; one that died counts until it is reaped) and its snapshots ("snapshot ID").
+// It reads records only, so it works where the provider cannot create. `tupper template
+// rm` refuses to remove a template in use.
+func (p *Provider) TemplateUsers(ctx context.Context, name string) ([]string, error) {
+	var out []string
+	boxes, err := os.ReadDir(p.lay.sandboxes())
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	for _, e := range boxes {
+		if rec, err := p.lay.readRecord(e.Name()); err == nil && rec.Template == name {
+			out = append(out, "sandbox "+rec.ID)
+		}
+	}
+	ents, err := os.ReadDir(p.lay.snapshots())
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	for _, e := range ents {
+		if m, err := p.readSnapshot(e.Name()); err == nil && m.Template == name {
+			out = append(out, "snapshot "+m.ID)
+		}
+	}
+	return out, nil
+}
