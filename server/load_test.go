@@ -186,6 +186,11 @@ func TestLoadAndRestart(t *testing.T) {
 	}
 	srv.close()
 	rp.CloseIdleConnections()
+	// The provider keeps descriptors of its own for sandboxes to come (user namespaces for
+	// idmapped layers); closing it releases them.
+	if c, ok := prov.(interface{ Close() error }); ok {
+		c.Close()
+	}
 
 	// Goroutines and file descriptors return to where they were.
 	var g, fd int

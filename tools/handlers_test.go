@@ -177,6 +177,13 @@ func TestNetworkNoneBinds(t *testing.T) {
 	want(t, call(t, s, "create_sandbox", map[string]any{"network": "none"}), false, "created")
 }
 
+func TestCreateSandboxTemplate(t *testing.T) {
+	s, _ := newTestSession(t, SessionOptions{})
+	// The template is passed to the provider, which names what it lacks.
+	want(t, call(t, s, "create_sandbox", map[string]any{"template": "no-such-template"}), true, `template "no-such-template" not found`)
+	want(t, call(t, s, "create_sandbox", map[string]any{"template": "default"}), false, "created")
+}
+
 func TestSnapshotAndPorts(t *testing.T) {
 	s, _ := newTestSession(t, SessionOptions{})
 	call(t, s, "write_file", map[string]any{"path": "kept.txt", "content": "from the snapshot"})

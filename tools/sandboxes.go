@@ -39,6 +39,7 @@ type createSandboxArgs struct {
 	Network      string            `json:"network,omitempty" jsonschema:"Network access: all (the default) or none (loopback only)." enum:"all,none"`
 	Env          map[string]string `json:"env,omitempty" jsonschema:"Environment variables set for every command in the sandbox."`
 	FromSnapshot string            `json:"from_snapshot,omitempty" jsonschema:"Start from a snapshot id returned by the snapshot tool, instead of an empty sandbox."`
+	Template     string            `json:"template,omitempty" jsonschema:"The template (root file system) to start from, e.g. debian or one built or imported on the server; the default when omitted."`
 }
 
 func createSandbox(ctx context.Context, s *Session, a createSandboxArgs) (Result, error) {
@@ -64,6 +65,9 @@ func createSandbox(ctx context.Context, s *Session, a createSandboxArgs) (Result
 	}
 	if a.FromSnapshot != "" {
 		opts.From = a.FromSnapshot
+	}
+	if a.Template != "" {
+		opts.Template = a.Template
 	}
 	b, err := s.createExtra(ctx, opts)
 	if err != nil {

@@ -20,21 +20,33 @@ import (
 // mount_setattr(MOUNT_ATTR_IDMAP)) with the sandbox's own mapping: through that mount, a
 // file of host uid N is UIDBase+N's, which the sandbox sees as N. The layer on disk is
 // never changed and serves every sandbox, whatever its range. An idmapped mount takes its
-// mapping from a user namespace: usernsFDs makes one per range (a short-lived process in a
+// mapping from a user namespace: the provider's usernsCache makes one per range (a short-lived process in a
 // new user namespace with the mapping; its /proc/PID/ns/user, opened, keeps the namespace
 // after the process is gone) and keeps a few open, since ranges are leased again.
 
 // usernsCacheSize bounds the user namespaces kept open, one file descriptor each.
 const usernsCacheSize = 64
 
-// usernsCache holds open user-namespace descriptors by the host uid of root inside.
+// usernsCache holds open user-namespace descriptors by the host uid of root inside; each
+// Provider has one, which Close empties.
 type usernsCache struct {
 	mu    sync.Mutex
 	fds   map[uint32]int
 	order []uint32 // oldest first
 }
 
-var usernsFDs = &usernsCache{fds: map[uint32]int{}}
+func newUsernsCache() *usernsCache { return &usernsCache{fds: map[uint32]int{}} }
+
+// close closes every descriptor the cache holds; it stays usable.
+func (c *usernsCache) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for base, fd := range c.fds {
+		unix.Close(fd)
+		delete(c.fds, base)
+	}
+	c.order = nil
+}
 
 // fd returns a descriptor of a user namespace mapping 0..idMapSize-1 to base.. (uids and
 // gids), the caller's to close.

@@ -137,6 +137,7 @@ func (c Config) withDefaults() Config {
 
 // Provider runs sandboxes on this machine with an OCI runtime. See the package doc.
 type Provider struct {
+	idmapNS  *usernsCache // user namespaces for idmapped layers (idmap.go)
 	cfg      Config
 	lay      layout
 	runtimes map[string]ociRuntime // the runtimes found
@@ -194,6 +195,7 @@ func New(cfg Config) (*Provider, error) {
 		runtimes: map[string]ociRuntime{},
 		unusable: map[string]error{},
 		previews: map[previewKey]*preview{},
+		idmapNS:  newUsernsCache(),
 	}
 	if len(p.lay.socket(strings.Repeat("a", idLen))) > 100 {
 		return nil, provider.Errorf(provider.CodeInvalidArgument, "local: home %q is too long for a unix socket path below it", cfg.Home)
@@ -508,10 +510,12 @@ func (p *Provider) Available(ctx context.Context) error { p.probed(); return p.u
 // Home is the state root in use.
 func (p *Provider) Home() string { return p.cfg.Home }
 
-// Close closes the preview listeners this provider opened and destroys its pool of unused
-// sandboxes (Config.Pool). The sandboxes it handed out live on. It is idempotent.
+// Close closes the preview listeners this provider opened, destroys its pool of unused
+// sandboxes (Config.Pool) and closes the user namespaces it kept for idmapped layers. The
+// sandboxes it handed out live on. It is idempotent.
 func (p *Provider) Close() error {
 	poolErr := p.closePool()
+	p.idmapNS.close()
 	p.mu.Lock()
 	p.closed = true
 	pv := p.previews
@@ -780,7 +784,7 @@ func (p *Provider) createFrom(ctx context.Context, spec provider.CreateSpec, poo
 			}
 			if userns {
 				// The layers are idmapped into the sandbox's range (idmap.go).
-				fd, err := usernsFDs.fd(rec.UIDBase)
+				fd, err := p.idmapNS.fd(rec.UIDBase)
 				if err != nil {
 					return err
 				}
