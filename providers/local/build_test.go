@@ -189,3 +189,42 @@ func TestBuild(t *testing.T) {
 		}
 	})
 }
+
+// TestBuildHostileSteps: a step's sandbox code plants symlinks for the next step's COPY to
+// write through, and leaves links to host paths in its layer. Every path resolves inside the
+// sandbox's own root; nothing is written on the host, and the links are stored as links.
+func TestBuildHostileSteps(t *testing.T) {
+	p := newTestProvider(t, "")
+	busyboxTemplate(t, p, "bb", template.Config{Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin"}})
+	st, err := template.Open(p.cfg.Home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker := "tupper-build-escape-" + filepath.Base(t.TempDir())
+	hostDir := filepath.Join(os.TempDir(), marker)
+	t.Cleanup(func() { os.RemoveAll(hostDir) })
+	df := "FROM bb\n" +
+		"RUN mkdir -p /tmp/" + marker + " && ln -s ../../../../../../../../../tmp/" + marker + " /escape && " +
+		"ln -s /etc/shadow /shadowlink\n" +
+		"COPY greet.txt /escape/\n"
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if _, err := st.Build(ctx, template.BuildOptions{Name: "hostile", Context: buildContext(t, df), Runner: p.BuildRunner(), Network: provider.NetworkNone}); err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	// A link into /proc: from the host the sandbox's /proc is an empty directory, so the
+	// destination does not exist; the COPY fails rather than write anywhere.
+	df2 := "FROM bb\nRUN ln -s /proc/1/root/tmp/" + marker + " /viaproc\nCOPY greet.txt /viaproc/\n"
+	_, err = st.Build(ctx, template.BuildOptions{Name: "hostile2", Context: buildContext(t, df2), Runner: p.BuildRunner(), Network: provider.NetworkNone})
+	var be *template.BuildError
+	if !errors.As(err, &be) || be.Line != 3 {
+		t.Errorf("COPY through a link into /proc: %v, want a failure at line 3", err)
+	}
+	if _, err := os.Stat(filepath.Join(hostDir, "greet.txt")); err == nil {
+		t.Fatal("a COPY through a symlink a RUN planted wrote on the host")
+	}
+	a := create(t, p, provider.CreateSpec{Template: "hostile", Network: netNone})
+	if got := run(t, a, "cat /tmp/"+marker+"/greet.txt; readlink /shadowlink"); got != "hello from the context\n/etc/shadow" {
+		t.Errorf("inside the built template: %q", got)
+	}
+}
