@@ -159,6 +159,24 @@ func (db *userDB) lookup(name string) (*osUser, error) {
 	if u, ok := db.users[name]; ok {
 		return u, nil
 	}
+	// A uid, or uid:gid, that passwd does not name is that id, as a Dockerfile's USER 1000
+	// is: its group the given gid, else the uid's number.
+	if uidS, gidS, hasGID := strings.Cut(name, ":"); uidS != "" {
+		if uid, err := strconv.ParseUint(uidS, 10, 32); err == nil {
+			gid := uid
+			if hasGID {
+				if gid, err = strconv.ParseUint(gidS, 10, 32); err != nil {
+					return nil, fmt.Errorf("user %q: the group is not a number", name)
+				}
+			}
+			if n, ok := db.uidNames[uint32(uid)]; ok && !hasGID {
+				u := *db.users[n] // the account of that uid, asked for by number
+				u.Name = name
+				return &u, nil
+			}
+			return &osUser{Name: name, UID: uint32(uid), GID: uint32(gid), Home: "/", Groups: []uint32{uint32(gid)}}, nil
+		}
+	}
 	if db.loadedErr != nil {
 		return nil, fmt.Errorf("user %q: %v", name, db.loadedErr)
 	}
