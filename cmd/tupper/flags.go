@@ -13,6 +13,7 @@ import (
 	"github.com/tupper-dev/tupper/providers/local"
 	"github.com/tupper-dev/tupper/providers/remote"
 	"github.com/tupper-dev/tupper/sandbox"
+	"github.com/tupper-dev/tupper/template"
 )
 
 // providerFlags selects and configures the provider.
@@ -104,10 +105,27 @@ func (f *createFlags) resolve(ctx context.Context) (provider.Provider, error) {
 		return nil, err
 	}
 	prov, err := f.providerFlags.resolve(ctx)
+	if err == nil {
+		f.announceDebian(prov)
+	}
 	if err != nil || len(allow) == 0 {
 		return prov, err
 	}
 	return localWith(prov, local.Config{AllowPrivate: allow}, "--allow-private")
+}
+
+// announceDebian says, before a create that will make the debian template first, why it
+// takes a while.
+func (f *createFlags) announceDebian(prov provider.Provider) {
+	lp, ok := prov.(*local.Provider)
+	if !ok || f.template != template.Debian {
+		return
+	}
+	if st, err := template.Open(lp.Home()); err == nil {
+		if _, err := st.Get(template.Debian); provider.CodeOf(err) == provider.CodeNotFound {
+			fmt.Fprintln(os.Stderr, "tupper: making the debian template from this machine's apt mirror (once; a minute or two)")
+		}
+	}
 }
 
 func (f *createFlags) register(cmd *cobra.Command) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -67,5 +68,18 @@ func TestTemplateBuildCLI(t *testing.T) {
 		if res.code != 125 || !strings.Contains(res.stderr, c.want) {
 			t.Errorf("build %q: %+v, want exit 125 saying %q", c.args, res, c.want)
 		}
+	}
+}
+
+// TestDebianFirstUse: the first create of template debian says it is making it, and a
+// machine without debootstrap is told what to install.
+func TestDebianFirstUse(t *testing.T) {
+	home := requireLocal(t)
+	cmd := exec.Command(tupperBin(t), "create", "--template", "debian", "--network", "none")
+	cmd.Env = append(os.Environ(), "TUPPER_HOME="+home, "TUPPER_PROVIDER=", "PATH=/usr/bin:/bin") // no /usr/sbin/debootstrap
+	res := runCmd(t, cmd)
+	if res.code != 125 || !strings.Contains(res.stderr, "making the debian template from this machine's apt mirror") ||
+		!strings.Contains(res.stderr, "debootstrap is not installed") {
+		t.Fatalf("create --template debian without debootstrap: %+v", res)
 	}
 }
