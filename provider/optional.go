@@ -182,6 +182,27 @@ type SnapshotDeleter interface {
 	DeleteSnapshot(ctx context.Context, id string) error
 }
 
+// TemplateInfo describes one of a provider's templates: what CreateSpec.Template names.
+type TemplateInfo struct {
+	Name    string
+	Tags    []string // other names for it
+	Builtin bool     // the provider's own; cannot be deleted
+	Source  string   // where it came from (an image, a Dockerfile, "built in: …")
+	Layers  int
+	Size    int64 // bytes of its layers' files; 0 when unknown or built in
+	Created time.Time
+}
+
+// Templater is optional on a Provider: list and delete its templates (a server's
+// /v1/templates). Deleting one a sandbox or snapshot uses is CodeConflict unless force;
+// an unknown name is CodeNotFound; a built-in one is CodeInvalidArgument. Without it, a
+// server lists no templates and refuses deletes with CodeUnsupported; CreateSpec.Template
+// still names whatever the provider knows.
+type Templater interface {
+	Templates(ctx context.Context) ([]TemplateInfo, error)
+	DeleteTemplate(ctx context.Context, name string, force bool) error
+}
+
 // Terminal is an interactive PTY.
 type Terminal interface {
 	Write(p []byte) (int, error)

@@ -33,6 +33,11 @@ func (s *Server) table() []route {
 		{"GET", "/v1/sandboxes/{id}/busy", scopeSandbox, s.busy},
 		{"GET", "/v1/sandboxes/{id}/events", scopeSandbox, s.sandboxEvents},
 
+		// Templates are the server's, shared by every key (an API key only).
+		{"GET", "/v1/templates", scopeAccount, s.listTemplates},
+		{"GET", "/v1/templates/{name}", scopeAccount, s.getTemplate},
+		{"DELETE", "/v1/templates/{name}", scopeAccount, s.deleteTemplate},
+
 		{"POST", "/v1/sandboxes/{id}/run", scopeSandbox, long(s.run)},
 		{"POST", "/v1/sandboxes/{id}/exec", scopeSandbox, long(s.exec)},
 		{"GET", "/v1/sandboxes/{id}/terminal", scopeSandbox, long(s.terminal)},

@@ -330,3 +330,52 @@ func (p *Provider) TemplateUsers(ctx context.Context, name string) ([]string, er
 	}
 	return out, nil
 }
+
+var _ provider.Templater = (*Provider)(nil)
+
+// Templates lists the built-in templates (host, and debian until it is made) and those of
+// the store.
+func (p *Provider) Templates(ctx context.Context) ([]provider.TemplateInfo, error) {
+	st, err := template.Open(p.cfg.Home)
+	if err != nil {
+		return nil, err
+	}
+	all, err := st.List()
+	if err != nil {
+		return nil, err
+	}
+	u, err := st.Usage()
+	if err != nil {
+		return nil, err
+	}
+	out := []provider.TemplateInfo{{Name: TemplateHost, Builtin: true, Source: "built in: the host's /usr as read-only lower layers"}}
+	haveDebian := false
+	for _, t := range all {
+		haveDebian = haveDebian || t.Name == template.Debian
+		out = append(out, provider.TemplateInfo{
+			Name: t.Name, Tags: t.Tags, Builtin: t.Name == template.Debian, Source: t.Source,
+			Layers: len(t.Layers), Size: u.Templates[t.Name], Created: t.Created,
+		})
+	}
+	if !haveDebian {
+		out = append(out, provider.TemplateInfo{Name: template.Debian, Builtin: true, Source: "built in: made on first use from this machine's apt mirror"})
+	}
+	return out, nil
+}
+
+// DeleteTemplate removes a template of the store and the layers no other template uses.
+// host cannot be deleted; debian can (it is made again on next use).
+func (p *Provider) DeleteTemplate(ctx context.Context, name string, force bool) error {
+	if name == TemplateHost {
+		return provider.Errorf(provider.CodeInvalidArgument, "template %q is built in and cannot be deleted", name)
+	}
+	st, err := template.Open(p.cfg.Home)
+	if err != nil {
+		return err
+	}
+	if _, err := st.Remove(ctx, name, template.RemoveOptions{InUse: p.TemplateUsers, Force: force}); err != nil {
+		return err
+	}
+	_, err = st.Prune(ctx)
+	return err
+}

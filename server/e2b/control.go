@@ -173,11 +173,25 @@ var notServed = []struct{ pattern, why string }{
 // 404.
 func (s *Server) templateAlias(w http.ResponseWriter, r *http.Request, _ string) {
 	alias := r.PathValue("alias")
-	if alias != baseTemplate {
-		writeError(w, provider.Errorf(provider.CodeNotFound, "template alias %q not found: the only alias is %q", alias, baseTemplate))
+	if alias == baseTemplate {
+		writeJSON(w, http.StatusOK, map[string]any{"templateID": baseTemplate, "public": true})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"templateID": baseTemplate, "public": true})
+	// The provider's own templates (provider.Templater) are aliases of themselves.
+	if tp, ok := s.prov.(provider.Templater); ok {
+		all, err := tp.Templates(r.Context())
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		for _, t := range all {
+			if t.Name == alias || slices.Contains(t.Tags, alias) {
+				writeJSON(w, http.StatusOK, map[string]any{"templateID": t.Name, "public": false})
+				return
+			}
+		}
+	}
+	writeError(w, provider.Errorf(provider.CodeNotFound, "template alias %q not found: the aliases are %q and the provider's templates", alias, baseTemplate))
 }
 
 func unsupported(format string, args ...any) error {
