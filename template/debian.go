@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/tupper-dev/tupper/internal/flock"
@@ -87,7 +88,7 @@ func aptMirror(root, suite string) string {
 				}
 				fields[strings.ToLower(strings.TrimSpace(k))] = strings.Fields(v)
 			}
-			if !contains(fields["types"], "deb") || !contains(fields["suites"], suite) || len(fields["uris"]) == 0 {
+			if !slices.Contains(fields["types"], "deb") || !slices.Contains(fields["suites"], suite) || len(fields["uris"]) == 0 {
 				continue
 			}
 			if en := fields["enabled"]; len(en) == 1 && strings.EqualFold(en[0], "no") {
@@ -123,15 +124,6 @@ func aptMirror(root, suite string) string {
 		}
 	}
 	return ""
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // DebianOptions configure EnsureDebian.

@@ -173,11 +173,7 @@ func (b *buildBox) AddTar(ctx context.Context, dir string, r io.Reader) error {
 		return fmt.Errorf("%s: %w", dir, err)
 	}
 	defer f.Close()
-	shift := 0
-	if b.rec.UIDIndex >= 0 {
-		shift = int(b.rec.UIDBase)
-	}
-	return template.UnpackInto(ctx, fmt.Sprintf("/proc/self/fd/%d", f.Fd()), r, shift, template.Limits{})
+	return template.UnpackInto(ctx, fmt.Sprintf("/proc/self/fd/%d", f.Fd()), r, b.shift(), template.Limits{})
 }
 
 func (b *buildBox) mkdirs(dir string) error {
@@ -191,8 +187,8 @@ func (b *buildBox) mkdirs(dir string) error {
 			return err
 		}
 		err = unix.Mkdirat(int(f.Fd()), c, 0o755)
-		if err == nil && b.rec.UIDIndex >= 0 {
-			err = unix.Fchownat(int(f.Fd()), c, int(b.rec.UIDBase), int(b.rec.UIDBase), unix.AT_SYMLINK_NOFOLLOW)
+		if err == nil && b.shift() != 0 {
+			err = unix.Fchownat(int(f.Fd()), c, b.shift(), b.shift(), unix.AT_SYMLINK_NOFOLLOW)
 		}
 		f.Close()
 		if err != nil && !errors.Is(err, unix.EEXIST) {

@@ -310,12 +310,12 @@ func imageSkeleton(upper string, lowers []string, uidBase uint32, workdir string
 // rm` refuses to remove a template in use.
 func (p *Provider) TemplateUsers(ctx context.Context, name string) ([]string, error) {
 	var out []string
-	boxes, err := os.ReadDir(p.lay.sandboxes())
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+	ids, err := p.lay.ids()
+	if err != nil {
 		return nil, err
 	}
-	for _, e := range boxes {
-		if rec, err := p.lay.readRecord(e.Name()); err == nil && rec.Template == name {
+	for _, id := range ids {
+		if rec, err := p.lay.readRecord(id); err == nil && rec.Template == name {
 			out = append(out, "sandbox "+rec.ID)
 		}
 	}

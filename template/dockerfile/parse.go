@@ -12,6 +12,7 @@ package dockerfile
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode"
 )
@@ -195,7 +196,7 @@ func parseInstruction(line int, s string, escape rune) (Instruction, error) {
 	for strings.HasPrefix(rest, "--") {
 		word, after, _ := strings.Cut(rest, " ")
 		name, value, hasValue := strings.Cut(word[2:], "=")
-		if !contains(allowed, name) {
+		if !slices.Contains(allowed, name) {
 			return in, errf(line, "%s --%s is not supported by this builder", in.Cmd, name)
 		}
 		if !hasValue || value == "" {
@@ -325,15 +326,6 @@ func validName(s string) bool {
 		}
 	}
 	return true
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // lex splits s at unquoted white space, removing quotes; escape before a character takes
