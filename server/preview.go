@@ -208,38 +208,8 @@ func (s *Server) proxySigned(w http.ResponseWriter, r *http.Request, _ *caller) 
 	s.proxy(w, r, id, port, "/"+r.PathValue("path"), true)
 }
 
-// previewHost parses {port}-{id}.{domain}.
-func (s *Server) previewHost(host string) (port int, id string, ok bool) {
-	if s.cfg.Domain == "" {
-		return 0, "", false
-	}
-	if h, _, err := splitHostPort(host); err == nil {
-		host = h
-	}
-	label, ok := strings.CutSuffix(strings.ToLower(host), "."+strings.ToLower(s.cfg.Domain))
-	if !ok || strings.Contains(label, ".") {
-		return 0, "", false
-	}
-	ps, id, ok := strings.Cut(label, "-")
-	if !ok || id == "" {
-		return 0, "", false
-	}
-	port, err := strconv.Atoi(ps)
-	if err != nil || port < 1 || port > 65535 {
-		return 0, "", false
-	}
-	return port, id, true
-}
-
-func splitHostPort(h string) (string, string, error) {
-	i := strings.LastIndexByte(h, ':')
-	if i < 0 || strings.Contains(h[i:], "]") {
-		return h, "", fmt.Errorf("no port")
-	}
-	return h[:i], h[i+1:], nil
-}
-
-// serveHostPreview serves {port}-{id}.{domain}: public ports to anyone, others to a caller
+// serveHostPreview serves a port of a sandbox named by its host, {port}-{id}.{domain}, or by
+// E2B's routing headers (e2b.Server.SandboxPort): public ports to anyone, others to a caller
 // with an API key or the sandbox's token; but every port of a sandbox created through E2B's
 // API with allowPublicTraffic false only with its traffic access token (e2b.PublicTraffic).
 func (s *Server) serveHostPreview(w http.ResponseWriter, r *http.Request, id string, port int) {

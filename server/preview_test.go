@@ -105,29 +105,31 @@ func TestPreview(t *testing.T) {
 	e.want(401, nil, "GET", strings.Replace(u.Path, ".", ".A", 1), "", nil)
 	// Host routing.
 	hostGet := func(cred string) (*http.Response, string) {
-		req, _ := http.NewRequest("GET", e.ts.URL+"/h?q=2", nil)
-		req.Host = "3000-" + sb.ID + ".preview.test"
-		if cred != "" {
-			req.Header.Set("Authorization", "Bearer "+cred)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp, string(b)
+		return portGet(t, e.ts.URL+"/h?q=2", "3000-"+sb.ID+".preview.test", nil, cred)
+	}
+	// E2B's routing headers name the same port on any host, with the same rules.
+	headerGet := func(cred string) (*http.Response, string) {
+		return portGet(t, e.ts.URL+"/h?q=2", "", map[string]string{"E2b-Sandbox-Id": sb.ID, "E2b-Sandbox-Port": "3000"}, cred)
 	}
 	if resp, _ := hostGet(""); resp.StatusCode != 401 {
 		t.Fatalf("host preview without credential: %d", resp.StatusCode)
 	}
+	if resp, _ := headerGet(""); resp.StatusCode != 401 {
+		t.Fatalf("header preview without credential: %d", resp.StatusCode)
+	}
 	if resp, body := hostGet(e.key); resp.StatusCode != 200 || body != "GET /h?q=2" {
 		t.Fatalf("host preview: %d %q", resp.StatusCode, body)
 	}
-	// Made public: no credential needed, in both forms.
+	if resp, body := headerGet(e.key); resp.StatusCode != 200 || body != "GET /h?q=2" {
+		t.Fatalf("header preview: %d %q", resp.StatusCode, body)
+	}
+	// Made public: no credential needed, in every form.
 	e.want(200, &port, "POST", "/v1/sandboxes/"+sb.ID+"/ports/3000/expose", sb.Token, map[string]bool{"public": true})
 	if resp, body := hostGet(""); resp.StatusCode != 200 || body != "GET /h?q=2" {
 		t.Fatalf("public host preview: %d %q", resp.StatusCode, body)
+	}
+	if resp, body := headerGet(""); resp.StatusCode != 200 || body != "GET /h?q=2" {
+		t.Fatalf("public header preview: %d %q", resp.StatusCode, body)
 	}
 	e.want(200, nil, "GET", "/v1/sandboxes/"+sb.ID+"/proxy/3000/", "", nil)
 	e.want(401, nil, "GET", "/v1/sandboxes/"+sb.ID+"/proxy/3001/", "", nil) // another port stays private
@@ -158,6 +160,29 @@ func TestPreview(t *testing.T) {
 	}
 	e.want(204, nil, "DELETE", "/v1/sandboxes/"+sb.ID+"/ports/3000", sb.Token, nil)
 	e.want(401, nil, "GET", "/v1/sandboxes/"+sb.ID+"/proxy/3000/", "", nil)
+}
+
+// portGet sends GET u with Host set to host (when not ""), the headers and a bearer
+// credential (when not ""), and returns the response and its body.
+func portGet(t *testing.T, u, host string, headers map[string]string, cred string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", u, nil)
+	if host != "" {
+		req.Host = host
+	}
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	if cred != "" {
+		req.Header.Set("Authorization", "Bearer "+cred)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
 }
 
 func TestPresignedFiles(t *testing.T) {

@@ -210,7 +210,7 @@ func (s *Server) Handler() http.Handler {
 			s.logRequest(r, "e2b", lw.status, start)
 			return
 		}
-		if port, id, ok := s.previewHost(r.Host); ok {
+		if port, id, ok := s.e2b.SandboxPort(r); ok {
 			s.serveHostPreview(lw, r, id, port)
 			s.logRequest(r, "preview-host", lw.status, start)
 			return

@@ -48,7 +48,7 @@ type target struct {
 
 // dataPlane reports whether r is for a sandbox's envd, and which.
 func (s *Server) dataPlane(r *http.Request) (target, bool) {
-	if port, id, ok := s.portHost(r.Host); ok {
+	if port, id, ok := s.SandboxPort(r); ok {
 		// A request for another port is the sandbox's own, whatever its path and headers.
 		return target{id: id}, port == EnvdPort
 	}
@@ -62,15 +62,36 @@ func (s *Server) dataPlane(r *http.Request) (target, bool) {
 	return target{}, false
 }
 
-// portHost parses {port}-{id}.{Domain}, the host of a port of a sandbox.
-func (s *Server) portHost(host string) (port int, id string, ok bool) {
-	if s.cfg.Domain == "" {
+// SandboxPort reports whether r is for a port of a sandbox, and which: a host of the form
+// {port}-{id}.{Config.Domain} (E2B's getHost), or E2B's routing headers E2b-Sandbox-Id and
+// E2b-Sandbox-Port on any host (what E2B's SDKs send to E2B_SANDBOX_URL, and what a client
+// without wildcard DNS sends to reach a port). The envd port is the data plane's; any other
+// is the sandbox's own traffic, which the server's preview rules decide.
+func (s *Server) SandboxPort(r *http.Request) (port int, id string, ok bool) {
+	if port, id, ok := ParsePortHost(r.Host, s.cfg.Domain); ok {
+		return port, id, true
+	}
+	id, ps := r.Header.Get(headerSandboxID), r.Header.Get(headerSandboxPort)
+	if id == "" || ps == "" {
 		return 0, "", false
 	}
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
+	port, err := strconv.Atoi(ps)
+	if err != nil || port < 1 || port > 65535 {
+		return 0, "", false
 	}
-	label, ok := strings.CutSuffix(strings.ToLower(host), "."+strings.ToLower(s.cfg.Domain))
+	return port, id, true
+}
+
+// ParsePortHost parses host as {port}-{id}.{domain} (with or without a :port of its own),
+// the host of a port of a sandbox. An empty domain matches nothing.
+func ParsePortHost(host, domain string) (port int, id string, ok bool) {
+	if domain == "" {
+		return 0, "", false
+	}
+	if i := strings.LastIndexByte(host, ':'); i >= 0 && !strings.Contains(host[i:], "]") {
+		host = host[:i]
+	}
+	label, ok := strings.CutSuffix(strings.ToLower(host), "."+strings.ToLower(domain))
 	if !ok || strings.Contains(label, ".") {
 		return 0, "", false
 	}
@@ -108,10 +129,6 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request, t target) {
 		// Finding the sandbox whose token signed the URL would cost a hash per live sandbox,
 		// for anyone who asks.
 		writeEnvdError(w, http.StatusUnauthorized, errSignatureNoSandbox.Error())
-		return
-	}
-	if p := r.Header.Get(headerSandboxPort); p != "" && p != strconv.Itoa(EnvdPort) {
-		writeJSON(w, http.StatusBadGateway, map[string]any{"sandboxId": id, "message": "only the envd port " + strconv.Itoa(EnvdPort) + " is served through E2B's routing headers", "code": http.StatusBadGateway})
 		return
 	}
 	if !idPattern.MatchString(id) {
@@ -197,8 +214,8 @@ func (s *Server) envdAuthorize(r *http.Request, id string, q url.Values) (signed
 // public traffic only with it.
 const HeaderTrafficToken = "E2b-Traffic-Access-Token"
 
-// PublicTraffic decides a request for a port of sandbox id other than envd's (a
-// {port}-{id}.{Domain} host). A sandbox created through E2B's API with
+// PublicTraffic decides a request for a port of sandbox id other than envd's (see
+// SandboxPort). A sandbox created through E2B's API with
 // network.allowPublicTraffic false takes such requests only with its traffic access token
 // (trafficAccessToken of create and connect) in the e2b-traffic-access-token header, which
 // is then all they need, as on E2B: restricted is true, and ok says whether the token is

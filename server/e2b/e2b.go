@@ -85,13 +85,13 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 // a 49983-{id}.{Domain} host, or a signed /files URL) or its control plane (every path in
 // an area of E2B's API: /sandboxes…, /v2/sandboxes…, /templates…, /health, and those the
 // server does not serve, such as /volumes…, which answer E2B's error body). A request to
-// another port of a sandbox ({port}-{id}.{Domain}) is the sandbox's own traffic, whatever
-// its path or headers: never the E2B API's.
+// another port of a sandbox (SandboxPort) is the sandbox's own traffic, whatever its path:
+// never the E2B API's.
 func (s *Server) Match(r *http.Request) bool {
 	if _, ok := s.dataPlane(r); ok {
 		return true
 	}
-	if _, _, ok := s.portHost(r.Host); ok {
+	if _, _, ok := s.SandboxPort(r); ok {
 		return false
 	}
 	return s.control.covers(r.URL.Path)

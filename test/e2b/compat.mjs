@@ -454,6 +454,15 @@ export async function run(sdk, sdkVersion) {
         assert.equal(r.status, 403, `${what}: ${r.status} ${r.body}`)
         assert.equal(JSON.parse(r.body).code, 403, what)
       }
+      // Without DNS for getHost's names: E2B's routing headers on E2B_SANDBOX_URL reach the
+      // same port under the same rule.
+      const byHeaders = (headers) => fetch(new URL('/index.html', process.env.E2B_SANDBOX_URL),
+        { headers: { 'E2b-Sandbox-Id': priv.sandboxId, 'E2b-Sandbox-Port': '8080', ...headers } })
+      const hr = await byHeaders(withToken)
+      assert.equal(hr.status, 200)
+      assert.equal(await hr.text(), 'served from the sandbox')
+      const hn = await byHeaders({ 'X-API-Key': process.env.E2B_API_KEY })
+      assert.equal(hn.status, 403, `routing headers with an API key instead: ${hn.status}`)
       const again = await Sandbox.connect(priv.sandboxId)
       assert.equal(again.trafficAccessToken, priv.trafficAccessToken, 'connect returns the traffic access token')
       await web.kill()
