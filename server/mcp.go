@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/tupper-dev/tupper/internal/httpdeadline"
 	"github.com/tupper-dev/tupper/mcpserver"
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
@@ -66,12 +67,91 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request, c *caller) {
 	s.mcp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerCtxKey{}, c)))
 }
 
-// closeMCP ends every open MCP session, destroying their default sandboxes.
+// closeMCP ends every open MCP session, destroying their default sandboxes (a sandbox's
+// own endpoint destroys none).
 func (s *Server) closeMCP() {
-	if s.mcp == nil {
-		return
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_ = s.mcp.Close(ctx)
+	if s.mcp != nil {
+		_ = s.mcp.Close(ctx)
+	}
+	s.boxMCPMu.Lock()
+	boxes := s.boxMCP
+	s.boxMCP = nil
+	s.boxMCPMu.Unlock()
+	for _, h := range boxes {
+		_ = h.Close(ctx)
+	}
+}
+
+// serveBoxMCP serves the MCP endpoint of sandbox id (E2B's mcp option: e2b.MCPPort) when it
+// has one, and reports whether it does: Tupper's tools bound to that sandbox, for a bearer
+// credential its gateway recorded. A sandbox without one has an ordinary port there.
+func (s *Server) serveBoxMCP(w http.ResponseWriter, r *http.Request, id string) bool {
+	enabled, ok := s.e2b.MCPAuthorized(r, id)
+	if !enabled {
+		return false
+	}
+	if !ok {
+		writeError(w, provider.Errorf(provider.CodeUnauthorized, "the sandbox's MCP endpoint needs the token its mcp-gateway was started with (Authorization: Bearer)"))
+		return true
+	}
+	if r.URL.Path != "/mcp" {
+		writeError(w, provider.Errorf(provider.CodeNotFound, "the sandbox's MCP endpoint is /mcp"))
+		return true
+	}
+	h, err := s.boxMCPHandler(id)
+	if err != nil {
+		writeError(w, err)
+		return true
+	}
+	httpdeadline.Lift(w)
+	h.ServeHTTP(w, r)
+	return true
+}
+
+// boxMCPHandler returns the MCP handler of sandbox id, made on first use.
+func (s *Server) boxMCPHandler(id string) (*mcpserver.HTTPHandler, error) {
+	s.boxMCPMu.Lock()
+	defer s.boxMCPMu.Unlock()
+	if h := s.boxMCP[id]; h != nil {
+		return h, nil
+	}
+	h, err := mcpserver.NewHTTPHandler(mcpserver.HTTPOptions{
+		Options: mcpserver.Options{Provider: s.prov, Logger: s.log, Version: s.cfg.Version},
+		SessionFor: func(*http.Request) tools.SessionOptions {
+			return tools.SessionOptions{Bound: id, PreviewURL: s.previewPath}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if s.boxMCP == nil {
+		s.boxMCP = map[string]*mcpserver.HTTPHandler{}
+	}
+	s.boxMCP[id] = h
+	return h, nil
+}
+
+// lifecycleEvent records an event of the lifecycle, and ends the MCP endpoint of a sandbox
+// that is gone.
+func (s *Server) lifecycleEvent(ctx context.Context, typ, id string, data any) {
+	s.emit(ctx, typ, id, data)
+	switch typ {
+	case EventDestroyed, EventExpired, EventTimedOut:
+		s.dropBoxMCP(id)
+	}
+}
+
+// dropBoxMCP ends the MCP endpoint of a sandbox that is gone.
+func (s *Server) dropBoxMCP(id string) {
+	s.boxMCPMu.Lock()
+	h := s.boxMCP[id]
+	delete(s.boxMCP, id)
+	s.boxMCPMu.Unlock()
+	if h != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = h.Close(ctx)
+	}
 }

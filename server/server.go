@@ -122,6 +122,11 @@ type Server struct {
 
 	mcp *mcpserver.HTTPHandler // /mcp
 
+	// boxMCP are the MCP endpoints of sandboxes made with E2B's mcp option, one handler (and
+	// so one set of MCP sessions) per sandbox.
+	boxMCPMu sync.Mutex
+	boxMCP   map[string]*mcpserver.HTTPHandler
+
 	previews *http.Transport // the preview proxy's, over Sandbox.DialPort
 }
 
@@ -175,7 +180,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		wake: make(chan struct{}, 1), webhooks: webhookClient(cfg.AllowPrivateWebhooks),
 	}
 	if s.lc, err = lifecycle.New(lifecycle.Config{
-		Provider: s.prov, Store: s.st, Logger: s.log, Emit: s.emit, PreviewURL: s.previewPath,
+		Provider: s.prov, Store: s.st, Logger: s.log, Emit: s.lifecycleEvent, PreviewURL: s.previewPath,
 		SnapshotExpiry: cfg.SnapshotExpiry, SnapshotsPerSandbox: cfg.SnapshotsPerSandbox, SnapshotsPerKey: cfg.SnapshotsPerKey,
 	}); err != nil {
 		return nil, err
@@ -211,6 +216,10 @@ func (s *Server) Handler() http.Handler {
 			return
 		}
 		if port, id, ok := s.e2b.SandboxPort(r); ok {
+			if port == e2b.MCPPort && s.serveBoxMCP(lw, r, id) {
+				s.logRequest(r, "sandbox-mcp", lw.status, start)
+				return
+			}
 			s.serveHostPreview(lw, r, id, port)
 			s.logRequest(r, "preview-host", lw.status, start)
 			return

@@ -230,3 +230,47 @@ func TestProcesses(t *testing.T) {
 	want(t, call(t, s, "process_logs", map[string]any{"name": "nope"}), true, "not_found")
 	want(t, call(t, s, "start_process", map[string]any{"command": "exit 4", "ready_log": "never"}), true, "process_exited")
 }
+
+// TestBoundSession: a session bound to an existing sandbox uses it as the default, reaches
+// and lists no other, refuses to create or destroy, and leaves it running at Close.
+func TestBoundSession(t *testing.T) {
+	prov := memory.New()
+	ctx := context.Background()
+	mine, err := sandbox.Create(ctx, prov, sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mine.Destroy(ctx)
+	other, err := sandbox.Create(ctx, prov, sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Destroy(ctx)
+	if err := other.Files.Write(ctx, "secret.txt", []byte("other's"), sandbox.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s := NewSession(prov, SessionOptions{Bound: mine.ID})
+
+	want(t, call(t, s, "write_file", map[string]any{"path": "note.txt", "content": "bound"}), false)
+	if got, err := mine.Files.Read(ctx, "note.txt"); err != nil || string(got) != "bound" {
+		t.Fatalf("the default sandbox is not the bound one: %q %v", got, err)
+	}
+	want(t, call(t, s, "read_file", map[string]any{"path": "secret.txt", "sandbox_id": other.ID}), true, "no sandbox "+other.ID)
+	want(t, call(t, s, "read_file", map[string]any{"path": "note.txt", "sandbox_id": mine.ID}), false, "bound")
+	res := call(t, s, "list_sandboxes", map[string]any{})
+	want(t, res, false, mine.ID, "(default)")
+	if strings.Contains(res.Text, other.ID) {
+		t.Errorf("list_sandboxes shows another sandbox:\n%s", res.Text)
+	}
+	want(t, call(t, s, "create_sandbox", map[string]any{}), true, "bound to sandbox")
+	want(t, call(t, s, "destroy_sandbox", map[string]any{"sandbox_id": mine.ID}), true, "bound to sandbox")
+	if n := sandboxes(t, prov); n != 2 {
+		t.Fatalf("%d sandboxes, want the 2 made by the test", n)
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sandbox.Connect(ctx, prov, mine.ID, sandbox.ConnectOptions{}); err != nil {
+		t.Fatalf("the bound sandbox did not survive Close: %v", err)
+	}
+}

@@ -3,6 +3,7 @@ package tools
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -85,6 +86,9 @@ func listSandboxes(ctx context.Context, s *Session, _ listSandboxesArgs) (Result
 	infos, err := sandbox.List(ctx, s.prov, sandbox.ListOptions{Labels: s.opts.Labels})
 	if err != nil {
 		return Result{}, err
+	}
+	if s.opts.Bound != "" {
+		infos = slices.DeleteFunc(infos, func(in sandbox.Info) bool { return in.ID != s.opts.Bound })
 	}
 	def := s.DefaultID()
 	var b strings.Builder

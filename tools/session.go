@@ -38,6 +38,13 @@ type SessionOptions struct {
 	// Snapshot, when set, takes the snapshot tool's snapshots (a server counts them against
 	// its quotas and gives them its expiry, as its own API does). Nil: Sandbox.Snapshot.
 	Snapshot func(ctx context.Context, b *sandbox.Sandbox) (string, error)
+
+	// Bound, when set, binds the session to that existing sandbox: it is the default, it is
+	// the only sandbox the session lists or reaches (another sandbox_id is not found), and the
+	// session neither creates sandboxes (create_sandbox is refused) nor destroys it
+	// (destroy_sandbox is refused, Close leaves it running). A server gives a sandbox's own
+	// MCP endpoint such a session.
+	Bound string
 }
 
 // Session is the state tools share in one conversation with a model: a provider, and a
@@ -84,6 +91,9 @@ var errClosed = &sandbox.Error{Code: sandbox.CodeUnavailable, Op: "session", Mes
 func (s *Session) Sandbox(ctx context.Context, id string) (*sandbox.Sandbox, error) {
 	if id == "" {
 		return s.defaultSandbox(ctx)
+	}
+	if s.opts.Bound != "" && id != s.opts.Bound {
+		return nil, &sandbox.Error{Code: sandbox.CodeNotFound, Op: "connect", Message: "no sandbox " + id + " (this session reaches sandbox " + s.opts.Bound + " only)"}
 	}
 	s.mu.Lock()
 	if s.closed {
@@ -148,7 +158,13 @@ func (s *Session) defaultSandbox(ctx context.Context) (*sandbox.Sandbox, error) 
 		s.creating = done
 		s.mu.Unlock()
 
-		b, err := s.create(ctx, s.opts.Create, true)
+		var b *sandbox.Sandbox
+		var err error
+		if s.opts.Bound != "" {
+			b, err = sandbox.Connect(ctx, s.prov, s.opts.Bound, sandbox.ConnectOptions{})
+		} else {
+			b, err = s.create(ctx, s.opts.Create, true)
+		}
 
 		s.mu.Lock()
 		s.creating = nil
@@ -159,8 +175,12 @@ func (s *Session) defaultSandbox(ctx context.Context) (*sandbox.Sandbox, error) 
 		}
 		if s.closed {
 			s.mu.Unlock()
-			destroy(b)
-			s.destroyed(ctx, b.ID)
+			if s.opts.Bound != "" {
+				b.Close()
+			} else {
+				destroy(b)
+				s.destroyed(ctx, b.ID)
+			}
 			return nil, errClosed
 		}
 		s.defaultID = b.ID
@@ -210,6 +230,9 @@ func (s *Session) trackErr(id string) error {
 
 // createExtra makes a sandbox for create_sandbox and keeps its handle.
 func (s *Session) createExtra(ctx context.Context, opts sandbox.CreateOptions) (*sandbox.Sandbox, error) {
+	if s.opts.Bound != "" {
+		return nil, s.boundErr("create")
+	}
 	s.mu.Lock()
 	closed := s.closed
 	s.mu.Unlock()
@@ -234,6 +257,9 @@ func (s *Session) createExtra(ctx context.Context, opts sandbox.CreateOptions) (
 // destroySandbox destroys id (which must be in scope) and forgets it; destroying the default
 // sandbox means the next tool call without sandbox_id creates a fresh one.
 func (s *Session) destroySandbox(ctx context.Context, id string) error {
+	if s.opts.Bound != "" {
+		return s.boundErr("destroy")
+	}
 	b, err := s.Sandbox(ctx, id)
 	if err != nil {
 		return err
@@ -285,7 +311,7 @@ func (s *Session) Close(ctx context.Context) error {
 
 	var err error
 	for id, b := range handles {
-		if id == def {
+		if id == def && s.opts.Bound == "" {
 			if err = b.Destroy(ctx); err == nil || errors.Is(err, sandbox.CodeNotFound) {
 				s.destroyed(ctx, id)
 			}
@@ -298,6 +324,11 @@ func (s *Session) Close(ctx context.Context) error {
 	close(s.closeDone)
 	s.mu.Unlock()
 	return err
+}
+
+// boundErr is the refusal of op (create, destroy) by a session bound to one sandbox.
+func (s *Session) boundErr(op string) error {
+	return &sandbox.Error{Code: sandbox.CodeForbidden, Op: op, Message: "this session is bound to sandbox " + s.opts.Bound + ": it neither creates nor destroys sandboxes"}
 }
 
 // destroy removes a sandbox nobody will use, with its own deadline.

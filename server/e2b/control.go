@@ -208,8 +208,6 @@ func (s *Server) options(req newSandbox, defTimeout int64) (sandbox.CreateOption
 		return opts, unsupported("autoResume is not supported")
 	case len(req.VolumeMounts) > 0:
 		return opts, unsupported("volumeMounts are not supported")
-	case isSet(req.MCP):
-		return opts, unsupported("mcp is not supported")
 	case isSet(req.IAM):
 		return opts, unsupported("iam is not supported")
 	}
@@ -233,8 +231,13 @@ func (s *Server) options(req newSandbox, defTimeout int64) (sandbox.CreateOption
 	// The SDK on the server sets its own label on the provider's sandbox.
 	delete(opts.Labels, sandbox.SDKLabel)
 	opts.Env = req.EnvVars
-	if req.TemplateID != baseTemplate {
+	if req.TemplateID != baseTemplate && req.TemplateID != mcpTemplate {
 		opts.Template = req.TemplateID
+	}
+	if hasMCP(req.MCP) {
+		if err := checkMCPConfig(req.MCP); err != nil {
+			return opts, err
+		}
 	}
 	// On a provider that cannot enforce it the server's reaper does (lifecycle.CreateOptions).
 	opts.Timeout = d
@@ -305,11 +308,17 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, keyID string, de
 	if n := req.Network; n != nil && n.AllowPublicTraffic != nil && !*n.AllowPublicTraffic {
 		labels[labelPublicTraffic] = "false"
 	}
+	if hasMCP(req.MCP) {
+		labels[labelMCP] = "true"
+	}
 	cr, err := s.lc.Create(r.Context(), lifecycle.CreateOptions{
 		Sandbox: opts, KeyID: keyID, Labels: labels, TemplateMayBeSnapshot: true,
-		CheckID: func(id string) error {
-			if !idPattern.MatchString(id) {
+		Prepare: func(ctx context.Context, b *sandbox.Sandbox) error {
+			if !idPattern.MatchString(b.ID) {
 				return provider.Errorf(provider.CodeUnsupported, "provider %s makes sandbox ids E2B clients cannot use", s.prov.Name())
+			}
+			if hasMCP(req.MCP) {
+				return installMCPGateway(ctx, b)
 			}
 			return nil
 		},

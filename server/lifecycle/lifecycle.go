@@ -140,8 +140,10 @@ type CreateOptions struct {
 	// TemplateMayBeSnapshot lets Sandbox.Template name a snapshot when it names no template of
 	// the provider (E2B's templateID), where the provider has snapshots.
 	TemplateMayBeSnapshot bool
-	// CheckID refuses sandbox ids the client cannot use; a new sandbox it refuses is destroyed.
-	CheckID func(id string) error
+	// Prepare runs on a new sandbox (not one a get-or-create found) before it is recorded: it
+	// may refuse it (an id the client cannot use) or finish it (put files in it); a new sandbox
+	// it fails is destroyed.
+	Prepare func(ctx context.Context, b *sandbox.Sandbox) error
 	// Event is added to the data of the sandbox.created event.
 	Event map[string]any
 }
@@ -197,8 +199,8 @@ func (s *Service) Create(ctx context.Context, opts CreateOptions) (*Created, err
 			}
 		}
 	}()
-	if b.Created && opts.CheckID != nil {
-		if err := opts.CheckID(b.ID); err != nil {
+	if b.Created && opts.Prepare != nil {
+		if err := opts.Prepare(ctx, b); err != nil {
 			return nil, err
 		}
 	}

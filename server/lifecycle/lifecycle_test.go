@@ -56,9 +56,9 @@ func TestCreateUndo(t *testing.T) {
 	lc, prov, st, ev := newService(t)
 	refused := errors.New("refused")
 	var made string
-	_, err := lc.Create(t.Context(), lifecycle.CreateOptions{CheckID: func(id string) error { made = id; return refused }})
+	_, err := lc.Create(t.Context(), lifecycle.CreateOptions{Prepare: func(_ context.Context, b *sandbox.Sandbox) error { made = b.ID; return refused }})
 	if !errors.Is(err, refused) || made == "" {
-		t.Fatalf("Create with a refusing CheckID: %v (id %q)", err, made)
+		t.Fatalf("Create with a refusing Prepare: %v (id %q)", err, made)
 	}
 	if infos, _ := prov.List(t.Context(), provider.ListFilter{}); len(infos) != 0 {
 		t.Errorf("the refused sandbox is still in the provider: %v", infos)

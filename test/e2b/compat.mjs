@@ -471,6 +471,47 @@ export async function run(sdk, sdkVersion) {
     }
   })
 
+  await step('mcp: {} gives the sandbox an MCP endpoint with Tupper\'s tools for it alone', async () => {
+    await assert.rejects(Sandbox.create({ mcp: { github: { githubPersonalAccessToken: 'x' } }, timeoutMs: 60_000 }),
+      (err) => { assert.match(String(err.message), /MCP servers from E2B's catalog \(github\) are not available/); return true })
+    const m = await Sandbox.create({ mcp: {}, timeoutMs: 120_000 })
+    try {
+      assert.match(m.getMcpUrl(), new RegExp(`^https://50005-${m.sandboxId}\\..*/mcp$`))
+      const token = await m.getMcpToken()
+      assert.ok(token && token.length >= 16, `token ${token}`)
+      // MCP over streamable HTTP, to the sandbox's port 50005 by E2B's routing headers.
+      let session
+      const rpc = async (body, tok = token) => {
+        const headers = { 'E2b-Sandbox-Id': m.sandboxId, 'E2b-Sandbox-Port': '50005', 'Content-Type': 'application/json',
+          Accept: 'application/json, text/event-stream', Authorization: `Bearer ${tok}` }
+        if (session) headers['Mcp-Session-Id'] = session
+        const r = await fetch(new URL('/mcp', process.env.E2B_SANDBOX_URL), { method: 'POST', headers, body: JSON.stringify(body) })
+        session ??= r.headers.get('mcp-session-id') ?? undefined
+        const text = await r.text()
+        const data = text.split('\n').filter((l) => l.startsWith('data: ')).map((l) => JSON.parse(l.slice(6)))
+        return { status: r.status, msg: data.at(-1) ?? (text && r.headers.get('content-type')?.includes('json') ? JSON.parse(text) : undefined) }
+      }
+      const denied = await rpc({ jsonrpc: '2.0', id: 0, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'compat', version: '1' } } }, 'f'.repeat(36))
+      assert.equal(denied.status, 401, 'a wrong token is refused')
+      const init = await rpc({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'compat', version: '1' } } })
+      assert.equal(init.status, 200)
+      assert.ok(init.msg?.result?.serverInfo, JSON.stringify(init.msg))
+      assert.ok(session, 'an MCP session id')
+      await rpc({ jsonrpc: '2.0', method: 'notifications/initialized' })
+      const list = await rpc({ jsonrpc: '2.0', id: 2, method: 'tools/list' })
+      assert.ok(list.msg.result.tools.some((t) => t.name === 'run_command'), 'run_command is listed')
+      const run = await rpc({ jsonrpc: '2.0', id: 3, method: 'tools/call', params: { name: 'run_command', arguments: { command: 'echo from-mcp > /tmp/mcp.txt; echo done' } } })
+      assert.equal(run.msg.result.isError ?? false, false, JSON.stringify(run.msg))
+      assert.equal(await m.files.read('/tmp/mcp.txt'), 'from-mcp\n', 'the tool ran in this sandbox')
+      const other = await rpc({ jsonrpc: '2.0', id: 4, method: 'tools/call', params: { name: 'run_command', arguments: { command: 'true', sandbox_id: sbx.sandboxId } } })
+      assert.equal(other.msg.result.isError, true, 'another sandbox is out of reach')
+      const made = await rpc({ jsonrpc: '2.0', id: 5, method: 'tools/call', params: { name: 'create_sandbox', arguments: {} } })
+      assert.equal(made.msg.result.isError, true, 'the endpoint creates no sandboxes')
+    } finally {
+      await m.kill()
+    }
+  })
+
   await step('Template.exists: base exists, another alias does not', async () => {
     assert.equal(await Template.exists('base'), true)
     assert.equal(await Template.exists(`no-such-template-${process.pid}`), false)
