@@ -147,7 +147,10 @@
 //   - Capabilities: Docker's default set without CAP_MKNOD, CAP_NET_RAW (no raw sockets),
 //     CAP_AUDIT_WRITE and CAP_SETFCAP; plus CAP_SYS_ADMIN (under runc and crun inside the user
 //     namespace), which the agent needs to start each command in a child mount namespace
-//     hiding /.tupper (its binary, socket and config). no_new_privs is set.
+//     hiding /.tupper (its binary, socket and config), and drops it from the bounding
+//     set. Under runc and crun no_new_privs is not set and the root is not nosuid, so set-uid
+//     programs (sudo) work inside, raising to the sandbox's root at most; under runsc and
+//     without a user namespace it is set.
 //   - Seccomp (seccomp.go): a deny list over an allow default — kernel modules, kexec, bpf,
 //     perf, io_uring, keyrings, ptrace and process_vm_*, file handles, clocks, swap, quotas,
 //     syslog, userfaultfd, pivot_root and the new mount API, and new user namespaces

@@ -412,14 +412,28 @@ func mountRootfs(disk, rootfs string, plan rootfsPlan) error {
 				return err
 			}
 			data := fmt.Sprintf("lowerdir=%s,upperdir=upper/%s,workdir=%s", l, d, w)
-			if err := unix.Mount("overlay", m, "overlay", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
+			// nosuid as the root overlay below: host's /usr has set-uid programs (su,
+			// passwd, sudo), which run as the sandbox's root where it has a user namespace.
+			hflags := uintptr(unix.MS_NODEV)
+			if plan.usernsFD < 0 {
+				hflags |= unix.MS_NOSUID
+			}
+			if err := unix.Mount("overlay", m, "overlay", hflags, data); err != nil {
 				return fmt.Errorf("mount the overlay of /%s: %w", d, err)
 			}
 		}
 		data := fmt.Sprintf("lowerdir=%s,upperdir=upper,workdir=work", strings.Join(lowers, ":"))
-		// nosuid, nodev: the host never honours a set-id bit or a device node that sandbox
-		// code made (under runsc files made inside are host root's).
-		if err := unix.Mount("overlay", rootfs, "overlay", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
+		// nodev: the host never honours a device node that sandbox code made. nosuid unless
+		// the sandbox has a user namespace (runc, crun): there a set-uid file can only be
+		// owned by the sandbox's own ids, so honouring it raises a process to the sandbox's
+		// root at most, and sudo works inside. Under runsc (files made inside are host
+		// root's; the sentry decides set-uid inside) and without a user namespace the host
+		// never honours a set-id bit that sandbox code made.
+		flags := uintptr(unix.MS_NODEV)
+		if plan.usernsFD < 0 {
+			flags |= unix.MS_NOSUID
+		}
+		if err := unix.Mount("overlay", rootfs, "overlay", flags, data); err != nil {
 			return fmt.Errorf("mount overlay: %w", err)
 		}
 		for _, d := range plan.hostDirs {

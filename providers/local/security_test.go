@@ -659,6 +659,12 @@ func (s *secSuite) privilegedCalls(t *testing.T) {
 	if !fileExists("/proc/sysrq-trigger") {
 		want["write-sysrq"] = "ENOENT" // this kernel has no magic SysRq
 	}
+	if s.rt != RuntimeRunsc && s.p.userns {
+		// Set-uid programs (sudo) work inside a user namespace: they raise a process to
+		// the sandbox's root at most, whose capabilities the rows above bound (the
+		// agent drops CAP_SYS_ADMIN from the bounding set, so none regains it).
+		want["no_new_privs"] = "0"
+	}
 	// Other refusals that count, per key: gVisor answers with its own errnos, which differ
 	// between releases (checked with Debian's 20221219 and 20240729).
 	also := map[string][]string{}
@@ -1552,15 +1558,25 @@ func (s *secSuite) hostUser(t *testing.T) {
 		}
 	}
 	// Even handed the planted binary (an open descriptor, past the directories), it runs as
-	// the user who runs it: the sandbox's file systems are mounted nosuid (and nodev).
+	// the user who runs it: the kernel honours a set-uid bit only on a mount of the caller's
+	// own mount namespace, and these are the sandbox's. Besides, the file systems are nodev,
+	// and nosuid where a file made inside can be host root's (runsc, no user namespace); with
+	// a user namespace (runc, crun) the root is not nosuid, so that sudo works inside, and
+	// the planted file is owned by the sandbox's own root.
+	userns := s.p.userns && rec.Runtime != RuntimeRunsc
+	want := strconv.Itoa(nobody)
+	if userns && st.Uid != rec.UIDBase {
+		t.Errorf("ESCAPE: the planted set-uid file is owned by host uid %d, not the sandbox's root %d", st.Uid, rec.UIDBase)
+	}
 	for _, m := range []string{rootfs, disk} {
 		var sfs syscall.Statfs_t
 		if err := syscall.Statfs(m, &sfs); err != nil {
 			t.Fatal(err)
 		}
 		const stNosuid, stNodev = 0x2, 0x4
-		if sfs.Flags&stNosuid == 0 || sfs.Flags&stNodev == 0 {
-			t.Errorf("%s is mounted without nosuid,nodev (flags %#x)", m, sfs.Flags)
+		nosuid := m == disk || !userns
+		if sfs.Flags&stNodev == 0 || (nosuid && sfs.Flags&stNosuid == 0) {
+			t.Errorf("%s is mounted without nodev or nosuid (flags %#x)", m, sfs.Flags)
 		}
 	}
 	f, err := os.Open(suid)
@@ -1585,8 +1601,23 @@ func (s *secSuite) hostUser(t *testing.T) {
 		defer f2.Close()
 		out, err = asNobody([]*os.File{f2}, "/proc/self/fd/3", "-u")
 	}
-	if err != nil || out != strconv.Itoa(nobody) {
-		t.Errorf("ESCAPE: the planted set-uid binary run by uid %d on the host: %q %v; want %d", nobody, out, err, nobody)
+	if err != nil || out != want || out == "0" {
+		t.Errorf("ESCAPE: the planted set-uid binary run by uid %d on the host: %q %v; want %s", nobody, out, err, want)
+	}
+	// Inside, the same file raises the sandbox's user to the sandbox's root where set-uid
+	// works (sudo's mechanism), and to nothing under runsc.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var o bytes.Buffer
+	if _, err := s.a.Exec(ctx, provider.ExecRequest{Command: "/workspace/suid-id -u", User: "user", Stdout: &o, Stderr: &o}); err != nil {
+		t.Fatal(err)
+	}
+	wantInside := "1000"
+	if userns {
+		wantInside = "0"
+	}
+	if got := strings.TrimSpace(o.String()); got != wantInside {
+		t.Errorf("a set-uid root program run by user inside: euid %q, want %s", got, wantInside)
 	}
 	t.Logf("the planted set-uid binary, run by uid %d through a descriptor: euid %s", nobody, out)
 }

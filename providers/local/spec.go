@@ -74,8 +74,14 @@ func buildSpec(b bundleSpec) *specs.Spec {
 			"HOME=/root",
 			"LANG=C.UTF-8",
 		},
-		Cwd:             "/",
-		NoNewPrivileges: true,
+		Cwd: "/",
+		// Under runc and crun with a user namespace, set-uid programs work inside (sudo), as
+		// in a Docker container: they raise a process to the sandbox's own root at most, an
+		// unprivileged uid of the host (mountRootfs mounts the root without nosuid there).
+		// Without a user namespace (Config.NoUserNS) root inside is the host's, and nothing
+		// may raise a process to it; under runsc the root is nosuid on the host (files made
+		// inside are host root's), so no_new_privs costs nothing.
+		NoNewPrivileges: !b.userns || b.runtime == RuntimeRunsc,
 		Capabilities: &specs.LinuxCapabilities{
 			Bounding:  caps,
 			Effective: caps,

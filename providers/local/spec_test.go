@@ -30,8 +30,14 @@ func TestNewID(t *testing.T) {
 func TestSpecRunc(t *testing.T) {
 	s := buildSpec(bundleSpec{id: "a", runtime: RuntimeRunc, rootfs: "/r", agentPath: "/bin/tupper", runDir: "/run",
 		userns: true, uidBase: 0x70000000, cpu: 1.5, memoryMB: 512, pids: 100})
-	if !s.Process.NoNewPrivileges {
-		t.Error("no_new_privs unset")
+	// Set-uid programs (sudo) work only where a user namespace bounds them.
+	if s.Process.NoNewPrivileges {
+		t.Error("no_new_privs set with a user namespace: sudo would not work inside")
+	}
+	for _, b := range []bundleSpec{{runtime: RuntimeRunc}, {runtime: RuntimeCrun}, {runtime: RuntimeRunsc, userns: true}, {runtime: RuntimeRunsc}} {
+		if !buildSpec(b).Process.NoNewPrivileges {
+			t.Errorf("no_new_privs unset for %s with userns %v", b.runtime, b.userns)
+		}
 	}
 	if slices.Contains(s.Process.Capabilities.Bounding, "CAP_NET_RAW") || slices.Contains(s.Process.Capabilities.Bounding, "CAP_SYS_PTRACE") {
 		t.Errorf("capabilities %v", s.Process.Capabilities.Bounding)
