@@ -194,12 +194,33 @@ func (s *Server) templateAlias(w http.ResponseWriter, r *http.Request, _ string)
 	writeError(w, provider.Errorf(provider.CodeNotFound, "template alias %q not found: the aliases are %q and the provider's templates", alias, baseTemplate))
 }
 
+// hasTemplate reports whether the provider has a template called name, made (not a
+// built-in one it would make on first use): E2B's "base" is the provider's own "base" once it
+// exists (the local provider's: Python, Node.js, git, curl and sudo, as E2B's), else the
+// provider's default template, so that a create never waits minutes for a build.
+func (s *Server) hasTemplate(ctx context.Context, name string) bool {
+	tp, ok := s.prov.(provider.Templater)
+	if !ok {
+		return false
+	}
+	all, err := tp.Templates(ctx)
+	if err != nil {
+		return false
+	}
+	for _, t := range all {
+		if t.Name == name {
+			return t.Layers > 0
+		}
+	}
+	return false
+}
+
 func unsupported(format string, args ...any) error {
 	return provider.Errorf(provider.CodeUnsupported, format, args...)
 }
 
 // options turns a create request into sandbox options.
-func (s *Server) options(req newSandbox, defTimeout int64) (sandbox.CreateOptions, error) {
+func (s *Server) options(ctx context.Context, req newSandbox, defTimeout int64) (sandbox.CreateOptions, error) {
 	var opts sandbox.CreateOptions
 	switch {
 	case req.AutoPause != nil && *req.AutoPause:
@@ -233,9 +254,11 @@ func (s *Server) options(req newSandbox, defTimeout int64) (sandbox.CreateOption
 	opts.Env = req.EnvVars
 	if req.TemplateID != baseTemplate && req.TemplateID != mcpTemplate {
 		opts.Template = req.TemplateID
+	} else if s.hasTemplate(ctx, baseTemplate) {
+		opts.Template = baseTemplate
 	}
 	if hasMCP(req.MCP) {
-		if err := checkMCPConfig(req.MCP); err != nil {
+		if _, err := mcpRefusal(req.MCP); err != nil {
 			return opts, err
 		}
 	}
@@ -292,7 +315,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, keyID string, de
 		writeError(w, provider.Errorf(provider.CodeInvalidArgument, "templateID is required"))
 		return
 	}
-	opts, err := s.options(req, defTimeout)
+	opts, err := s.options(r.Context(), req, defTimeout)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -318,7 +341,8 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, keyID string, de
 				return provider.Errorf(provider.CodeUnsupported, "provider %s makes sandbox ids E2B clients cannot use", s.prov.Name())
 			}
 			if hasMCP(req.MCP) {
-				return installMCPGateway(ctx, b)
+				refusal, _ := mcpRefusal(req.MCP) // checked by options
+				return installMCPGateway(ctx, b, refusal)
 			}
 			return nil
 		},

@@ -126,10 +126,13 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request, t target) {
 	q := r.URL.Query()
 	id := t.id
 	if id == "" {
-		// Finding the sandbox whose token signed the URL would cost a hash per live sandbox,
-		// for anyone who asks.
-		writeEnvdError(w, http.StatusUnauthorized, errSignatureNoSandbox.Error())
-		return
+		// A signed /files URL made against E2B_SANDBOX_URL: the sandbox is the one whose
+		// token signed it (signedSandbox).
+		var err error
+		if id, err = s.signedSandbox(ctx, r.Method, q, time.Now()); err != nil {
+			writeEnvdError(w, http.StatusUnauthorized, err.Error())
+			return
+		}
 	}
 	if !idPattern.MatchString(id) {
 		writeSandboxNotFound(w, id)

@@ -2,6 +2,7 @@ package e2b_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -137,24 +138,36 @@ func TestSignedUser(t *testing.T) {
 	}
 }
 
-// A header-less signed /files URL names no sandbox; finding the one whose token signed it
-// would cost a hash per live sandbox for anyone who asks, so it is refused at once. With
-// E2b-Sandbox-Id the same URL works.
+// A header-less signed /files URL (what E2B's SDKs make with E2B_SANDBOX_URL set) names no
+// sandbox: the server finds the one whose token signed it, among several, and serves it as
+// that sandbox; with E2b-Sandbox-Id the same URL works too, and names another sandbox in
+// vain. A URL no live sandbox signed is refused.
 func TestSignedNamed(t *testing.T) {
 	srv := localServer(t)
-	var sb struct{ SandboxID, EnvdAccessToken string }
-	if r := call(t, "POST", srv.URL+"/v2/sandboxes", srv.Key, `{"templateID":"base","timeout":300}`, nil, &sb); r.StatusCode != 201 {
-		t.Fatalf("create: %d", r.StatusCode)
+	var sbs [2]struct{ SandboxID, EnvdAccessToken string }
+	for i := range sbs {
+		if r := call(t, "POST", srv.URL+"/v2/sandboxes", srv.Key, `{"templateID":"base","timeout":300}`, nil, &sbs[i]); r.StatusCode != 201 {
+			t.Fatalf("create: %d", r.StatusCode)
+		}
+		nativeRun(t, srv, sbs[i].SandboxID, fmt.Sprintf("echo signed-%d > /home/user/s.txt", i))
 	}
-	nativeRun(t, srv, sb.SandboxID, "echo signed > /home/user/s.txt")
-	q := url.Values{"path": {"/home/user/s.txt"}, "signature": {e2b.Signature("/home/user/s.txt", "read", "", sb.EnvdAccessToken, 0)}}
-	u := srv.URL + "/files?" + q.Encode()
-	code, body := get(t, u, nil)
-	if code != 401 || !strings.Contains(body, "names no sandbox") {
-		t.Errorf("header-less signed URL: %d %s, want 401 naming the missing sandbox", code, body)
+	for i, sb := range sbs {
+		q := url.Values{"path": {"/home/user/s.txt"}, "signature": {e2b.Signature("/home/user/s.txt", "read", "", sb.EnvdAccessToken, 0)}}
+		u := srv.URL + "/files?" + q.Encode()
+		want := fmt.Sprintf("signed-%d\n", i)
+		if code, body := get(t, u, nil); code != 200 || body != want {
+			t.Errorf("header-less signed URL of sandbox %d: %d %q, want %q", i, code, body, want)
+		}
+		if code, body := get(t, u, map[string]string{"E2b-Sandbox-Id": sb.SandboxID}); code != 200 || body != want {
+			t.Errorf("with E2b-Sandbox-Id: %d %q", code, body)
+		}
+		if code, _ := get(t, u, map[string]string{"E2b-Sandbox-Id": sbs[1-i].SandboxID}); code != 401 {
+			t.Errorf("signed by sandbox %d, sent naming the other: %d, want 401", i, code)
+		}
 	}
-	if code, body := get(t, u, map[string]string{"E2b-Sandbox-Id": sb.SandboxID}); code != 200 || body != "signed\n" {
-		t.Errorf("with E2b-Sandbox-Id: %d %q", code, body)
+	q := url.Values{"path": {"/home/user/s.txt"}, "signature": {e2b.Signature("/home/user/s.txt", "read", "", "sbt_"+strings.Repeat("0", 40), 0)}}
+	if code, body := get(t, srv.URL+"/files?"+q.Encode(), nil); code != 401 || !strings.Contains(body, "invalid signature") {
+		t.Errorf("a URL no sandbox signed: %d %s", code, body)
 	}
 }
 

@@ -52,6 +52,7 @@ type Server struct {
 	tokenKey []byte
 	control  *router
 	proxy    *envdProxy
+	scan     *signedScan // signed URLs that name no sandbox
 }
 
 // New builds a Server. It reads (creating it the first time) the key that derives sandbox
@@ -72,7 +73,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
-	s := &Server{cfg: cfg, lc: cfg.Lifecycle, prov: cfg.Provider, st: cfg.Store, log: cfg.Logger, tokenKey: key}
+	s := &Server{cfg: cfg, lc: cfg.Lifecycle, prov: cfg.Provider, st: cfg.Store, log: cfg.Logger, tokenKey: key, scan: newSignedScan()}
 	if err := s.forgetEnvdTokens(ctx); err != nil {
 		return nil, err
 	}

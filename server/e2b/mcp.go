@@ -27,7 +27,7 @@ import (
 // may use an endpoint whose tools act on the sandbox alone: nothing it could not do itself.
 //
 // E2B's gateway runs MCP servers from Docker's catalog, named in the config; those are not
-// available, and a config that names any is refused at create with a clear error.
+// available: with a config that names any, mcp-gateway fails saying so.
 
 // MCPPort is the port of a sandbox's MCP endpoint in E2B's SDKs.
 const MCPPort = 50005
@@ -62,18 +62,18 @@ chmod 600 /etc/mcp-gateway/.token.new
 mv /etc/mcp-gateway/.token.new /etc/mcp-gateway/.token
 `
 
-// checkMCPConfig accepts an mcp option that names no MCP server ({}).
-func checkMCPConfig(raw json.RawMessage) error {
+// mcpRefusal is why the gateway cannot serve config, or "" when it names no MCP server ({}).
+func mcpRefusal(raw json.RawMessage) (string, error) {
 	var servers map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &servers); err != nil {
-		return provider.Errorf(provider.CodeInvalidArgument, "mcp: want an object: %v", err)
+		return "", provider.Errorf(provider.CodeInvalidArgument, "mcp: want an object: %v", err)
 	}
-	if len(servers) > 0 {
-		names := slices.Sorted(maps.Keys(servers))
-		return unsupported("mcp: MCP servers from E2B's catalog (%s) are not available; "+
-			"with mcp: {} the sandbox's MCP endpoint serves Tupper's own tools for the sandbox (commands, files, processes, ports)", strings.Join(names, ", "))
+	if len(servers) == 0 {
+		return "", nil
 	}
-	return nil
+	names := slices.Sorted(maps.Keys(servers))
+	return "MCP servers from E2B's catalog (" + strings.Join(names, ", ") + ") are not available on tupper; " +
+		"with mcp: {} the sandbox's MCP endpoint serves Tupper's own tools for the sandbox (commands, files, processes, ports)", nil
 }
 
 // hasMCP reports whether raw is an mcp option (any JSON but null).
@@ -82,9 +82,16 @@ func hasMCP(raw json.RawMessage) bool {
 	return s != "" && s != "null"
 }
 
-// installMCPGateway puts the mcp-gateway command into a new sandbox.
-func installMCPGateway(ctx context.Context, b *sandbox.Sandbox) error {
-	if err := b.Files.Write(ctx, mcpGatewayPath, []byte(mcpGateway), sandbox.WriteOptions{Mode: sandbox.Mode(0o755)}); err != nil {
+// installMCPGateway puts the mcp-gateway command into a new sandbox. A config it cannot
+// serve gets a gateway that fails saying why, so the SDK fails its create with that
+// message ("Failed to start MCP gateway: …") and removes the sandbox, as on E2B when a
+// gateway does not start.
+func installMCPGateway(ctx context.Context, b *sandbox.Sandbox, refusal string) error {
+	script := mcpGateway
+	if refusal != "" {
+		script = "#!/bin/sh\necho 'mcp-gateway: " + strings.ReplaceAll(refusal, "'", `'"'"'`) + "' >&2\nexit 1\n"
+	}
+	if err := b.Files.Write(ctx, mcpGatewayPath, []byte(script), sandbox.WriteOptions{Mode: sandbox.Mode(0o755)}); err != nil {
 		return provider.Errorf(provider.CodeProvider, "mcp: put mcp-gateway in the sandbox: %v", err)
 	}
 	return nil

@@ -41,8 +41,25 @@ func TestSandboxMCP(t *testing.T) {
 		Code    int
 		Message string
 	}
-	if r := call(t, "POST", srv.URL+"/sandboxes", key, `{"templateID":"mcp-gateway","mcp":{"github":{"token":"x"}}}`, nil, &e); r.StatusCode != 501 || !strings.Contains(e.Message, "(github) are not available") {
-		t.Fatalf("create with a catalog server: %d %+v", r.StatusCode, e)
+	if r := call(t, "POST", srv.URL+"/sandboxes", key, `{"templateID":"mcp-gateway","mcp":["x"]}`, nil, &e); r.StatusCode != 400 {
+		t.Fatalf("create with an mcp that is not an object: %d %+v", r.StatusCode, e)
+	}
+	// A config naming catalog servers: the sandbox's gateway fails saying why (E2B's SDK
+	// then fails the create with its output and kills the sandbox).
+	var cat struct{ SandboxID string }
+	if r := call(t, "POST", srv.URL+"/sandboxes", key, `{"templateID":"mcp-gateway","mcp":{"github":{"token":"x"}}}`, nil, &cat); r.StatusCode != 201 {
+		t.Fatalf("create with a catalog server: %d", r.StatusCode)
+	}
+	catBox, err := sandbox.Connect(t.Context(), prov, cat.SandboxID, sandbox.ConnectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer catBox.Close()
+	if res, err := catBox.Run(t.Context(), "mcp-gateway --config '{\"github\":{}}'", sandbox.RunOptions{Env: map[string]string{"GATEWAY_ACCESS_TOKEN": "x"}}); err != nil || res.OK || !strings.Contains(res.Stderr, "(github) are not available") {
+		t.Fatalf("mcp-gateway with a catalog server: %+v %v", res, err)
+	}
+	if r := call(t, "DELETE", srv.URL+"/sandboxes/"+cat.SandboxID, key, "", nil, nil); r.StatusCode != 204 {
+		t.Fatalf("kill: %d", r.StatusCode)
 	}
 	var sb struct{ SandboxID string }
 	if r := call(t, "POST", srv.URL+"/sandboxes", key, `{"templateID":"mcp-gateway","mcp":{}}`, nil, &sb); r.StatusCode != 201 {

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"net/url"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/tupper-dev/tupper/store"
@@ -79,15 +80,17 @@ func Signature(path, op, user, token string, expiration int64) string {
 var (
 	errSignatureInvalid = errors.New("invalid signature")
 	errSignatureExpired = errors.New("signature is already expired")
-	// A signed URL without E2b-Sandbox-Id or a 49983-{id}.{domain} host (one made against
-	// E2B_SANDBOX_URL) names no sandbox.
-	errSignatureNoSandbox = errors.New("invalid signature: the URL names no sandbox; send it to the sandbox's 49983-{id}.{domain} host (tupper serve --domain) or with an E2b-Sandbox-Id header")
 )
 
 // checkSignature checks a signed /files URL against the sandbox's envd token: nil,
 // errSignatureInvalid, or errSignatureExpired. As envd, it checks the signature before
 // the expiration, so only a URL the sandbox's token signed is reported as expired.
 func (s *Server) checkSignature(id, method string, q url.Values, now time.Time) error {
+	return s.checkSignatureWith(s.envdToken(id), method, q, now)
+}
+
+// checkSignatureWith is checkSignature with the sandbox's envd token.
+func (s *Server) checkSignatureWith(token, method string, q url.Values, now time.Time) error {
 	sig := q.Get("signature")
 	if sig == "" {
 		return errSignatureInvalid
@@ -103,7 +106,7 @@ func (s *Server) checkSignature(id, method string, q url.Values, now time.Time) 
 			return errSignatureInvalid
 		}
 	}
-	want := Signature(q.Get("path"), op, q.Get("username"), s.envdToken(id), exp)
+	want := Signature(q.Get("path"), op, q.Get("username"), token, exp)
 	if subtle.ConstantTimeCompare([]byte(sig), []byte(want)) != 1 {
 		return errSignatureInvalid
 	}
@@ -111,4 +114,65 @@ func (s *Server) checkSignature(id, method string, q url.Values, now time.Time) 
 		return errSignatureExpired
 	}
 	return nil
+}
+
+// A signed /files URL made against E2B_SANDBOX_URL names no sandbox: E2B's SDKs put the
+// sandbox in the host (49983-{id}.{domain}), and E2B_SANDBOX_URL replaces the host. The
+// server then finds the sandbox whose envd token signed it, among the live sandboxes: two
+// hashes per sandbox (a few milliseconds with a thousand), for anyone who asks. So that
+// unauthenticated requests cannot take more than that, one such search runs at a time (the
+// others wait their turn, bounded by their context), over a list of live ids read from the
+// store at most once per second, and each sandbox's token is derived once.
+const signedScanListTTL = time.Second
+
+type signedScan struct {
+	turn chan struct{} // a semaphore of one
+
+	mu     sync.Mutex
+	ids    []string
+	listed time.Time
+	tokens map[string]string // envd tokens by id, of the listed ids
+}
+
+func newSignedScan() *signedScan { return &signedScan{turn: make(chan struct{}, 1)} }
+
+// signedSandbox returns the live sandbox whose envd token signed q (a /files URL), or
+// errSignatureInvalid, or errSignatureExpired (signed by one, but expired).
+func (s *Server) signedSandbox(ctx context.Context, method string, q url.Values, now time.Time) (string, error) {
+	if q.Get("signature") == "" {
+		return "", errSignatureInvalid
+	}
+	sc := s.scan
+	select {
+	case sc.turn <- struct{}{}:
+		defer func() { <-sc.turn }()
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if sc.ids == nil || now.Sub(sc.listed) > signedScanListTTL || now.Before(sc.listed) {
+		recs, err := s.st.Sandboxes(ctx)
+		if err != nil {
+			return "", err
+		}
+		ids := make([]string, 0, len(recs))
+		tokens := make(map[string]string, len(recs))
+		for _, rec := range recs {
+			ids = append(ids, rec.ID)
+			if t, ok := sc.tokens[rec.ID]; ok {
+				tokens[rec.ID] = t
+			} else {
+				tokens[rec.ID] = s.envdToken(rec.ID)
+			}
+		}
+		sc.ids, sc.tokens, sc.listed = ids, tokens, now
+	}
+	for _, id := range sc.ids {
+		switch err := s.checkSignatureWith(sc.tokens[id], method, q, now); err {
+		case nil, errSignatureExpired:
+			return id, err
+		}
+	}
+	return "", errSignatureInvalid
 }

@@ -2,9 +2,12 @@ package e2b
 
 import (
 	"context"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/tupper-dev/tupper/providers/memory"
 	"github.com/tupper-dev/tupper/store"
@@ -78,4 +81,50 @@ func newMemoryServer(t *testing.T) (*Server, *store.Store) {
 		t.Fatal(err)
 	}
 	return s, st
+}
+
+// signedSandbox finds the signer among the live records, reads the list at most once per
+// signedScanListTTL, and runs one search at a time: a second caller waits for its turn and
+// gives up with its context.
+func TestSignedSandboxScan(t *testing.T) {
+	s, st := newMemoryServer(t)
+	ctx := t.Context()
+	now := time.Now()
+	for _, id := range []string{"aaaaaaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbbbbbb"} {
+		if err := st.PutSandbox(ctx, store.Sandbox{ID: id, Provider: "memory", CreatedAt: now}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	signed := func(id string, exp int64) url.Values {
+		return url.Values{"path": {"/a"}, "signature_expiration": {strconv.FormatInt(exp, 10)},
+			"signature": {Signature("/a", "read", "", s.envdToken(id), exp)}}
+	}
+	if id, err := s.signedSandbox(ctx, "GET", signed("bbbbbbbbbbbbbbbbbbbb", now.Unix()+60), now); err != nil || id != "bbbbbbbbbbbbbbbbbbbb" {
+		t.Fatalf("signer: %q %v", id, err)
+	}
+	if _, err := s.signedSandbox(ctx, "GET", signed("bbbbbbbbbbbbbbbbbbbb", now.Unix()-1), now); err != errSignatureExpired {
+		t.Fatalf("expired: %v", err)
+	}
+	if _, err := s.signedSandbox(ctx, "POST", signed("bbbbbbbbbbbbbbbbbbbb", now.Unix()+60), now); err != errSignatureInvalid {
+		t.Fatalf("a read URL used to write: %v", err)
+	}
+	// A sandbox made within the list's lifetime is found once the list is read again.
+	if err := st.PutSandbox(ctx, store.Sandbox{ID: "cccccccccccccccccccc", Provider: "memory", CreatedAt: now}, nil); err != nil {
+		t.Fatal(err)
+	}
+	q := signed("cccccccccccccccccccc", now.Unix()+60)
+	if _, err := s.signedSandbox(ctx, "GET", q, now.Add(signedScanListTTL/2)); err != errSignatureInvalid {
+		t.Fatalf("a sandbox newer than the cached list: %v", err)
+	}
+	if id, err := s.signedSandbox(ctx, "GET", q, now.Add(2*signedScanListTTL)); err != nil || id != "cccccccccccccccccccc" {
+		t.Fatalf("after the list's lifetime: %q %v", id, err)
+	}
+	// One search at a time.
+	s.scan.turn <- struct{}{}
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := s.signedSandbox(short, "GET", q, now); err != context.DeadlineExceeded {
+		t.Fatalf("while another search runs: %v, want to wait and give up", err)
+	}
+	<-s.scan.turn
 }

@@ -278,8 +278,8 @@ export async function run(sdk, sdkVersion) {
 
   await step('uploadUrl and downloadUrl (plain fetch, no credential)', async () => {
     // With E2B_SANDBOX_URL the SDK's signed URLs are that URL plus /files?…: they name no
-    // sandbox, so they go with E2b-Sandbox-Id (with --domain and no E2B_SANDBOX_URL, their
-    // host 49983-{id}.DOMAIN names it).
+    // sandbox, and the server finds the one that signed them; E2b-Sandbox-Id may name it
+    // (with --domain and no E2B_SANDBOX_URL, their host 49983-{id}.DOMAIN does).
     const named = { headers: { 'E2b-Sandbox-Id': sbx.sandboxId } }
     const up = await sbx.uploadUrl('/home/user/compat/uploaded.txt')
     assert.match(up, /signature=v1_/)
@@ -292,8 +292,8 @@ export async function run(sdk, sdkVersion) {
     assert.equal(got.status, 200)
     assert.equal(await got.text(), 'uploaded by url')
     const unnamed = await fetch(down)
-    assert.equal(unnamed.status, 401)
-    assert.match((await unnamed.json()).message, /names no sandbox/)
+    assert.equal(unnamed.status, 200, 'a plain fetch of the SDK\'s URL')
+    assert.equal(await unnamed.text(), 'uploaded by url')
     const forged = new URL(down)
     forged.searchParams.set('path', '/etc/shadow')
     assert.notEqual((await fetch(forged, named)).status, 200)
@@ -472,8 +472,10 @@ export async function run(sdk, sdkVersion) {
   })
 
   await step('mcp: {} gives the sandbox an MCP endpoint with Tupper\'s tools for it alone', async () => {
-    await assert.rejects(Sandbox.create({ mcp: { github: { githubPersonalAccessToken: 'x' } }, timeoutMs: 60_000 }),
-      (err) => { assert.match(String(err.message), /MCP servers from E2B's catalog \(github\) are not available/); return true })
+    await assert.rejects(Sandbox.create({ mcp: { github: { githubPersonalAccessToken: 'x' } }, timeoutMs: 60_000, metadata: { suite: 'tupper-compat-mcp-refused' } }),
+      (err) => { assert.match(String(err.message), /Failed to start MCP gateway: .*MCP servers from E2B's catalog \(github\) are not available/); return true })
+    const left = await Sandbox.list({ query: { metadata: { suite: 'tupper-compat-mcp-refused' } } }).nextItems()
+    assert.deepEqual(left, [], 'the SDK killed the sandbox whose gateway failed')
     const m = await Sandbox.create({ mcp: {}, timeoutMs: 120_000 })
     try {
       assert.match(m.getMcpUrl(), new RegExp(`^https://50005-${m.sandboxId}\\..*/mcp$`))
