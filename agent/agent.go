@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -52,6 +53,10 @@ type Agent struct {
 	lastActivity atomic.Int64 // unix nanoseconds
 	poke         chan struct{}
 
+	relisten   *relistener        // nil: the listener cannot be made again (no quiesce)
+	quiesceReq chan chan struct{} // quiesce → Serve: close every host socket, then close the channel
+	hijacked   hijackedConns
+
 	closeOnce sync.Once
 }
 
@@ -68,6 +73,8 @@ func newAgent(cfg Config) (*Agent, error) {
 		euid:     os.Geteuid(),
 		egid:     os.Getegid(),
 		poke:     make(chan struct{}, 1),
+
+		quiesceReq: make(chan chan struct{}),
 	}
 	a.oomProtected = a.pid1
 	if len(cfg.HidePaths) > 0 && a.euid != 0 {
@@ -105,6 +112,10 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config) error {
 		return err
 	}
 	defer a.shutdown()
+	// Before the hiding below covers the listener's directory.
+	rl := newRelistener(ln)
+	defer rl.close()
+	a.relisten = rl
 	if cfg.HideFromAgent {
 		for _, hp := range cfg.HidePaths {
 			if err := hidePath(hp); err != nil {
@@ -119,36 +130,66 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config) error {
 		_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	}
 
-	p := new(http.Protocols)
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
-	srv := &http.Server{
-		Handler:           a.Handler(),
-		Protocols:         p,
-		ReadHeaderTimeout: 30 * time.Second,
-		ErrorLog:          nil,
+	var usr2 chan os.Signal
+	if rl != nil {
+		usr2 = make(chan os.Signal, 1)
+		signal.Notify(usr2, unix.SIGUSR2)
+		defer signal.Stop(usr2)
 	}
-	serveErr := make(chan error, 1)
-	// zerocopy: file downloads go out with sendfile(2), not 32 KiB copies.
-	go func() { serveErr <- srv.Serve(zerocopy.Listener{Listener: ln}) }()
+	var srv *http.Server
+	var serveErr chan error
+	serve := func(ln net.Listener) {
+		p := new(http.Protocols)
+		p.SetHTTP1(true)
+		p.SetUnencryptedHTTP2(true)
+		srv = &http.Server{
+			Handler:           a.Handler(),
+			Protocols:         p,
+			ReadHeaderTimeout: 30 * time.Second,
+			ErrorLog:          nil,
+		}
+		serveErr = make(chan error, 1)
+		// zerocopy: file downloads go out with sendfile(2), not 32 KiB copies.
+		go func() { serveErr <- srv.Serve(zerocopy.Listener{Listener: ln}) }()
+	}
+	stop := func() {
+		if srv != nil {
+			srv.Close()
+			<-serveErr
+			a.hijacked.closeAll()
+			srv, serveErr = nil, nil
+		}
+	}
+	serve(ln)
 
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
 		wait, reason := a.nextCheck(time.Now())
 		if reason != nil {
-			srv.Close()
-			<-serveErr
+			stop()
 			return reason
 		}
 		timer.Reset(wait)
 		select {
 		case <-ctx.Done():
-			srv.Close()
-			<-serveErr
+			stop()
 			return nil
 		case err := <-serveErr:
 			return err
+		case done := <-a.quiesceReq:
+			// Every host socket of the agent's closed: the sandbox can be checkpointed.
+			stop()
+			close(done)
+		case <-usr2:
+			if srv != nil {
+				continue // not quiesced: nothing to do
+			}
+			nl, err := rl.listen()
+			if err != nil {
+				return fmt.Errorf("agent: listen again after a checkpoint: %w", err)
+			}
+			serve(nl)
 		case <-a.poke:
 		case <-timer.C:
 		}
@@ -230,6 +271,7 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("GET /tupper/tunnel", a.tunnel)
 	mux.HandleFunc("POST /tupper/deadline", a.setDeadline)
 	mux.HandleFunc("GET /tupper/busy", a.busy)
+	mux.HandleFunc("POST /tupper/quiesce", a.quiesce)
 	return a.withAuth(a.withActivity(mux))
 }
 

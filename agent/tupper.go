@@ -41,6 +41,8 @@ func (a *Agent) tunnel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer conn.Close()
+	a.hijacked.add(conn)
+	defer a.hijacked.remove(conn)
 	_ = conn.SetDeadline(time.Time{})
 	if _, err := io.WriteString(conn, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n"); err != nil {
 		return

@@ -18,6 +18,7 @@ type Capability string
 const (
 	CapPause         Capability = "pause"          // Pauser
 	CapSnapshot      Capability = "snapshot"       // Snapshotter; CreateSpec.From
+	CapSnapshotFull  Capability = "snapshot-full"  // KindSnapshotter takes SnapshotFull: memory and processes
 	CapTerminal      Capability = "terminal"       // Terminaler
 	CapNetworkPolicy Capability = "network-policy" // NetworkAllow is enforced
 	CapSize          Capability = "size"           // CreateSpec.Size is enforced
@@ -173,6 +174,56 @@ type Pauser interface {
 type Snapshotter interface {
 	// Snapshot returns the new snapshot's id. expires 0 keeps it until it is deleted.
 	Snapshot(ctx context.Context, expires time.Duration) (string, error)
+}
+
+// SnapshotKind is what a snapshot holds.
+type SnapshotKind string
+
+// Snapshot kinds.
+const (
+	// SnapshotFilesystem is the sandbox's files as it changed them; a sandbox started from
+	// it boots afresh (CapSnapshot).
+	SnapshotFilesystem SnapshotKind = "filesystem"
+	// SnapshotFull is its memory, processes and files: a sandbox started from it continues
+	// where the snapshot was taken, its processes running (CapSnapshotFull).
+	SnapshotFull SnapshotKind = "full"
+)
+
+// SnapshotRequest is what KindSnapshotter.SnapshotKind takes.
+type SnapshotRequest struct {
+	Kind    SnapshotKind  // "" is SnapshotFilesystem
+	Name    string        // a label for people; not unique, may be empty
+	Expires time.Duration // 0: kept until deleted
+}
+
+// SnapshotInfo describes a snapshot.
+type SnapshotInfo struct {
+	ID        string
+	Name      string
+	Kind      SnapshotKind
+	Template  string // the template of the sandbox it was taken from, which From starts
+	Runtime   string // that sandbox's runtime; a full snapshot restores only on it
+	Network   NetworkMode
+	Source    string // that sandbox's id
+	CreatedAt time.Time
+	ExpiresAt time.Time // zero: kept until deleted
+	Size      int64     // bytes on the host's disk
+}
+
+// KindSnapshotter is optional beside Snapshotter: a snapshot of a given kind, with a name.
+// Without it, Snapshot is the only kind there is (SnapshotFilesystem) and a request for
+// SnapshotFull, or for a name, fails with CodeUnsupported. A SnapshotFull request on a
+// sandbox without CapSnapshotFull fails with CodeUnsupported before anything is written.
+type KindSnapshotter interface {
+	SnapshotKind(ctx context.Context, req SnapshotRequest) (string, error)
+}
+
+// SnapshotLister is optional on a Provider with CapSnapshot: list and inspect its snapshots
+// (expired ones are neither listed nor found). An unknown id is CodeNotFound. Without it,
+// snapshots cannot be listed or inspected (CodeUnsupported); they can still be used by id.
+type SnapshotLister interface {
+	Snapshots(ctx context.Context) ([]SnapshotInfo, error)
+	SnapshotInfo(ctx context.Context, id string) (SnapshotInfo, error)
 }
 
 // SnapshotDeleter is optional on a Provider with CapSnapshot: delete a snapshot now (a server

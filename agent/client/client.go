@@ -522,3 +522,43 @@ func (t *tunnelConn) CloseWrite() error {
 	}
 	return errors.New("close write not supported")
 }
+
+// Quiesce asks the agent to close its listener and every connection before its sandbox is
+// checkpointed (see package agent, "Checkpoints"), and returns once the agent has closed
+// them all. The agent listens again when its init gets SIGUSR2. Idle connections of c are
+// dropped: they are closed on the agent's side.
+func (c *Client) Quiesce(ctx context.Context) error {
+	if c.dial == nil {
+		return &Error{Code: CodeFailedPrecondition, Message: "quiesce needs a dialled agent"}
+	}
+	conn, err := c.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
+	defer stop()
+	req := "POST /tupper/quiesce HTTP/1.1\r\nHost: tupper-agent\r\nContent-Length: 0\r\n"
+	if c.token != "" {
+		req += "X-Access-Token: " + c.token + "\r\n"
+	}
+	if _, err := io.WriteString(conn, req+"\r\n"); err != nil {
+		return err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		return fmt.Errorf("quiesce: %w", err)
+	}
+	if resp.StatusCode != http.StatusNoContent {
+		return httpError(resp)
+	}
+	// The agent closes this connection last: its end is the end of every host socket.
+	if _, err := io.Copy(io.Discard, conn); err != nil {
+		return fmt.Errorf("quiesce: %w", err)
+	}
+	c.tr.CloseIdleConnections()
+	return nil
+}

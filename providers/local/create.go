@@ -75,6 +75,21 @@ func (p *Provider) create(ctx context.Context, spec provider.CreateSpec, pooled 
 // than named by spec.Template, when tp is not nil.
 func (p *Provider) createFrom(ctx context.Context, spec provider.CreateSpec, pooled bool, given *sandboxTemplate) (provider.Instance, error) {
 	rtName := spec.Runtime
+	var snap *snapMeta
+	if spec.From != "" {
+		var err error
+		if snap, err = p.readSnapshot(spec.From); err != nil {
+			return nil, err
+		}
+		if snap.kind() == provider.SnapshotFull {
+			// Memory and processes restore only into the runtime that saved them.
+			if rtName != "" && rtName != snap.Runtime {
+				return nil, provider.Errorf(provider.CodeUnsupported,
+					"snapshot %s is a full snapshot (memory and processes) of a %s sandbox: runtime %s cannot restore it", snap.ID, snap.Runtime, rtName)
+			}
+			rtName = snap.Runtime
+		}
+	}
 	if rtName == "" {
 		rtName = p.cfg.Runtime
 	}
@@ -92,12 +107,7 @@ func (p *Provider) createFrom(ctx context.Context, spec provider.CreateSpec, poo
 	if tmpl == "" {
 		tmpl = TemplateHost
 	}
-	var snap *snapMeta
-	if spec.From != "" {
-		var err error
-		if snap, err = p.readSnapshot(spec.From); err != nil {
-			return nil, err
-		}
+	if snap != nil {
 		if spec.Template != "" && spec.Template != snap.Template {
 			return nil, provider.Errorf(provider.CodeInvalidArgument, "snapshot %s is of template %q, not %q", snap.ID, snap.Template, spec.Template)
 		}
@@ -113,6 +123,19 @@ func (p *Provider) createFrom(ctx context.Context, spec provider.CreateSpec, poo
 		tmpl = tp.name
 	}
 	netMode := spec.Network.Mode
+	full := snap != nil && snap.kind() == provider.SnapshotFull
+	if full {
+		// The saved kernel's network stack is the one it had: netstack for none, the host's
+		// (in a namespace of the sandbox's own) for all.
+		if netMode == provider.NetworkNone && snap.Network != string(provider.NetworkNone) {
+			return nil, provider.Errorf(provider.CodeInvalidArgument,
+				"snapshot %s is a full snapshot of a sandbox with network %s: it cannot restore with network none", snap.ID, snap.Network)
+		}
+		netMode = provider.NetworkMode(snap.Network)
+		if netMode == provider.NetworkAll && p.net == nil {
+			return nil, provider.Errorf(provider.CodeUnsupported, "network all is unavailable here: %v", p.netErr)
+		}
+	}
 	switch netMode {
 	case "", provider.NetworkAll:
 		netMode = provider.NetworkAll
@@ -128,6 +151,10 @@ func (p *Provider) createFrom(ctx context.Context, spec provider.CreateSpec, poo
 	size, err := p.size(spec.Size)
 	if err != nil {
 		return nil, err
+	}
+	if full {
+		// The saved kernel was booted with its size.
+		size = provider.Size{CPU: snap.CPU, MemoryMB: snap.MemoryMB, DiskGB: snap.DiskGB}
 	}
 	var tc template.Config
 	if tp.image != nil {
@@ -355,6 +382,9 @@ func (p *Provider) createFrom(ctx context.Context, spec provider.CreateSpec, poo
 			// In the sandbox's namespace: the container copies it (and runsc's gofer
 			// opens the rootfs there), and the log is on the sandbox's disk.
 			if err := ns(func() error {
+				if full {
+					return rt.restore(ctx, runscNetwork(rec), id, p.lay.dir(id), p.lay.pidFile(id), p.lay.log(id), filepath.Join(p.lay.snapshot(snap.ID), "image"))
+				}
 				return rt.start(ctx, runscNetwork(rec), id, p.lay.dir(id), p.lay.pidFile(id), p.lay.log(id), plumbAfterCreate)
 			}); err != nil {
 				return err
@@ -435,13 +465,37 @@ func (p *Provider) createFrom(ctx context.Context, spec provider.CreateSpec, poo
 			return nil
 		}},
 		{name: "agent", do: func(ctx context.Context) error {
+			if full {
+				// The restored agent waits, its listener closed, for the word to listen
+				// again: in this sandbox's socket directory.
+				if err := rt.kill(ctx, runscNetwork(rec), id, "USR2"); err != nil {
+					return err
+				}
+			}
 			return p.waitAgent(ctx, rec)
 		}},
 		{name: "start command", do: func(ctx context.Context) error {
+			if full {
+				return nil // its processes are running already
+			}
 			return p.startTemplate(ctx, rec, tc)
 		}},
 		{name: "record", do: func(ctx context.Context) error {
-			if spec.Timeout > 0 {
+			if full {
+				// The restored agent remembers the deadlines of the sandbox it was saved
+				// in; this sandbox's are its own.
+				var deadline time.Time
+				if spec.Timeout > 0 {
+					rec.Deadline = time.Now().Add(spec.Timeout).UTC().Truncate(time.Millisecond)
+					deadline = rec.Deadline.Add(999 * time.Millisecond)
+				}
+				c := agentClient(p.lay.socket(id))
+				err := c.SetLimits(ctx, deadline, spec.IdleTimeout)
+				c.Close()
+				if err != nil {
+					return err
+				}
+			} else if spec.Timeout > 0 {
 				rec.Deadline = time.Now().Add(spec.Timeout).UTC().Truncate(time.Millisecond)
 				c := agentClient(p.lay.socket(id))
 				err := c.SetDeadline(ctx, rec.Deadline.Add(999*time.Millisecond))

@@ -195,6 +195,9 @@ func (p *Provider) capsFor(rt string, tp *sandboxTemplate) []provider.Capability
 	if p.shellWorks(rt) && (tp.image == nil || tp.has("bin/sh") || tp.has("usr/bin/sh")) {
 		out = append(out, provider.CapShell)
 	}
+	if rt == RuntimeRunsc && p.caps.Has(provider.CapSnapshot) {
+		out = append(out, provider.CapSnapshotFull)
+	}
 	if p.caps.Has(provider.CapGit) && tp.image == nil || tp.image != nil && tp.has("usr/bin/git") {
 		out = append(out, provider.CapGit)
 	}

@@ -105,6 +105,31 @@ func (r ociRuntime) start(ctx context.Context, network, id, bundle, pidFile, log
 	return nil
 }
 
+// restore starts the container from a checkpoint image (runsc only) instead of booting
+// it, detached, as start does.
+func (r ociRuntime) restore(ctx context.Context, network, id, bundle, pidFile, logPath, image string) error {
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	args := []string{"restore", "--image-path", image, "--detach", "--bundle", bundle, "--pid-file", pidFile, id}
+	cmd := exec.CommandContext(ctx, r.path, append(r.globalArgs(network), args...)...)
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return err
+	}
+	defer devnull.Close()
+	// As with start: the sandbox inherits these and must not hold a pipe of ours.
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, logf, logf
+	cmd.WaitDelay = time.Second
+	if err := cmd.Run(); err != nil {
+		b, _ := os.ReadFile(logPath)
+		return fmt.Errorf("%s restore: %w: %s", r.name, err, lastLines(strings.TrimSpace(string(b)), 3))
+	}
+	return nil
+}
+
 // kill sends sig to the container's init.
 func (r ociRuntime) kill(ctx context.Context, network, id, sig string) error {
 	return r.run(ctx, network, "kill", id, sig)

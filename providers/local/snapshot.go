@@ -9,8 +9,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -36,7 +38,15 @@ func (l layout) snapshotMeta(id string) string { return filepath.Join(l.snapshot
 
 // snapMeta describes a snapshot.
 type snapMeta struct {
-	ID        string    `json:"id"`
+	ID      string                `json:"id"`
+	Name    string                `json:"name,omitempty"`
+	Kind    provider.SnapshotKind `json:"kind,omitempty"` // "": filesystem (older snapshots)
+	Network string                `json:"network,omitempty"`
+	// CPU, MemoryMB and DiskGB are the size of the sandbox of a full snapshot, which
+	// every sandbox restored from it has.
+	CPU       float64   `json:"cpu,omitempty"`
+	MemoryMB  int       `json:"memoryMB,omitempty"`
+	DiskGB    int       `json:"diskGB,omitempty"`
 	Template  string    `json:"template"`
 	Runtime   string    `json:"runtime"` // of the sandbox it was taken from
 	Source    string    `json:"source"`  // that sandbox's id
@@ -130,12 +140,36 @@ func (p *Provider) reapSnapshots() {
 
 // Snapshot copies the sandbox's file system (its writable layer) to a new snapshot and
 // returns its id; CreateSpec.From starts a sandbox from it. Running processes and memory
-// are not captured. The sandbox is frozen while the copy runs and thawed after, unless it
-// was paused already (it stays paused). expires > 0 removes the snapshot that long after.
+// are not captured (SnapshotKind with SnapshotFull captures them under runsc). The sandbox is
+// frozen while the copy runs and thawed after, unless it was paused already (it stays
+// paused). expires > 0 removes the snapshot that long after.
 func (i *Instance) Snapshot(ctx context.Context, expires time.Duration) (string, error) {
+	return i.SnapshotKind(ctx, provider.SnapshotRequest{Expires: expires})
+}
+
+// SnapshotKind takes a snapshot of req.Kind (provider.KindSnapshotter). A full one (runsc
+// only) is the filesystem copy of Snapshot plus a checkpoint of the sandbox's memory and
+// processes taken at the same frozen moment: the agent first closes its host socket
+// (package agent, "Checkpoints"), the sandbox is paused, runsc checkpoints it (leaving it
+// running), the writable layer is copied, then the sandbox is resumed and its agent told to
+// listen again. A sandbox that is paused cannot take a full snapshot (CodeConflict).
+func (i *Instance) SnapshotKind(ctx context.Context, req provider.SnapshotRequest) (string, error) {
+	expires := req.Expires
 	if expires < 0 {
 		return "", provider.Errorf(provider.CodeInvalidArgument, "negative snapshot expiry %v", expires)
 	}
+	kind := req.Kind
+	switch kind {
+	case "":
+		kind = provider.SnapshotFilesystem
+	case provider.SnapshotFilesystem, provider.SnapshotFull:
+	default:
+		return "", provider.Errorf(provider.CodeInvalidArgument, "unknown snapshot kind %q (filesystem or full)", kind)
+	}
+	if len(req.Name) > 128 {
+		return "", provider.Errorf(provider.CodeInvalidArgument, "snapshot name longer than 128 bytes")
+	}
+	full := kind == provider.SnapshotFull
 	p := i.p
 	p.probed()
 	lk, err := p.lockSandbox(ctx, i.id)
@@ -150,8 +184,16 @@ func (i *Instance) Snapshot(ctx context.Context, expires time.Duration) (string,
 	if rec.Status != statusReady || !alive(rec) {
 		return "", provider.Errorf(provider.CodeNotFound, "sandbox %s has stopped", i.id)
 	}
-	if !provider.NewCapabilities(rec.Caps...).Has(provider.CapSnapshot) && len(rec.Caps) > 0 {
+	caps := provider.NewCapabilities(rec.Caps...)
+	if !caps.Has(provider.CapSnapshot) && len(rec.Caps) > 0 {
 		return "", provider.Errorf(provider.CodeUnsupported, "sandbox %s cannot be snapshotted", i.id)
+	}
+	if full && (!caps.Has(provider.CapSnapshotFull) || rec.Runtime != RuntimeRunsc) {
+		return "", provider.Errorf(provider.CodeUnsupported,
+			"sandbox %s runs on %s: full snapshots (memory and processes) need runsc; take a filesystem snapshot", i.id, rec.Runtime)
+	}
+	if full && rec.Paused {
+		return "", provider.Errorf(provider.CodeConflict, "sandbox %s is paused: resume it to take a full snapshot", i.id)
 	}
 	p.reapSnapshots()
 	rt, ok := p.runtimes[rec.Runtime]
@@ -162,6 +204,16 @@ func (i *Instance) Snapshot(ctx context.Context, expires time.Duration) (string,
 	disk, err := p.diskDir(rec)
 	if err != nil {
 		return "", provider.Wrap(err, provider.CodeProvider, "snapshot")
+	}
+	if full {
+		// gVisor cannot save a socket bound to a host socket: the agent closes its own.
+		c := agentClient(p.lay.socket(i.id))
+		qerr := c.Quiesce(ctx)
+		c.Close()
+		defer i.relisten(context.WithoutCancel(ctx), rt, rec)
+		if qerr != nil {
+			return "", provider.Wrap(qerr, provider.CodeProvider, "snapshot")
+		}
 	}
 	if !rec.Paused {
 		// Freeze, so the copy is of one moment. The record says paused meanwhile: calls
@@ -177,7 +229,7 @@ func (i *Instance) Snapshot(ctx context.Context, expires time.Duration) (string,
 			rt.run(bg, runscNetwork(rec), "resume", i.id)
 			rec.Paused = false
 			p.lay.writeRecord(rec)
-			if !rec.Deadline.IsZero() {
+			if !rec.Deadline.IsZero() && !full {
 				_ = i.SetDeadline(bg, rec.Deadline)
 			}
 		}()
@@ -187,8 +239,12 @@ func (i *Instance) Snapshot(ctx context.Context, expires time.Duration) (string,
 	}
 	id := newID()
 	meta := snapMeta{
-		ID: id, Template: rec.Template, Runtime: rec.Runtime, Source: rec.ID,
+		ID: id, Name: req.Name, Kind: kind, Template: rec.Template, Runtime: rec.Runtime, Source: rec.ID,
+		Network:   rec.Network,
 		CreatedAt: time.Now().UTC().Truncate(time.Millisecond), UIDBase: rec.UIDBase,
+	}
+	if full {
+		meta.CPU, meta.MemoryMB, meta.DiskGB = rec.CPU, rec.MemoryMB, rec.DiskGB
 	}
 	if expires > 0 {
 		meta.ExpiresAt = time.Now().Add(expires).UTC()
@@ -200,6 +256,16 @@ func (i *Instance) Snapshot(ctx context.Context, expires time.Duration) (string,
 	err = func() error {
 		if err := os.Mkdir(tmp, 0o700); err != nil {
 			return err
+		}
+		if full {
+			// The sandbox is paused: the checkpoint and the copy below are of one moment.
+			img := filepath.Join(tmp, "image")
+			if err := os.Mkdir(img, 0o700); err != nil {
+				return err
+			}
+			if err := rt.run(ctx, runscNetwork(rec), "checkpoint", "--image-path", img, "--leave-running", i.id); err != nil {
+				return err
+			}
 		}
 		var skip map[string]bool
 		diskTmp, err := p.nsPath(rec, p.lay.tmp(i.id))
@@ -229,6 +295,14 @@ func (i *Instance) Snapshot(ctx context.Context, expires time.Duration) (string,
 			return err
 		}
 		meta.Size, meta.Inodes = st.bytes, st.inodes
+		if full {
+			meta.Size += dirBytes(filepath.Join(tmp, "image"))
+		}
+		if h := testHookSnapshotWrite; h != nil {
+			if err := h(tmp); err != nil {
+				return err
+			}
+		}
 		b, err := json.MarshalIndent(meta, "", "  ")
 		if err != nil {
 			return err
@@ -246,6 +320,44 @@ func (i *Instance) Snapshot(ctx context.Context, expires time.Duration) (string,
 		return "", provider.Wrap(err, provider.CodeProvider, "snapshot")
 	}
 	return id, nil
+}
+
+// testHookSnapshotWrite, when set by a test, runs once a snapshot's contents are written to
+// its temporary directory and before its metadata is: an error fails the snapshot there.
+var testHookSnapshotWrite func(tmp string) error
+
+// relisten tells the agent of a sandbox that runs again after a checkpoint (the one it was
+// taken from, or one restored from it) to listen on its socket again, waits until it
+// answers, and gives it the record's deadline.
+func (i *Instance) relisten(ctx context.Context, rt ociRuntime, rec *record) error {
+	if err := rt.kill(ctx, runscNetwork(rec), rec.ID, "USR2"); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := i.p.waitAgent(wctx, rec); err != nil {
+		return err
+	}
+	if !rec.Deadline.IsZero() {
+		return i.SetDeadline(ctx, rec.Deadline)
+	}
+	return nil
+}
+
+// dirBytes is the space the files below dir take.
+func dirBytes(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+					n += st.Blocks * 512
+				}
+			}
+		}
+		return nil
+	})
+	return n
 }
 
 // snapshotFits reports, as CodeInvalidArgument, a snapshot that cannot fit a disk of diskGB.
@@ -624,4 +736,59 @@ func (c *copier) xattrs(src, dst xattrFile) error {
 	return nil
 }
 
-var _ provider.Snapshotter = (*Instance)(nil)
+var (
+	_ provider.Snapshotter     = (*Instance)(nil)
+	_ provider.KindSnapshotter = (*Instance)(nil)
+	_ provider.SnapshotLister  = (*Provider)(nil)
+)
+
+func (m *snapMeta) kind() provider.SnapshotKind {
+	if m.Kind == "" {
+		return provider.SnapshotFilesystem
+	}
+	return m.Kind
+}
+
+func (m *snapMeta) info() provider.SnapshotInfo {
+	return provider.SnapshotInfo{
+		ID: m.ID, Name: m.Name, Kind: m.kind(), Template: m.Template, Runtime: m.Runtime,
+		Network: provider.NetworkMode(m.Network), Source: m.Source, CreatedAt: m.CreatedAt,
+		ExpiresAt: m.ExpiresAt, Size: m.Size,
+	}
+}
+
+// Snapshots lists the snapshots in Home, oldest first (provider.SnapshotLister). Expired
+// ones are removed, not listed; one being written is not listed until it is complete.
+func (p *Provider) Snapshots(ctx context.Context) ([]provider.SnapshotInfo, error) {
+	p.reapSnapshots()
+	ents, err := os.ReadDir(p.lay.snapshots())
+	if errors.Is(err, os.ErrNotExist) {
+		return []provider.SnapshotInfo{}, nil
+	}
+	if err != nil {
+		return nil, provider.Wrap(err, provider.CodeProvider, "snapshots")
+	}
+	out := []provider.SnapshotInfo{}
+	for _, e := range ents {
+		if !validID(e.Name()) {
+			continue
+		}
+		m, err := p.readSnapshot(e.Name())
+		if err != nil {
+			continue
+		}
+		out = append(out, m.info())
+	}
+	slices.SortFunc(out, func(a, b provider.SnapshotInfo) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	return out, nil
+}
+
+// SnapshotInfo describes one snapshot (provider.SnapshotLister); CodeNotFound when there is
+// none by that id or it has expired.
+func (p *Provider) SnapshotInfo(ctx context.Context, id string) (provider.SnapshotInfo, error) {
+	m, err := p.readSnapshot(id)
+	if err != nil {
+		return provider.SnapshotInfo{}, err
+	}
+	return m.info(), nil
+}

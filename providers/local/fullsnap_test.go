@@ -1,0 +1,136 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tupper-dev/tupper/provider"
+)
+
+// A full snapshot under runsc carries memory and running processes: a background process
+// that holds a value only in its memory keeps counting in every sandbox restored from it,
+// files are as they were, restored copies are independent of each other and of the
+// original (which runs on), the snapshot is listed, inspected and deleted, and runc refuses
+// to restore it.
+func TestFullSnapshot(t *testing.T) {
+	p := newTestProvider(t, RuntimeRunsc)
+	ctx := context.Background()
+	a := create(t, p, provider.CreateSpec{Network: provider.Network{Mode: provider.NetworkNone}, Timeout: 10 * time.Minute})
+	if !a.Capabilities().Has(provider.CapSnapshotFull) {
+		t.Fatalf("a runsc sandbox lacks %s: %v", provider.CapSnapshotFull, a.Capabilities())
+	}
+	// The secret exists only in the shell's memory once its file is gone; the loop writes
+	// it, with a count, every 50 ms.
+	run(t, a, `set -e; echo kept > /workspace/file; echo s3cr3t-in-memory > /workspace/secret
+(v=$(cat /workspace/secret); i=0; while :; do i=$((i+1)); echo "$v $i" > /workspace/count.tmp; mv /workspace/count.tmp /workspace/count; sleep 0.05; done) >/dev/null 2>&1 &
+sleep 0.3; rm /workspace/secret`)
+	count := func(inst provider.Instance) (string, int) {
+		t.Helper()
+		f := strings.Fields(run(t, inst, "cat /workspace/count"))
+		if len(f) != 2 {
+			t.Fatalf("count file: %q", f)
+		}
+		n, _ := strconv.Atoi(f[1])
+		return f[0], n
+	}
+	_, before := count(a)
+	start := time.Now()
+	snap, err := a.SnapshotKind(ctx, provider.SnapshotRequest{Kind: provider.SnapshotFull, Name: "warm"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("full snapshot in %v", time.Since(start))
+
+	// The original runs on, its process too.
+	time.Sleep(200 * time.Millisecond)
+	if _, n := count(a); n <= before {
+		t.Errorf("the original's counter stopped at %d after the snapshot (before: %d)", n, before)
+	}
+
+	info, err := p.SnapshotInfo(ctx, snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Kind != provider.SnapshotFull || info.Name != "warm" || info.Runtime != RuntimeRunsc || info.Template != TemplateHost || info.Source != a.id || info.Size <= 0 {
+		t.Errorf("snapshot info: %+v", info)
+	}
+	list, err := p.Snapshots(ctx)
+	if err != nil || len(list) != 1 || list[0].ID != snap {
+		t.Errorf("snapshots: %+v, %v", list, err)
+	}
+
+	// runc cannot restore memory saved by gVisor.
+	_, err = p.Create(ctx, provider.CreateSpec{From: snap, Runtime: RuntimeRunc, Network: provider.Network{Mode: provider.NetworkNone}})
+	if !errors.Is(err, provider.CodeUnsupported) {
+		t.Errorf("runc restoring a full snapshot: %v, want unsupported", err)
+	}
+
+	var kids []*Instance
+	for range 2 {
+		start := time.Now()
+		k := create(t, p, provider.CreateSpec{From: snap, Network: provider.Network{Mode: provider.NetworkNone}})
+		t.Logf("restored %s in %v", k.id, time.Since(start))
+		kids = append(kids, k)
+	}
+	for _, k := range kids {
+		if got := run(t, k, "cat /workspace/file"); got != "kept" {
+			t.Errorf("%s: file = %q", k.id, got)
+		}
+		if out, _, code := runCode(t, k, "cat /workspace/secret"); code == 0 {
+			t.Errorf("%s: the deleted file is back: %q", k.id, out)
+		}
+		v, n1 := count(k)
+		if v != "s3cr3t-in-memory" {
+			t.Errorf("%s: the value held in memory is %q", k.id, v)
+		}
+		time.Sleep(200 * time.Millisecond)
+		if _, n2 := count(k); n2 <= n1 {
+			t.Errorf("%s: the restored background process is not running (%d then %d)", k.id, n1, n2)
+		}
+	}
+	// Independent: a write in one is seen by no other.
+	run(t, kids[0], "echo mine > /workspace/only0")
+	for _, o := range []*Instance{a, kids[1]} {
+		if _, _, code := runCode(t, o, "test -e /workspace/only0"); code == 0 {
+			t.Errorf("%s sees a file written in %s", o.id, kids[0].id)
+		}
+	}
+	// Destroying a copy leaves the others running.
+	if err := p.Destroy(ctx, kids[0].id); err != nil {
+		t.Fatal(err)
+	}
+	if got := run(t, kids[1], "cat /workspace/file"); got != "kept" {
+		t.Errorf("after destroying its sibling: %q", got)
+	}
+
+	// A filesystem snapshot of the same sandbox boots afresh: files, no processes.
+	fs, err := a.SnapshotKind(ctx, provider.SnapshotRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := create(t, p, provider.CreateSpec{From: fs, Network: provider.Network{Mode: provider.NetworkNone}})
+	_, n1 := count(c)
+	time.Sleep(200 * time.Millisecond)
+	if _, n2 := count(c); n2 != n1 {
+		t.Errorf("a filesystem snapshot restored a running process (%d then %d)", n1, n2)
+	}
+
+	if err := p.DeleteSnapshot(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.SnapshotInfo(ctx, snap); !errors.Is(err, provider.CodeNotFound) {
+		t.Errorf("inspecting a deleted snapshot: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(p.cfg.Home, "snapshots", snap)); !os.IsNotExist(err) {
+		t.Errorf("the deleted snapshot is still on disk: %v", err)
+	}
+	if _, err := p.Create(ctx, provider.CreateSpec{From: snap}); !errors.Is(err, provider.CodeNotFound) {
+		t.Errorf("restoring a deleted snapshot: %v", err)
+	}
+}
