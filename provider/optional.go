@@ -226,6 +226,24 @@ type SnapshotLister interface {
 	SnapshotInfo(ctx context.Context, id string) (SnapshotInfo, error)
 }
 
+// Forker is optional on an Instance: n new sandboxes from this running one, which keeps
+// running, each independent of it and of the others. The core calls it with the options it
+// validated. Without it, the core forks through a snapshot: a full one where the sandbox has
+// CapSnapshotFull (the children continue its processes), else a filesystem one (CapSnapshot:
+// the children boot afresh on its files), then n creates From it, then it deletes the
+// snapshot (SnapshotDeleter; else it expires); with neither capability, Fork fails with
+// CodeUnsupported before anything is made.
+type Forker interface {
+	Fork(ctx context.Context, req ForkRequest) ([]Instance, error)
+}
+
+// ForkRequest is what Forker.Fork takes.
+type ForkRequest struct {
+	N       int               // how many children, at least 1
+	Labels  map[string]string // each child's labels
+	Timeout time.Duration     // each child's hard lifetime; 0: none
+}
+
 // SnapshotDeleter is optional on a Provider with CapSnapshot: delete a snapshot now (a server
 // deletes those it made once they expire). Deleting one that does not exist is CodeNotFound.
 // Without it, a snapshot made with an expiry is left to the provider to remove after it.

@@ -327,9 +327,29 @@ type SnapshotOptions struct {
 	// ExpiresIn deletes the snapshot after this long; 0 keeps it until deleted. Negative or
 	// fractional milliseconds are invalid_argument.
 	ExpiresIn time.Duration
+	// Kind is SnapshotFilesystem (""): the files, on every provider with the "snapshot"
+	// capability; or SnapshotFull: memory, processes and files, where the sandbox has
+	// "snapshot-full" (local: runsc), else unsupported.
+	Kind provider.SnapshotKind
+	// Name labels the snapshot for people (at most 128 bytes, no NUL); it need not be unique.
+	Name string
 }
 
+// Snapshot kinds (see SnapshotOptions.Kind).
+const (
+	SnapshotFilesystem = provider.SnapshotFilesystem
+	SnapshotFull       = provider.SnapshotFull
+)
+
 func (o SnapshotOptions) validate() error {
+	switch o.Kind {
+	case "", SnapshotFilesystem, SnapshotFull:
+	default:
+		return errorf(CodeInvalidArgument, "snapshot", "unknown snapshot kind %q (filesystem or full)", o.Kind)
+	}
+	if len(o.Name) > 128 || containsNUL(o.Name) {
+		return errorf(CodeInvalidArgument, "snapshot", "a snapshot name is at most 128 bytes without NUL")
+	}
 	if o.ExpiresIn < 0 {
 		return errorf(CodeInvalidArgument, "snapshot", "expiry must not be negative, got %v", o.ExpiresIn)
 	}

@@ -521,17 +521,69 @@ func (b *Sandbox) Resume(ctx context.Context) error {
 }
 
 // Snapshot captures the sandbox; pass the id as CreateOptions.From. CodeUnsupported without
-// the "snapshot" capability.
+// the "snapshot" capability, and for a full snapshot (opts.Kind) without "snapshot-full".
 func (b *Sandbox) Snapshot(ctx context.Context, opts SnapshotOptions) (string, error) {
 	if err := opts.validate(); err != nil {
 		return "", err
 	}
+	return snapshot(ctx, b, opts)
+}
+
+// snapshot takes a snapshot through the provider's KindSnapshotter, or its Snapshotter for a
+// plain filesystem snapshot without a name.
+func snapshot(ctx context.Context, b *Sandbox, opts SnapshotOptions) (string, error) {
+	const op = "snapshot"
 	s, ok := b.inst.(provider.Snapshotter)
 	if !ok || !b.Capabilities.Has(provider.CapSnapshot) {
-		return "", errorf(CodeUnsupported, "snapshot", "provider %s cannot snapshot", b.Provider)
+		return "", errorf(CodeUnsupported, op, "provider %s cannot snapshot", b.Provider)
+	}
+	if opts.Kind == SnapshotFull && !b.Capabilities.Has(provider.CapSnapshotFull) {
+		return "", errorf(CodeUnsupported, op, "sandbox %s cannot take a full snapshot (memory and processes): it needs the %q capability (local provider: runtime runsc)", b.ID, provider.CapSnapshotFull)
+	}
+	if ks, ok := b.inst.(provider.KindSnapshotter); ok {
+		id, err := ks.SnapshotKind(ctx, provider.SnapshotRequest{Kind: opts.Kind, Name: opts.Name, Expires: opts.ExpiresIn})
+		return id, wrapProvider(err, op)
+	}
+	if opts.Kind == SnapshotFull || opts.Name != "" {
+		return "", errorf(CodeUnsupported, op, "provider %s takes only unnamed filesystem snapshots", b.Provider)
 	}
 	id, err := s.Snapshot(ctx, opts.ExpiresIn)
-	return id, wrapProvider(err, "snapshot")
+	return id, wrapProvider(err, op)
+}
+
+// SnapshotInfo describes a snapshot.
+type SnapshotInfo = provider.SnapshotInfo
+
+// Snapshots lists the snapshots on p. CodeUnsupported when p cannot list them
+// (provider.SnapshotLister).
+func Snapshots(ctx context.Context, p provider.Provider) ([]SnapshotInfo, error) {
+	l, ok := p.(provider.SnapshotLister)
+	if !ok {
+		return nil, errorf(CodeUnsupported, "snapshots", "provider %s cannot list snapshots", p.Name())
+	}
+	out, err := l.Snapshots(ctx)
+	return out, wrapProvider(err, "snapshots")
+}
+
+// InspectSnapshot describes snapshot id on p: CodeNotFound when there is none (or it
+// expired), CodeUnsupported when p cannot say (provider.SnapshotLister).
+func InspectSnapshot(ctx context.Context, p provider.Provider, id string) (SnapshotInfo, error) {
+	l, ok := p.(provider.SnapshotLister)
+	if !ok {
+		return SnapshotInfo{}, errorf(CodeUnsupported, "snapshot", "provider %s cannot inspect snapshots", p.Name())
+	}
+	info, err := l.SnapshotInfo(ctx, id)
+	return info, wrapProvider(err, "snapshot")
+}
+
+// DeleteSnapshot deletes snapshot id on p now: CodeNotFound when there is none,
+// CodeUnsupported when p cannot delete snapshots (provider.SnapshotDeleter).
+func DeleteSnapshot(ctx context.Context, p provider.Provider, id string) error {
+	d, ok := p.(provider.SnapshotDeleter)
+	if !ok {
+		return errorf(CodeUnsupported, "delete_snapshot", "provider %s cannot delete snapshots", p.Name())
+	}
+	return wrapProvider(d.DeleteSnapshot(ctx, id), "delete_snapshot")
 }
 
 // Terminal opens an interactive login shell on a PTY. CodeUnsupported without the

@@ -19,7 +19,9 @@ import (
 // original (which runs on), the snapshot is listed, inspected and deleted, and runc refuses
 // to restore it.
 func TestFullSnapshot(t *testing.T) {
+	t0 := time.Now()
 	p := newTestProvider(t, RuntimeRunsc)
+	t.Cleanup(func() { t.Logf("cleanup starts at %v", time.Since(t0)) })
 	ctx := context.Background()
 	a := create(t, p, provider.CreateSpec{Network: provider.Network{Mode: provider.NetworkNone}, Timeout: 10 * time.Minute})
 	if !a.Capabilities().Has(provider.CapSnapshotFull) {
@@ -40,6 +42,7 @@ sleep 0.3; rm /workspace/secret`)
 		return f[0], n
 	}
 	_, before := count(a)
+	t.Logf("created at %v", time.Since(t0))
 	start := time.Now()
 	snap, err := a.SnapshotKind(ctx, provider.SnapshotRequest{Kind: provider.SnapshotFull, Name: "warm"})
 	if err != nil {
@@ -73,9 +76,9 @@ sleep 0.3; rm /workspace/secret`)
 
 	var kids []*Instance
 	for range 2 {
-		start := time.Now()
+		rstart := time.Now()
 		k := create(t, p, provider.CreateSpec{From: snap, Network: provider.Network{Mode: provider.NetworkNone}})
-		t.Logf("restored %s in %v", k.id, time.Since(start))
+		t.Logf("restored %s in %v", k.id, time.Since(rstart))
 		kids = append(kids, k)
 	}
 	for _, k := range kids {
@@ -101,6 +104,7 @@ sleep 0.3; rm /workspace/secret`)
 			t.Errorf("%s sees a file written in %s", o.id, kids[0].id)
 		}
 	}
+	t.Logf("checked copies at %v", time.Since(start))
 	// Destroying a copy leaves the others running.
 	if err := p.Destroy(ctx, kids[0].id); err != nil {
 		t.Fatal(err)
@@ -109,6 +113,7 @@ sleep 0.3; rm /workspace/secret`)
 		t.Errorf("after destroying its sibling: %q", got)
 	}
 
+	t.Logf("destroyed a copy at %v", time.Since(start))
 	// A filesystem snapshot of the same sandbox boots afresh: files, no processes.
 	fs, err := a.SnapshotKind(ctx, provider.SnapshotRequest{})
 	if err != nil {
@@ -121,6 +126,7 @@ sleep 0.3; rm /workspace/secret`)
 		t.Errorf("a filesystem snapshot restored a running process (%d then %d)", n1, n2)
 	}
 
+	t.Logf("filesystem snapshot restored at %v", time.Since(start))
 	if err := p.DeleteSnapshot(ctx, snap); err != nil {
 		t.Fatal(err)
 	}

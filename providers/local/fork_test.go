@@ -1,0 +1,102 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/sandbox"
+)
+
+// Fork through the SDK: under runsc the children continue the parent's processes (a full
+// fork), under runc they boot afresh on its files (the filesystem fallback); either way the
+// parent runs on, the children are independent, and the snapshot that carried them is gone.
+func TestFork(t *testing.T) {
+	for _, tc := range []struct {
+		rt   string
+		kind provider.SnapshotKind
+	}{{RuntimeRunsc, provider.SnapshotFull}, {RuntimeRunc, provider.SnapshotFilesystem}} {
+		t.Run(tc.rt, func(t *testing.T) {
+			p := newTestProvider(t, tc.rt)
+			ctx := context.Background()
+			parent, err := sandbox.Create(ctx, p, sandbox.CreateOptions{Network: sandbox.NetworkNone, Secrets: map[string]string{"TOKEN": "fork-secret-value"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := parent.ForkKind(); got != tc.kind {
+				t.Fatalf("ForkKind = %q, want %q", got, tc.kind)
+			}
+			sh := func(b *sandbox.Sandbox, cmd string) string {
+				t.Helper()
+				res, err := b.Run(ctx, cmd, sandbox.RunOptions{})
+				if err != nil || !res.OK {
+					t.Fatalf("%s: %q: %v %+v", b.ID, cmd, err, res)
+				}
+				return strings.TrimSpace(res.Stdout)
+			}
+			sh(parent, `echo parent > /workspace/f
+(i=0; while :; do i=$((i+1)); echo $i > /workspace/n.tmp; mv /workspace/n.tmp /workspace/n; sleep 0.05; done) >/dev/null 2>&1 &
+sleep 0.2`)
+			counter := func(b *sandbox.Sandbox) int {
+				n, _ := strconv.Atoi(sh(b, "cat /workspace/n"))
+				return n
+			}
+			start := time.Now()
+			kids, err := parent.Fork(ctx, sandbox.ForkOptions{N: 2, Labels: map[string]string{"role": "child"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("forked 2 in %v", time.Since(start))
+			if len(kids) != 2 || kids[0].ID == kids[1].ID || kids[0].ID == parent.ID {
+				t.Fatalf("children: %v", kids)
+			}
+			for _, k := range kids {
+				t.Cleanup(func() { k.Destroy(context.Background()) })
+				if k.Labels["role"] != "child" {
+					t.Errorf("%s: labels %v", k.ID, k.Labels)
+				}
+				if got := sh(k, "cat /workspace/f"); got != "parent" {
+					t.Errorf("%s: file = %q", k.ID, got)
+				}
+				// The parent's secret is redacted from the child's output too.
+				if got := sh(k, "echo $TOKEN"); strings.Contains(got, "fork-secret-value") {
+					t.Errorf("%s: the parent's secret is not redacted: %q", k.ID, got)
+				}
+				n1 := counter(k)
+				time.Sleep(200 * time.Millisecond)
+				n2 := counter(k)
+				if running := n2 > n1; running != (tc.kind == provider.SnapshotFull) {
+					t.Errorf("%s: counter %d then %d; a %s fork must carry running processes: %v", k.ID, n1, n2, tc.kind, tc.kind == provider.SnapshotFull)
+				}
+			}
+			// The parent runs on.
+			n1 := counter(parent)
+			time.Sleep(200 * time.Millisecond)
+			if n2 := counter(parent); n2 <= n1 {
+				t.Errorf("the parent's process stopped: %d then %d", n1, n2)
+			}
+			// Independent.
+			sh(kids[0], "echo kid0 > /workspace/f")
+			for _, o := range []*sandbox.Sandbox{parent, kids[1]} {
+				if got := sh(o, "cat /workspace/f"); got != "parent" {
+					t.Errorf("%s sees %q written in %s", o.ID, got, kids[0].ID)
+				}
+			}
+			// The snapshot that carried the children is deleted.
+			if snaps, err := sandbox.Snapshots(ctx, p); err != nil || len(snaps) != 0 {
+				t.Errorf("snapshots left after the fork: %+v %v", snaps, err)
+			}
+			// runc cannot take a full snapshot: refused with unsupported.
+			if tc.rt == RuntimeRunc {
+				_, err := parent.Snapshot(ctx, sandbox.SnapshotOptions{Kind: sandbox.SnapshotFull})
+				if !errors.Is(err, provider.CodeUnsupported) {
+					t.Errorf("a full snapshot under runc: %v, want unsupported", err)
+				}
+			}
+		})
+	}
+}
