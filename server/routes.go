@@ -28,6 +28,11 @@ func (s *Server) table() []route {
 		// An API key only: a snapshot is a lasting copy of the sandbox's disk on the host,
 		// counted against the key's quota (Config.SnapshotsPerKey).
 		{"POST", "/v1/sandboxes/{id}/snapshot", scopeAccount, long(s.snapshot)},
+		// An API key only: each child is a new sandbox of the key's.
+		{"POST", "/v1/sandboxes/{id}/fork", scopeAccount, long(s.fork)},
+		{"GET", "/v1/snapshots", scopeAccount, s.listSnapshots},
+		{"GET", "/v1/snapshots/{snapshot}", scopeAccount, s.getSnapshot},
+		{"DELETE", "/v1/snapshots/{snapshot}", scopeAccount, s.deleteSnapshot},
 		{"POST", "/v1/sandboxes/{id}/timeout", scopeSandbox, s.setTimeout},
 		{"POST", "/v1/sandboxes/{id}/keep-alive", scopeSandbox, s.keepAlive},
 		{"GET", "/v1/sandboxes/{id}/busy", scopeSandbox, s.busy},

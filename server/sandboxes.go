@@ -26,6 +26,8 @@ const (
 	EventPaused          = lifecycle.EventPaused
 	EventResumed         = lifecycle.EventResumed
 	EventSnapshotCreated = lifecycle.EventSnapshotCreated
+	EventSnapshotDeleted = lifecycle.EventSnapshotDeleted
+	EventForked          = lifecycle.EventForked
 	EventTimeoutSet      = lifecycle.EventTimeoutSet
 	EventProcessStarted  = "process.started"
 	EventProcessStopped  = "process.stopped"
@@ -37,7 +39,7 @@ const (
 // EventTypes lists every event type, for webhook filters.
 var EventTypes = []string{
 	EventCreated, EventDestroyed, EventExpired, EventTimedOut, EventPaused, EventResumed,
-	EventSnapshotCreated, EventTimeoutSet, EventProcessStarted, EventProcessStopped,
+	EventSnapshotCreated, EventSnapshotDeleted, EventForked, EventTimeoutSet, EventProcessStarted, EventProcessStopped,
 	EventProcessExited, EventPortExposed, EventPortClosed,
 }
 
@@ -304,7 +306,9 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request, _ *caller) {
 
 func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, c *caller) {
 	var req struct {
-		ExpiresInMS int64 `json:"expiresInMs,omitempty"`
+		ExpiresInMS int64  `json:"expiresInMs,omitempty"`
+		Kind        string `json:"kind,omitempty"`
+		Name        string `json:"name,omitempty"`
 	}
 	if err := decode(w, r, &req, true); err != nil {
 		writeError(w, err)
@@ -315,12 +319,18 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, c *caller) {
 		writeError(w, err)
 		return
 	}
-	id, err := s.lc.Snapshot(r.Context(), r.PathValue("id"), lifecycle.SnapshotOptions{KeyID: c.KeyID, ExpiresIn: exp})
+	id, err := s.lc.Snapshot(r.Context(), r.PathValue("id"), lifecycle.SnapshotOptions{
+		KeyID: c.KeyID, ExpiresIn: exp, Kind: provider.SnapshotKind(req.Kind), Name: req.Name,
+	})
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, map[string]string{"id": id})
+	kind := req.Kind
+	if kind == "" {
+		kind = string(provider.SnapshotFilesystem)
+	}
+	writeJSON(w, http.StatusCreated, map[string]string{"id": id, "kind": kind})
 }
 
 type timeoutRequest struct {

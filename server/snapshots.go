@@ -3,9 +3,13 @@ package server
 import (
 	"context"
 	"errors"
+	"maps"
+	"net/http"
 	"time"
 
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/sandbox"
+	"github.com/tupper-dev/tupper/server/lifecycle"
 )
 
 // reapSnapshots deletes the snapshots made through the server that have expired: from the
@@ -29,4 +33,98 @@ func (s *Server) reapSnapshots(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// snapshotJSON is a snapshot on the wire.
+type snapshotJSON struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name,omitempty"`
+	Kind      string    `json:"kind"`
+	Template  string    `json:"template,omitempty"`
+	Runtime   string    `json:"runtime,omitempty"`
+	Network   string    `json:"network,omitempty"`
+	SandboxID string    `json:"sandboxId,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
+	ExpiresAt time.Time `json:"expiresAt,omitzero"`
+	Size      int64     `json:"size"`
+}
+
+func toSnapshotJSON(in sandbox.SnapshotInfo) snapshotJSON {
+	return snapshotJSON{
+		ID: in.ID, Name: in.Name, Kind: string(in.Kind), Template: in.Template, Runtime: in.Runtime,
+		Network: string(in.Network), SandboxID: in.Source, CreatedAt: in.CreatedAt.UTC(),
+		ExpiresAt: in.ExpiresAt.UTC(), Size: in.Size,
+	}
+}
+
+func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request, _ *caller) {
+	list, err := sandbox.Snapshots(r.Context(), s.prov)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := make([]snapshotJSON, 0, len(list))
+	for _, in := range list {
+		out = append(out, toSnapshotJSON(in))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"snapshots": out})
+}
+
+func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request, _ *caller) {
+	in, err := sandbox.InspectSnapshot(r.Context(), s.prov, r.PathValue("snapshot"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toSnapshotJSON(in))
+}
+
+func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request, _ *caller) {
+	if err := s.lc.DeleteSnapshot(r.Context(), r.PathValue("snapshot")); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// forkRequest is the body of POST /v1/sandboxes/{id}/fork.
+type forkRequest struct {
+	N         int               `json:"n,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	TimeoutMS int64             `json:"timeoutMs,omitempty"`
+	Network   *networkJSON      `json:"network,omitempty"`
+}
+
+// fork makes children of a sandbox: memory and processes included where the sandbox has
+// "snapshot-full", its files elsewhere. Each child comes with its own token.
+func (s *Server) fork(w http.ResponseWriter, r *http.Request, c *caller) {
+	var req forkRequest
+	if err := decode(w, r, &req, true); err != nil {
+		writeError(w, err)
+		return
+	}
+	timeout, err := durMS("timeoutMs", req.TimeoutMS)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	opts := sandbox.ForkOptions{N: req.N, Labels: maps.Clone(req.Labels), Timeout: timeout}
+	if req.Network != nil {
+		opts.Network = sandbox.Network{Mode: provider.NetworkMode(req.Network.Mode), Allow: req.Network.Allow}
+	}
+	labels := createRequest{Labels: req.Labels}.recordLabels()
+	delete(opts.Labels, sandbox.SDKLabel)
+	kids, err := s.lc.Fork(r.Context(), r.PathValue("id"), lifecycle.ForkOptions{Sandbox: opts, KeyID: c.KeyID, Labels: labels, Token: true})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := make([]sandboxJSON, 0, len(kids))
+	for _, k := range kids {
+		j := s.toJSON(k.Info, k.Record)
+		j.Token = k.Token
+		j.Capabilities = capList(s.Capabilities())
+		out = append(out, j)
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"sandboxes": out})
 }

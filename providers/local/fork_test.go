@@ -21,7 +21,9 @@ func TestFork(t *testing.T) {
 		kind provider.SnapshotKind
 	}{{RuntimeRunsc, provider.SnapshotFull}, {RuntimeRunc, provider.SnapshotFilesystem}} {
 		t.Run(tc.rt, func(t *testing.T) {
+			t0 := time.Now()
 			p := newTestProvider(t, tc.rt)
+			t.Cleanup(func() { t.Logf("cleanup at %v", time.Since(t0)) })
 			ctx := context.Background()
 			parent, err := sandbox.Create(ctx, p, sandbox.CreateOptions{Network: sandbox.NetworkNone, Secrets: map[string]string{"TOKEN": "fork-secret-value"}})
 			if err != nil {
@@ -45,6 +47,7 @@ sleep 0.2`)
 				n, _ := strconv.Atoi(sh(b, "cat /workspace/n"))
 				return n
 			}
+			t.Logf("parent ready at %v", time.Since(t0))
 			start := time.Now()
 			kids, err := parent.Fork(ctx, sandbox.ForkOptions{N: 2, Labels: map[string]string{"role": "child"}})
 			if err != nil {
@@ -73,6 +76,7 @@ sleep 0.2`)
 					t.Errorf("%s: counter %d then %d; a %s fork must carry running processes: %v", k.ID, n1, n2, tc.kind, tc.kind == provider.SnapshotFull)
 				}
 			}
+			t.Logf("children checked at %v", time.Since(t0))
 			// The parent runs on.
 			n1 := counter(parent)
 			time.Sleep(200 * time.Millisecond)

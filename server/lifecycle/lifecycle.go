@@ -39,6 +39,8 @@ const (
 	EventPaused          = "sandbox.paused"
 	EventResumed         = "sandbox.resumed"
 	EventSnapshotCreated = "sandbox.snapshot_created"
+	EventSnapshotDeleted = "sandbox.snapshot_deleted"
+	EventForked          = "sandbox.forked"
 	EventTimeoutSet      = "sandbox.timeout_set"
 )
 
@@ -505,6 +507,8 @@ type SnapshotOptions struct {
 	// ExpiresIn is how long the snapshot lives; 0: Config.SnapshotExpiry, which is also the
 	// most it may be.
 	ExpiresIn time.Duration
+	Kind      provider.SnapshotKind // "": filesystem
+	Name      string
 }
 
 // Snapshot snapshots a sandbox within the quotas (Config.SnapshotsPerSandbox,
@@ -532,7 +536,7 @@ func (s *Service) Snapshot(ctx context.Context, id string, opts SnapshotOptions)
 	if err != nil {
 		return "", err
 	}
-	snap, err := b.Snapshot(ctx, sandbox.SnapshotOptions{ExpiresIn: expires})
+	snap, err := b.Snapshot(ctx, sandbox.SnapshotOptions{ExpiresIn: expires, Kind: opts.Kind, Name: opts.Name})
 	if err != nil {
 		_ = s.st.DeleteSnapshot(context.WithoutCancel(ctx), reserved)
 		return "", err
@@ -540,8 +544,105 @@ func (s *Service) Snapshot(ctx context.Context, id string, opts SnapshotOptions)
 	if err := s.st.SetSnapshotID(context.WithoutCancel(ctx), reserved, snap); err != nil {
 		s.log.Warn("recording a snapshot", "sandbox", id, "snapshot", snap, "err", err)
 	}
-	s.emit(ctx, EventSnapshotCreated, id, map[string]string{"snapshotId": snap})
+	kind := opts.Kind
+	if kind == "" {
+		kind = provider.SnapshotFilesystem
+	}
+	s.emit(ctx, EventSnapshotCreated, id, map[string]string{"snapshotId": snap, "kind": string(kind)})
 	return snap, nil
+}
+
+// DeleteSnapshot deletes a snapshot from the provider and the store, and emits
+// sandbox.snapshot_deleted (about the sandbox it was taken from). CodeNotFound when the
+// provider has no such snapshot; CodeUnsupported when it cannot delete snapshots.
+func (s *Service) DeleteSnapshot(ctx context.Context, snap string) error {
+	source := ""
+	if info, err := sandbox.InspectSnapshot(ctx, s.prov, snap); err == nil {
+		source = info.Source
+	}
+	if err := sandbox.DeleteSnapshot(ctx, s.prov, snap); err != nil {
+		return err
+	}
+	if err := s.st.DeleteSnapshot(context.WithoutCancel(ctx), snap); err != nil {
+		s.log.Warn("forgetting a deleted snapshot", "snapshot", snap, "err", err)
+	}
+	s.emit(ctx, EventSnapshotDeleted, source, map[string]string{"snapshotId": snap})
+	return nil
+}
+
+// ForkOptions configure Fork.
+type ForkOptions struct {
+	Sandbox sandbox.ForkOptions // N, labels, timeout and network of the children
+	KeyID   string              // the API key the children belong to
+	// Labels are the labels recorded and reported for each child, as the client gave them.
+	Labels map[string]string
+	Token  bool // issue each child a sandbox token
+}
+
+// Fork makes children of a live sandbox (sandbox.Fork: memory and processes where the
+// sandbox has "snapshot-full", files elsewhere), records each as Create does (with a token
+// when asked) and emits sandbox.created for each, with "forkOf", and sandbox.forked for the
+// parent. The parent keeps running.
+func (s *Service) Fork(ctx context.Context, id string, opts ForkOptions) ([]*Created, error) {
+	b, err := s.Handle(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	so := opts.Sandbox
+	timeout := so.Timeout
+	if !s.prov.Capabilities().Has(provider.CapTimeout) {
+		so.Timeout = 0 // the server's reaper enforces it
+	}
+	kids, err := b.Fork(ctx, so)
+	if err != nil {
+		return nil, err
+	}
+	wctx := context.WithoutCancel(ctx)
+	out := make([]*Created, 0, len(kids))
+	fail := func(err error) ([]*Created, error) {
+		for _, k := range kids {
+			_ = k.Destroy(wctx)
+			s.forget(k.ID)
+			_, _ = s.st.MarkDestroyed(wctx, k.ID)
+		}
+		return nil, err
+	}
+	ids := make([]string, 0, len(kids))
+	for _, k := range kids {
+		info, err := k.Info(ctx)
+		if err != nil {
+			return fail(err)
+		}
+		c := &Created{Created: true}
+		var hash []byte
+		if opts.Token {
+			c.Token = store.NewToken()
+			hash = store.Hash(c.Token)
+		}
+		deadline := info.Deadline
+		if deadline.IsZero() && timeout > 0 {
+			deadline = time.Now().Add(timeout)
+		}
+		labels := maps.Clone(opts.Labels)
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		rec := store.Sandbox{
+			ID: k.ID, Provider: s.prov.Name(), APIKeyID: opts.KeyID, Labels: labels,
+			CreatedAt: info.CreatedAt, Deadline: deadline, State: info.State,
+		}
+		if err := s.st.PutSandbox(wctx, rec, hash); err != nil {
+			return fail(err)
+		}
+		c.Box = Box{Sandbox: s.remember(k), Record: rec, Info: info}
+		out = append(out, c)
+		ids = append(ids, k.ID)
+	}
+	for _, c := range out {
+		s.emit(ctx, EventCreated, c.Record.ID, map[string]any{"labels": c.Record.Labels, "template": c.Info.Template, "forkOf": id})
+	}
+	s.emit(ctx, EventForked, id, map[string]any{"children": ids, "kind": string(b.ForkKind())})
+	return out, nil
 }
 
 // ListOptions filter List. The zero value lists every live sandbox.
