@@ -96,7 +96,7 @@ func (b *Sandbox) Fork(ctx context.Context, opts ForkOptions) ([]*Sandbox, error
 	}
 	// The snapshot only carries the parent to its children; it expires by itself should
 	// this process die before deleting it.
-	snap, err := snapshot(ctx, b, SnapshotOptions{Kind: kind, Name: "fork of " + b.ID, ExpiresIn: time.Hour})
+	snap, err := snapshot(ctx, b, SnapshotOptions{Kind: kind, ExpiresIn: time.Hour})
 	if err != nil {
 		return nil, err
 	}

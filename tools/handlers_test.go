@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -263,6 +264,7 @@ func TestBoundSession(t *testing.T) {
 		t.Errorf("list_sandboxes shows another sandbox:\n%s", res.Text)
 	}
 	want(t, call(t, s, "create_sandbox", map[string]any{}), true, "bound to sandbox")
+	want(t, call(t, s, "fork", map[string]any{}), true, "bound to sandbox")
 	want(t, call(t, s, "destroy_sandbox", map[string]any{"sandbox_id": mine.ID}), true, "bound to sandbox")
 	if n := sandboxes(t, prov); n != 2 {
 		t.Fatalf("%d sandboxes, want the 2 made by the test", n)
@@ -273,4 +275,30 @@ func TestBoundSession(t *testing.T) {
 	if _, err := sandbox.Connect(ctx, prov, mine.ID, sandbox.ConnectOptions{}); err != nil {
 		t.Fatalf("the bound sandbox did not survive Close: %v", err)
 	}
+}
+
+// fork copies the default sandbox's files into independent sandboxes in the session's scope
+// (the memory provider forks through a filesystem snapshot).
+func TestFork(t *testing.T) {
+	var created []string
+	s, _ := newTestSession(t, SessionOptions{
+		Labels:  map[string]string{"scope": "a"},
+		Created: func(ctx context.Context, b *sandbox.Sandbox) error { created = append(created, b.ID); return nil },
+	})
+	call(t, s, "write_file", map[string]any{"path": "f.txt", "content": "parent"})
+	res := call(t, s, "fork", map[string]any{"n": 2})
+	want(t, res, false, "forked", "files (no running processes)")
+	ids := res.Data.(map[string]any)["sandbox_ids"].([]string)
+	if len(ids) != 2 || ids[0] == ids[1] {
+		t.Fatalf("children: %v", ids)
+	}
+	if !slices.Contains(created, ids[0]) || !slices.Contains(created, ids[1]) {
+		t.Errorf("Created was told of %v, not of both children %v", created, ids)
+	}
+	want(t, call(t, s, "write_file", map[string]any{"path": "f.txt", "content": "child0", "sandbox_id": ids[0]}), false)
+	want(t, call(t, s, "read_file", map[string]any{"path": "f.txt", "sandbox_id": ids[1]}), false, "parent")
+	want(t, call(t, s, "read_file", map[string]any{"path": "f.txt"}), false, "parent")
+	// In the session's scope: listed, and destroyable.
+	want(t, call(t, s, "list_sandboxes", map[string]any{}), false, ids[0], ids[1])
+	want(t, call(t, s, "destroy_sandbox", map[string]any{"sandbox_id": ids[0]}), false, "destroyed")
 }

@@ -254,6 +254,47 @@ func (s *Session) createExtra(ctx context.Context, opts sandbox.CreateOptions) (
 	return b, nil
 }
 
+// fork forks b (Sandbox.Fork), tells SessionOptions.Created of each child and keeps their
+// handles; on a failure every child is destroyed.
+func (s *Session) fork(ctx context.Context, b *sandbox.Sandbox, opts sandbox.ForkOptions) ([]*sandbox.Sandbox, error) {
+	if s.opts.Bound != "" {
+		return nil, s.boundErr("fork")
+	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, errClosed
+	}
+	kids, err := b.Fork(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range kids {
+		if s.opts.Created != nil {
+			if err := s.opts.Created(ctx, k); err != nil {
+				for _, k := range kids {
+					destroy(k)
+				}
+				return nil, err
+			}
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		for _, k := range kids {
+			destroy(k)
+			s.destroyed(ctx, k.ID)
+		}
+		return nil, errClosed
+	}
+	for _, k := range kids {
+		s.handles[k.ID] = k
+	}
+	return kids, nil
+}
+
 // destroySandbox destroys id (which must be in scope) and forgets it; destroying the default
 // sandbox means the next tool call without sandbox_id creates a fresh one.
 func (s *Session) destroySandbox(ctx context.Context, id string) error {

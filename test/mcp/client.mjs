@@ -42,7 +42,7 @@ check(client.getServerVersion()?.name === "tupper", `connected over ${mode} to $
 const { tools } = await client.listTools();
 const names = tools.map((t) => t.name).sort();
 const want = [
-  "create_sandbox", "destroy_sandbox", "edit_file", "expose_port", "file_changes", "git_clone",
+  "create_sandbox", "destroy_sandbox", "edit_file", "expose_port", "file_changes", "fork", "git_clone",
   "git_commit", "git_diff", "git_status", "list_files", "list_sandboxes", "process_logs",
   "read_file", "run_command", "search_files", "snapshot", "start_process", "stop_process",
   "write_file",
