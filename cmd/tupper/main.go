@@ -92,6 +92,7 @@ var subcommands = []struct {
 	{"keys", newKeysCmd},
 	{"logs", newLogsCmd},
 	{"snapshot", newSnapshotCmd},
+	{"fork", newForkCmd},
 	{"template", newTemplateCmd},
 	{"mcp", newMCPCmd},
 	{"bench", newBenchCmd},
