@@ -50,6 +50,17 @@ sleep 0.3; rm /workspace/secret`)
 	}
 	t.Logf("full snapshot in %v", time.Since(start))
 
+	// What the host trusts of a full snapshot is its own: the image and the metadata sit
+	// in a directory only host root reaches.
+	for _, f := range []string{"", "image", "meta.json"} {
+		fi, err := os.Stat(filepath.Join(p.cfg.Home, "snapshots", snap, f))
+		if err != nil || fi.Mode().Perm()&0o077 != 0 {
+			t.Errorf("snapshot %s/%s: %v %v, want root's only", snap, f, fi.Mode(), err)
+		}
+	}
+	// Sandbox code signalling its init as the host does after a checkpoint changes nothing:
+	// the agent is not waiting, and serves on.
+	run(t, a, "kill -USR2 1; sleep 0.1")
 	// The original runs on, its process too.
 	time.Sleep(200 * time.Millisecond)
 	if _, n := count(a); n <= before {
@@ -138,5 +149,62 @@ sleep 0.3; rm /workspace/secret`)
 	}
 	if _, err := p.Create(ctx, provider.CreateSpec{From: snap}); !errors.Is(err, provider.CodeNotFound) {
 		t.Errorf("restoring a deleted snapshot: %v", err)
+	}
+}
+
+// A snapshot is listed only once complete: one whose write fails midway (here: after its
+// contents and before its metadata) is neither listed nor left on disk, one a crashed
+// process left half-written (a temporary directory whose pid is gone) is never listed and
+// is removed by the next listing, and a listing while a snapshot is being written does not
+// show it.
+func TestSnapshotCrashSafe(t *testing.T) {
+	p := newTestProvider(t, RuntimeRunc)
+	ctx := context.Background()
+	a := create(t, p, provider.CreateSpec{Network: provider.Network{Mode: provider.NetworkNone}})
+	run(t, a, "echo data > /workspace/f")
+	listed := func() int {
+		t.Helper()
+		l, err := p.Snapshots(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(l)
+	}
+	t.Cleanup(func() { testHookSnapshotWrite = nil })
+	var during int
+	testHookSnapshotWrite = func(tmp string) error {
+		during = listed()
+		return errors.New("disk gone")
+	}
+	if _, err := a.SnapshotKind(ctx, provider.SnapshotRequest{Name: "doomed"}); err == nil {
+		t.Fatal("a snapshot whose write failed succeeded")
+	}
+	testHookSnapshotWrite = nil
+	if during != 0 || listed() != 0 {
+		t.Errorf("a half-written snapshot was listed (%d during, %d after)", during, listed())
+	}
+	dir := filepath.Join(p.cfg.Home, "snapshots")
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("a failed snapshot left %v", ents)
+	}
+	// What a process killed mid-write leaves: a temporary directory named for a pid that
+	// is gone (pid_max is far above this).
+	crashed := filepath.Join(dir, ".tmp-"+newID()+"-99999999")
+	if err := os.MkdirAll(filepath.Join(crashed, "upper"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if listed() != 0 {
+		t.Error("a crashed snapshot's temporary directory is listed")
+	}
+	if _, err := os.Stat(crashed); !os.IsNotExist(err) {
+		t.Errorf("a crashed snapshot's temporary directory outlived a listing: %v", err)
+	}
+	// The next snapshot is whole.
+	id, err := a.SnapshotKind(ctx, provider.SnapshotRequest{Name: "ok"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := p.Snapshots(ctx); len(l) != 1 || l[0].ID != id || l[0].Name != "ok" || l[0].Kind != provider.SnapshotFilesystem {
+		t.Errorf("listed: %+v", l)
 	}
 }
