@@ -53,6 +53,10 @@
 //   - GET /tupper/busy → {"busy", "processes", "lastActivityUnixMs",
 //     "deadlineUnix"}: whether processes started through the agent run.
 //     It and /health do not count as activity for the idle timeout.
+//   - POST /tupper/quiesce (HTTP/1.1): before a checkpoint, the agent closes
+//     its listener and every connection, answers 204 and closes this one
+//     last, and listens again at the same path on SIGUSR2 (quiesce.go). 501
+//     when the listener is not a unix socket on a path.
 //
 // # Protocol version
 //

@@ -259,6 +259,17 @@
 // destroy, reap or snapshot. runsc runs with --overlay2=none, so its writes are in the
 // same host layer; named pipes made inside gVisor are not (they live in the sentry).
 //
+// A full snapshot (SnapshotKind with provider.SnapshotFull; runsc only, capability
+// snapshot-full) adds a gVisor checkpoint of the sandbox's memory and processes, taken while
+// the sandbox is paused for the copy, in Home/snapshots/ID/image: the agent first closes its
+// host socket (POST /tupper/quiesce, package agent), which gVisor cannot save; after the
+// checkpoint the host resumes the sandbox and signals its init (runsc kill ID USR2) to listen
+// again. A create From a full snapshot fills the upper layer from the copy, then runs
+// `runsc restore` instead of `runsc run`, with the snapshot's size and network mode, signals
+// the restored agent to listen (in the new sandbox's socket directory), and gives it the new
+// sandbox's deadlines; another runtime is unsupported. Provider.Snapshots and SnapshotInfo
+// list and inspect snapshots (provider.SnapshotLister).
+//
 // # Capabilities
 //
 // network-none (always), network-all (a veth pair and the nat table work), timeout and
@@ -266,5 +277,6 @@
 // agent tunnel), users (/etc/passwd has user), persistent (state in Home), resource-limit
 // and size (cgroups and the bounded tmpfs), shell (/bin/sh in the template — the host's
 // for host —, and runc, crun or a runsc from 2023 on), git (/usr/bin/git in the template),
-// pause and snapshot (a freezer cgroup; a snapshot is copied frozen).
+// pause and snapshot (a freezer cgroup; a snapshot is copied frozen), snapshot-full (runsc:
+// per sandbox, in its record).
 package local
