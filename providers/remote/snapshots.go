@@ -1,0 +1,105 @@
+package remote
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/tupper-dev/tupper/provider"
+)
+
+var (
+	_ provider.KindSnapshotter = (*Instance)(nil)
+	_ provider.Forker          = (*Instance)(nil)
+	_ provider.SnapshotLister  = (*Provider)(nil)
+	_ provider.SnapshotDeleter = (*Provider)(nil)
+)
+
+// SnapshotKind takes a snapshot of req.Kind with req.Name on the server
+// (POST /v1/sandboxes/{id}/snapshot).
+func (in *Instance) SnapshotKind(ctx context.Context, req provider.SnapshotRequest) (string, error) {
+	var out struct {
+		ID string `json:"id"`
+	}
+	body := map[string]any{"expiresInMs": ceilMS(req.Expires)}
+	if req.Kind != "" {
+		body["kind"] = string(req.Kind)
+	}
+	if req.Name != "" {
+		body["name"] = req.Name
+	}
+	err := in.p.call(ctx, http.MethodPost, in.path+"/snapshot", body, &out)
+	return out.ID, err
+}
+
+// Fork is the server's fork (POST /v1/sandboxes/{id}/fork): the server decides the kind
+// from the sandbox (memory and processes under runsc, files elsewhere).
+func (in *Instance) Fork(ctx context.Context, req provider.ForkRequest) ([]provider.Instance, error) {
+	var out struct {
+		Sandboxes []sandboxJSON `json:"sandboxes"`
+	}
+	body := map[string]any{"n": req.N, "labels": req.Labels}
+	if req.Timeout > 0 {
+		body["timeoutMs"] = ceilMS(req.Timeout)
+	}
+	if err := in.p.call(ctx, http.MethodPost, in.path+"/fork", body, &out); err != nil {
+		return nil, err
+	}
+	kids := make([]provider.Instance, 0, len(out.Sandboxes))
+	for _, sb := range out.Sandboxes {
+		kids = append(kids, in.p.instance(sb))
+	}
+	return kids, nil
+}
+
+// snapshotJSON is a snapshot as the server describes it.
+type snapshotJSON struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	Kind      string    `json:"kind"`
+	Template  string    `json:"template"`
+	Runtime   string    `json:"runtime"`
+	Network   string    `json:"network"`
+	SandboxID string    `json:"sandboxId"`
+	CreatedAt time.Time `json:"createdAt"`
+	ExpiresAt time.Time `json:"expiresAt"`
+	Size      int64     `json:"size"`
+}
+
+func (s snapshotJSON) info() provider.SnapshotInfo {
+	return provider.SnapshotInfo{
+		ID: s.ID, Name: s.Name, Kind: provider.SnapshotKind(s.Kind), Template: s.Template, Runtime: s.Runtime,
+		Network: provider.NetworkMode(s.Network), Source: s.SandboxID, CreatedAt: s.CreatedAt,
+		ExpiresAt: s.ExpiresAt, Size: s.Size,
+	}
+}
+
+// Snapshots lists the server's snapshots (GET /v1/snapshots).
+func (p *Provider) Snapshots(ctx context.Context) ([]provider.SnapshotInfo, error) {
+	var out struct {
+		Snapshots []snapshotJSON `json:"snapshots"`
+	}
+	if err := p.call(ctx, http.MethodGet, "/v1/snapshots", nil, &out); err != nil {
+		return nil, err
+	}
+	list := make([]provider.SnapshotInfo, 0, len(out.Snapshots))
+	for _, s := range out.Snapshots {
+		list = append(list, s.info())
+	}
+	return list, nil
+}
+
+// SnapshotInfo describes one of the server's snapshots (GET /v1/snapshots/{id}).
+func (p *Provider) SnapshotInfo(ctx context.Context, id string) (provider.SnapshotInfo, error) {
+	var out snapshotJSON
+	if err := p.call(ctx, http.MethodGet, "/v1/snapshots/"+url.PathEscape(id), nil, &out); err != nil {
+		return provider.SnapshotInfo{}, err
+	}
+	return out.info(), nil
+}
+
+// DeleteSnapshot deletes one of the server's snapshots (DELETE /v1/snapshots/{id}).
+func (p *Provider) DeleteSnapshot(ctx context.Context, id string) error {
+	return p.call(ctx, http.MethodDelete, "/v1/snapshots/"+url.PathEscape(id), nil, nil)
+}
