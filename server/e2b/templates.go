@@ -332,9 +332,13 @@ func quoteWord(s string) (string, error) {
 	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`, `$`, `\$`, "`", "\\`").Replace(s) + `"`, nil
 }
 
+// jsonArray is the exec (JSON) form of words, '<' and '&' as they are.
 func jsonArray(words ...string) string {
-	b, _ := json.Marshal(words)
-	return string(b)
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(words)
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 // translate turns E2B's steps into a Dockerfile: FROM the template or image, RUN in the
