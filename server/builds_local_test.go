@@ -28,7 +28,7 @@ import (
 // tarEntry is an entry of a test's build context.
 type tarEntry struct {
 	name, body, link string
-	typ             byte
+	typ              byte
 }
 
 func contextTar(t *testing.T, gz bool, ents ...tarEntry) []byte {
