@@ -291,8 +291,9 @@ func (b *Build) progress(ev template.BuildEvent) {
 	b.add(e)
 }
 
-// Reserve records a build of the template name, waiting for its steps (Start). A name
-// another build of the server is making is CodeConflict; a built-in template's name (the
+// Reserve records a build of the template name, waiting for its steps (Start); it replaces
+// a build of the same key and name still waiting. A name another build of the server is
+// making is CodeConflict; a built-in template's name (the
 // provider's Templater says which) CodeInvalidArgument.
 func (s *Service) Reserve(ctx context.Context, keyID, name string, tags []string) (*Build, error) {
 	if _, err := s.Store(); err != nil {
@@ -324,8 +325,10 @@ func (s *Service) Reserve(ctx context.Context, keyID, name string, tags []string
 		b.mu.Lock()
 		st, created := b.state, b.created
 		b.mu.Unlock()
-		if st == Waiting && now.Sub(created) > waitingExpiry {
-			delete(s.builds, id) // never started
+		if st == Waiting && (now.Sub(created) > waitingExpiry || b.Name == name && b.KeyID == keyID) {
+			// Never started, or superseded by the same key's new request (a client that
+			// died between reserving and starting): forgotten.
+			delete(s.builds, id)
 			continue
 		}
 		if b.Name == name && !st.Done() {

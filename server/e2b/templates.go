@@ -68,6 +68,9 @@ func (t *templateBuilds) put(svc *builds.Service, e *e2bBuild) {
 	}
 	for id, o := range t.m {
 		if _, err := svc.Get(o.keyID, id); err != nil {
+			if o.b.Status().State == builds.Waiting {
+				os.RemoveAll(o.dir) // never started: no build removes its uploads
+			}
 			delete(t.m, id)
 		}
 	}
