@@ -68,5 +68,7 @@ func TestConformanceImage(t *testing.T) {
 	}
 	rt, _ := p.DefaultRuntime()
 	caps := provider.NewCapabilities(p.capsFor(rt, tp)...)
-	sandboxtest.Run(t, func(testing.TB) provider.Provider { return imageProvider{Provider: p, name: template.Debian, caps: caps} })
+	sandboxtest.Run(t, func(testing.TB) provider.Provider {
+		return imageProvider{Provider: p, name: template.Debian, caps: caps}
+	})
 }
