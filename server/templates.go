@@ -3,7 +3,6 @@ package server
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"io"
 	"mime"
 	"net/http"
@@ -150,7 +149,9 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request, c *caller
 		default:
 			return badRequest("send the build as application/json, or as multipart/form-data with a \"build\" part (JSON) and a \"context\" part (a tar)")
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBuildContextBytes+MaxJSONBody)
+		// The whole body: the build part (at most MaxJSONBody) and the context (at most
+		// MaxBuildContextBytes, counted by overLimit below), and the multipart framing.
+		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBuildContextBytes+MaxJSONBody+64<<10)
 		mr, err := r.MultipartReader()
 		if err != nil {
 			return badRequest("multipart body: %v", err)
@@ -187,7 +188,7 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request, c *caller
 		if dir, err = s.builds.ScratchDir(); err != nil {
 			return err
 		}
-		body := &overLimit{r: part}
+		body := &overLimit{r: part, left: s.cfg.MaxBuildContextBytes}
 		err = template.UnpackContext(r.Context(), dir, body, template.Limits{MaxBytes: 4 * s.cfg.MaxBuildContextBytes, MaxFiles: 200_000})
 		if body.err != nil {
 			return body.err // 413, whatever the unpacker made of it
@@ -346,17 +347,27 @@ func (s *Server) buildLogs(w http.ResponseWriter, r *http.Request, c *caller) {
 	}
 }
 
-// overLimit remembers a read past http.MaxBytesReader's limit.
+// overLimit reads the context part, at most left bytes: past them it fails with an
+// *http.MaxBytesError (413), which it remembers, whatever the unpacker makes of it.
 type overLimit struct {
-	r   io.Reader
-	err *http.MaxBytesError
+	r    io.Reader
+	left int64
+	read int64
+	err  *http.MaxBytesError
 }
 
 func (o *overLimit) Read(p []byte) (int, error) {
+	if o.err != nil {
+		return 0, o.err
+	}
+	if int64(len(p)) > o.left-o.read+1 {
+		p = p[:o.left-o.read+1]
+	}
 	n, err := o.r.Read(p)
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
-		o.err = mbe
+	o.read += int64(n)
+	if o.read > o.left {
+		o.err = &http.MaxBytesError{Limit: o.left}
+		return 0, o.err
 	}
 	return n, err
 }

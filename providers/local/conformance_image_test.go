@@ -40,7 +40,7 @@ func (p imageProvider) GetOrCreate(ctx context.Context, s provider.CreateSpec) (
 // template, an image template (its own layers under the sandbox's writable layer, nothing
 // of the host's /usr), under the default runtime, with the capabilities a sandbox of it has
 // (no git: debian's minimal base lacks it). Making the template takes debootstrap and this
-// machine's Debian mirror, a minute or two; -short skips it on a developer's machine, never
+// machine's Debian mirror, minutes on a loaded machine; -short skips it on a developer's machine, never
 // under CI=true.
 func TestConformanceImage(t *testing.T) {
 	if testing.Short() && !testenv.InCI() {
@@ -55,7 +55,7 @@ func TestConformanceImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	start := time.Now()
 	if _, err := st.EnsureDebian(ctx, template.DebianOptions{}); err != nil {

@@ -383,9 +383,8 @@ func (s *Service) Start(b *Build, opts template.BuildOptions, cleanup func()) er
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		defer cleanup()
 		defer cancel()
-		s.run(ctx, st, b, opts)
+		s.run(ctx, st, b, opts, cleanup)
 	}()
 	return nil
 }
@@ -416,11 +415,14 @@ func (s *Service) Cancel(keyID, id string) error {
 	return nil
 }
 
-func (s *Service) run(ctx context.Context, st *template.Store, b *Build, opts template.BuildOptions) {
+// run runs the build, then cleanup, then records its end: a client that sees the end sees
+// the context gone.
+func (s *Service) run(ctx context.Context, st *template.Store, b *Build, opts template.BuildOptions, cleanup func()) {
 	select {
 	case s.sem <- struct{}{}:
 		defer func() { <-s.sem }()
 	case <-ctx.Done():
+		cleanup()
 		s.finish(b, nil, provider.Errorf(provider.CodeAborted, "cancelled before it started"))
 		return
 	}
@@ -433,6 +435,7 @@ func (s *Service) run(ctx context.Context, st *template.Store, b *Build, opts te
 	if err != nil && ctx.Err() != nil {
 		err = provider.Errorf(provider.CodeAborted, "cancelled: %v", err)
 	}
+	cleanup()
 	s.finish(b, t, err)
 }
 
