@@ -40,11 +40,11 @@ func (p imageProvider) GetOrCreate(ctx context.Context, s provider.CreateSpec) (
 // template, an image template (its own layers under the sandbox's writable layer, nothing
 // of the host's /usr), under the default runtime, with the capabilities a sandbox of it has
 // (no git: debian's minimal base lacks it). Making the template takes debootstrap and this
-// machine's Debian mirror, minutes on a loaded machine; -short skips it on a developer's machine, never
-// under CI=true.
+// machine's Debian mirror, minutes on a loaded machine; -short skips it on a developer's
+// machine, never under CI=true.
 func TestConformanceImage(t *testing.T) {
 	if testing.Short() && !testenv.InCI() {
-		t.Skip("-short: making the debian template takes a minute or two")
+		t.Skip("-short: making the debian template takes minutes")
 	}
 	testenv.RequireBinary(t, "debootstrap")
 	if _, err := template.HostDistro("/"); err != nil {
