@@ -42,6 +42,11 @@ func (s *Server) table() []route {
 		{"GET", "/v1/templates", scopeAccount, s.listTemplates},
 		{"GET", "/v1/templates/{name}", scopeAccount, s.getTemplate},
 		{"DELETE", "/v1/templates/{name}", scopeAccount, s.deleteTemplate},
+		// Builds: the context uploaded, the build run in the background; a build is its key's.
+		{"POST", "/v1/templates", scopeAccount, long(s.buildTemplate)},
+		{"GET", "/v1/templates/builds/{build}", scopeAccount, s.getBuild},
+		{"DELETE", "/v1/templates/builds/{build}", scopeAccount, s.cancelBuild},
+		{"GET", "/v1/templates/builds/{build}/logs", scopeAccount, long(s.buildLogs)},
 
 		{"POST", "/v1/sandboxes/{id}/run", scopeSandbox, long(s.run)},
 		{"POST", "/v1/sandboxes/{id}/exec", scopeSandbox, long(s.exec)},

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
+	"github.com/tupper-dev/tupper/server/builds"
 	"github.com/tupper-dev/tupper/server/lifecycle"
 	"github.com/tupper-dev/tupper/store"
 )
@@ -41,6 +42,7 @@ var EventTypes = []string{
 	EventCreated, EventDestroyed, EventExpired, EventTimedOut, EventPaused, EventResumed,
 	EventSnapshotCreated, EventSnapshotDeleted, EventForked, EventTimeoutSet, EventProcessStarted, EventProcessStopped,
 	EventProcessExited, EventPortExposed, EventPortClosed,
+	builds.EventQueued, builds.EventStarted, builds.EventReady, builds.EventFailed,
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request, _ *caller) {

@@ -35,6 +35,7 @@ import (
 	"github.com/tupper-dev/tupper/mcpserver"
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
+	"github.com/tupper-dev/tupper/server/builds"
 	"github.com/tupper-dev/tupper/server/e2b"
 	"github.com/tupper-dev/tupper/server/lifecycle"
 	"github.com/tupper-dev/tupper/store"
@@ -95,6 +96,13 @@ type Config struct {
 	// long as the caller asks (commands, processes, files, watches, previews, terminals,
 	// E2B's data plane, MCP) have no write timeout.
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+
+	// Template builds (POST /v1/templates, E2B's template API), where the provider builds
+	// (template.Builder): an upload (a build context, an E2B file) is at most
+	// MaxBuildContextBytes as sent (0: 1 GiB) and unpacks to at most four times that and
+	// 200,000 files; ConcurrentBuilds run at once (0: 1), the others queue.
+	MaxBuildContextBytes int64
+	ConcurrentBuilds     int
 }
 
 // Server serves the API. Create it with New, serve Handler, and call Run for the background
@@ -113,6 +121,8 @@ type Server struct {
 	e2b    *e2b.Server // E2B's API on the same port
 
 	lc *lifecycle.Service // every API's sandbox lifecycle
+
+	builds *builds.Service // every API's template builds
 
 	// missing are the sandboxes the last Reconcile found recorded but not in the provider.
 	missingMu sync.Mutex
@@ -161,6 +171,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	cfg.ReadTimeout = cmp.Or(cfg.ReadTimeout, time.Minute)
 	cfg.WriteTimeout = cmp.Or(cfg.WriteTimeout, 5*time.Minute)
 	cfg.IdleTimeout = cmp.Or(cfg.IdleTimeout, 2*time.Minute)
+	if cfg.MaxBuildContextBytes <= 0 {
+		cfg.MaxBuildContextBytes = 1 << 30
+	}
 	signer, err := cfg.Store.Setting(ctx, "url-signing-key", 32)
 	if err != nil {
 		return nil, err
@@ -185,6 +198,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}); err != nil {
 		return nil, err
 	}
+	if s.builds, err = builds.New(builds.Config{Provider: s.prov, Emit: s.emit, Logger: s.log, Concurrent: cfg.ConcurrentBuilds}); err != nil {
+		return nil, err
+	}
 	s.previews = s.newPreviewTransport()
 	if s.mcp, err = s.newMCP(); err != nil {
 		return nil, err
@@ -198,7 +214,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		s.mux.Handle(pattern, s.wrap(rt))
 	}
-	if s.e2b, err = e2b.New(ctx, e2b.Config{Provider: s.prov, Store: s.st, Logger: s.log, Domain: cfg.Domain, Lifecycle: s.lc}); err != nil {
+	if s.e2b, err = e2b.New(ctx, e2b.Config{Provider: s.prov, Store: s.st, Logger: s.log, Domain: cfg.Domain, Lifecycle: s.lc,
+		Builds: s.builds, BaseURL: cfg.BaseURL, MaxUploadBytes: cfg.MaxBuildContextBytes}); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -279,6 +296,7 @@ func (w *logWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // sandbox handles (the other sandboxes live on). Idempotent.
 func (s *Server) Close() error {
 	s.closeMCP()
+	s.builds.Close()
 	s.previews.CloseIdleConnections()
 	return s.lc.Close()
 }

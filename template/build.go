@@ -71,6 +71,9 @@ type BuildOptions struct {
 	Pull func(ctx context.Context, ref string) (*Template, error)
 	// Progress receives the build's events, in order (nil: none).
 	Progress func(BuildEvent)
+	// StartCmd and ReadyCmd, when set, are the template's start and ready commands (Config),
+	// which a Dockerfile has no instruction for (E2B's setStartCmd and setReadyCmd).
+	StartCmd, ReadyCmd string
 }
 
 // BuildEvent is one event of a build, as `docker build` shows them: a step starting, a
@@ -154,16 +157,31 @@ func (s *Store) Build(ctx context.Context, opts BuildOptions) (*Template, error)
 	if opts.Runner == nil {
 		return nil, provider.Errorf(provider.CodeInvalidArgument, "build: no runner")
 	}
+	bc := &buildCtx{s: s, opts: opts}
+	if opts.Context != "" {
+		var err error
+		if bc.ctxDir, err = os.OpenRoot(opts.Context); err != nil {
+			return nil, provider.Errorf(provider.CodeInvalidArgument, "build context: %v", err)
+		}
+		defer bc.ctxDir.Close()
+	}
 	text := opts.DockerfileText
 	if text == "" {
 		p := opts.Dockerfile
 		if p == "" {
 			p = "Dockerfile"
 		}
-		if !filepath.IsAbs(p) {
-			p = filepath.Join(opts.Context, p)
+		var b []byte
+		var err error
+		switch {
+		case filepath.IsAbs(p):
+			b, err = os.ReadFile(p)
+		case bc.ctxDir != nil:
+			// Inside the context, through its root: a symbolic link there never leads out.
+			b, err = readRootFile(bc.ctxDir, p)
+		default:
+			b, err = os.ReadFile(p)
 		}
-		b, err := os.ReadFile(p)
 		if err != nil {
 			return nil, provider.Errorf(provider.CodeInvalidArgument, "build: %v", err)
 		}
@@ -173,12 +191,7 @@ func (s *Store) Build(ctx context.Context, opts BuildOptions) (*Template, error)
 	if err != nil {
 		return nil, provider.Errorf(provider.CodeInvalidArgument, "%w", err)
 	}
-	bc := &buildCtx{s: s, opts: opts}
-	if opts.Context != "" {
-		if bc.ctxDir, err = os.OpenRoot(opts.Context); err != nil {
-			return nil, provider.Errorf(provider.CodeInvalidArgument, "build context: %v", err)
-		}
-		defer bc.ctxDir.Close()
+	if bc.ctxDir != nil {
 		if b, err := bc.ctxDir.ReadFile(".dockerignore"); err == nil {
 			if bc.ignore, err = dockerfile.ParseIgnore(string(b)); err != nil {
 				return nil, provider.Errorf(provider.CodeInvalidArgument, "%w", err)
@@ -271,6 +284,12 @@ func (bc *buildCtx) run(ctx context.Context, df *dockerfile.File) (*Template, er
 		Layers: cur.layers,
 		Config: cur.cfg,
 		Source: "Dockerfile",
+	}
+	if bc.opts.StartCmd != "" {
+		t.Config.StartCmd = bc.opts.StartCmd
+	}
+	if bc.opts.ReadyCmd != "" {
+		t.Config.ReadyCmd = bc.opts.ReadyCmd
 	}
 	if bc.opts.Context != "" {
 		t.Source = "Dockerfile in " + bc.opts.Context
@@ -588,6 +607,23 @@ func (s *Store) cache(key, diffID string) error {
 		return err
 	}
 	return writeFileAtomic(s.cachePath(key), []byte(diffID+"\n"))
+}
+
+// MaxDockerfile is the largest Dockerfile a build reads.
+const MaxDockerfile = 1 << 20
+
+// readRootFile reads the file p of root, at most MaxDockerfile bytes.
+func readRootFile(root *os.Root, p string) ([]byte, error) {
+	f, err := root.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxDockerfile+1))
+	if err == nil && len(b) > MaxDockerfile {
+		err = fmt.Errorf("%s is larger than %d bytes", p, MaxDockerfile)
+	}
+	return b, err
 }
 
 // emptyTar is a tar stream with no entries: its two zero blocks.

@@ -10,7 +10,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/tupper-dev/tupper/internal/flock"
 	"github.com/tupper-dev/tupper/provider"
@@ -171,7 +174,13 @@ func (s *Store) EnsureDebian(ctx context.Context, opts DebianOptions) (*Template
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(tmp)
+	defer func() {
+		// A debootstrap killed halfway (ctx ended) leaves the file systems it mounted in
+		// its chroot (/proc, /sys, …): unmounted before the directory is removed, so that
+		// RemoveAll never walks into them and nothing stays mounted.
+		unmountUnder(tmp)
+		os.RemoveAll(tmp)
+	}()
 	rootfs := filepath.Join(tmp, "rootfs")
 	var out bytes.Buffer
 	w := io.Writer(&out)
@@ -219,4 +228,28 @@ func (s *Store) EnsureDebian(ctx context.Context, opts DebianOptions) (*Template
 		return nil, err
 	}
 	return t, nil
+}
+
+// unmountUnder detaches every mount at or below dir, deepest first.
+func unmountUnder(dir string) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	var points []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		// Field 5 is the mount point, with space, tab, newline and backslash octal-escaped.
+		mp := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`).Replace(f[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			points = append(points, mp)
+		}
+	}
+	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
+	for _, mp := range points {
+		_ = unix.Unmount(mp, unix.MNT_DETACH)
+	}
 }

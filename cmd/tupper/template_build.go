@@ -80,7 +80,7 @@ func newTemplateBuildCmd(home *string) *cobra.Command {
 			t, err := st.Build(cmd.Context(), template.BuildOptions{
 				Name: tags[0], Tags: tags[1:], Context: ctxDir, Dockerfile: file, BuildArgs: bargs,
 				Target: target, Network: mode, NoCache: noCache, Runner: p.BuildRunner(),
-				Pull:     func(ctx context.Context, ref string) (*template.Template, error) { return pullBase(ctx, st, ref, out) },
+				Pull:     func(ctx context.Context, ref string) (*template.Template, error) { return st.PullBase(ctx, ref, out) },
 				Progress: pr.event,
 			})
 			if err != nil {
@@ -106,33 +106,6 @@ func newTemplateBuildCmd(home *string) *cobra.Command {
 	f.BoolVar(&noCache, "no-cache", false, "run every step, even those in the cache")
 	f.BoolVarP(&quiet, "quiet", "q", false, "print only errors and the template's name")
 	return cmd
-}
-
-// pullBase is how a build gets a FROM that is no template yet: debian is made from the
-// machine's mirror, anything else is imported from its registry.
-func pullBase(ctx context.Context, st *template.Store, ref string, out io.Writer) (*template.Template, error) {
-	if ref == template.Debian {
-		fmt.Fprintf(out, "making the debian template from this machine's mirror (once; a minute or two)\n")
-		return st.EnsureDebian(ctx, template.DebianOptions{})
-	}
-	name := importName(ref)
-	fmt.Fprintf(out, "importing %s as template %s\n", ref, name)
-	return st.Import(ctx, name, template.Source{Ref: ref}, template.ImportOptions{Tags: []string{ref}})
-}
-
-// importName is the template name an image reference is imported under: its repository's
-// last path element and its tag ("python:3.12-slim" → "python-3.12-slim").
-func importName(ref string) string {
-	r := ref
-	if i := strings.LastIndex(r, "/"); i >= 0 {
-		r = r[i+1:]
-	}
-	r, _, _ = strings.Cut(r, "@")
-	r = strings.NewReplacer(":", "-").Replace(strings.ToLower(r))
-	if template.ValidName(r) != nil {
-		r = "image"
-	}
-	return r
 }
 
 // buildProgress prints a build's events as docker build does: the step, cached or its

@@ -82,6 +82,7 @@ func (s *Server) controlMux() *router {
 	h("GET /v2/sandboxes/{sandboxID}/logs", s.logsV2)
 	h("POST /sandboxes/{sandboxID}/snapshots", s.snapshot)
 	h("GET /templates/aliases/{alias}", s.templateAlias)
+	s.templateRoutes(m, h)
 	for _, op := range notServed {
 		h(op.pattern, func(w http.ResponseWriter, r *http.Request, _ string) {
 			writeError(w, unsupported("%s is not supported by tupper%s", r.Pattern, op.why))
@@ -92,7 +93,7 @@ func (s *Server) controlMux() *router {
 
 // Why the server does not serve parts of E2B's API.
 const (
-	whyTemplates = ": a sandbox's templateID names a template of the server's provider (\"base\" is its default), and templates are not built or managed through E2B's API"
+	whyTemplates = ": a sandbox's templateID names a template of the server's provider (\"base\" is its default); templates are built with the Template SDK (v2 and v3 builds) and listed and deleted with the native API (/v1/templates)"
 	whyVolumes   = ": volumes are not supported"
 	whySecrets   = ": stored secrets are not supported; pass envVars when creating a sandbox"
 	whyAccount   = ": manage the server's API keys with `tupper keys`"
@@ -113,21 +114,12 @@ var notServed = []struct{ pattern, why string }{
 	{"GET /templates", whyTemplates},
 	{"POST /templates", whyTemplates},
 	{"GET /v2/templates", whyTemplates},
-	{"POST /v2/templates", whyTemplates},
-	{"POST /v3/templates", whyTemplates},
 	{"GET /templates/{templateID}", whyTemplates},
 	{"POST /templates/{templateID}", whyTemplates},
 	{"PATCH /templates/{templateID}", whyTemplates},
 	{"DELETE /templates/{templateID}", whyTemplates},
 	{"PATCH /v2/templates/{templateID}", whyTemplates},
-	{"GET /templates/{templateID}/files/{hash}", whyTemplates},
 	{"POST /templates/{templateID}/builds/{buildID}", whyTemplates},
-	{"POST /v2/templates/{templateID}/builds/{buildID}", whyTemplates},
-	{"GET /templates/{templateID}/builds/{buildID}/status", whyTemplates},
-	{"GET /templates/{templateID}/builds/{buildID}/logs", whyTemplates},
-	{"POST /templates/tags", whyTemplates},
-	{"DELETE /templates/tags", whyTemplates},
-	{"GET /templates/{templateID}/tags", whyTemplates},
 
 	{"GET /volumes", whyVolumes},
 	{"POST /volumes", whyVolumes},

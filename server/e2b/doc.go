@@ -24,9 +24,13 @@
 // lifecycle events the server recorded about the sandbox, as E2B's log entries), snapshot
 // creation (where the provider declares "snapshot") and the template alias "base". Each of
 // them goes through the server's lifecycle.Service (Config.Lifecycle), the same one as the
-// native API's. Every other operation of
-// E2B's API — network updates, fork, volumes, secrets, templates, teams, MCP, auto-pause,
-// listing and deleting snapshots — answers 501 with E2B's error body {"code": status,
+// native API's. E2B's template builds (its Template SDK: POST /v3/templates and
+// /v2/templates, file uploads by hash to signed URLs of this server, POST
+// /v2/templates/{id}/builds/{buildID}, build status and logs, tags) go through the server's
+// builds.Service (Config.Builds), as the native API's builds do: the steps become a
+// Dockerfile for template.Store.Build (templates.go). Every other operation of
+// E2B's API — network updates, fork, volumes, secrets, listing and deleting templates, teams,
+// MCP, auto-pause, listing and deleting snapshots — answers 501 with E2B's error body {"code": status,
 // "message": text}, naming E2B's path pattern; other paths under E2B's API answer 404 (405
 // for another method) with the same body.
 //

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/provider/httpcode"
+	"github.com/tupper-dev/tupper/server/builds"
 	"github.com/tupper-dev/tupper/server/lifecycle"
 	"github.com/tupper-dev/tupper/store"
 )
@@ -40,6 +41,12 @@ type Config struct {
 	// request behaves the same in each). Nil: one of the E2B API's own, on Provider and Store,
 	// without events.
 	Lifecycle *lifecycle.Service
+	// Builds runs template builds (E2B's template API), shared with the server's other APIs;
+	// nil: E2B's template builds answer 501. BaseURL is the server's public URL, that of the
+	// upload URLs handed out; MaxUploadBytes bounds one uploaded file (0: 1 GiB).
+	Builds         *builds.Service
+	BaseURL        string
+	MaxUploadBytes int64
 }
 
 // Server serves E2B's control plane and data plane. Create it with New.
@@ -53,6 +60,7 @@ type Server struct {
 	control  *router
 	proxy    *envdProxy
 	scan     *signedScan // signed URLs that name no sandbox
+	tbuilds  templateBuilds
 }
 
 // New builds a Server. It reads (creating it the first time) the key that derives sandbox

@@ -234,7 +234,8 @@ type apiErr struct {
 
 // Every path of E2B's API answers with E2B's error body: the operations the server does not
 // serve 501 naming E2B's own pattern (so DELETE /templates/tags is not taken for DELETE
-// /templates/{templateID}), other paths 404, other methods 405. Before, paths outside
+// /templates/{templateID}), other paths 404, other methods 405; template builds on a provider
+// that builds none 501 saying so. Before, paths outside
 // /sandboxes, /v2/sandboxes, /snapshots and /templates/ fell through to the native API's
 // plain-text 404, and GET /templates/aliases/{alias} was not served.
 func TestRouteTable(t *testing.T) {
@@ -245,16 +246,17 @@ func TestRouteTable(t *testing.T) {
 		status       int
 		message      string // the start of the message
 	}{
-		{"POST", "/v3/templates", 501, "POST /v3/templates is not supported by tupper: "},
+		{"POST", "/v3/templates", 501, "the memory provider does not build templates"},
 		{"GET", "/v2/templates", 501, "GET /v2/templates is not supported by tupper"},
-		{"POST", "/v2/templates/abc/builds/def", 501, "POST /v2/templates/{templateID}/builds/{buildID} is not supported"},
+		{"POST", "/v2/templates/abc/builds/def", 501, "the memory provider does not build templates"},
 		{"PATCH", "/v2/templates/abc", 501, "PATCH /v2/templates/{templateID} is not supported"},
 		{"GET", "/templates", 501, "GET /templates is not supported"},
-		{"DELETE", "/templates/tags", 501, "DELETE /templates/tags is not supported"},
-		{"POST", "/templates/tags", 501, "POST /templates/tags is not supported"},
+		{"DELETE", "/templates/tags", 501, "the memory provider does not build templates"},
+		{"POST", "/templates/tags", 501, "the memory provider does not build templates"},
 		{"DELETE", "/templates/mine", 501, "DELETE /templates/{templateID} is not supported"},
-		{"GET", "/templates/mine/tags", 501, "GET /templates/{templateID}/tags is not supported"},
-		{"GET", "/templates/mine/files/0123", 501, "GET /templates/{templateID}/files/{hash} is not supported"},
+		{"GET", "/templates/mine/tags", 501, "the memory provider does not build templates"},
+		{"GET", "/templates/mine/files/0123", 501, "the memory provider does not build templates"},
+		{"PUT", "/templates/mine/files/0123", 401, "invalid upload signature"},
 		{"GET", "/templates/aliases/tags", 404, `template alias "tags" not found`},
 		{"GET", "/templates/aliases/nosuch", 404, `template alias "nosuch" not found`},
 		{"GET", "/volumes", 501, "GET /volumes is not supported by tupper: volumes"},

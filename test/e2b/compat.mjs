@@ -519,13 +519,55 @@ export async function run(sdk, sdkVersion) {
     assert.equal(await Template.exists(`no-such-template-${process.pid}`), false)
   })
 
-  await step('Template.build, tags and volumes: a clear "not supported" in E2B\'s error body', async () => {
-    await assert.rejects(Template.build(Template().fromImage('debian:12'), `compat-${process.pid}`), (err) => {
+  await step('Template.build from a template: copy, env, workdir, runCmd as root, a start command; then Sandbox.create(alias) and its tag', async () => {
+    const { mkdtempSync, writeFileSync } = await import('node:fs')
+    const { join } = await import('node:path')
+    const { tmpdir } = await import('node:os')
+    const dir = mkdtempSync(join(tmpdir(), 'e2b-template-'))
+    writeFileSync(join(dir, 'hello.txt'), 'hello from the template SDK\n')
+    const name = `sdk-${sdkVersion.replaceAll('.', '-')}-${process.pid}`
+    const tpl = Template({ fileContextPath: dir })
+      .fromTemplate(process.env.TUPPER_TEST_TEMPLATE)
+      .copy('hello.txt', '/app/')
+      .setEnvs({ GREETING: 'hi there', QUOTED: 'a "$b" `c` \\d' })
+      .setWorkdir('/app')
+      .runCmd(`cat hello.txt > built.txt && echo from-the-run-step-of-${name} && id -u > uid.txt`, { user: 'root' })
+      .setStartCmd('echo started > /tmp/started', 'test -f /tmp/started')
+    const logs = []
+    const info = await Template.build(tpl, `${name}:v1`, { onBuildLogs: (e) => logs.push(e.message) })
+    assert.equal(info.templateId, name)
+    assert.ok(logs.some((m) => m === `from-the-run-step-of-${name}`), logs.join('\n'))
+    assert.ok(logs.some((m) => /Uploaded 'hello.txt'/.test(m)), logs.join('\n'))
+    assert.equal(await Template.exists(name), true)
+    for (const alias of [name, `${name}:v1`]) {
+      const sb = await Sandbox.create(alias)
+      try {
+        const r = await sb.commands.run('cat /app/built.txt /app/uid.txt /tmp/started; echo "$GREETING"; echo "$QUOTED"')
+        assert.equal(r.stdout, 'hello from the template SDK\n0\nstarted\nhi there\na "$b" `c` \\d\n')
+      } finally {
+        await sb.kill()
+      }
+    }
+    const tags = await Template.getTags(name)
+    assert.deepEqual(tags.map((t) => t.tag), ['v1'])
+    await Template.assignTags(`${name}:v1`, 'prod')
+    assert.deepEqual((await Template.getTags(name)).map((t) => t.tag).sort(), ['prod', 'v1'])
+    await Template.removeTags(name, 'prod')
+    assert.deepEqual((await Template.getTags(name)).map((t) => t.tag), ['v1'])
+  })
+
+  await step('Template.build: a failing step is a BuildError naming it; an image no registry serves fails; volumes are not supported', async () => {
+    const failing = Template().fromTemplate(process.env.TUPPER_TEST_TEMPLATE).runCmd('echo going down; exit 7')
+    await assert.rejects(Template.build(failing, `sdk-broken-${process.pid}`), (err) => {
       assert.ok(err instanceof BuildError, `got ${err?.constructor?.name}: ${err}`)
-      assert.match(err.message, /POST \/v3\/templates is not supported by tupper/)
+      assert.match(err.message, /exit code 7/)
       return true
     })
-    await assert.rejects(Template.removeTags('base', ['compat']), /DELETE \/templates\/tags is not supported by tupper/)
+    assert.equal(await Template.exists(`sdk-broken-${process.pid}`), false)
+    await assert.rejects(Template.build(Template().fromImage('127.0.0.1:1/nothing:1'), `sdk-noimage-${process.pid}`), (err) => {
+      assert.ok(err instanceof BuildError, `got ${err?.constructor?.name}: ${err}`)
+      return true
+    })
     await assert.rejects(Volume.create(`compat-${process.pid}`), /POST \/volumes is not supported by tupper/)
   })
 

@@ -15,6 +15,7 @@ import (
 	"github.com/tupper-dev/tupper/internal/testenv"
 	"github.com/tupper-dev/tupper/server"
 	"github.com/tupper-dev/tupper/server/servertest"
+	"github.com/tupper-dev/tupper/template"
 )
 
 // TestE2BSDK needs root and runc (real sandboxes: the memory provider has no envd data
@@ -30,7 +31,14 @@ func TestE2BSDK(t *testing.T) {
 
 	// A domain, so that getHost(port) names {port}-{id}.e2b-compat.test, which the script
 	// reaches by sending that Host to the server.
-	srv := servertest.Start(t, servertest.Provider(t, 5), "", func(c *server.Config) { c.Domain = "e2b-compat.test" })
+	prov := servertest.Provider(t, 5)
+	if _, ok := prov.(template.Builder); !ok {
+		testenv.Skip(t, "E2B compatibility builds templates, and provider "+prov.Name()+" does not")
+	}
+	// The template SDK's builds start from this one: imported from a local tarball, no mirror
+	// or registry needed.
+	servertest.BusyboxTemplate(t, prov, "bb")
+	srv := servertest.Start(t, prov, "", func(c *server.Config) { c.Domain = "e2b-compat.test" })
 	_, key, err := srv.Store.CreateE2BKey(t.Context(), "e2b-compat")
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +50,7 @@ func TestE2BSDK(t *testing.T) {
 				t.Fatal(err)
 			}
 			testenv.NPMProject(t, dir)
-			env := []string{"E2B_API_URL=" + srv.URL, "E2B_SANDBOX_URL=" + srv.URL, "E2B_API_KEY=" + key}
+			env := []string{"E2B_API_URL=" + srv.URL, "E2B_SANDBOX_URL=" + srv.URL, "E2B_API_KEY=" + key, "TUPPER_TEST_TEMPLATE=bb"}
 			out, err := command(t, 5*time.Minute, dir, env, node, "run.mjs")
 			if err != nil {
 				t.Fatalf("e2b SDK %s against tupper serve: %v\n%s", project, err, out)
