@@ -174,9 +174,7 @@ func Create(ctx context.Context, p provider.Provider, opts CreateOptions) (*Sand
 		Template:    opts.Template,
 		Runtime:     opts.Runtime,
 	}
-	if spec.Network.Mode == "" {
-		spec.Network.Mode = provider.NetworkAll
-	}
+	spec.Network = spec.Network.Normalized()
 
 	inst, created, err := getOrCreate(ctx, p, opts, spec)
 	if err != nil {
@@ -249,7 +247,7 @@ func failClosed(p provider.Provider, opts CreateOptions) error {
 			return err
 		}
 	}
-	switch opts.Network.Mode {
+	switch opts.Network.Normalized().Mode {
 	case provider.NetworkNone:
 		if err := need(provider.CapNetworkNone, `network "none"`); err != nil {
 			return err

@@ -95,6 +95,7 @@ var subcommands = []struct {
 	{"template", newTemplateCmd},
 	{"mcp", newMCPCmd},
 	{"bench", newBenchCmd},
+	{"egress-proxy", newEgressProxyCmd},
 }
 
 // newRootCmd returns the command tree for args (os.Args[1:]). When args name a subcommand,
