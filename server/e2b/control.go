@@ -7,6 +7,7 @@ import (
 	"errors"
 	"maps"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -264,27 +265,70 @@ func (s *Server) options(ctx context.Context, req newSandbox, defTimeout int64) 
 	}
 	// On a provider that cannot enforce it the server's reaper does (lifecycle.CreateOptions).
 	opts.Timeout = d
-	if req.AllowInternetAccess != nil && !*req.AllowInternetAccess {
-		opts.Network = sandbox.NetworkNone
-	}
+	var allowOut, denyOut []string
 	if n := req.Network; n != nil {
 		if isSet(n.Rules) || isSet(n.EgressProxy) {
 			return opts, unsupported("network rules and egress proxies are not supported")
 		}
-		switch {
-		case len(n.DenyOut) == 0:
-			// Everything is allowed; allowOut adds nothing.
-		case slices.Equal(n.DenyOut, []string{"0.0.0.0/0"}):
-			if len(n.AllowOut) == 0 {
-				opts.Network = sandbox.NetworkNone
-			} else if req.AllowInternetAccess == nil || *req.AllowInternetAccess {
-				opts.Network = sandbox.NetworkAllowList(n.AllowOut...)
-			}
-		default:
-			return opts, unsupported("network.denyOut other than 0.0.0.0/0 (all) is not supported")
-		}
+		allowOut, denyOut = n.AllowOut, n.DenyOut
+	}
+	if req.AllowInternetAccess != nil && !*req.AllowInternetAccess {
+		// The same as denyOut 0.0.0.0/0, E2B says.
+		denyOut = append(slices.Clone(denyOut), allTraffic)
+	}
+	var err error
+	if opts.Network, err = networkFromE2B(allowOut, denyOut); err != nil {
+		return opts, err
 	}
 	return opts, opts.Validate()
+}
+
+// allTraffic is E2B's denyOut entry for everything.
+const allTraffic = "0.0.0.0/0"
+
+// networkFromE2B maps E2B's egress lists onto a policy. In E2B an allowOut entry wins over
+// a denyOut one, where in ours deny wins; the two agree in every case mapped here:
+//
+//   - no denyOut: everything is allowed (allowOut adds nothing);
+//   - denyOut holding 0.0.0.0/0: only allowOut is allowed (the other denyOut entries could
+//     only take back what allowOut gives, which E2B does not let them), none without it;
+//   - other denyOut: everything but denyOut, when no allowOut entry lies inside a denyOut
+//     range (then allowOut adds nothing); an exception carved out of a denied range has no
+//     equivalent and is refused (unsupported).
+func networkFromE2B(allowOut, denyOut []string) (sandbox.Network, error) {
+	switch {
+	case len(denyOut) == 0:
+		return sandbox.NetworkAll, nil
+	case slices.Contains(denyOut, allTraffic):
+		if len(allowOut) == 0 {
+			return sandbox.NetworkNone, nil
+		}
+		return sandbox.NetworkAllowList(allowOut...), nil
+	}
+	for _, a := range allowOut {
+		ap, err := netip.ParsePrefix(a)
+		if err != nil {
+			addr, aerr := netip.ParseAddr(a)
+			if aerr != nil {
+				return sandbox.Network{}, unsupported("network.allowOut names a host (%s) with a denyOut other than 0.0.0.0/0: an exception to a deny list is supported only for addresses", a)
+			}
+			ap = netip.PrefixFrom(addr, addr.BitLen())
+		}
+		for _, d := range denyOut {
+			dp, err := netip.ParsePrefix(d)
+			if err != nil {
+				addr, aerr := netip.ParseAddr(d)
+				if aerr != nil {
+					continue // the SDK's validation reports it
+				}
+				dp = netip.PrefixFrom(addr, addr.BitLen())
+			}
+			if dp.Overlaps(ap) {
+				return sandbox.Network{}, unsupported("network.allowOut %s lies inside denyOut %s: an exception carved out of a denied range is not supported", a, d)
+			}
+		}
+	}
+	return sandbox.Network{Mode: provider.NetworkAllow, Deny: denyOut}, nil
 }
 
 func isSet(raw json.RawMessage) bool {
