@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -34,22 +35,29 @@ type ProcessConfig struct {
 	Policy string `json:"policy"` // a File, read at start and again on SIGHUP
 }
 
-// ReadPolicy reads and parses a policy File.
-func ReadPolicy(path string) (*Policy, error) {
+// ReadPolicy reads and parses a policy File, and returns its generation.
+func ReadPolicy(path string) (*Policy, int64, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	var f File
 	if err := json.Unmarshal(b, &f); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, 0, fmt.Errorf("%s: %w", path, err)
 	}
-	return Parse(f.Allow, f.Deny)
+	if f.Nothing {
+		return Nothing(), f.Generation, nil
+	}
+	p, err := Parse(f.Allow, f.Deny)
+	return p, f.Generation, err
 }
 
 // Main is the proxy process (`tupper egress-proxy --config PATH`): it serves on the
 // inherited sockets until SIGTERM, rereading the policy on SIGHUP.
 func Main(ctx context.Context, configPath string) error {
+	// First: a SIGHUP before this would end the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, unix.SIGHUP)
 	b, err := os.ReadFile(configPath)
 	if err != nil {
 		return err
@@ -58,7 +66,7 @@ func Main(ctx context.Context, configPath string) error {
 	if err := json.Unmarshal(b, &cfg); err != nil {
 		return fmt.Errorf("%s: %w", configPath, err)
 	}
-	pol, err := ReadPolicy(cfg.Policy)
+	pol, _, err := ReadPolicy(cfg.Policy)
 	if err != nil {
 		return err
 	}
@@ -83,12 +91,11 @@ func Main(ctx context.Context, configPath string) error {
 	p := NewProxy(cfg.Config, pol)
 	ctx, stop := signal.NotifyContext(ctx, unix.SIGTERM, unix.SIGINT)
 	defer stop()
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, unix.SIGHUP)
 	go func() {
 		for range hup {
-			if pol, err := ReadPolicy(cfg.Policy); err == nil {
-				p.SetPolicy(pol)
+			if pol, gen, err := ReadPolicy(cfg.Policy); err == nil {
+				p.SetPolicy(pol) // cuts what it refuses before returning
+				os.WriteFile(Applied(cfg.Policy), []byte(strconv.FormatInt(gen, 10)), 0o600)
 			} else {
 				fmt.Fprintln(os.Stderr, "egress proxy: keeping the policy in force:", err)
 			}

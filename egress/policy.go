@@ -26,6 +26,7 @@ import (
 // Policy is a parsed allow and deny list. The zero Policy allows everything.
 type Policy struct {
 	allow, deny rules
+	nothing     bool
 }
 
 // rules is one list, split by kind.
@@ -171,7 +172,7 @@ func canonical(name string) string { return strings.ToLower(strings.TrimSuffix(n
 // AllowsName reports whether the policy lets the sandbox resolve and reach name.
 func (p *Policy) AllowsName(name string) bool {
 	name = canonical(name)
-	if name == "" || p.deny.matchName(name) {
+	if p.nothing || name == "" || p.deny.matchName(name) {
 		return false
 	}
 	return p.allow.empty() || p.allow.matchName(name)
@@ -181,7 +182,7 @@ func (p *Policy) AllowsName(name string) bool {
 // an allowed prefix (or the allow list is empty) and in no denied one. Addresses learned
 // from an allowed name's DNS answer are the proxy's business.
 func (p *Policy) AllowsAddr(a netip.Addr) bool {
-	if p.deny.matchAddr(a) {
+	if p.nothing || p.deny.matchAddr(a) {
 		return false
 	}
 	return p.allow.empty() || p.allow.matchAddr(a)
@@ -189,19 +190,39 @@ func (p *Policy) AllowsAddr(a netip.Addr) bool {
 
 // DeniesAddr reports whether a is in a denied prefix: then nothing reaches it, whatever
 // name it was learned from.
-func (p *Policy) DeniesAddr(a netip.Addr) bool { return p.deny.matchAddr(a) }
+func (p *Policy) DeniesAddr(a netip.Addr) bool { return p.nothing || p.deny.matchAddr(a) }
 
 // OpenByDefault reports whether the allow list is empty: everything not denied is allowed.
-func (p *Policy) OpenByDefault() bool { return p.allow.empty() }
+func (p *Policy) OpenByDefault() bool { return !p.nothing && p.allow.empty() }
 
 // AllowedPrefixes are the allow list's prefixes (addresses as /32 or /128).
-func (p *Policy) AllowedPrefixes() []netip.Prefix { return slices.Clone(p.allow.prefixes) }
+func (p *Policy) AllowedPrefixes() []netip.Prefix {
+	if p.nothing {
+		return nil
+	}
+	return slices.Clone(p.allow.prefixes)
+}
 
 // DeniedPrefixes are the deny list's prefixes.
-func (p *Policy) DeniedPrefixes() []netip.Prefix { return slices.Clone(p.deny.prefixes) }
-
-// File is a policy as the proxy reads it from disk.
-type File struct {
-	Allow []string `json:"allow,omitempty"`
-	Deny  []string `json:"deny,omitempty"`
+func (p *Policy) DeniedPrefixes() []netip.Prefix {
+	if p.nothing {
+		return []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}
+	}
+	return slices.Clone(p.deny.prefixes)
 }
+
+// File is a policy as the proxy reads it from disk. Generation, when not zero, is written
+// to the Applied file once the proxy enforces the policy.
+type File struct {
+	Allow      []string `json:"allow,omitempty"`
+	Deny       []string `json:"deny,omitempty"`
+	Nothing    bool     `json:"nothing,omitempty"` // deny everything, names included
+	Generation int64    `json:"generation,omitempty"`
+}
+
+// Applied is the file next to a policy file at path where the proxy writes the generation
+// it enforces.
+func Applied(path string) string { return path + ".applied" }
+
+// Nothing is the policy that allows nothing: no name resolves, no address is reached.
+func Nothing() *Policy { return &Policy{nothing: true} }

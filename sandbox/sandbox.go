@@ -603,6 +603,22 @@ func (b *Sandbox) SetTimeout(ctx context.Context, d time.Duration) error {
 	return wrapProvider(t.SetTimeout(ctx, d), "set_timeout")
 }
 
+// SetNetwork replaces the sandbox's network policy while it runs: "all", "none" (nothing
+// leaves) or allow and deny lists (see Network). Connections the new policy refuses are cut
+// before it returns. Providers without provider.NetworkSetter answer CodeUnsupported, and
+// so may a provider for a sandbox it cannot change (local: one created with network none).
+func (b *Sandbox) SetNetwork(ctx context.Context, n Network) error {
+	const op = "set_network"
+	if err := validateNetwork(op, n); err != nil {
+		return err
+	}
+	s, ok := b.inst.(provider.NetworkSetter)
+	if !ok {
+		return errorf(CodeUnsupported, op, "provider %s cannot change a running sandbox's network", b.Provider)
+	}
+	return wrapProvider(s.SetNetwork(ctx, n.Normalized()), op)
+}
+
 // PreviewURL returns a URL on which port inside the sandbox is reachable from here: the
 // options' PreviewURL when set, else the provider's.
 func (b *Sandbox) PreviewURL(ctx context.Context, port int) (string, error) {

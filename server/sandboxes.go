@@ -378,6 +378,22 @@ func (s *Server) applyTimeout(w http.ResponseWriter, r *http.Request, ms int64) 
 	writeJSON(w, http.StatusOK, map[string]any{"deadline": deadline.UTC()})
 }
 
+// setNetwork replaces a running sandbox's network policy; the body is create's "network".
+func (s *Server) setNetwork(w http.ResponseWriter, r *http.Request, _ *caller) {
+	var n networkJSON
+	if err := decode(w, r, &n, false); err != nil {
+		writeError(w, err)
+		return
+	}
+	s.withBox(w, r, func(b *sandbox.Sandbox) error {
+		if err := b.SetNetwork(r.Context(), n.network()); err != nil {
+			return err
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	})
+}
+
 // busy reports whether a command or background process is running in the sandbox (for
 // idle-only reaping).
 func (s *Server) busy(w http.ResponseWriter, r *http.Request, _ *caller) {

@@ -366,3 +366,83 @@ func (p *Provider) applyEgress(ctx context.Context, rec *record, ports egressFil
 	}
 	return p.net.applyFirewall(ctx)
 }
+
+var _ provider.NetworkSetter = (*Instance)(nil)
+
+// SetNetwork replaces the policy of a sandbox created with one (network "allow"): all is an
+// empty policy, none one that allows nothing. The proxy has cut what the new policy refuses
+// when it returns (unless the sandbox is paused: its proxy, in its cgroups, is frozen with
+// it and takes the policy on resume, before any process of the sandbox runs again).
+// Sandboxes created with network "all" or "none" have no proxy: unsupported.
+func (i *Instance) SetNetwork(ctx context.Context, n provider.Network) error {
+	n = n.Normalized()
+	var pol *egress.Policy
+	file := egress.File{Generation: time.Now().UnixNano()}
+	switch n.Mode {
+	case provider.NetworkAll:
+		pol = &egress.Policy{}
+	case provider.NetworkNone:
+		pol, file.Nothing = egress.Nothing(), true
+	case provider.NetworkAllow:
+		var err error
+		if pol, err = egress.Parse(n.Allow, n.Deny); err != nil {
+			return provider.Errorf(provider.CodeInvalidArgument, "%v", err)
+		}
+		file.Allow, file.Deny = n.Allow, n.Deny
+	default:
+		return provider.Errorf(provider.CodeInvalidArgument, "unknown network mode %q", n.Mode)
+	}
+	lk, err := i.p.lockSandbox(ctx, i.id)
+	if err != nil {
+		return err
+	}
+	defer lk.unlock()
+	rec, err := i.p.lay.readRecord(i.id)
+	if err != nil {
+		return err
+	}
+	if rec.Network != string(provider.NetworkAllow) || rec.Egress == nil || i.p.net == nil {
+		return provider.Errorf(provider.CodeUnsupported,
+			"sandbox %s was created with network %q: only a sandbox created with a policy (allow or deny lists) can change its network while it runs", i.id, rec.Network)
+	}
+	b, err := json.Marshal(file)
+	if err != nil {
+		return err
+	}
+	if err := writeFileAtomic(i.p.lay.egressPolicy(i.id), b); err != nil {
+		return provider.Wrap(err, provider.CodeProvider, "set_network")
+	}
+	// UDP first: the firewall's part is in force when applyFirewall returns.
+	nlk, err := i.p.net.lock(ctx)
+	if err != nil {
+		return err
+	}
+	err = i.p.applyEgress(ctx, rec, egressFile{DNSUDP: rec.Egress.Ports.DNSUDP, DNSTCP: rec.Egress.Ports.DNSTCP, Proxy: rec.Egress.Ports.Proxy}, pol)
+	nlk.unlock()
+	if err != nil {
+		return provider.Wrap(err, provider.CodeProvider, "set_network")
+	}
+	fd, ok := signalEgress(rec.Egress, unix.SIGHUP)
+	if !ok {
+		return provider.Errorf(provider.CodeUnavailable, "sandbox %s's egress proxy (pid %d) is gone: nothing leaves the sandbox", i.id, rec.Egress.PID)
+	}
+	unix.Close(fd)
+	if rec.Paused {
+		return nil
+	}
+	want := strconv.FormatInt(file.Generation, 10)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if b, _ := os.ReadFile(egress.Applied(i.p.lay.egressPolicy(i.id))); string(b) == want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return provider.Errorf(provider.CodeUnavailable, "sandbox %s's egress proxy did not take the new policy within 5 s", i.id)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}

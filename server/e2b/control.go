@@ -75,6 +75,7 @@ func (s *Server) controlMux() *router {
 	h("POST /sandboxes/{sandboxID}/connect", s.connect)
 	h("POST /v2/sandboxes/{sandboxID}/connect", s.connect)
 	h("POST /sandboxes/{sandboxID}/timeout", s.setTimeout)
+	h("PUT /sandboxes/{sandboxID}/network", s.updateNetwork)
 	h("POST /sandboxes/{sandboxID}/refreshes", s.refresh)
 	h("POST /sandboxes/{sandboxID}/pause", s.pause)
 	h("POST /sandboxes/{sandboxID}/resume", s.resume)
@@ -471,6 +472,45 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request, _ string) {
 	}
 	id := r.PathValue("sandboxID")
 	if _, err := s.lc.SetTimeout(r.Context(), id, d); err != nil {
+		writeError(w, e2bError(id, err))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// updateNetwork is E2B's SandboxNetworkUpdateConfig: it replaces the egress rules, an
+// omitted field cleared.
+func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request, _ string) {
+	var req struct {
+		AllowInternetAccess *bool           `json:"allow_internet_access"`
+		AllowOut            []string        `json:"allowOut"`
+		DenyOut             []string        `json:"denyOut"`
+		EgressProxy         json.RawMessage `json:"egressProxy"`
+		Rules               json.RawMessage `json:"rules"`
+	}
+	if err := decodeBody(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if isSet(req.Rules) || isSet(req.EgressProxy) {
+		writeError(w, unsupported("network rules and egress proxies are not supported"))
+		return
+	}
+	deny := req.DenyOut
+	if req.AllowInternetAccess != nil && !*req.AllowInternetAccess {
+		deny = append(slices.Clone(deny), allTraffic)
+	}
+	n, err := networkFromE2B(req.AllowOut, deny)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	id := r.PathValue("sandboxID")
+	b, err := s.lc.Handle(r.Context(), id)
+	if err == nil {
+		err = b.SetNetwork(r.Context(), n)
+	}
+	if err != nil {
 		writeError(w, e2bError(id, err))
 		return
 	}
