@@ -9,11 +9,15 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
+	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -25,7 +29,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tupper-dev/tupper/internal/testenv"
-	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/server"
+	"github.com/tupper-dev/tupper/store"
 )
 
 // The egress lab: a small internet in a namespace the test makes (the same shape as
@@ -86,6 +91,8 @@ func TestEgressPolicy(t *testing.T) {
 //	tls ADDR SNI                   a TLS handshake (no verification) and GET /
 //	connect ADDR                   a TCP connection, then a read (the proxy connects first)
 //	udp ADDR                       one datagram
+//	hold ADDR HOST FILE            GET / with Host, then keep the connection: "held" in FILE
+//	                               once answered, "cut" when the connection ends (30 s at most)
 const egressHelperSource = `package main
 
 import (
@@ -169,6 +176,28 @@ func run(cmd string, a []string) string {
 			return "err " + fmt.Sprint(err)
 		}
 		return "ok " + strings.TrimSpace(string(b[:n]))
+	case "hold":
+		c, err := d.Dial("tcp", a[0])
+		if err != nil {
+			return "err " + err.Error()
+		}
+		defer c.Close()
+		br := bufio.NewReader(c)
+		fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", a[1])
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			return "err " + err.Error()
+		}
+		io.ReadAll(resp.Body)
+		os.WriteFile(a[2], []byte("held\n"), 0o644)
+		c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		_, err = br.ReadByte()
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			os.WriteFile(a[2], []byte("held, never cut\n"), 0o644)
+			return "err no end"
+		}
+		os.WriteFile(a[2], []byte("cut\n"), 0o644)
+		return "ok cut"
 	case "udp":
 		c, err := d.Dial("udp", a[0])
 		if err != nil {
@@ -227,7 +256,16 @@ func testEgress(t *testing.T, rt string) {
 	t.Cleanup(func() { unix.Unmount("/etc/resolv.conf", unix.MNT_DETACH) })
 
 	l.p = newTestProviderConfig(t, Config{Runtime: rt, Subnet: "10.216.201.0/24", Bridge: "tpeg" + rt})
-	inst := create(t, l.p, provider.CreateSpec{Network: provider.Network{Mode: provider.NetworkAllow, Allow: egAllow, Deny: egDeny}})
+	// The sandbox is made, changed and destroyed through a real server on loopback: its REST
+	// API and its E2B API.
+	api := l.startServer(t)
+	var made struct{ ID string }
+	api.want(t, 201, &made, "POST", "/v1/sandboxes", map[string]any{"network": map[string]any{"allow": egAllow, "deny": egDeny}})
+	pi, err := l.p.Connect(l.ctx, made.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst := pi.(*Instance)
 	m := uint32(0o755)
 	if err := inst.WriteFile(l.ctx, egHelperIn, bytes.NewReader(l.helper), &m); err != nil {
 		t.Fatal(err)
@@ -332,6 +370,25 @@ func testEgress(t *testing.T, rt string) {
 			}
 		}
 	})
+	t.Run("set network", func(t *testing.T) {
+		// A connection to a.test stays open across the change that denies a.test.
+		run(t, inst, "rm -f /tmp/hold; "+egHelperIn+" hold "+egShared.String()+":80 a.test /tmp/hold >/dev/null 2>&1 &")
+		waitFile(t, inst, "/tmp/hold", "held")
+		api.want(t, 204, nil, "PUT", "/v1/sandboxes/"+inst.ID()+"/network", map[string]any{"allow": []string{"b.test"}})
+		// SetNetwork returns once the proxy has cut it.
+		waitFile(t, inst, "/tmp/hold", "cut")
+		want("a.test after the change", h("dns "+gw+" udp a.test"), "err ")
+		// The shared address was learned from a.test, denied now: b.test must be asked.
+		want("b.test before its answer", h("http "+egShared.String()+":80 b.test"), "err ")
+		want("dns b.test after the change", h("dns "+gw+" udp b.test"), "ok "+egShared.String())
+		want("b.test after the change", h("http "+egShared.String()+":80 b.test"), "ok http b.test")
+		want("11.22.35.1 after the change", h("connect "+egCIDR.String()+":7000"), "err ")
+		// E2B's updateNetwork: allowOut wins over denyOut 0.0.0.0/0.
+		api.want(t, 204, nil, "PUT", "/sandboxes/"+inst.ID()+"/network", map[string]any{"allowOut": []string{"a.test"}, "denyOut": []string{"0.0.0.0/0"}}, "X-API-Key", api.key)
+		want("a.test after E2B's update", h("http "+egShared.String()+":80 a.test"), "ok http a.test")
+		want("b.test after E2B's update", h("dns "+gw+" udp b.test"), "err ")
+		api.want(t, 400, nil, "PUT", "/v1/sandboxes/"+inst.ID()+"/network", map[string]any{"allow": []string{"*"}})
+	})
 	t.Run("teardown", func(t *testing.T) {
 		rec, err := l.p.lay.readRecord(inst.ID())
 		if err != nil {
@@ -340,13 +397,88 @@ func testEgress(t *testing.T, rt string) {
 		if rec.Egress == nil || procStart(rec.Egress.PID) != rec.Egress.Start {
 			t.Fatalf("no live egress proxy recorded: %+v", rec.Egress)
 		}
-		if err := l.p.Destroy(l.ctx, inst.ID()); err != nil {
-			t.Fatal(err)
-		}
+		api.want(t, 204, nil, "DELETE", "/v1/sandboxes/"+inst.ID(), nil)
 		if procStart(rec.Egress.PID) == rec.Egress.Start {
 			t.Errorf("the egress proxy (pid %d) outlived its sandbox", rec.Egress.PID)
 		}
 	})
+}
+
+// waitFile waits, up to 10 s, for the file at path in the sandbox to hold word.
+func waitFile(t *testing.T, inst *Instance, path, word string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := strings.TrimSpace(run(t, inst, "cat "+path+" 2>/dev/null; true"))
+		if strings.Contains(got, word) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %q, want %q", path, got, word)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// labAPI is a real server over the lab's provider, on loopback.
+type labAPI struct {
+	url, key string
+}
+
+func (l *egressLab) startServer(t *testing.T) *labAPI {
+	st, err := store.Open(l.ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewUnstartedServer(nil)
+	srv, err := server.New(l.ctx, server.Config{Provider: l.p, Store: st, BaseURL: "http://" + ts.Listener.Addr().String(),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ReapInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.Config = srv.HTTPServer()
+	ts.Start()
+	t.Cleanup(func() { ts.Close(); srv.Close(); st.Close() })
+	_, key, err := st.CreateKey(l.ctx, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &labAPI{url: ts.URL, key: key}
+}
+
+// want sends a JSON request with the API key (or the headers given) and checks the status.
+func (a *labAPI) want(t *testing.T, status int, out any, method, path string, body any, hdr ...string) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, a.url+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if len(hdr) == 0 {
+		req.Header.Set("Authorization", "Bearer "+a.key)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != status {
+		t.Fatalf("%s %s: %d, want %d: %s", method, path, resp.StatusCode, status, data)
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // makeCerts makes a test CA and a server certificate for the lab's names.

@@ -110,7 +110,6 @@ var notServed = []struct{ pattern, why string }{
 	{"GET /snapshots", ""},
 	{"GET /sandboxes/metrics", ""},
 	{"POST /sandboxes/{sandboxID}/fork", ""},
-	{"PUT /sandboxes/{sandboxID}/network", ""},
 
 	{"GET /templates", whyTemplates},
 	{"POST /templates", whyTemplates},
