@@ -318,6 +318,13 @@ type TimeoutSetter interface {
 	SetTimeout(ctx context.Context, d time.Duration) error
 }
 
+// NetworkSetter is optional: replace a running sandbox's network policy (Network as at
+// create; NetworkNone then means nothing leaves). Connections the new policy refuses are
+// cut before it returns. Without it, SetNetwork fails with CodeUnsupported.
+type NetworkSetter interface {
+	SetNetwork(ctx context.Context, n Network) error
+}
+
 // RangeReader is optional: read part of a file. Without it, the core reads the whole file
 // and skips to offset (used for log cursors and ranged downloads).
 type RangeReader interface {

@@ -188,13 +188,31 @@ type NetworkMode string
 const (
 	NetworkAll   NetworkMode = "all"   // egress to the internet (providers/local: public addresses only)
 	NetworkNone  NetworkMode = "none"  // loopback only
-	NetworkAllow NetworkMode = "allow" // egress only to Network.Allow
+	NetworkAllow NetworkMode = "allow" // egress by policy: Network.Allow minus Network.Deny
 )
 
 // Network is a sandbox's network policy.
+//
+// With NetworkAllow, Allow and Deny list destinations: exact domain names (pypi.org),
+// wildcards (*.github.com, the names below github.com), IP addresses and CIDR prefixes (see
+// package egress). Deny wins; a non-empty Allow denies whatever it does not name; an empty
+// Allow allows whatever Deny does not name. Mode "" with a list means NetworkAllow.
 type Network struct {
-	Mode  NetworkMode // "" means NetworkAll
-	Allow []string    // hosts or CIDRs, with NetworkAllow
+	Mode  NetworkMode // "" means NetworkAll, or NetworkAllow when a list is given
+	Allow []string    // destinations allowed, with NetworkAllow
+	Deny  []string    // destinations denied, with NetworkAllow
+}
+
+// Normalized returns n with its mode filled in: NetworkAllow when "" and a list is given,
+// NetworkAll when "" and none is.
+func (n Network) Normalized() Network {
+	if n.Mode == "" {
+		n.Mode = NetworkAll
+		if len(n.Allow) > 0 || len(n.Deny) > 0 {
+			n.Mode = NetworkAllow
+		}
+	}
+	return n
 }
 
 // State is a sandbox's lifecycle state.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tupper-dev/tupper/egress"
 	"github.com/tupper-dev/tupper/provider"
 )
 
@@ -78,9 +79,32 @@ var (
 	NetworkNone = Network{Mode: provider.NetworkNone}
 )
 
-// NetworkAllowList allows egress only to hosts (names or CIDRs).
+// NetworkAllowList allows egress only to hosts: domain names, wildcards (*.github.com),
+// addresses and CIDR prefixes. Set Deny on the result to take some back.
 func NetworkAllowList(hosts ...string) Network {
 	return Network{Mode: provider.NetworkAllow, Allow: hosts}
+}
+
+// validateNetwork checks a network policy: its mode, and every destination of its lists.
+func validateNetwork(op string, n Network) error {
+	lists := len(n.Allow) > 0 || len(n.Deny) > 0
+	switch n.Mode {
+	case "":
+	case provider.NetworkAll, provider.NetworkNone:
+		if lists {
+			return errorf(CodeInvalidArgument, op, "network allow or deny list given with mode %q (use mode allow, or no mode)", n.Mode)
+		}
+	case provider.NetworkAllow:
+		if !lists {
+			return errorf(CodeInvalidArgument, op, "network mode allow with neither an allow nor a deny list")
+		}
+	default:
+		return errorf(CodeInvalidArgument, op, "network mode %q is not all, none or allow", n.Mode)
+	}
+	if _, err := egress.Parse(n.Allow, n.Deny); err != nil {
+		return errorf(CodeInvalidArgument, op, "%v", err)
+	}
+	return nil
 }
 
 // CreateOptions configures Create. The zero value creates a default sandbox.
@@ -143,17 +167,8 @@ func (o CreateOptions) Validate() error {
 	if err := validateSize(o.Size); err != nil {
 		return err
 	}
-	switch o.Network.Mode {
-	case "", provider.NetworkAll, provider.NetworkNone:
-		if len(o.Network.Allow) > 0 {
-			return errorf(CodeInvalidArgument, op, "network allow list given with mode %q", o.Network.Mode)
-		}
-	case provider.NetworkAllow:
-		if len(o.Network.Allow) == 0 {
-			return errorf(CodeInvalidArgument, op, "network allow list is empty")
-		}
-	default:
-		return errorf(CodeInvalidArgument, op, "network mode %q is not all, none or allow", o.Network.Mode)
+	if err := validateNetwork(op, o.Network); err != nil {
+		return err
 	}
 	for _, p := range o.Ports {
 		if p < 1 || p > 65535 {

@@ -174,9 +174,7 @@ func Create(ctx context.Context, p provider.Provider, opts CreateOptions) (*Sand
 		Template:    opts.Template,
 		Runtime:     opts.Runtime,
 	}
-	if spec.Network.Mode == "" {
-		spec.Network.Mode = provider.NetworkAll
-	}
+	spec.Network = spec.Network.Normalized()
 
 	inst, created, err := getOrCreate(ctx, p, opts, spec)
 	if err != nil {
@@ -249,7 +247,7 @@ func failClosed(p provider.Provider, opts CreateOptions) error {
 			return err
 		}
 	}
-	switch opts.Network.Mode {
+	switch opts.Network.Normalized().Mode {
 	case provider.NetworkNone:
 		if err := need(provider.CapNetworkNone, `network "none"`); err != nil {
 			return err
@@ -655,6 +653,22 @@ func (b *Sandbox) SetTimeout(ctx context.Context, d time.Duration) error {
 		return errorf(CodeUnsupported, "set_timeout", "provider %s cannot change the lifetime", b.Provider)
 	}
 	return wrapProvider(t.SetTimeout(ctx, d), "set_timeout")
+}
+
+// SetNetwork replaces the sandbox's network policy while it runs: "all", "none" (nothing
+// leaves) or allow and deny lists (see Network). Connections the new policy refuses are cut
+// before it returns. Providers without provider.NetworkSetter answer CodeUnsupported, and
+// so may a provider for a sandbox it cannot change (local: one created with network none).
+func (b *Sandbox) SetNetwork(ctx context.Context, n Network) error {
+	const op = "set_network"
+	if err := validateNetwork(op, n); err != nil {
+		return err
+	}
+	s, ok := b.inst.(provider.NetworkSetter)
+	if !ok {
+		return errorf(CodeUnsupported, op, "provider %s cannot change a running sandbox's network", b.Provider)
+	}
+	return wrapProvider(s.SetNetwork(ctx, n.Normalized()), op)
 }
 
 // PreviewURL returns a URL on which port inside the sandbox is reachable from here: the

@@ -35,6 +35,8 @@ func (s *Server) table() []route {
 		{"DELETE", "/v1/snapshots/{snapshot}", scopeAccount, s.deleteSnapshot},
 		{"POST", "/v1/sandboxes/{id}/timeout", scopeSandbox, s.setTimeout},
 		{"POST", "/v1/sandboxes/{id}/keep-alive", scopeSandbox, s.keepAlive},
+		// An API key only: a sandbox's own token must not widen its own egress.
+		{"PUT", "/v1/sandboxes/{id}/network", scopeAccount, s.setNetwork},
 		{"GET", "/v1/sandboxes/{id}/busy", scopeSandbox, s.busy},
 		{"GET", "/v1/sandboxes/{id}/events", scopeSandbox, s.sandboxEvents},
 

@@ -75,12 +75,14 @@ type sizeJSON struct {
 }
 
 // networkJSON is a create request's network in any of its forms: the SDK's own, "all",
-// "none" or {"allow": [...]}, and the object form {"mode": "all"|"none"|"allow", "allow":
-// [...]}. An object with "allow" and no mode is an allow list, even an empty one (which the
-// SDK then refuses): it never widens to all.
+// "none" or {"allow": [...], "deny": [...]}, and the object form {"mode":
+// "all"|"none"|"allow", "allow": [...], "deny": [...]}. An object with "allow" or "deny" and
+// no mode is a policy, even with empty lists (which the SDK then refuses): it never widens
+// to all.
 type networkJSON struct {
 	Mode  string   `json:"mode,omitempty"`
 	Allow []string `json:"allow,omitempty"`
+	Deny  []string `json:"deny,omitempty"`
 }
 
 func (n *networkJSON) UnmarshalJSON(data []byte) error {
@@ -89,13 +91,14 @@ func (n *networkJSON) UnmarshalJSON(data []byte) error {
 		*n = networkJSON{Mode: mode} // the SDK checks the mode
 		return nil
 	}
-	const forms = `"network" is "all", "none", {"allow": [...]} or {"mode": ..., "allow": [...]}`
+	const forms = `"network" is "all", "none", {"allow": [...], "deny": [...]} or {"mode": ..., "allow": [...], "deny": [...]}`
 	if !bytes.HasPrefix(bytes.TrimSpace(data), []byte("{")) {
 		return errors.New(forms)
 	}
 	var obj struct {
 		Mode  string    `json:"mode"`
 		Allow *[]string `json:"allow"`
+		Deny  *[]string `json:"deny"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -105,11 +108,19 @@ func (n *networkJSON) UnmarshalJSON(data []byte) error {
 	*n = networkJSON{Mode: obj.Mode}
 	if obj.Allow != nil {
 		n.Allow = *obj.Allow
-		if n.Mode == "" {
-			n.Mode = string(provider.NetworkAllow)
-		}
+	}
+	if obj.Deny != nil {
+		n.Deny = *obj.Deny
+	}
+	if n.Mode == "" && (obj.Allow != nil || obj.Deny != nil) {
+		n.Mode = string(provider.NetworkAllow)
 	}
 	return nil
+}
+
+// network is n as the SDK's.
+func (n *networkJSON) network() sandbox.Network {
+	return sandbox.Network{Mode: provider.NetworkMode(n.Mode), Allow: n.Allow, Deny: n.Deny}
 }
 
 type createRequest struct {
@@ -155,7 +166,7 @@ func (req createRequest) options() (sandbox.CreateOptions, error) {
 		opts.Size = sandbox.Size{Name: req.Size.Name, CPU: req.Size.CPU, MemoryMB: req.Size.MemoryMB, DiskGB: req.Size.DiskGB}
 	}
 	if req.Network != nil {
-		opts.Network = sandbox.Network{Mode: provider.NetworkMode(req.Network.Mode), Allow: req.Network.Allow}
+		opts.Network = req.Network.network()
 	}
 	var err error
 	if opts.Timeout, err = durMS("timeoutMs", req.TimeoutMS); err != nil {
@@ -377,6 +388,22 @@ func (s *Server) applyTimeout(w http.ResponseWriter, r *http.Request, ms int64) 
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"deadline": deadline.UTC()})
+}
+
+// setNetwork replaces a running sandbox's network policy; the body is create's "network".
+func (s *Server) setNetwork(w http.ResponseWriter, r *http.Request, _ *caller) {
+	var n networkJSON
+	if err := decode(w, r, &n, false); err != nil {
+		writeError(w, err)
+		return
+	}
+	s.withBox(w, r, func(b *sandbox.Sandbox) error {
+		if err := b.SetNetwork(r.Context(), n.network()); err != nil {
+			return err
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	})
 }
 
 // busy reports whether a command or background process is running in the sandbox (for

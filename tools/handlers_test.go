@@ -176,6 +176,19 @@ func TestNetworkNoneBinds(t *testing.T) {
 	s, _ := newTestSession(t, SessionOptions{Create: sandbox.CreateOptions{Network: sandbox.NetworkNone}})
 	want(t, call(t, s, "create_sandbox", map[string]any{"network": "all"}), true, "cannot ask for more")
 	want(t, call(t, s, "create_sandbox", map[string]any{"network": "none"}), false, "created")
+	want(t, call(t, s, "create_sandbox", map[string]any{"allow": []string{"pypi.org"}}), true, "need a network")
+}
+
+// A session's policy binds create_sandbox as network none does; a session with network all
+// lets it narrow (the memory provider then says it cannot enforce a policy), and bad entries
+// are refused before any provider is asked.
+func TestNetworkPolicyBinds(t *testing.T) {
+	s, _ := newTestSession(t, SessionOptions{Create: sandbox.CreateOptions{Network: sandbox.NetworkAllowList("pypi.org")}})
+	want(t, call(t, s, "create_sandbox", map[string]any{"network": "all"}), true, "cannot ask for more")
+	want(t, call(t, s, "create_sandbox", map[string]any{"allow": []string{"example.com"}}), true, "cannot replace")
+	open, _ := newTestSession(t, SessionOptions{})
+	want(t, call(t, open, "create_sandbox", map[string]any{"allow": []string{"*"}}), true, "invalid_argument")
+	want(t, call(t, open, "create_sandbox", map[string]any{"allow": []string{"pypi.org"}}), true, "cannot enforce")
 }
 
 func TestCreateSandboxTemplate(t *testing.T) {

@@ -38,6 +38,8 @@ func sandboxTools() []Tool {
 
 type createSandboxArgs struct {
 	Network      string            `json:"network,omitempty" jsonschema:"Network access: all (the default) or none (loopback only)." enum:"all,none"`
+	Allow        []string          `json:"allow,omitempty" jsonschema:"Restrict the sandbox's outbound network to these destinations: domain names, wildcards like *.github.com, IP addresses or CIDRs. Everything else is denied."`
+	Deny         []string          `json:"deny,omitempty" jsonschema:"Deny outbound network to these destinations (same forms as allow; deny wins)."`
 	Env          map[string]string `json:"env,omitempty" jsonschema:"Environment variables set for every command in the sandbox."`
 	FromSnapshot string            `json:"from_snapshot,omitempty" jsonschema:"Start from a snapshot id returned by the snapshot tool, instead of an empty sandbox."`
 	Template     string            `json:"template,omitempty" jsonschema:"The template (root file system) to start from, e.g. debian or one built or imported on the server; the default when omitted."`
@@ -45,14 +47,28 @@ type createSandboxArgs struct {
 
 func createSandbox(ctx context.Context, s *Session, a createSandboxArgs) (Result, error) {
 	opts := s.opts.Create
+	session := opts.Network.Normalized().Mode
 	switch a.Network {
 	case "all":
-		if opts.Network.Mode == provider.NetworkNone {
+		if session == provider.NetworkNone {
 			return Result{Text: "this session's sandboxes have no network (network none), and create_sandbox cannot ask for more", IsError: true}, nil
+		}
+		if session == provider.NetworkAllow {
+			return Result{Text: "this session's sandboxes have a network policy, and create_sandbox cannot ask for more", IsError: true}, nil
 		}
 		opts.Network = sandbox.NetworkAll
 	case "none":
 		opts.Network = sandbox.NetworkNone
+	}
+	if len(a.Allow) > 0 || len(a.Deny) > 0 {
+		// A policy narrows network all; it never replaces a narrower choice of the session's.
+		switch {
+		case opts.Network.Normalized().Mode == provider.NetworkNone:
+			return Result{Text: "allow and deny need a network, and this sandbox has none", IsError: true}, nil
+		case session == provider.NetworkAllow:
+			return Result{Text: "this session's sandboxes already have a network policy, which create_sandbox cannot replace", IsError: true}, nil
+		}
+		opts.Network = sandbox.Network{Mode: provider.NetworkAllow, Allow: a.Allow, Deny: a.Deny}
 	}
 	if len(a.Env) > 0 {
 		env := map[string]string{}

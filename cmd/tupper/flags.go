@@ -92,6 +92,7 @@ type createFlags struct {
 	runtime      string
 	template     string
 	network      string
+	allow, deny  []string
 	env          []string
 	labels       []string
 	size         string
@@ -134,6 +135,8 @@ func (f *createFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.runtime, "runtime", "", "OCI runtime of the local provider: crun, runc, or runsc for gVisor (default: crun when it works here, else runc; see tupper doctor)")
 	fl.StringVar(&f.template, "template", "", "template to start from (local default: host)")
 	fl.StringVar(&f.network, "network", "all", "network: all or none")
+	fl.StringArrayVar(&f.allow, "allow", nil, "allow egress to DEST only: a domain, *.domain, an IP address or a CIDR (repeatable; anything not allowed is denied; see docs/network.md)")
+	fl.StringArrayVar(&f.deny, "deny", nil, "deny egress to DEST: a domain, *.domain, an IP address or a CIDR (repeatable; wins over --allow)")
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "environment variable K=V for every command (repeatable)")
 	fl.StringArrayVar(&f.labels, "label", nil, "label K=V (repeatable)")
 	fl.StringVar(&f.size, "size", "", "machine size: small, medium or large")
@@ -145,6 +148,12 @@ func (f *createFlags) options() (sandbox.CreateOptions, error) {
 	var err error
 	if opts.Network, err = parseNetwork(f.network); err != nil {
 		return opts, err
+	}
+	if len(f.allow) > 0 || len(f.deny) > 0 {
+		if f.network == "none" {
+			return opts, fmt.Errorf("--allow and --deny need a network: drop --network none")
+		}
+		opts.Network = sandbox.Network{Mode: provider.NetworkAllow, Allow: f.allow, Deny: f.deny}
 	}
 	if f.size != "" {
 		opts.Size = sandbox.Size{Name: f.size}

@@ -82,6 +82,7 @@ var subcommands = []struct {
 	{"run", newRunCmd},
 	{"create", newCreateCmd},
 	{"exec", newExecCmd},
+	{"network", newNetworkCmd},
 	{"cp", newCpCmd},
 	{"ls", newLsCmd},
 	{"rm", newRmCmd},
@@ -96,6 +97,7 @@ var subcommands = []struct {
 	{"template", newTemplateCmd},
 	{"mcp", newMCPCmd},
 	{"bench", newBenchCmd},
+	{"egress-proxy", newEgressProxyCmd},
 }
 
 // newRootCmd returns the command tree for args (os.Args[1:]). When args name a subcommand,

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	agentspec "github.com/tupper-dev/tupper/agent/spec"
+	"github.com/tupper-dev/tupper/egress"
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/template"
 )
@@ -122,7 +123,8 @@ func (p *Provider) createFrom(ctx context.Context, spec provider.CreateSpec, poo
 	} else {
 		tmpl = tp.name
 	}
-	netMode := spec.Network.Mode
+	netMode := spec.Network.Normalized().Mode
+	var pol *egress.Policy // network "allow"
 	full := snap != nil && snap.kind() == provider.SnapshotFull
 	if full {
 		// The saved kernel's network stack is the one it had: netstack for none, the host's
@@ -130,6 +132,11 @@ func (p *Provider) createFrom(ctx context.Context, spec provider.CreateSpec, poo
 		if netMode == provider.NetworkNone && snap.Network != string(provider.NetworkNone) {
 			return nil, provider.Errorf(provider.CodeInvalidArgument,
 				"snapshot %s is a full snapshot of a sandbox with network %s: it cannot restore with network none", snap.ID, snap.Network)
+		}
+		if snap.Network == string(provider.NetworkAllow) {
+			// Its proxy and firewall rules were the parent's, tied to the parent's address.
+			return nil, provider.Errorf(provider.CodeUnsupported,
+				"snapshot %s is a full snapshot of a sandbox with a network policy, which cannot be restored yet: take a filesystem snapshot", snap.ID)
 		}
 		netMode = provider.NetworkMode(snap.Network)
 		if netMode == provider.NetworkAll && p.net == nil {
@@ -144,7 +151,13 @@ func (p *Provider) createFrom(ctx context.Context, spec provider.CreateSpec, poo
 		}
 	case provider.NetworkNone:
 	case provider.NetworkAllow:
-		return nil, provider.Errorf(provider.CodeUnsupported, "the local provider cannot enforce an egress allow list yet")
+		if p.net == nil {
+			return nil, provider.Errorf(provider.CodeUnsupported, "a network policy needs network all, unavailable here: %v", p.netErr)
+		}
+		var err error
+		if pol, err = egress.Parse(spec.Network.Allow, spec.Network.Deny); err != nil {
+			return nil, provider.Errorf(provider.CodeInvalidArgument, "%v", err)
+		}
 	default:
 		return nil, provider.Errorf(provider.CodeInvalidArgument, "unknown network mode %q", netMode)
 	}
@@ -194,7 +207,10 @@ func (p *Provider) createFrom(ctx context.Context, spec provider.CreateSpec, poo
 	// runc or crun with a user namespace cannot mount sysfs in a network namespace it does
 	// not own, so its namespace is the one the runtime creates, plumbed between create and
 	// start. runsc wants its interfaces in place before it starts, in a namespace we make.
-	plumbAfterCreate := netMode == provider.NetworkAll && rtName != RuntimeRunsc
+	veth := netMode == provider.NetworkAll || netMode == provider.NetworkAllow
+	plumbAfterCreate := veth && rtName != RuntimeRunsc
+	var egressSocks *egressSockets // network "allow": the proxy's, until it has them
+	defer func() { egressSocks.close() }()
 	netnsPath := ""
 	madeDir := false
 	agentUser := "root" // the default user of commands: the template's, else root
@@ -274,8 +290,12 @@ func (p *Provider) createFrom(ctx context.Context, spec provider.CreateSpec, poo
 		{name: "root file system", do: func(ctx context.Context) error {
 			var err error
 			var nameservers []netip.Addr
-			if netMode == provider.NetworkAll {
+			switch netMode {
+			case provider.NetworkAll:
 				nameservers = hostNameservers()
+			case provider.NetworkAllow:
+				// Any server will do: the firewall sends every query to the proxy.
+				nameservers = []netip.Addr{p.net.gateway}
 			}
 			plan := rootfsPlan{
 				usernsFD: -1, uidBase: rec.UIDBase, diskGB: size.DiskGB, hostTmp: rtName == RuntimeRunsc,
@@ -324,7 +344,7 @@ func (p *Provider) createFrom(ctx context.Context, spec provider.CreateSpec, poo
 			return p.writeAgentDir(rec, spec, tc, agentUser)
 		}},
 		{name: "network", do: func(ctx context.Context) error {
-			if netMode != provider.NetworkAll {
+			if !veth {
 				return nil
 			}
 			lk, err := p.net.lock(ctx)
@@ -343,6 +363,24 @@ func (p *Provider) createFrom(ctx context.Context, spec provider.CreateSpec, poo
 			}
 			if err := p.net.ensureBridge(ctx); err != nil {
 				return err
+			}
+			if pol != nil {
+				// The policy's rules before the interface: the sandbox never has a
+				// moment of network "all".
+				var ports egressFile
+				if egressSocks, ports, err = p.net.listenEgress(); err != nil {
+					return err
+				}
+				rec.Egress = &egressProc{Ports: ports}
+				if err := p.writeEgressPolicy(id, spec.Network); err != nil {
+					return err
+				}
+				if err := p.lay.writeRecord(rec); err != nil {
+					return err
+				}
+				if err := p.applyEgress(ctx, rec, ports, pol); err != nil {
+					return err
+				}
 			}
 			if plumbAfterCreate {
 				return nil
@@ -464,6 +502,33 @@ func (p *Provider) createFrom(ctx context.Context, spec provider.CreateSpec, poo
 			stopHolder(rec)(holderExitTimeout)
 			return nil
 		}},
+		{name: "egress proxy", do: func(ctx context.Context) error {
+			if pol == nil {
+				return nil
+			}
+			// Started like the holder, into the sandbox's cgroups (holder.go).
+			pid, start, serve, done, err := p.startEgress(ctx, rec, egressSocks, agentPath)
+			if err != nil {
+				return err
+			}
+			defer done()
+			rec.Egress.PID, rec.Egress.Start = pid, start
+			if err := p.lay.writeRecord(rec); err != nil {
+				return err
+			}
+			if err := serve(); err != nil {
+				return err
+			}
+			egressSocks.close()
+			egressSocks = nil
+			if err := protectFromOOM(pid); err != nil {
+				return err
+			}
+			return joinCgroups(id, pid)
+		}, undo: func() error {
+			stopEgress(rec, holderExitTimeout)
+			return nil
+		}},
 		{name: "agent", do: func(ctx context.Context) error {
 			if full {
 				// The restored agent waits, its listener closed, for the word to listen
@@ -569,7 +634,7 @@ var testHookHolder func(id, stage string, pid int)
 
 // runscNetwork is the runsc --network value of a sandbox.
 func runscNetwork(r *record) string {
-	if r.Network == string(provider.NetworkAll) {
+	if r.Network == string(provider.NetworkAll) || r.Network == string(provider.NetworkAllow) {
 		return "host"
 	}
 	return "none"

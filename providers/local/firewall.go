@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -23,6 +24,7 @@ import (
 //	filter FORWARD, last        -i B ! -o B -j ACCEPT
 //	                            -o B -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
 //	nat POSTROUTING, first      -s SUBNET ! -o B -j MASQUERADE
+//	nat PREROUTING, first       -i B -j TUPPER-PRE-B     a policy's redirections (egress.go)
 //	ip6tables filter INPUT and FORWARD, first: -i B -j TUPPER-IN-B / TUPPER-FWD-B
 //
 // TUPPER-FWD-B refuses (REJECT, ICMP "administratively prohibited", so a program fails at
@@ -103,10 +105,12 @@ func (r rule) line(op string) string {
 type family struct {
 	iptables, restore string // the iptables (or ip6tables) and matching -restore binaries
 	chains            []rule // the contents of our chains, in order
+	declared          []rule // chains of ours that exist even when empty (no args)
 	first, last       []rule // hooks inserted first, and appended last, in built-in chains
 }
 
 func (n *network) fwdChain() string { return "TUPPER-FWD-" + n.bridge }
+func (n *network) preChain() string { return "TUPPER-PRE-" + n.bridge }
 func (n *network) inChain() string  { return "TUPPER-IN-" + n.bridge }
 
 func (n *network) comment() []string {
@@ -115,16 +119,36 @@ func (n *network) comment() []string {
 
 // families returns the rules of the bridge for IPv4 and, when the host has IPv6, IPv6.
 // nameservers are the sandboxes' (hostNameservers); allowed are the exemptions of the
-// sandboxes on the bridge (allowances).
-func (n *network) families(nameservers []netip.Addr, allowed []allowance) []family {
+// sandboxes on the bridge (allowances); policies are the sandboxes with an egress policy
+// (egressRules, egress.go).
+func (n *network) families(nameservers []netip.Addr, allowed []allowance, policies []egressRule) []family {
 	c := n.comment()
-	fwd, in := n.fwdChain(), n.inChain()
+	fwd, in, pre := n.fwdChain(), n.inChain(), n.preChain()
 	reject4 := []string{"-j", "REJECT", "--reject-with", "icmp-admin-prohibited"}
 	hook := func(table, chain string, args ...string) rule {
 		return rule{table, chain, append(args, c...)}
 	}
-	v4 := family{iptables: n.iptPath, restore: n.iptRestore}
+	v4 := family{iptables: n.iptPath, restore: n.iptRestore, declared: []rule{{table: "nat", chain: pre}}}
 	v4.chains = append(v4.chains, rule{"filter", fwd, append([]string{"-o", n.bridge}, reject4...)})
+	// A sandbox with a policy: its DNS (any server, UDP or TCP) and all its TCP go to its
+	// proxy on the gateway; of what is forwarded, only UDP to allowed prefixes passes on to
+	// the checks below, denied prefixes first.
+	gw := n.gateway.String()
+	for _, e := range policies {
+		src := e.src.String() + "/32"
+		v4.chains = append(v4.chains,
+			rule{"nat", pre, []string{"-s", src, "-p", "udp", "--dport", "53", "-j", "DNAT", "--to-destination", gw + ":" + strconv.Itoa(e.DNSUDP)}},
+			rule{"nat", pre, []string{"-s", src, "-p", "tcp", "--dport", "53", "-j", "DNAT", "--to-destination", gw + ":" + strconv.Itoa(e.DNSTCP)}},
+			rule{"nat", pre, []string{"-s", src, "-p", "tcp", "-j", "DNAT", "--to-destination", gw + ":" + strconv.Itoa(e.Proxy)}},
+		)
+		for _, d := range e.UDPDeny {
+			v4.chains = append(v4.chains, rule{"filter", fwd, append([]string{"-s", src, "-d", d.String()}, reject4...)})
+		}
+		for _, a := range e.UDPAllow {
+			v4.chains = append(v4.chains, rule{"filter", fwd, []string{"-s", src, "-d", a.String(), "-p", "udp", "-j", "RETURN"}})
+		}
+		v4.chains = append(v4.chains, rule{"filter", fwd, append([]string{"-s", src}, reject4...)})
+	}
 	var dns [][]string
 	for _, ns := range nameservers {
 		for _, proto := range []string{"udp", "tcp"} {
@@ -144,9 +168,19 @@ func (n *network) families(nameservers []netip.Addr, allowed []allowance) []fami
 	for _, args := range dns {
 		v4.chains = append(v4.chains, rule{"filter", in, args})
 	}
+	for _, e := range policies {
+		src := e.src.String() + "/32"
+		for _, pp := range []struct {
+			proto string
+			port  int
+		}{{"udp", e.DNSUDP}, {"tcp", e.DNSTCP}, {"tcp", e.Proxy}} {
+			v4.chains = append(v4.chains, rule{"filter", in, []string{"-s", src, "-d", gw + "/32", "-p", pp.proto, "--dport", strconv.Itoa(pp.port), "-j", "RETURN"}})
+		}
+	}
 	v4.chains = append(v4.chains, rule{"filter", in, reject4})
 	v4.first = []rule{
 		hook("nat", "POSTROUTING", "-s", n.subnet.String(), "!", "-o", n.bridge, "-j", "MASQUERADE"),
+		hook("nat", "PREROUTING", "-i", n.bridge, "-j", pre),
 		hook("filter", "INPUT", "-i", n.bridge, "-j", in),
 		hook("filter", "FORWARD", "-i", n.bridge, "-j", fwd),
 	}
@@ -178,7 +212,7 @@ func (f family) script(fill bool, hookOps func(first bool) []string, drop bool) 
 	for _, table := range []string{"nat", "filter"} {
 		var lines []string
 		if fill {
-			for _, r := range f.chains {
+			for _, r := range append(slices.Clone(f.declared), f.chains...) {
 				if r.table == table && !slices.Contains(lines, ":"+r.chain+" - [0:0]") {
 					lines = append(lines, ":"+r.chain+" - [0:0]")
 				}
@@ -204,7 +238,7 @@ func (f family) script(fill bool, hookOps func(first bool) []string, drop bool) 
 		}
 		if drop {
 			var chains []string
-			for _, r := range f.chains {
+			for _, r := range append(slices.Clone(f.declared), f.chains...) {
 				if r.table == table && !slices.Contains(chains, r.chain) {
 					chains = append(chains, r.chain)
 				}
@@ -242,7 +276,7 @@ func (n *network) run(ctx context.Context, path string, args ...string) error {
 // applyFirewall writes the bridge's rules for the sandboxes leased now. Call with the
 // network lock held, after the bridge exists.
 func (n *network) applyFirewall(ctx context.Context) error {
-	for _, f := range n.families(hostNameservers(), n.allowances()) {
+	for _, f := range n.families(hostNameservers(), n.allowances(), n.egressRules()) {
 		// Usually the hooks are there: move them back into place and refill the chains.
 		err := n.restore(ctx, f.restore, f.script(true, func(first bool) []string {
 			if first {
@@ -272,7 +306,7 @@ func (n *network) applyFirewall(ctx context.Context) error {
 // when no sandbox is left on the bridge.
 func (n *network) removeFirewall(ctx context.Context) error {
 	var errs []error
-	for _, f := range n.families(nil, nil) {
+	for _, f := range n.families(nil, nil, nil) {
 		if n.restore(ctx, f.restore, f.script(false, func(bool) []string { return []string{"-D"} }, true)) == nil {
 			continue
 		}
@@ -284,14 +318,15 @@ func (n *network) removeFirewall(ctx context.Context) error {
 				}
 			}
 		}
-		for _, c := range []string{n.fwdChain(), n.inChain()} {
-			if n.run(ctx, f.iptables, "-t", "filter", "-n", "-L", c) != nil {
+		for _, tc := range [][2]string{{"filter", n.fwdChain()}, {"filter", n.inChain()}, {"nat", n.preChain()}} {
+			table, c := tc[0], tc[1]
+			if n.run(ctx, f.iptables, "-t", table, "-n", "-L", c) != nil {
 				continue // never made, or gone
 			}
-			if err := n.run(ctx, f.iptables, "-t", "filter", "-F", c); err != nil {
+			if err := n.run(ctx, f.iptables, "-t", table, "-F", c); err != nil {
 				errs = append(errs, err)
 			}
-			if err := n.run(ctx, f.iptables, "-t", "filter", "-X", c); err != nil {
+			if err := n.run(ctx, f.iptables, "-t", table, "-X", c); err != nil {
 				errs = append(errs, err)
 			}
 		}

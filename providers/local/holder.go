@@ -170,7 +170,7 @@ func joinCgroups(id string, pid int) error {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("move the holder into %s: %w", d, err)
+			return fmt.Errorf("move pid %d into %s: %w", pid, d, err)
 		}
 		n++
 	}

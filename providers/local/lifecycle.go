@@ -68,6 +68,7 @@ func (p *Provider) teardown(ctx context.Context, rec *record) error {
 	// The container keeps its own copy of the mounts until it is gone; with the holder, the
 	// sandbox's namespace and its mounts go.
 	stopHolder(rec)(holderExitTimeout)
+	stopEgress(rec, holderExitTimeout)
 	if haveRT {
 		if err := rt.remove(ctx, runscNetwork(rec), id); err != nil {
 			// Kill the init ourselves and let the runtime clean up after a dead one.
@@ -79,7 +80,7 @@ func (p *Provider) teardown(ctx context.Context, rec *record) error {
 			}
 		}
 	}
-	if rec.Network == string(provider.NetworkAll) && p.net != nil {
+	if (rec.Network == string(provider.NetworkAll) || rec.Network == string(provider.NetworkAllow)) && p.net != nil {
 		if err := p.net.detach(ctx, id, rec.IP); err != nil {
 			errs = append(errs, err)
 		}

@@ -100,10 +100,10 @@ func assertNoLeftovers(t *testing.T, p *Provider) {
 	if linkExists(p.cfg.Bridge) {
 		t.Errorf("bridge %s left", p.cfg.Bridge)
 	}
-	for _, f := range p.net.families(nil, nil) {
+	for _, f := range p.net.families(nil, nil, nil) {
 		for _, table := range []string{"filter", "nat"} {
 			out, _ := exec.Command(f.iptables, "-w", "5", "-t", table, "-S").CombinedOutput()
-			for _, s := range []string{"tupper " + p.cfg.Bridge + `"`, p.net.fwdChain(), p.net.inChain()} {
+			for _, s := range []string{"tupper " + p.cfg.Bridge + `"`, p.net.fwdChain(), p.net.inChain(), p.net.preChain()} {
 				if strings.Contains(string(out), s) {
 					t.Errorf("%s %s: %q of %s left", filepath.Base(f.iptables), table, s, p.cfg.Bridge)
 				}

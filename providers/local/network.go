@@ -305,6 +305,9 @@ func (n *network) detach(ctx context.Context, id, ip string) error {
 	opened := false
 	if ip != "" {
 		opened = n.clearAllowances(ip, leaseHolder(n.lay, id))
+		if n.clearEgress(ip, leaseHolder(n.lay, id)) {
+			opened = true
+		}
 		if err := release(n.leases(), ip, leaseHolder(n.lay, id)); err != nil {
 			errs = append(errs, err)
 		}

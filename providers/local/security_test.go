@@ -1060,42 +1060,50 @@ func randUint16(t testing.TB) uint16 {
 	return uint16(b[0])<<8 | uint16(b[1])
 }
 
-var (
-	secHelperOnce sync.Once
-	secHelperBin  []byte
-	secHelperErr  error
-)
+// buildSecHelper builds secHelperSource (buildHelper).
+func buildSecHelper(t *testing.T) []byte { return buildHelper(t, secHelperSource) }
 
-// buildSecHelper builds secHelperSource for the host's architecture (the sandboxes run the
-// host's kernel and template), static, once per test binary.
-func buildSecHelper(t *testing.T) []byte {
+// helperBuilds are the builds of buildHelper, by source.
+var helperBuilds sync.Map // string → *helperBuild
+
+type helperBuild struct {
+	once sync.Once
+	bin  []byte
+	err  error
+}
+
+// buildHelper builds a one-file Go program, src, for the host's architecture (the sandboxes
+// run the host's kernel and template), static, once per test binary.
+func buildHelper(t *testing.T, src string) []byte {
 	t.Helper()
 	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
 	if _, err := os.Stat(goBin); err != nil {
 		goBin = testenv.RequireBinary(t, "go")
 	}
-	secHelperOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "tupper-sec-helper-")
+	v, _ := helperBuilds.LoadOrStore(src, &helperBuild{})
+	b := v.(*helperBuild)
+	b.once.Do(func() {
+		dir, err := os.MkdirTemp("", "tupper-helper-")
 		if err != nil {
-			secHelperErr = err
+			b.err = err
 			return
 		}
 		defer os.RemoveAll(dir)
-		os.WriteFile(filepath.Join(dir, "main.go"), []byte(secHelperSource), 0o644)
-		os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module secprobe\n\ngo 1.22\n"), 0o644)
+		os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644)
+		os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module helper\n\ngo 1.22\n"), 0o644)
 		cmd := exec.Command(goBin, "build", "-trimpath", "-ldflags=-s -w", "-o", "h", ".")
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=", "GOWORK=off", "GOTOOLCHAIN=local")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			secHelperErr = fmt.Errorf("go build of the security helper: %v: %s", err, out)
+			b.err = fmt.Errorf("go build of a test helper: %v: %s", err, out)
 			return
 		}
-		secHelperBin, secHelperErr = os.ReadFile(filepath.Join(dir, "h"))
+		b.bin, b.err = os.ReadFile(filepath.Join(dir, "h"))
 	})
-	if secHelperErr != nil {
-		t.Fatal(secHelperErr)
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return secHelperBin
+	return b.bin
 }
 
 // secHelperSource is the in-sandbox helper. Each subcommand prints "name result" lines,

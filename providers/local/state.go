@@ -98,7 +98,7 @@ type record struct {
 	IdleTimeout time.Duration     `json:"idleTimeout,omitempty"`
 	Runtime     string            `json:"runtime"`
 	Template    string            `json:"template"`
-	Network     string            `json:"network"`      // "none" or "all"
+	Network     string            `json:"network"`      // "none", "all" or "allow"
 	IP          string            `json:"ip,omitempty"` // network all: the sandbox's address
 	HostVeth    string            `json:"hostVeth,omitempty"`
 	UIDIndex    int               `json:"uidIndex"` // -1: no user namespace
@@ -115,6 +115,8 @@ type record struct {
 	// host's namespace: their disk and rootfs are mounted at the host paths.
 	HolderPID   int    `json:"holderPID,omitempty"`
 	HolderStart uint64 `json:"holderStart,omitempty"`
+	// Egress is the egress proxy of a sandbox with network "allow" (egress.go).
+	Egress *egressProc `json:"egress,omitempty"`
 	// Caps are the sandbox's capabilities, fixed at creation (they depend on its runtime).
 	// Empty in records from before they were kept: the provider's then apply.
 	Caps []provider.Capability `json:"caps,omitempty"`

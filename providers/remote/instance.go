@@ -343,6 +343,11 @@ func (in *Instance) Snapshot(ctx context.Context, expires time.Duration) (string
 	return out.ID, err
 }
 
+// SetNetwork replaces the sandbox's network policy (PUT /v1/sandboxes/{id}/network).
+func (in *Instance) SetNetwork(ctx context.Context, n provider.Network) error {
+	return in.p.call(ctx, http.MethodPut, in.path+"/network", networkJSON{Mode: string(n.Mode), Allow: n.Allow, Deny: n.Deny}, nil)
+}
+
 // SetTimeout moves the sandbox's deadline to d from now.
 func (in *Instance) SetTimeout(ctx context.Context, d time.Duration) error {
 	return in.p.call(ctx, http.MethodPost, in.path+"/timeout", map[string]any{"timeoutMs": ceilMS(d)}, nil)

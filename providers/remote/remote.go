@@ -296,6 +296,7 @@ type sizeJSON struct {
 type networkJSON struct {
 	Mode  string   `json:"mode,omitempty"`
 	Allow []string `json:"allow,omitempty"`
+	Deny  []string `json:"deny,omitempty"`
 }
 
 // ceilMS rounds a duration up to whole milliseconds, so a positive one never becomes 0.
@@ -316,8 +317,8 @@ func createBody(spec provider.CreateSpec) createRequest {
 			req.Size = &sizeJSON{CPU: spec.Size.CPU, MemoryMB: spec.Size.MemoryMB, DiskGB: spec.Size.DiskGB}
 		}
 	}
-	if spec.Network.Mode != "" || len(spec.Network.Allow) > 0 {
-		req.Network = &networkJSON{Mode: string(spec.Network.Mode), Allow: spec.Network.Allow}
+	if spec.Network.Mode != "" || len(spec.Network.Allow) > 0 || len(spec.Network.Deny) > 0 {
+		req.Network = &networkJSON{Mode: string(spec.Network.Mode), Allow: spec.Network.Allow, Deny: spec.Network.Deny}
 	}
 	return req
 }

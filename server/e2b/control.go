@@ -7,6 +7,7 @@ import (
 	"errors"
 	"maps"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -74,6 +75,7 @@ func (s *Server) controlMux() *router {
 	h("POST /sandboxes/{sandboxID}/connect", s.connect)
 	h("POST /v2/sandboxes/{sandboxID}/connect", s.connect)
 	h("POST /sandboxes/{sandboxID}/timeout", s.setTimeout)
+	h("PUT /sandboxes/{sandboxID}/network", s.updateNetwork)
 	h("POST /sandboxes/{sandboxID}/refreshes", s.refresh)
 	h("POST /sandboxes/{sandboxID}/pause", s.pause)
 	h("POST /sandboxes/{sandboxID}/resume", s.resume)
@@ -109,7 +111,6 @@ var notServed = []struct{ pattern, why string }{
 	{"GET /snapshots", ""},
 	{"GET /sandboxes/metrics", ""},
 	{"POST /sandboxes/{sandboxID}/fork", ""},
-	{"PUT /sandboxes/{sandboxID}/network", ""},
 
 	{"GET /templates", whyTemplates},
 	{"POST /templates", whyTemplates},
@@ -256,27 +257,70 @@ func (s *Server) options(ctx context.Context, req newSandbox, defTimeout int64) 
 	}
 	// On a provider that cannot enforce it the server's reaper does (lifecycle.CreateOptions).
 	opts.Timeout = d
-	if req.AllowInternetAccess != nil && !*req.AllowInternetAccess {
-		opts.Network = sandbox.NetworkNone
-	}
+	var allowOut, denyOut []string
 	if n := req.Network; n != nil {
 		if isSet(n.Rules) || isSet(n.EgressProxy) {
 			return opts, unsupported("network rules and egress proxies are not supported")
 		}
-		switch {
-		case len(n.DenyOut) == 0:
-			// Everything is allowed; allowOut adds nothing.
-		case slices.Equal(n.DenyOut, []string{"0.0.0.0/0"}):
-			if len(n.AllowOut) == 0 {
-				opts.Network = sandbox.NetworkNone
-			} else if req.AllowInternetAccess == nil || *req.AllowInternetAccess {
-				opts.Network = sandbox.NetworkAllowList(n.AllowOut...)
-			}
-		default:
-			return opts, unsupported("network.denyOut other than 0.0.0.0/0 (all) is not supported")
-		}
+		allowOut, denyOut = n.AllowOut, n.DenyOut
+	}
+	if req.AllowInternetAccess != nil && !*req.AllowInternetAccess {
+		// The same as denyOut 0.0.0.0/0, E2B says.
+		denyOut = append(slices.Clone(denyOut), allTraffic)
+	}
+	var err error
+	if opts.Network, err = networkFromE2B(allowOut, denyOut); err != nil {
+		return opts, err
 	}
 	return opts, opts.Validate()
+}
+
+// allTraffic is E2B's denyOut entry for everything.
+const allTraffic = "0.0.0.0/0"
+
+// networkFromE2B maps E2B's egress lists onto a policy. In E2B an allowOut entry wins over
+// a denyOut one, where in ours deny wins; the two agree in every case mapped here:
+//
+//   - no denyOut: everything is allowed (allowOut adds nothing);
+//   - denyOut holding 0.0.0.0/0: only allowOut is allowed (the other denyOut entries could
+//     only take back what allowOut gives, which E2B does not let them), none without it;
+//   - other denyOut: everything but denyOut, when no allowOut entry lies inside a denyOut
+//     range (then allowOut adds nothing); an exception carved out of a denied range has no
+//     equivalent and is refused (unsupported).
+func networkFromE2B(allowOut, denyOut []string) (sandbox.Network, error) {
+	switch {
+	case len(denyOut) == 0:
+		return sandbox.NetworkAll, nil
+	case slices.Contains(denyOut, allTraffic):
+		if len(allowOut) == 0 {
+			return sandbox.NetworkNone, nil
+		}
+		return sandbox.NetworkAllowList(allowOut...), nil
+	}
+	for _, a := range allowOut {
+		ap, err := netip.ParsePrefix(a)
+		if err != nil {
+			addr, aerr := netip.ParseAddr(a)
+			if aerr != nil {
+				return sandbox.Network{}, unsupported("network.allowOut names a host (%s) with a denyOut other than 0.0.0.0/0: an exception to a deny list is supported only for addresses", a)
+			}
+			ap = netip.PrefixFrom(addr, addr.BitLen())
+		}
+		for _, d := range denyOut {
+			dp, err := netip.ParsePrefix(d)
+			if err != nil {
+				addr, aerr := netip.ParseAddr(d)
+				if aerr != nil {
+					continue // the SDK's validation reports it
+				}
+				dp = netip.PrefixFrom(addr, addr.BitLen())
+			}
+			if dp.Overlaps(ap) {
+				return sandbox.Network{}, unsupported("network.allowOut %s lies inside denyOut %s: an exception carved out of a denied range is not supported", a, d)
+			}
+		}
+	}
+	return sandbox.Network{Mode: provider.NetworkAllow, Deny: denyOut}, nil
 }
 
 func isSet(raw json.RawMessage) bool {
@@ -419,6 +463,45 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request, _ string) {
 	}
 	id := r.PathValue("sandboxID")
 	if _, err := s.lc.SetTimeout(r.Context(), id, d); err != nil {
+		writeError(w, e2bError(id, err))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// updateNetwork is E2B's SandboxNetworkUpdateConfig: it replaces the egress rules, an
+// omitted field cleared.
+func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request, _ string) {
+	var req struct {
+		AllowInternetAccess *bool           `json:"allow_internet_access"`
+		AllowOut            []string        `json:"allowOut"`
+		DenyOut             []string        `json:"denyOut"`
+		EgressProxy         json.RawMessage `json:"egressProxy"`
+		Rules               json.RawMessage `json:"rules"`
+	}
+	if err := decodeBody(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if isSet(req.Rules) || isSet(req.EgressProxy) {
+		writeError(w, unsupported("network rules and egress proxies are not supported"))
+		return
+	}
+	deny := req.DenyOut
+	if req.AllowInternetAccess != nil && !*req.AllowInternetAccess {
+		deny = append(slices.Clone(deny), allTraffic)
+	}
+	n, err := networkFromE2B(req.AllowOut, deny)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	id := r.PathValue("sandboxID")
+	b, err := s.lc.Handle(r.Context(), id)
+	if err == nil {
+		err = b.SetNetwork(r.Context(), n)
+	}
+	if err != nil {
 		writeError(w, e2bError(id, err))
 		return
 	}

@@ -268,7 +268,6 @@ func TestRouteTable(t *testing.T) {
 		{"GET", "/api-keys", 501, "GET /api-keys is not supported"},
 		{"GET", "/admin/sandboxes/running-counts", 501, "GET /admin/sandboxes/running-counts is not supported"},
 		{"GET", "/sandboxes/metrics", 501, "GET /sandboxes/metrics is not supported"},
-		{"PUT", "/sandboxes/abc/network", 501, "PUT /sandboxes/{sandboxID}/network is not supported"},
 		{"GET", "/snapshots", 501, "GET /snapshots is not supported"},
 		{"GET", "/volumes/a/b/c", 404, "no route GET /volumes/a/b/c"},
 		{"GET", "/teams/", 404, "no route GET /teams/"},

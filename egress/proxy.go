@@ -1,0 +1,597 @@
+package egress
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/tupper-dev/tupper/internal/netrange"
+)
+
+// Config is a Proxy's fixed configuration.
+type Config struct {
+	// Sandbox is the one address the proxy serves; connections and queries from any other
+	// are dropped.
+	Sandbox netip.Addr `json:"sandbox"`
+	// Upstream are the DNS servers allowed names are resolved with (port 53).
+	Upstream []netip.Addr `json:"upstream"`
+	// AllowPrivate are non-public ranges the proxy may connect to (local.Config.AllowPrivate);
+	// every other non-public address, and every address of the host, is refused whatever
+	// the policy says.
+	AllowPrivate []netip.Prefix `json:"allowPrivate,omitempty"`
+	// Log, when set, is a file the proxy appends one JSON line to per name asked and per
+	// connection refused (Entry); it stops writing at 4 MiB.
+	Log string `json:"log,omitempty"`
+}
+
+// Entry is one line of the proxy's log.
+type Entry struct {
+	Time    time.Time `json:"time"`
+	Kind    string    `json:"kind"`           // "dns" (a name asked) or "connect" (a connection)
+	Name    string    `json:"name,omitempty"` // the name asked, or the SNI / Host of a connection
+	Type    string    `json:"type,omitempty"` // DNS: the query type
+	Dest    string    `json:"dest,omitempty"` // connect: address and port
+	Allowed bool      `json:"allowed"`
+	Reason  string    `json:"reason,omitempty"` // why it was refused
+}
+
+const maxLog = 4 << 20
+
+// Proxy enforces a Policy for one sandbox: a DNS resolver (ServeDNS) and a transparent TCP
+// proxy (ServeTCP). Its methods may be called concurrently.
+type Proxy struct {
+	cfg Config
+
+	// OriginalDst returns where the sandbox meant a redirected connection to go; nil means
+	// the kernel's answer (SO_ORIGINAL_DST of an iptables REDIRECT or DNAT).
+	OriginalDst func(c net.Conn) (netip.AddrPort, error)
+	// LocalAddrs returns the host's own addresses, never dialled; nil means the interfaces'.
+	LocalAddrs func() []netip.Addr
+
+	mu      sync.Mutex
+	policy  *Policy
+	learned map[netip.Addr]map[string]bool // address → names whose answers held it
+	conns   map[*proxied]struct{}
+	logMu   sync.Mutex
+	logSize int64
+}
+
+// proxied is a connection being relayed, with what it was allowed for.
+type proxied struct {
+	dst    netip.AddrPort
+	name   string // SNI or the latest Host; "" when none was needed
+	cut    func()
+	hostMu sync.Mutex
+}
+
+// NewProxy returns a proxy enforcing pol.
+func NewProxy(cfg Config, pol *Policy) *Proxy {
+	return &Proxy{cfg: cfg, policy: pol, learned: map[netip.Addr]map[string]bool{}, conns: map[*proxied]struct{}{}}
+}
+
+// SetPolicy replaces the policy. Connections the new policy refuses are cut at once;
+// addresses learned from names it no longer allows stop counting.
+func (p *Proxy) SetPolicy(pol *Policy) {
+	p.mu.Lock()
+	p.policy = pol
+	var cut []func()
+	for c := range p.conns {
+		c.hostMu.Lock()
+		name := c.name
+		c.hostMu.Unlock()
+		if why := p.refuseLocked(c.dst, name); why != "" {
+			cut = append(cut, c.cut)
+		}
+	}
+	p.mu.Unlock()
+	for _, f := range cut {
+		f()
+	}
+}
+
+// Policy returns the policy in force.
+func (p *Proxy) Policy() *Policy {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.policy
+}
+
+func (p *Proxy) log(e Entry) {
+	if p.cfg.Log == "" {
+		return
+	}
+	e.Time = time.Now().UTC()
+	b, _ := json.Marshal(e)
+	b = append(b, '\n')
+	p.logMu.Lock()
+	defer p.logMu.Unlock()
+	if p.logSize+int64(len(b)) > maxLog {
+		return
+	}
+	f, err := os.OpenFile(p.cfg.Log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	n, _ := f.Write(b)
+	p.logSize += int64(n)
+}
+
+// dialable reports why the proxy must never connect to a, or "".
+func (p *Proxy) dialable(a netip.Addr) string {
+	a = a.Unmap()
+	if r, ok := netrange.Lookup(a); ok {
+		allowed := false
+		for _, ap := range p.cfg.AllowPrivate {
+			if ap.Contains(a) {
+				allowed = true
+			}
+		}
+		if !allowed {
+			return "not public: " + r.Why
+		}
+	}
+	local := p.LocalAddrs
+	if local == nil {
+		local = interfaceAddrs
+	}
+	for _, l := range local() {
+		if l == a {
+			return "an address of the host"
+		}
+	}
+	return ""
+}
+
+func interfaceAddrs() []netip.Addr {
+	addrs, _ := net.InterfaceAddrs()
+	var out []netip.Addr
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok {
+				out = append(out, ip.Unmap())
+			}
+		}
+	}
+	return out
+}
+
+// refuseLocked reports why a connection to dst, for name (the SNI or Host, "" if none), is
+// refused by the policy, or "". Call with p.mu held.
+func (p *Proxy) refuseLocked(dst netip.AddrPort, name string) string {
+	a := dst.Addr().Unmap()
+	pol := p.policy
+	if pol.DeniesAddr(a) {
+		return "address denied"
+	}
+	if name != "" && !pol.AllowsName(name) {
+		return "name not allowed"
+	}
+	if pol.AllowsAddr(a) {
+		return ""
+	}
+	// Learned from an allowed name's answer: then ports 80 and 443 must also name an
+	// allowed host, so one allowed name does not open the others that share its address.
+	learned := false
+	for n := range p.learned[a] {
+		if pol.AllowsName(n) {
+			learned = true
+			break
+		}
+	}
+	if !learned {
+		return "address not allowed (neither listed nor in an allowed name's DNS answer)"
+	}
+	if (dst.Port() == 443 || dst.Port() == 80) && name == "" {
+		return "no server name (TLS SNI or HTTP Host) to check"
+	}
+	return ""
+}
+
+// needsName reports whether a connection to dst must present an allowed name before it is
+// relayed (port 80 or 443, address not allowed by prefix).
+func (p *Proxy) needsName(dst netip.AddrPort) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	a := dst.Addr().Unmap()
+	return (dst.Port() == 443 || dst.Port() == 80) && !(p.policy.AllowsAddr(a) && !p.policy.OpenByDefault())
+}
+
+func (p *Proxy) refuse(dst netip.AddrPort, name string) string {
+	if why := p.dialable(dst.Addr()); why != "" {
+		return why
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.refuseLocked(dst, name)
+}
+
+// fromSandbox reports whether addr is the sandbox's.
+func (p *Proxy) fromSandbox(addr net.Addr) bool {
+	ap, err := netip.ParseAddrPort(addr.String())
+	return err == nil && ap.Addr().Unmap() == p.cfg.Sandbox
+}
+
+// ServeDNS answers queries on pc (UDP) and ln (TCP, may be nil) until ctx is done.
+func (p *Proxy) ServeDNS(ctx context.Context, pc net.PacketConn, ln net.Listener) error {
+	h := dns.HandlerFunc(p.handleDNS)
+	var servers []*dns.Server
+	if pc != nil {
+		servers = append(servers, &dns.Server{PacketConn: pc, Handler: h})
+	}
+	if ln != nil {
+		servers = append(servers, &dns.Server{Listener: ln, Handler: h})
+	}
+	errc := make(chan error, len(servers))
+	for _, s := range servers {
+		go func() { errc <- s.ActivateAndServe() }()
+	}
+	select {
+	case <-ctx.Done():
+		for _, s := range servers {
+			s.Shutdown()
+		}
+		return nil
+	case err := <-errc:
+		return err
+	}
+}
+
+func (p *Proxy) handleDNS(w dns.ResponseWriter, req *dns.Msg) {
+	if !p.fromSandbox(w.RemoteAddr()) {
+		return
+	}
+	m := new(dns.Msg)
+	if len(req.Question) != 1 || req.Opcode != dns.OpcodeQuery {
+		m.SetRcode(req, dns.RcodeFormatError)
+		w.WriteMsg(m)
+		return
+	}
+	q := req.Question[0]
+	name := canonical(q.Name)
+	qtype := dns.TypeToString[q.Qtype]
+	if !p.Policy().AllowsName(name) {
+		p.log(Entry{Kind: "dns", Name: name, Type: qtype, Reason: "name not allowed"})
+		m.SetRcode(req, dns.RcodeNameError)
+		w.WriteMsg(m)
+		return
+	}
+	if q.Qtype == dns.TypeAAAA || q.Qclass != dns.ClassINET {
+		// Sandboxes have IPv4 only: an allowed name has no IPv6 address for them.
+		p.log(Entry{Kind: "dns", Name: name, Type: qtype, Allowed: true})
+		m.SetReply(req)
+		w.WriteMsg(m)
+		return
+	}
+	resp, err := p.forward(req)
+	if err != nil {
+		p.log(Entry{Kind: "dns", Name: name, Type: qtype, Allowed: true, Reason: "upstream: " + err.Error()})
+		m.SetRcode(req, dns.RcodeServerFailure)
+		w.WriteMsg(m)
+		return
+	}
+	resp.Id = req.Id
+	var keep []dns.RR
+	var addrs []netip.Addr
+	pol := p.Policy()
+	for _, rr := range resp.Answer {
+		switch rr := rr.(type) {
+		case *dns.A:
+			a, ok := netip.AddrFromSlice(rr.A)
+			if !ok {
+				continue
+			}
+			a = a.Unmap()
+			// An allowed name answering with an address that is denied or never dialled
+			// (a private one, the host's) gets no such answer.
+			if pol.DeniesAddr(a) || p.dialable(a) != "" {
+				continue
+			}
+			addrs = append(addrs, a)
+			keep = append(keep, rr)
+		case *dns.AAAA:
+		default:
+			keep = append(keep, rr)
+		}
+	}
+	resp.Answer = keep
+	resp.Extra = nil // no glue or options from upstream
+	if o := req.IsEdns0(); o != nil {
+		resp.SetEdns0(o.UDPSize(), false)
+	}
+	if len(addrs) > 0 {
+		p.mu.Lock()
+		for _, a := range addrs {
+			if p.learned[a] == nil {
+				p.learned[a] = map[string]bool{}
+			}
+			p.learned[a][name] = true
+		}
+		p.mu.Unlock()
+	}
+	p.log(Entry{Kind: "dns", Name: name, Type: qtype, Allowed: true})
+	if _, udp := w.RemoteAddr().(*net.UDPAddr); udp {
+		size := dns.MinMsgSize
+		if o := req.IsEdns0(); o != nil {
+			size = int(o.UDPSize())
+		}
+		resp.Truncate(size)
+	}
+	w.WriteMsg(resp)
+}
+
+// forward asks the upstream servers, in order, over UDP and then TCP when truncated.
+func (p *Proxy) forward(req *dns.Msg) (*dns.Msg, error) {
+	q := req.Copy()
+	q.Extra = nil
+	q.SetEdns0(1232, false)
+	var errs []error
+	for _, s := range p.cfg.Upstream {
+		addr := net.JoinHostPort(s.String(), "53")
+		c := &dns.Client{Timeout: 3 * time.Second}
+		resp, _, err := c.Exchange(q, addr)
+		if err == nil && resp.Truncated {
+			c.Net = "tcp"
+			resp, _, err = c.Exchange(q, addr)
+		}
+		if err == nil {
+			return resp, nil
+		}
+		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		return nil, errors.New("no upstream nameserver")
+	}
+	return nil, errors.Join(errs...)
+}
+
+// ServeTCP relays the sandbox's redirected TCP connections on ln until ln is closed.
+func (p *Proxy) ServeTCP(ln net.Listener) error {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return err
+		}
+		go p.relay(c)
+	}
+}
+
+// helloTimeout bounds how long a connection may take to show its server name.
+const helloTimeout = 10 * time.Second
+
+func reset(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetLinger(0) // a reset, so the program fails at once
+	}
+	c.Close()
+}
+
+func (p *Proxy) relay(c net.Conn) {
+	if !p.fromSandbox(c.RemoteAddr()) {
+		reset(c)
+		return
+	}
+	od := p.OriginalDst
+	if od == nil {
+		od = originalDst
+	}
+	dst, err := od(c)
+	if err != nil {
+		reset(c)
+		return
+	}
+	dst = netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
+	deny := func(name, why string) {
+		p.log(Entry{Kind: "connect", Name: name, Dest: dst.String(), Reason: why})
+		reset(c)
+	}
+	// The address alone first: a denied or non-public address is refused before a byte
+	// is read.
+	if why := p.dialable(dst.Addr()); why != "" {
+		deny("", why)
+		return
+	}
+	var name string
+	var head []byte
+	httpMode := false
+	if p.needsName(dst) {
+		c.SetReadDeadline(time.Now().Add(helloTimeout))
+		if dst.Port() == 443 {
+			name, head, err = peekSNI(c)
+		} else {
+			httpMode = true
+		}
+		c.SetReadDeadline(time.Time{})
+		if err != nil {
+			deny("", "no TLS ClientHello")
+			return
+		}
+	}
+	br := bufio.NewReader(io.MultiReader(bytes.NewReader(head), c))
+	var first *http.Request
+	if httpMode {
+		c.SetReadDeadline(time.Now().Add(helloTimeout))
+		first, err = http.ReadRequest(br)
+		c.SetReadDeadline(time.Time{})
+		if err != nil {
+			deny("", "no HTTP request")
+			return
+		}
+		name = hostOnly(first.Host)
+		if name == "" {
+			deny("", "no Host")
+			return
+		}
+	}
+	if why := p.refuse(dst, name); why != "" {
+		deny(name, why)
+		return
+	}
+	up, err := net.DialTimeout("tcp", dst.String(), 10*time.Second)
+	if err != nil {
+		deny(name, "dial: "+err.Error())
+		return
+	}
+	var once sync.Once
+	pc := &proxied{dst: dst, name: name}
+	pc.cut = func() {
+		once.Do(func() {
+			reset(c)
+			up.Close()
+		})
+	}
+	p.mu.Lock()
+	p.conns[pc] = struct{}{}
+	// Checked again under the lock: a SetPolicy since the check above may have refused it.
+	why := p.refuseLocked(dst, name)
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.conns, pc)
+		p.mu.Unlock()
+		pc.cut()
+	}()
+	if why != "" {
+		p.log(Entry{Kind: "connect", Name: name, Dest: dst.String(), Reason: why})
+		return
+	}
+	done := make(chan struct{}, 2)
+	go func() {
+		io.Copy(c, up)
+		if tc, ok := c.(*net.TCPConn); ok {
+			tc.CloseWrite()
+		}
+		done <- struct{}{}
+	}()
+	if httpMode {
+		go func() {
+			p.relayHTTP(pc, br, first, up)
+			done <- struct{}{}
+		}()
+	} else {
+		go func() {
+			io.Copy(up, br)
+			if tc, ok := up.(*net.TCPConn); ok {
+				tc.CloseWrite()
+			}
+			done <- struct{}{}
+		}()
+	}
+	<-done
+	<-done
+}
+
+// relayHTTP writes requests from br to up, each after checking its Host against the policy:
+// one connection cannot move on to a name that shares the address. A request refused cuts
+// the connection. After a protocol upgrade the bytes are relayed as they come.
+func (p *Proxy) relayHTTP(pc *proxied, br *bufio.Reader, req *http.Request, up net.Conn) {
+	for {
+		name := hostOnly(req.Host)
+		pc.hostMu.Lock()
+		pc.name = name
+		pc.hostMu.Unlock()
+		if why := p.refuse(pc.dst, name); why != "" {
+			p.log(Entry{Kind: "connect", Name: name, Dest: pc.dst.String(), Reason: why})
+			pc.cut()
+			return
+		}
+		if _, ok := req.Header["User-Agent"]; !ok {
+			req.Header["User-Agent"] = []string{""} // Write adds none then
+		}
+		upgrade := req.Header.Get("Upgrade") != ""
+		if err := req.Write(up); err != nil {
+			pc.cut()
+			return
+		}
+		if upgrade {
+			io.Copy(up, br)
+			return
+		}
+		var err error
+		if req, err = http.ReadRequest(br); err != nil {
+			if tc, ok := up.(*net.TCPConn); ok {
+				tc.CloseWrite()
+			}
+			return
+		}
+	}
+}
+
+// hostOnly is a Host header's name, without a port.
+func hostOnly(h string) string {
+	if host, _, err := net.SplitHostPort(h); err == nil {
+		return canonical(host)
+	}
+	return canonical(strings.Trim(h, "[]"))
+}
+
+// errHelloRead stops a TLS handshake once the ClientHello has been read.
+var errHelloRead = errors.New("client hello read")
+
+// peekSNI reads a TLS ClientHello from c and returns its server name ("" when it has none)
+// and the bytes read, to be replayed to the server.
+func peekSNI(c net.Conn) (string, []byte, error) {
+	var buf bytes.Buffer
+	var name string
+	got := false
+	err := tls.Server(readOnly{io.TeeReader(c, &buf)}, &tls.Config{
+		GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+			name, got = h.ServerName, true
+			return nil, errHelloRead
+		},
+	}).Handshake()
+	if !got {
+		return "", nil, err
+	}
+	return canonical(name), buf.Bytes(), nil
+}
+
+// readOnly is a net.Conn that reads from r and writes nothing: the peek never answers.
+type readOnly struct{ r io.Reader }
+
+func (c readOnly) Read(b []byte) (int, error)     { return c.r.Read(b) }
+func (readOnly) Write(b []byte) (int, error)      { return 0, io.ErrClosedPipe }
+func (readOnly) Close() error                     { return nil }
+func (readOnly) LocalAddr() net.Addr              { return &net.TCPAddr{} }
+func (readOnly) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
+func (readOnly) SetDeadline(time.Time) error      { return nil }
+func (readOnly) SetReadDeadline(time.Time) error  { return nil }
+func (readOnly) SetWriteDeadline(time.Time) error { return nil }
+
+// originalDst is where an iptables REDIRECT or DNAT sent c before it reached us.
+func originalDst(c net.Conn) (netip.AddrPort, error) {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return netip.AddrPort{}, errors.New("not TCP")
+	}
+	raw, err := tc.SyscallConn()
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	var ap netip.AddrPort
+	var serr error
+	err = raw.Control(func(fd uintptr) {
+		ap, serr = getOriginalDst(int(fd))
+	})
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	return ap, serr
+}

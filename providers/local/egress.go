@@ -1,0 +1,448 @@
+package local
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tupper-dev/tupper/egress"
+	"github.com/tupper-dev/tupper/internal/netrange"
+	"github.com/tupper-dev/tupper/provider"
+)
+
+// Network "allow" (an egress policy) is network "all" plus, per sandbox, a proxy on the
+// host that decides what leaves: `tupper egress-proxy`, the agent binary in a hidden mode
+// (package egress), started by Create like the holder (holder.go) — detached, in the
+// sandbox's cgroups, its pid and start time in the record, killed by teardown — so that it
+// outlives a short-lived CLI and needs no daemon.
+//
+// Its sockets are made by Create on the bridge's gateway address, ports chosen by the
+// kernel, and handed to it as inherited files; the firewall (firewall.go) sends it, for the
+// sandbox's address only:
+//
+//	nat TUPPER-PRE-B   -s SANDBOX -p udp --dport 53 -j DNAT --to GATEWAY:DNS-UDP
+//	                   -s SANDBOX -p tcp --dport 53 -j DNAT --to GATEWAY:DNS-TCP
+//	                   -s SANDBOX -p tcp -j DNAT --to GATEWAY:PROXY
+//	filter TUPPER-IN-B -s SANDBOX -d GATEWAY -p udp|tcp --dport <each port> -j RETURN
+//	filter TUPPER-FWD-B -s SANDBOX -d DENIED -j REJECT; -s SANDBOX -d ALLOWED -p udp -j RETURN;
+//	                   -s SANDBOX -j REJECT
+//
+// So every DNS query, to whichever server, over UDP or TCP, reaches the proxy's resolver;
+// every TCP connection reaches its proxy, which reads where it was going (SO_ORIGINAL_DST);
+// and nothing else leaves but UDP to allowed prefixes. All of it happens in the host's
+// network namespace, out of reach of root in the sandbox. Create has the rules in place
+// before the sandbox's interface exists, and the sockets bound before the rules: until the
+// proxy serves, connections wait in its backlog; if it dies, nothing leaves. The policy is
+// a file in the sandbox's directory (never mounted into it); SetNetwork rewrites it and
+// signals the proxy (SIGHUP), which cuts connections the new policy refuses.
+
+// egressFile is what the firewall needs of a sandbox with a policy: n.dir/egress/ADDRESS,
+// its first line the lease holder, as for allowances.
+type egressFile struct {
+	DNSUDP   int            `json:"dnsUDP"`
+	DNSTCP   int            `json:"dnsTCP"`
+	Proxy    int            `json:"proxy"`
+	UDPAllow []netip.Prefix `json:"udpAllow,omitempty"`
+	UDPDeny  []netip.Prefix `json:"udpDeny,omitempty"`
+}
+
+type egressRule struct {
+	src netip.Addr
+	egressFile
+}
+
+// egressProc is the record's part about the proxy.
+type egressProc struct {
+	PID   int        `json:"pid,omitempty"`
+	Start uint64     `json:"start,omitempty"`
+	Ports egressFile `json:"ports"` // the proxy's ports (no prefixes)
+}
+
+func (n *network) egressDir() string { return filepath.Join(n.dir, "egress") }
+
+// setEgress records f for the sandbox leasing a (held by holder). Call with the network lock
+// held.
+func (n *network) setEgress(a netip.Addr, holder string, f egressFile) error {
+	if err := os.MkdirAll(n.egressDir(), 0o700); err != nil {
+		return err
+	}
+	b, err := json.Marshal(f)
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(filepath.Join(n.egressDir(), a.String()), append([]byte(holder+"\n"), b...))
+}
+
+// clearEgress removes a's record if holder wrote it, and reports whether it did.
+func (n *network) clearEgress(a, holder string) bool {
+	path := filepath.Join(n.egressDir(), a)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	if first != holder {
+		return false
+	}
+	return os.Remove(path) == nil
+}
+
+// egressRules reads the records of setEgress whose address is still leased by the sandbox
+// that wrote them.
+func (n *network) egressRules() []egressRule {
+	ents, _ := os.ReadDir(n.egressDir())
+	var out []egressRule
+	for _, e := range ents {
+		a, err := netip.ParseAddr(e.Name())
+		if err != nil || !n.subnet.Contains(a) {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(n.egressDir(), e.Name()))
+		if err != nil {
+			continue
+		}
+		first, rest, _ := strings.Cut(string(b), "\n")
+		if first != holder(n.leases(), e.Name()) {
+			continue
+		}
+		var f egressFile
+		if json.Unmarshal([]byte(rest), &f) != nil || f.DNSUDP == 0 || f.DNSTCP == 0 || f.Proxy == 0 {
+			continue
+		}
+		out = append(out, egressRule{a, f})
+	}
+	return out
+}
+
+// udpRules are the IPv4 prefixes a policy opens and closes to UDP. Only allowed prefixes
+// wholly public (or wholly inside Config.AllowPrivate) open anything: the firewall's
+// RETURN skips the non-public checks that follow it.
+func (n *network) udpRules(pol *egress.Policy) (allow, deny []netip.Prefix) {
+	for _, d := range pol.DeniedPrefixes() {
+		if d.Addr().Is4() {
+			deny = append(deny, d)
+		}
+	}
+	if pol.OpenByDefault() {
+		return nil, deny // UDP by address only: an empty allow list opens no UDP
+	}
+outer:
+	for _, a := range pol.AllowedPrefixes() {
+		if !a.Addr().Is4() {
+			continue
+		}
+		for _, ap := range n.allow {
+			if ap.Bits() <= a.Bits() && ap.Contains(a.Addr()) {
+				allow = append(allow, a)
+				continue outer
+			}
+		}
+		for _, r := range netrange.NonPublic {
+			if r.Prefix.Overlaps(a) {
+				continue outer
+			}
+		}
+		allow = append(allow, a)
+	}
+	return allow, deny
+}
+
+// egressSockets are a proxy's sockets, bound by Create on the gateway.
+type egressSockets struct {
+	dnsUDP        *net.UDPConn
+	dnsTCP, proxy *net.TCPListener
+}
+
+func (s *egressSockets) close() {
+	if s == nil {
+		return
+	}
+	for _, c := range []interface{ Close() error }{s.dnsUDP, s.dnsTCP, s.proxy} {
+		if c != nil && !isNilCloser(c) {
+			c.Close()
+		}
+	}
+}
+
+func isNilCloser(c interface{ Close() error }) bool {
+	switch c := c.(type) {
+	case *net.UDPConn:
+		return c == nil
+	case *net.TCPListener:
+		return c == nil
+	}
+	return false
+}
+
+// listenEgress binds a proxy's sockets on the gateway. Call after ensureBridge.
+func (n *network) listenEgress() (s *egressSockets, f egressFile, err error) {
+	s = &egressSockets{}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	gw := n.gateway.String()
+	if s.dnsUDP, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP(gw)}); err != nil {
+		return nil, f, err
+	}
+	if s.dnsTCP, err = net.ListenTCP("tcp4", &net.TCPAddr{IP: net.ParseIP(gw)}); err != nil {
+		return nil, f, err
+	}
+	if s.proxy, err = net.ListenTCP("tcp4", &net.TCPAddr{IP: net.ParseIP(gw)}); err != nil {
+		return nil, f, err
+	}
+	f.DNSUDP = s.dnsUDP.LocalAddr().(*net.UDPAddr).Port
+	f.DNSTCP = s.dnsTCP.Addr().(*net.TCPAddr).Port
+	f.Proxy = s.proxy.Addr().(*net.TCPAddr).Port
+	return s, f, nil
+}
+
+// Files of a sandbox's proxy, in its directory (never mounted into the sandbox).
+func (l layout) egressConfig(id string) string { return filepath.Join(l.dir(id), "egress.json") }
+func (l layout) egressPolicy(id string) string { return filepath.Join(l.dir(id), "egress-policy.json") }
+func (l layout) egressLog(id string) string    { return filepath.Join(l.dir(id), "egress.log") }
+func (l layout) egressErr(id string) string    { return filepath.Join(l.dir(id), "egress.err") }
+
+// writeEgressPolicy writes the policy file the proxy reads.
+func (p *Provider) writeEgressPolicy(id string, n provider.Network) error {
+	b, err := json.Marshal(egress.File{Allow: n.Allow, Deny: n.Deny})
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(p.lay.egressPolicy(id), b)
+}
+
+// startEgress starts the proxy of sandbox rec on socks. Like startHolder, the proxy waits
+// for serve before it does anything, and exits if this process dies first; whether or not
+// serve is called, call done.
+func (p *Provider) startEgress(ctx context.Context, rec *record, socks *egressSockets, agentPath string) (pid int, start uint64, serve func() error, done func(), err error) {
+	a, err := netip.ParseAddr(rec.IP)
+	if err != nil {
+		return 0, 0, nil, nil, err
+	}
+	cfg := egress.ProcessConfig{
+		Config: egress.Config{Sandbox: a, Upstream: hostNameservers(), AllowPrivate: p.net.allow, Log: p.lay.egressLog(rec.ID)},
+		Policy: p.lay.egressPolicy(rec.ID),
+	}
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return 0, 0, nil, nil, err
+	}
+	if err := os.WriteFile(p.lay.egressConfig(rec.ID), b, 0o600); err != nil {
+		return 0, 0, nil, nil, err
+	}
+	sh, err := findBinary("sh")
+	if err != nil {
+		return 0, 0, nil, nil, err
+	}
+	var files []*os.File
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	for _, c := range []interface{ File() (*os.File, error) }{socks.dnsUDP, socks.dnsTCP, socks.proxy} {
+		f, err := c.File()
+		if err != nil {
+			return 0, 0, nil, nil, err
+		}
+		files = append(files, f)
+	}
+	r, wr, err := os.Pipe()
+	if err != nil {
+		return 0, 0, nil, nil, err
+	}
+	files = append(files, r)
+	done = func() { wr.Close() }
+	defer func() {
+		if err != nil {
+			done()
+		}
+	}()
+	// $0 is the binary, $1 the config, $2 the error file: nothing is quoted into the script.
+	const script = `"$0" egress-proxy --config "$1" </dev/null >/dev/null 2>>"$2" & echo $!`
+	cmd := exec.CommandContext(ctx, sh, "-c", script, agentPath, p.lay.egressConfig(rec.ID), p.lay.egressErr(rec.ID))
+	cmd.ExtraFiles = files // fds 3 to 6: egress.FDDNSUDP, FDDNSTCP, FDProxy, FDGo
+	cmd.Env = []string{}
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &unix.SysProcAttr{Setsid: true}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	cmd.WaitDelay = time.Second
+	out, err := cmd.Output()
+	if err != nil {
+		return 0, 0, nil, nil, fmt.Errorf("start the egress proxy: %w: %s", err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	pid, err = strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil || pid <= 0 {
+		return 0, 0, nil, nil, fmt.Errorf("start the egress proxy: sh printed %q", out)
+	}
+	if start = procStart(pid); start == 0 {
+		return 0, 0, nil, nil, fmt.Errorf("the egress proxy (pid %d) exited at once: %s", pid, readTail(p.lay.egressErr(rec.ID)))
+	}
+	serve = func() error {
+		_, err := wr.Write([]byte(egress.ServeWord + "\n"))
+		wr.Close()
+		if err != nil {
+			return fmt.Errorf("tell the egress proxy (pid %d) to serve: %w", pid, err)
+		}
+		return nil
+	}
+	return pid, start, serve, done, nil
+}
+
+// readTail returns the last line of a small file, for an error message.
+func readTail(path string) string {
+	b, _ := os.ReadFile(path)
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	last := ""
+	for sc.Scan() {
+		last = sc.Text()
+	}
+	return last
+}
+
+// signalEgress sends sig to the sandbox's proxy if it is still the process recorded (a pidfd
+// pins it between the check and the signal). It reports whether the proxy was there.
+func signalEgress(e *egressProc, sig unix.Signal) (fd int, ok bool) {
+	if e == nil || e.PID <= 0 {
+		return -1, false
+	}
+	fd, err := unix.PidfdOpen(e.PID, 0)
+	if err != nil {
+		return -1, false
+	}
+	if procStart(e.PID) != e.Start || unix.PidfdSendSignal(fd, sig, nil, 0) != nil {
+		unix.Close(fd)
+		return -1, false
+	}
+	return fd, true
+}
+
+// stopEgress kills the sandbox's proxy and waits, up to timeout, for it to be gone.
+func stopEgress(rec *record, timeout time.Duration) {
+	fd, ok := signalEgress(rec.Egress, unix.SIGKILL)
+	if !ok {
+		return
+	}
+	defer unix.Close(fd)
+	deadline := time.Now().Add(timeout)
+	for {
+		ms := int(time.Until(deadline).Milliseconds())
+		if ms <= 0 {
+			return
+		}
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, ms)
+		if n > 0 || (err != nil && !errors.Is(err, unix.EINTR)) {
+			return
+		}
+	}
+}
+
+// applyEgress records the policy's firewall part for the sandbox at rec.IP and rewrites the
+// bridge's rules. Call with the network lock held.
+func (p *Provider) applyEgress(ctx context.Context, rec *record, ports egressFile, pol *egress.Policy) error {
+	a, err := netip.ParseAddr(rec.IP)
+	if err != nil {
+		return err
+	}
+	ports.UDPAllow, ports.UDPDeny = p.net.udpRules(pol)
+	if err := p.net.setEgress(a, leaseHolder(p.lay, rec.ID), ports); err != nil {
+		return err
+	}
+	return p.net.applyFirewall(ctx)
+}
+
+var _ provider.NetworkSetter = (*Instance)(nil)
+
+// SetNetwork replaces the policy of a sandbox created with one (network "allow"): all is an
+// empty policy, none one that allows nothing. The proxy has cut what the new policy refuses
+// when it returns (unless the sandbox is paused: its proxy, in its cgroups, is frozen with
+// it and takes the policy on resume, before any process of the sandbox runs again).
+// Sandboxes created with network "all" or "none" have no proxy: unsupported.
+func (i *Instance) SetNetwork(ctx context.Context, n provider.Network) error {
+	n = n.Normalized()
+	var pol *egress.Policy
+	file := egress.File{Generation: time.Now().UnixNano()}
+	switch n.Mode {
+	case provider.NetworkAll:
+		pol = &egress.Policy{}
+	case provider.NetworkNone:
+		pol, file.Nothing = egress.Nothing(), true
+	case provider.NetworkAllow:
+		var err error
+		if pol, err = egress.Parse(n.Allow, n.Deny); err != nil {
+			return provider.Errorf(provider.CodeInvalidArgument, "%v", err)
+		}
+		file.Allow, file.Deny = n.Allow, n.Deny
+	default:
+		return provider.Errorf(provider.CodeInvalidArgument, "unknown network mode %q", n.Mode)
+	}
+	lk, err := i.p.lockSandbox(ctx, i.id)
+	if err != nil {
+		return err
+	}
+	defer lk.unlock()
+	rec, err := i.p.lay.readRecord(i.id)
+	if err != nil {
+		return err
+	}
+	if rec.Network != string(provider.NetworkAllow) || rec.Egress == nil || i.p.net == nil {
+		return provider.Errorf(provider.CodeUnsupported,
+			"sandbox %s was created with network %q: only a sandbox created with a policy (allow or deny lists) can change its network while it runs", i.id, rec.Network)
+	}
+	b, err := json.Marshal(file)
+	if err != nil {
+		return err
+	}
+	if err := writeFileAtomic(i.p.lay.egressPolicy(i.id), b); err != nil {
+		return provider.Wrap(err, provider.CodeProvider, "set_network")
+	}
+	// UDP first: the firewall's part is in force when applyFirewall returns.
+	nlk, err := i.p.net.lock(ctx)
+	if err != nil {
+		return err
+	}
+	err = i.p.applyEgress(ctx, rec, egressFile{DNSUDP: rec.Egress.Ports.DNSUDP, DNSTCP: rec.Egress.Ports.DNSTCP, Proxy: rec.Egress.Ports.Proxy}, pol)
+	nlk.unlock()
+	if err != nil {
+		return provider.Wrap(err, provider.CodeProvider, "set_network")
+	}
+	fd, ok := signalEgress(rec.Egress, unix.SIGHUP)
+	if !ok {
+		return provider.Errorf(provider.CodeUnavailable, "sandbox %s's egress proxy (pid %d) is gone: nothing leaves the sandbox", i.id, rec.Egress.PID)
+	}
+	unix.Close(fd)
+	if rec.Paused {
+		return nil
+	}
+	want := strconv.FormatInt(file.Generation, 10)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if b, _ := os.ReadFile(egress.Applied(i.p.lay.egressPolicy(i.id))); string(b) == want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return provider.Errorf(provider.CodeUnavailable, "sandbox %s's egress proxy did not take the new policy within 5 s", i.id)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}

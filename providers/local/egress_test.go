@@ -1,0 +1,583 @@
+package local
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	"golang.org/x/sys/unix"
+
+	"github.com/tupper-dev/tupper/internal/testenv"
+	"github.com/tupper-dev/tupper/server"
+	"github.com/tupper-dev/tupper/store"
+)
+
+// The egress lab: a small internet in a namespace the test makes (the same shape as
+// TestSecurityNetwork's: the test runs in a child with namespaces of its own, whose
+// default route is the upstream namespace). Upstream serves, on addresses routed only
+// there:
+//
+//	10.77.0.53:53        the resolver the host's resolv.conf names (UDP and TCP)
+//	11.22.34.1           a.test and b.test share it (a CDN): HTTP :80, TLS :443, TCP :7000, UDP :7001
+//	11.22.34.2, .4, .5, .6   c.test (allowed by address), x.w.test, deny.w.test, and an address no name has
+//	11.22.35.1, .9       in an allowed /24; .9 denied
+//	10.77.0.10           a private address, which rebind.test also answers with (with .9)
+//
+// Every HTTP and TLS server answers "HOST NAME" with the name it was asked for, and
+// records it, so a test sees what reached the internet, not only what the sandbox saw.
+var (
+	egShared  = netip.MustParseAddr("11.22.34.1")
+	egByAddr  = netip.MustParseAddr("11.22.34.2")
+	egWild    = netip.MustParseAddr("11.22.34.4")
+	egWildDen = netip.MustParseAddr("11.22.34.5")
+	egNoName  = netip.MustParseAddr("11.22.34.6")
+	egCIDR    = netip.MustParseAddr("11.22.35.1")
+	egDenied  = netip.MustParseAddr("11.22.35.9")
+
+	egAllow = []string{"a.test", "*.w.test", "rebind.test", "11.22.34.2", "11.22.35.0/24"}
+	egDeny  = []string{"deny.w.test", "11.22.35.9"}
+	egZone  = map[string][]netip.Addr{
+		"a.test.":      {egShared},
+		"b.test.":      {egShared},
+		"c.test.":      {egByAddr},
+		"x.w.test.":    {egWild},
+		"deny.w.test.": {egWildDen},
+		"w.test.":      {egWild},
+		"rebind.test.": {labPrivate, egDenied},
+	}
+)
+
+// TestEgressPolicy is network "allow" under each runtime, as an adversary root in the
+// sandbox would try it: one sandbox per runtime, shared by the subtests.
+func TestEgressPolicy(t *testing.T) {
+	for _, rt := range runtimes {
+		t.Run(rt, func(t *testing.T) {
+			testenv.RequireRoot(t)
+			testenv.RequireBinary(t, rt)
+			if !inPrivateNetns(t) {
+				return
+			}
+			testEgress(t, rt)
+		})
+	}
+}
+
+// egressHelperSource is the in-sandbox client of the egress tests. Each command prints one
+// line: "ok RESULT" or "err WHY".
+//
+//	dns SERVER:PORT udp|tcp NAME   A records of NAME asked of SERVER
+//	http ADDR HOST...              GET / with each Host in turn on one connection
+//	tls ADDR SNI                   a TLS handshake (no verification) and GET /
+//	connect ADDR                   a TCP connection, then a read (the proxy connects first)
+//	udp ADDR                       one datagram
+//	hold ADDR HOST FILE            GET / with Host, then keep the connection: "held" in FILE
+//	                               once answered, "cut" when the connection ends (30 s at most)
+const egressHelperSource = `package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+)
+
+func main() {
+	fmt.Println(run(os.Args[1], os.Args[2:]))
+}
+
+func run(cmd string, a []string) string {
+	d := net.Dialer{Timeout: 5 * time.Second}
+	switch cmd {
+	case "dns":
+		r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return d.DialContext(ctx, a[1], a[0])
+		}}
+		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+		defer cancel()
+		ips, err := r.LookupIP(ctx, "ip4", a[2])
+		if err != nil {
+			return "err " + err.Error()
+		}
+		var s []string
+		for _, ip := range ips {
+			s = append(s, ip.String())
+		}
+		return "ok " + strings.Join(s, ",")
+	case "http":
+		c, err := d.Dial("tcp", a[0])
+		if err != nil {
+			return "err " + err.Error()
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(8 * time.Second))
+		br := bufio.NewReader(c)
+		var got []string
+		for _, h := range a[1:] {
+			fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", h)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				return "err " + strings.Join(append(got, err.Error()), " ")
+			}
+			b, _ := io.ReadAll(resp.Body)
+			got = append(got, strings.TrimSpace(string(b)))
+		}
+		return "ok " + strings.Join(got, ",")
+	case "tls":
+		c, err := tls.DialWithDialer(&d, "tcp", a[0], &tls.Config{ServerName: a[1], InsecureSkipVerify: true})
+		if err != nil {
+			return "err " + err.Error()
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(8 * time.Second))
+		fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", a[1])
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return "err " + err.Error()
+		}
+		b, _ := io.ReadAll(resp.Body)
+		return "ok " + strings.TrimSpace(string(b))
+	case "connect":
+		c, err := d.Dial("tcp", a[0])
+		if err != nil {
+			return "err " + err.Error()
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		b := make([]byte, 64)
+		n, err := c.Read(b)
+		if n == 0 {
+			return "err " + fmt.Sprint(err)
+		}
+		return "ok " + strings.TrimSpace(string(b[:n]))
+	case "hold":
+		c, err := d.Dial("tcp", a[0])
+		if err != nil {
+			return "err " + err.Error()
+		}
+		defer c.Close()
+		br := bufio.NewReader(c)
+		fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", a[1])
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			return "err " + err.Error()
+		}
+		io.ReadAll(resp.Body)
+		os.WriteFile(a[2], []byte("held\n"), 0o644)
+		c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		_, err = br.ReadByte()
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			os.WriteFile(a[2], []byte("held, never cut\n"), 0o644)
+			return "err no end"
+		}
+		os.WriteFile(a[2], []byte("cut\n"), 0o644)
+		return "ok cut"
+	case "udp":
+		c, err := d.Dial("udp", a[0])
+		if err != nil {
+			return "err " + err.Error()
+		}
+		defer c.Close()
+		if _, err := c.Write([]byte("hi")); err != nil {
+			return "err " + err.Error()
+		}
+		return "ok sent"
+	}
+	return "err unknown command"
+}
+`
+
+const egHelperIn = "/tmp/tupper-egress"
+
+type egressLab struct {
+	ctx    context.Context
+	p      *Provider
+	caPEM  []byte
+	seen   *tally // names served upstream, by "proto address"
+	udp    *tally
+	helper []byte
+}
+
+func testEgress(t *testing.T, rt string) {
+	l := &egressLab{ctx: context.Background(), seen: &tally{}, udp: &tally{}, helper: buildHelper(t, egressHelperSource)}
+	labIP(t, "", "link set lo up")
+	up := filepath.Join(t.TempDir(), "upstream")
+	if err := newNetns(l.ctx, up); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { removeNetns(up) })
+	labIP(t, "",
+		"link add tpup0 type veth peer name tpup1",
+		"link set tpup1 netns "+up,
+		"addr add "+labHostTransit.String()+"/30 dev tpup0",
+		"link set tpup0 up",
+		"route add default via "+labUpTransit.String(),
+	)
+	lines := []string{"link set lo up", "addr add " + labUpTransit.String() + "/30 dev tpup1", "link set tpup1 up",
+		"route add default via " + labHostTransit.String()}
+	for _, a := range []netip.Addr{egShared, egByAddr, egWild, egWildDen, egNoName, egCIDR, egDenied, labPrivate, labResolver, labPublic} {
+		lines = append(lines, "addr add "+a.String()+"/32 dev lo")
+	}
+	labIP(t, up, lines...)
+	cert := l.makeCerts(t)
+	inNetns(t, up, func() { l.serve(t, cert) })
+
+	conf := filepath.Join(t.TempDir(), "resolv.conf")
+	os.WriteFile(conf, []byte("nameserver "+labResolver.String()+"\n"), 0o644)
+	if err := unix.Mount(conf, "/etc/resolv.conf", "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount("/etc/resolv.conf", unix.MNT_DETACH) })
+
+	l.p = newTestProviderConfig(t, Config{Runtime: rt, Subnet: "10.216.201.0/24", Bridge: "tpeg" + rt})
+	// The sandbox is made, changed and destroyed through a real server on loopback: its REST
+	// API and its E2B API.
+	api := l.startServer(t)
+	var made struct{ ID string }
+	api.want(t, 201, &made, "POST", "/v1/sandboxes", map[string]any{"network": map[string]any{"allow": egAllow, "deny": egDeny}})
+	pi, err := l.p.Connect(l.ctx, made.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst := pi.(*Instance)
+	m := uint32(0o755)
+	if err := inst.WriteFile(l.ctx, egHelperIn, bytes.NewReader(l.helper), &m); err != nil {
+		t.Fatal(err)
+	}
+	if err := inst.WriteFile(l.ctx, "/tmp/ca.pem", bytes.NewReader(l.caPEM), nil); err != nil {
+		t.Fatal(err)
+	}
+	gw := "10.216.201.1:53"
+	h := func(args string) string { return strings.TrimSpace(run(t, inst, egHelperIn+" "+args)) }
+	want := func(what, got, prefix string) {
+		t.Helper()
+		if !strings.HasPrefix(got, prefix) {
+			t.Errorf("%s: %q, want %q…", what, got, prefix)
+		}
+	}
+
+	t.Run("allowed", func(t *testing.T) {
+		// The sandbox's own resolver configuration, a real client, the test CA.
+		out, _, code := runCode(t, inst, "curl -sS --max-time 10 --cacert /tmp/ca.pem https://a.test/ && curl -sS --max-time 10 http://a.test/")
+		if code != 0 || strings.TrimSpace(out) != "tls a.test\nhttp a.test" {
+			t.Errorf("curl of a.test: exit %d, %q", code, out)
+		}
+		want("dns a.test", h("dns "+gw+" udp a.test"), "ok "+egShared.String())
+		want("wildcard x.w.test", h("dns "+gw+" udp x.w.test"), "ok "+egWild.String())
+		want("http x.w.test", h("http "+egWild.String()+":80 x.w.test"), "ok http x.w.test")
+		want("by address, any port", h("connect "+egByAddr.String()+":7000"), "ok hello")
+		want("in an allowed CIDR", h("connect "+egCIDR.String()+":7000"), "ok hello")
+		want("learned address, another port", h("connect "+egShared.String()+":7000"), "ok hello")
+	})
+	t.Run("denied names", func(t *testing.T) {
+		for _, name := range []string{"b.test", "c.test", "deny.w.test", "w.test"} {
+			want("dns "+name, h("dns "+gw+" udp "+name), "err ")
+		}
+	})
+	t.Run("shared address, other name", func(t *testing.T) {
+		// a.test was learned on the shared address; b.test behind it stays closed.
+		want("SNI b.test", h("tls "+egShared.String()+":443 b.test"), "err ")
+		want("Host b.test", h("http "+egShared.String()+":80 b.test"), "err ")
+		want("Host a.test then b.test", h("http "+egShared.String()+":80 a.test b.test"), "err ")
+		want("no SNI", h("tls "+egShared.String()+":443 ''"), "err ")
+		want("SNI a.test", h("tls "+egShared.String()+":443 a.test"), "ok tls a.test")
+		for _, k := range []string{"tls " + egShared.String(), "http " + egShared.String()} {
+			for _, name := range l.seen.peers(k) {
+				if name != "a.test" {
+					t.Errorf("%s served %q upstream", k, name)
+				}
+			}
+		}
+	})
+	t.Run("addresses", func(t *testing.T) {
+		want("no name has it", h("connect "+egNoName.String()+":7000"), "err ")
+		want("denied in an allowed CIDR", h("connect "+egDenied.String()+":7000"), "err ")
+		want("private", h("connect "+labPrivate.String()+":7000"), "err ")
+		want("the gateway", h("connect 10.216.201.1:22"), "err ")
+		// rebind.test is allowed, but its answer held only a private and a denied address.
+		want("rebind.test", h("dns "+gw+" udp rebind.test"), "err ")
+	})
+	t.Run("resolver", func(t *testing.T) {
+		// Root changes the sandbox's resolver, or asks another server, over UDP or TCP:
+		// every query reaches the proxy.
+		run(t, inst, "echo nameserver "+labResolver.String()+" > /etc/resolv.conf")
+		want("curl b.test via upstream", func() string {
+			o, e, code := runCode(t, inst, "curl -sS --max-time 5 http://b.test/")
+			return fmt.Sprint(code, o, e)
+		}(), "6") // curl: could not resolve host
+		for _, srv := range []string{labResolver.String() + ":53", labPublic.String() + ":53"} {
+			for _, proto := range []string{"udp", "tcp"} {
+				want("b.test at "+srv+" over "+proto, h("dns "+srv+" "+proto+" b.test"), "err ")
+				want("a.test at "+srv+" over "+proto, h("dns "+srv+" "+proto+" a.test"), "ok "+egShared.String())
+			}
+		}
+	})
+	t.Run("udp", func(t *testing.T) {
+		want("send", h("udp "+egCIDR.String()+":7001"), "ok")
+		h("udp " + egShared.String() + ":7001")
+		h("udp " + egDenied.String() + ":7001")
+		deadline := time.Now().Add(3 * time.Second)
+		for len(l.udp.peers(egCIDR.String())) == 0 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if len(l.udp.peers(egCIDR.String())) == 0 {
+			t.Errorf("UDP to an allowed CIDR did not arrive")
+		}
+		for _, a := range []netip.Addr{egShared, egDenied} {
+			if got := l.udp.peers(a.String()); len(got) > 0 {
+				t.Errorf("UDP to %s (not allowed by address) arrived from %v", a, got)
+			}
+		}
+	})
+	t.Run("ipv6", func(t *testing.T) {
+		run(t, inst, "ip -6 addr add fd77:216::2/64 dev eth0 2>/dev/null; ip -6 route add default via fd77:216::1 2>/dev/null; true")
+		want("IPv6", h("connect [fd77::10]:7000"), "err ")
+	})
+	t.Run("log", func(t *testing.T) {
+		b, err := os.ReadFile(l.p.lay.egressLog(inst.ID()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range []string{`"name":"b.test","type":"A","allowed":false`, `"name":"a.test","type":"A","allowed":true`} {
+			if !bytes.Contains(b, []byte(s)) {
+				t.Errorf("the query log lacks %s:\n%s", s, b)
+			}
+		}
+	})
+	t.Run("set network", func(t *testing.T) {
+		// A connection to a.test stays open across the change that denies a.test.
+		run(t, inst, "rm -f /tmp/hold; "+egHelperIn+" hold "+egShared.String()+":80 a.test /tmp/hold >/dev/null 2>&1 &")
+		waitFile(t, inst, "/tmp/hold", "held")
+		api.want(t, 204, nil, "PUT", "/v1/sandboxes/"+inst.ID()+"/network", map[string]any{"allow": []string{"b.test"}})
+		// SetNetwork returns once the proxy has cut it.
+		waitFile(t, inst, "/tmp/hold", "cut")
+		want("a.test after the change", h("dns "+gw+" udp a.test"), "err ")
+		// The shared address was learned from a.test, denied now: b.test must be asked.
+		want("b.test before its answer", h("http "+egShared.String()+":80 b.test"), "err ")
+		want("dns b.test after the change", h("dns "+gw+" udp b.test"), "ok "+egShared.String())
+		want("b.test after the change", h("http "+egShared.String()+":80 b.test"), "ok http b.test")
+		want("11.22.35.1 after the change", h("connect "+egCIDR.String()+":7000"), "err ")
+		// E2B's updateNetwork: allowOut wins over denyOut 0.0.0.0/0.
+		api.want(t, 204, nil, "PUT", "/sandboxes/"+inst.ID()+"/network", map[string]any{"allowOut": []string{"a.test"}, "denyOut": []string{"0.0.0.0/0"}}, "X-API-Key", api.key)
+		want("a.test after E2B's update", h("http "+egShared.String()+":80 a.test"), "ok http a.test")
+		want("b.test after E2B's update", h("dns "+gw+" udp b.test"), "err ")
+		api.want(t, 400, nil, "PUT", "/v1/sandboxes/"+inst.ID()+"/network", map[string]any{"allow": []string{"*"}})
+	})
+	t.Run("teardown", func(t *testing.T) {
+		rec, err := l.p.lay.readRecord(inst.ID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Egress == nil || procStart(rec.Egress.PID) != rec.Egress.Start {
+			t.Fatalf("no live egress proxy recorded: %+v", rec.Egress)
+		}
+		api.want(t, 204, nil, "DELETE", "/v1/sandboxes/"+inst.ID(), nil)
+		if procStart(rec.Egress.PID) == rec.Egress.Start {
+			t.Errorf("the egress proxy (pid %d) outlived its sandbox", rec.Egress.PID)
+		}
+	})
+}
+
+// waitFile waits, up to 10 s, for the file at path in the sandbox to hold word.
+func waitFile(t *testing.T, inst *Instance, path, word string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := strings.TrimSpace(run(t, inst, "cat "+path+" 2>/dev/null; true"))
+		if strings.Contains(got, word) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %q, want %q", path, got, word)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// labAPI is a real server over the lab's provider, on loopback.
+type labAPI struct {
+	url, key string
+}
+
+func (l *egressLab) startServer(t *testing.T) *labAPI {
+	st, err := store.Open(l.ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewUnstartedServer(nil)
+	srv, err := server.New(l.ctx, server.Config{Provider: l.p, Store: st, BaseURL: "http://" + ts.Listener.Addr().String(),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ReapInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.Config = srv.HTTPServer()
+	ts.Start()
+	t.Cleanup(func() { ts.Close(); srv.Close(); st.Close() })
+	_, key, err := st.CreateKey(l.ctx, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &labAPI{url: ts.URL, key: key}
+}
+
+// want sends a JSON request with the API key (or the headers given) and checks the status.
+func (a *labAPI) want(t *testing.T, status int, out any, method, path string, body any, hdr ...string) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, a.url+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if len(hdr) == 0 {
+		req.Header.Set("Authorization", "Bearer "+a.key)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != status {
+		t.Fatalf("%s %s: %d, want %d: %s", method, path, resp.StatusCode, status, data)
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// makeCerts makes a test CA and a server certificate for the lab's names.
+func (l *egressLab) makeCerts(t *testing.T) tls.Certificate {
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "tupper egress test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
+		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "a.test"},
+		DNSNames: []string{"a.test", "b.test", "c.test", "*.w.test"}, NotBefore: time.Now().Add(-time.Hour),
+		NotAfter: time.Now().Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	caCert, _ := x509.ParseCertificate(caDER)
+	der, err := x509.CreateCertificate(rand.Reader, leaf, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// serve starts the upstream servers; call in the upstream namespace.
+func (l *egressLab) serve(t *testing.T, cert tls.Certificate) {
+	zone := dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		q := r.Question[0]
+		addrs, ok := egZone[strings.ToLower(q.Name)]
+		if !ok {
+			m.Rcode = dns.RcodeNameError
+		}
+		for _, a := range addrs {
+			if q.Qtype == dns.TypeA {
+				m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: a.AsSlice()})
+			}
+		}
+		w.WriteMsg(m)
+	})
+	for _, a := range []netip.Addr{labResolver, labPublic} {
+		pc, err := net.ListenPacket("udp4", net.JoinHostPort(a.String(), "53"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp4", net.JoinHostPort(a.String(), "53"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		su, st := &dns.Server{PacketConn: pc, Handler: zone}, &dns.Server{Listener: ln, Handler: zone}
+		go su.ActivateAndServe()
+		go st.ActivateAndServe()
+		t.Cleanup(func() { su.Shutdown(); st.Shutdown() })
+	}
+	handler := func(proto string) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			local := r.Context().Value(http.LocalAddrContextKey).(net.Addr).(*net.TCPAddr).IP.String()
+			l.seen.add(proto+" "+local, r.Host)
+			fmt.Fprintf(w, "%s %s\n", proto, r.Host)
+		})
+	}
+	for _, s := range []struct {
+		port  string
+		proto string
+	}{{"80", "http"}, {"443", "tls"}} {
+		ln, err := net.Listen("tcp4", ":"+s.port)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &http.Server{Handler: handler(s.proto), ReadHeaderTimeout: 10 * time.Second}
+		if s.proto == "tls" {
+			ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}})
+		}
+		go srv.Serve(ln)
+		t.Cleanup(func() { srv.Close() })
+	}
+	ln, err := net.Listen("tcp4", ":7000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("hello\n"))
+			c.Close()
+		}
+	}()
+	for _, a := range []netip.Addr{egShared, egCIDR, egDenied} {
+		pc, err := net.ListenPacket("udp4", net.JoinHostPort(a.String(), "7001"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pc.Close() })
+		go readUDP(pc, a.String(), l.udp)
+	}
+}
