@@ -134,7 +134,7 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 	maps.Copy(env, spec.Env)
 	maps.Copy(env, spec.Secrets)
 	acfg := agent.Config{
-		Env: env, DefaultUser: "root", DefaultWorkdir: workspace, AccessToken: token,
+		Env: env, DefaultWorkdir: workspace, AccessToken: token,
 		IdleTimeoutSeconds: int64((spec.IdleTimeout + time.Second - 1) / time.Second),
 		Protocol:           agentspec.Version,
 	}
@@ -226,11 +226,11 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 	if _, err := p.cli.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
 		return nil, p.err(err, "create: start")
 	}
-	in, err := p.inspect(ctx, id)
+	in, err := p.inspectID(ctx, created.ID)
 	if err != nil {
-		return nil, err
+		return nil, p.err(err, "create: inspect")
 	}
-	inst := p.instance(in)
+	inst := p.instance(in.Container)
 	if err := p.waitAgent(ctx, inst); err != nil {
 		inst.Close()
 		return nil, err

@@ -97,10 +97,12 @@ var (
 
 func init() {
 	provider.Register(provider.Registration{
-		Name:     "docker",
-		Factory:  func() (provider.Provider, error) { return New(Config{}) },
-		Install:  "Docker Engine or Docker Desktop, running (Debian: apt-get install docker.io)",
-		Implicit: true,
+		Name:    "docker",
+		Factory: func() (provider.Provider, error) { return New(Config{}) },
+		Install: "Docker Engine or Docker Desktop, running (Debian: apt-get install docker.io)",
+		// The platform default on macOS and Windows; on Linux, where the local provider is,
+		// only when asked for by name, never as a silent fallback.
+		Implicit: runtime.GOOS != "linux",
 	})
 }
 

@@ -238,6 +238,12 @@ func info(in container.InspectResponse) provider.Info {
 		out.CreatedAt = t
 	}
 	if s := in.State; s != nil {
+		// A sandbox exists from when its container started (it is made and started in one
+		// Create); the container's own creation time is earlier by the copy of the agent's
+		// files.
+		if t, err := time.Parse(time.RFC3339Nano, s.StartedAt); err == nil && t.After(out.CreatedAt) {
+			out.CreatedAt = t
+		}
 		switch {
 		case s.Paused:
 			out.State = provider.StatePaused
