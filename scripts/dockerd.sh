@@ -47,6 +47,15 @@ start)
 	exit 1
 	;;
 stop)
+	# Containers and networks first: a network's bridge would outlive the daemon otherwise.
+	sock="$dir/docker.sock"
+	if [ -S "$sock" ]; then
+		api() { curl -fsS --max-time 60 --unix-socket "$sock" "$@" 2>/dev/null || true; }
+		for id in $(api "http://docker/containers/json?all=1" | grep -o '"Id":"[0-9a-f]*"' | cut -d'"' -f4); do
+			api -X DELETE "http://docker/containers/$id?force=1&v=1" >/dev/null
+		done
+		api -X POST http://docker/networks/prune >/dev/null
+	fi
 	if [ -f "$dir/dockerd.pid" ]; then
 		pid=$(cat "$dir/dockerd.pid")
 		kill "$pid" 2>/dev/null || true
@@ -57,7 +66,7 @@ stop)
 		kill -9 "$pid" 2>/dev/null || true
 	fi
 	# The data root holds overlay mounts of containers that were still running.
-	grep -F " $dir/" /proc/self/mounts | awk '{print $2}' | sort -r | while read -r m; do
+	{ grep -F " $dir/" /proc/self/mounts || true; } | awk '{print $2}' | sort -r | while read -r m; do
 		umount -l "$m" 2>/dev/null || true
 	done
 	rm -rf "$dir"

@@ -26,8 +26,8 @@ go test -race -count=1 -timeout 30m "$@" $(go list ./... | grep -v -e '/test/e2b
 echo "== The Docker provider, against a real dockerd"
 # The machine's own engine when one answers; else a private dockerd, stopped (with every
 # container it ran) when this script exits.
-if ! curl -fsS --unix-socket "${DOCKER_HOST#unix://}" http://docker/_ping >/dev/null 2>&1 &&
-	! { [ -z "${DOCKER_HOST:-}" ] && curl -fsS --unix-socket /var/run/docker.sock http://docker/_ping >/dev/null 2>&1; }; then
+docker_sock=${DOCKER_HOST:-unix:///var/run/docker.sock}
+if ! curl -fsS --unix-socket "${docker_sock#unix://}" http://docker/_ping >/dev/null 2>&1; then
 	dockerd_dir=$(mktemp -d /tmp/tupper-dockerd.XXXXXX)
 	trap 'scripts/dockerd.sh stop "$dockerd_dir"' EXIT
 	DOCKER_HOST=$(scripts/dockerd.sh start "$dockerd_dir")
