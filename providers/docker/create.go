@@ -66,11 +66,16 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 			return nil, provider.Errorf(provider.CodeNotFound, "snapshot %s not found", spec.From)
 		}
 		image = snapshotRepo + ":" + spec.From
-		if _, err := p.cli.ImageInspect(ctx, image); err != nil {
+		si, err := p.cli.ImageInspect(ctx, image)
+		if err != nil {
 			if e := p.err(err, "create"); provider.CodeOf(e) == provider.CodeNotFound {
 				return nil, provider.Errorf(provider.CodeNotFound, "snapshot %s not found", spec.From)
 			}
 			return nil, p.err(err, "create")
+		}
+		if si.Config != nil && expired(si.Config.Labels, time.Now()) {
+			p.cli.ImageRemove(ctx, image, client.ImageRemoveOptions{})
+			return nil, provider.Errorf(provider.CodeNotFound, "snapshot %s has expired", spec.From)
 		}
 	case template == HostTemplate:
 		if image, err = p.hostImage(ctx); err != nil {

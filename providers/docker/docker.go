@@ -62,6 +62,7 @@ const (
 	labelToken    = labelPrefix + "token"    // the agent's access token
 	labelUsers    = labelPrefix + "labels"   // the user's labels, a JSON object (always set, so an image's never shows)
 	labelSnapshot = labelPrefix + "snapshot" // on snapshot images: the snapshot id
+	labelExpires  = labelPrefix + "expires"  // on snapshot images: unix milliseconds; absent: never
 	labelNetwork  = labelPrefix + "network"  // on the provider's networks
 	labelHostTmpl = labelPrefix + "host-template"
 	labelCaps     = labelPrefix + "caps" // the sandbox's capabilities, comma-separated

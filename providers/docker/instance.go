@@ -185,14 +185,18 @@ func (i *Instance) PreviewURL(ctx context.Context, port int) (string, error) {
 }
 
 // Snapshot commits the container's filesystem to the image tupper-snapshot:<id> (docker
-// commit pauses it meanwhile). Processes and memory are not kept. expires is not enforced
-// by the provider; a server deletes its expired snapshots with DeleteSnapshot.
+// commit pauses it meanwhile). Processes and memory are not kept. A snapshot with an expiry
+// carries it as a label; from then on a create from it fails with CodeNotFound and removes
+// it, and so does every Reap.
 func (i *Instance) Snapshot(ctx context.Context, expires time.Duration) (string, error) {
 	if err := i.check(ctx); err != nil {
 		return "", err
 	}
 	sid := newID()
 	labels := map[string]string{labelSnapshot: sid, labelSnapshot + "-network": i.p.cfg.Network}
+	if expires > 0 {
+		labels[labelExpires] = strconv.FormatInt(time.Now().Add(expires).UnixMilli(), 10)
+	}
 	if i.in.Config.Labels[labelHostTmpl] != "" || i.in.Config.Labels[labelTemplate] == HostTemplate {
 		labels[labelHostTmpl] = "1"
 	}

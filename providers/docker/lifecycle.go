@@ -2,6 +2,8 @@ package docker
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/moby/moby/api/types/container"
@@ -61,7 +63,31 @@ func (p *Provider) Reap(ctx context.Context) (int, error) {
 			n++
 		}
 	}
+	p.removeExpiredSnapshots(ctx, now)
 	return n, nil
+}
+
+// expired reports whether a snapshot image's labels say it expired before now.
+func expired(labels map[string]string, now time.Time) bool {
+	ms, err := strconv.ParseInt(labels[labelExpires], 10, 64)
+	return err == nil && now.UnixMilli() >= ms
+}
+
+// removeExpiredSnapshots removes the snapshot images whose expiry has passed.
+func (p *Provider) removeExpiredSnapshots(ctx context.Context, now time.Time) {
+	res, err := p.cli.ImageList(ctx, client.ImageListOptions{Filters: make(client.Filters).Add("label", labelExpires)})
+	if err != nil {
+		return
+	}
+	for _, im := range res.Items {
+		if expired(im.Labels, now) {
+			for _, ref := range im.RepoTags {
+				if strings.HasPrefix(ref, snapshotRepo+":") {
+					p.cli.ImageRemove(ctx, ref, client.ImageRemoveOptions{})
+				}
+			}
+		}
+	}
 }
 
 // reapSome reaps before a create, ignoring failures: a create must not fail because an old
