@@ -94,9 +94,12 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 	// Step: the container.
 	id := newID()
 	token := newToken()
+	// The lifetime counts from when the sandbox is ready (SetTimeout below); until then the
+	// deadline in the label and the agent's config is later by the ready timeout, so a
+	// sandbox whose Create died halfway still ends.
 	var deadline time.Time
 	if spec.Timeout > 0 {
-		deadline = time.Now().Add(spec.Timeout)
+		deadline = time.Now().Add(spec.Timeout + p.cfg.ReadyTimeout)
 	}
 	labels := map[string]string{
 		labelSandbox:  id,
@@ -239,6 +242,12 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 	if err := p.waitAgent(ctx, inst); err != nil {
 		inst.Close()
 		return nil, err
+	}
+	if spec.Timeout > 0 {
+		if err := inst.SetTimeout(ctx, spec.Timeout); err != nil {
+			inst.Close()
+			return nil, err
+		}
 	}
 	ok = true
 	return inst, nil
