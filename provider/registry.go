@@ -84,11 +84,15 @@ func List() []string {
 	return names
 }
 
-// PlatformDefault is the default provider for an operating system: local on Linux. Other
-// systems have none yet (""): docker will be theirs once the Docker provider exists.
+// PlatformDefault is the default provider for an operating system: local on Linux, docker
+// (providers/docker, a Docker Engine such as Docker Desktop's) on macOS and Windows, none
+// elsewhere ("").
 func PlatformDefault(goos string) string {
-	if goos == "linux" {
+	switch goos {
+	case "linux":
 		return "local"
+	case "darwin", "windows":
+		return "docker"
 	}
 	return ""
 }

@@ -106,7 +106,7 @@ func TestResolve(t *testing.T) {
 }
 
 func TestPlatformDefault(t *testing.T) {
-	for goos, want := range map[string]string{"linux": "local", "darwin": "", "windows": ""} {
+	for goos, want := range map[string]string{"linux": "local", "darwin": "docker", "windows": "docker", "plan9": ""} {
 		if got := PlatformDefault(goos); got != want {
 			t.Errorf("PlatformDefault(%q) = %q, want %q", goos, got, want)
 		}

@@ -41,6 +41,7 @@ command_of() {
 	iproute2) echo ip ;;
 	nodejs) echo node ;;
 	busybox-static) echo busybox ;;
+	docker.io) echo dockerd ;;
 	*) echo "$1" ;;
 	esac
 }
@@ -57,8 +58,9 @@ step="find what is missing"
 need=()
 # debootstrap makes the built-in debian template from the machine's own mirror.
 pkgs=(runc runsc crun iptables iproute2 git debootstrap)
-# busybox-static: the tests' image templates are made of its static busybox.
-[ -z "$for_tests" ] || pkgs+=(nodejs npm busybox-static)
+# busybox-static: the tests' image templates are made of its static busybox. docker.io: the
+# Docker provider's tests run against a real dockerd, which scripts/test.sh starts.
+[ -z "$for_tests" ] || pkgs+=(nodejs npm busybox-static docker.io)
 for p in "${pkgs[@]}"; do
 	have "$(command_of "$p")" || need+=("$p")
 done

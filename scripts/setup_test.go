@@ -16,7 +16,7 @@ import (
 // hidden are the real commands a fresh machine lacks (or that the test stands in for).
 var hidden = map[string]bool{
 	"runc": true, "runsc": true, "crun": true, "iptables": true, "ip": true,
-	"apt-get": true, "id": true, "node": true, "npm": true,
+	"apt-get": true, "id": true, "node": true, "npm": true, "dockerd": true,
 }
 
 // farm is a directory of links to every command on the test's own PATH but the hidden ones.
@@ -122,7 +122,7 @@ for a in "$@"; do
 	-*) ;;
 	*)
 		if [ "$backports" = next ]; then backports=$a; continue; fi
-		cmd=$a; [ "$a" = iproute2 ] && cmd=ip; [ "$a" = nodejs ] && cmd=node
+		cmd=$a; [ "$a" = iproute2 ] && cmd=ip; [ "$a" = nodejs ] && cmd=node; [ "$a" = docker.io ] && cmd=dockerd
 		v="0.0~20221219.0"; [ -n "$backports" ] && v="0.0~20240729.0"
 		printf '#!/bin/sh\necho "%%s version %%s"\n' "$cmd" "$v" >%q/$cmd
 		chmod +x %q/$cmd
@@ -192,8 +192,8 @@ func TestSetup(t *testing.T) {
 		if !strings.Contains(string(b), "URIs: http://mirror.example.invalid/debian\n") || !strings.Contains(string(b), "Suites: bookworm-backports\n") {
 			t.Errorf("backports source does not use the machine's own mirror:\n%s", b)
 		}
-		if strings.Contains(out, "nodejs") {
-			t.Errorf("installs Node.js without --test:\n%s", out)
+		if strings.Contains(out, "nodejs") || strings.Contains(out, "docker.io") {
+			t.Errorf("installs Node.js or Docker without --test:\n%s", out)
 		}
 		// Run again on the machine as it now is: nothing more to do.
 		os.Remove(m.aptLog)
@@ -209,7 +209,7 @@ func TestSetup(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("exit %d:\n%s", code, out)
 		}
-		if len(calls) < 2 || calls[1] != "install -y -qq runc crun iptables iproute2 nodejs npm" {
+		if len(calls) < 2 || calls[1] != "install -y -qq runc crun iptables iproute2 nodejs npm docker.io" {
 			t.Errorf("apt-get calls: %q\n%s", calls, out)
 		}
 		code, out, _ = m.run(t, fd, "--bogus")

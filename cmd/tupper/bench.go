@@ -61,6 +61,7 @@ func newBenchCmd() *cobra.Command {
 	fl.IntVar(&o.n, "n", 20, "repetitions of each operation that creates a sandbox or copies a file")
 	fl.IntVar(&o.execN, "exec-n", 200, "repetitions of each exec round trip")
 	fl.IntVar(&o.idle, "idle", 20, "idle sandboxes to create for the memory comparison with docker in the CLI section (0: skip)")
+	fl.StringVar(&o.provider, "provider", "local", "provider to measure: local (every section), or docker (create and exec beside docker run and docker exec)")
 	fl.StringVar(&o.runtime, "runtime", "", "runtime of the local provider: crun, runc or runsc (default: the provider's, see tupper doctor)")
 	fl.BoolVar(&o.docker, "docker", true, "compare with docker when its CLI and daemon answer")
 	fl.BoolVar(&o.cli, "cli", false, "run the CLI section (the default when no other section is asked for)")
@@ -74,6 +75,7 @@ func newBenchCmd() *cobra.Command {
 
 type benchOptions struct {
 	n, execN, idle  int
+	provider        string
 	runtime         string
 	docker          bool
 	cli, api        bool
@@ -86,6 +88,9 @@ type benchOptions struct {
 func (o benchOptions) validate() error {
 	if o.n < 1 || o.execN < 1 || o.idle < 0 || o.pool < 1 || o.densityMax < 0 {
 		return fmt.Errorf("--n, --exec-n and --pool must be at least 1, --idle and --density-max not negative")
+	}
+	if o.provider != "local" && o.provider != "docker" {
+		return fmt.Errorf("--provider %s: bench measures local or docker", o.provider)
 	}
 	return nil
 }
@@ -276,6 +281,16 @@ func runQuiet(ctx context.Context, name string, args ...string) error {
 var benchLabels = map[string]string{"tupper-bench": "1"}
 
 func (b *bencher) run(ctx context.Context) error {
+	if b.o.provider == "docker" {
+		image := ""
+		if b.o.docker {
+			var err error
+			if image, err = dockerImage(ctx); err != nil {
+				b.note("docker's CLI not found, reporting tupper alone: %v", err)
+			}
+		}
+		return b.dockerSection(ctx, image)
+	}
 	resolved, err := provider.Resolve(ctx, provider.ResolveOptions{Name: "local"})
 	if err != nil {
 		return err

@@ -1,0 +1,431 @@
+package docker
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/api/types/network"
+	"github.com/moby/moby/client"
+
+	"github.com/tupper-dev/tupper/agent"
+	agentspec "github.com/tupper-dev/tupper/agent/spec"
+	"github.com/tupper-dev/tupper/provider"
+)
+
+// Paths inside every container.
+const (
+	agentPort    = 49983 // the agent's TCP port, envd's
+	agentBinPath = "/.tupper/bin/tupper"
+	agentConfig  = "/.tupper/config.json"
+	workspace    = "/workspace"
+)
+
+// Create makes and starts a container whose init is the agent, in named, undoable steps:
+// image, container, files, start, agent ready. A failure or a done ctx removes the container.
+func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provider.Instance, error) {
+	if spec.Network.Mode != "" && spec.Network.Mode != provider.NetworkAll {
+		return nil, provider.Errorf(provider.CodeUnsupported, "docker: network %q is not supported (only \"all\")", spec.Network.Mode)
+	}
+	p.reapSome(ctx)
+	info, err := p.cli.Info(ctx, client.InfoOptions{})
+	if err != nil {
+		return nil, p.err(err, "create")
+	}
+	agentPath, err := p.agentBinary(info.Info.Architecture)
+	if err != nil {
+		return nil, err
+	}
+	template := spec.Template
+	if template == "" {
+		template = p.cfg.Template
+	}
+	rt := spec.Runtime
+	if rt == "" {
+		rt = p.cfg.Runtime
+	}
+
+	// Step: the image.
+	var image string
+	switch {
+	case spec.From != "":
+		if !validID(spec.From) {
+			return nil, provider.Errorf(provider.CodeNotFound, "snapshot %s not found", spec.From)
+		}
+		image = snapshotRepo + ":" + spec.From
+		si, err := p.cli.ImageInspect(ctx, image)
+		if err != nil {
+			if e := p.err(err, "create"); provider.CodeOf(e) == provider.CodeNotFound {
+				return nil, provider.Errorf(provider.CodeNotFound, "snapshot %s not found", spec.From)
+			}
+			return nil, p.err(err, "create")
+		}
+		if si.Config != nil && expired(si.Config.Labels, time.Now()) {
+			p.cli.ImageRemove(ctx, image, client.ImageRemoveOptions{})
+			return nil, provider.Errorf(provider.CodeNotFound, "snapshot %s has expired", spec.From)
+		}
+	case template == HostTemplate:
+		if image, err = p.hostImage(ctx); err != nil {
+			return nil, err
+		}
+	default:
+		if image, err = p.ensureImage(ctx, template); err != nil {
+			return nil, err
+		}
+	}
+	img, err := p.cli.ImageInspect(ctx, image)
+	if err != nil {
+		return nil, p.err(err, "create: image "+image)
+	}
+
+	// Step: the container.
+	id := newID()
+	token := newToken()
+	// The lifetime counts from when the sandbox is ready (SetTimeout below); until then the
+	// deadline in the label and the agent's config is later by the ready timeout, so a
+	// sandbox whose Create died halfway still ends.
+	var deadline time.Time
+	if spec.Timeout > 0 {
+		deadline = time.Now().Add(spec.Timeout + p.cfg.ReadyTimeout)
+	}
+	labels := map[string]string{
+		labelSandbox:  id,
+		labelKey:      spec.Key,
+		labelTemplate: template,
+		labelRuntime:  rt,
+		labelToken:    token,
+		labelDeadline: "0",
+	}
+	if spec.From != "" {
+		labels[labelTemplate] = "snapshot:" + spec.From
+	}
+	hostBased := template == HostTemplate && spec.From == "" || img.Config != nil && img.Config.Labels[labelHostTmpl] != ""
+	caps := p.Capabilities()
+	if !hostBased {
+		delete(caps, provider.CapShell)
+		delete(caps, provider.CapGit)
+		delete(caps, provider.CapUsers)
+	} else {
+		labels[labelHostTmpl] = "1"
+	}
+	labels[labelCaps] = caps.String()
+	if !deadline.IsZero() {
+		labels[labelDeadline] = strconv.FormatInt(deadline.Unix(), 10)
+	}
+	if len(spec.Labels) > 0 {
+		b, _ := json.Marshal(spec.Labels)
+		labels[labelUsers] = string(b)
+	} else {
+		labels[labelUsers] = "{}"
+	}
+	env := map[string]string{}
+	if img.Config != nil {
+		for _, kv := range img.Config.Env {
+			if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+				env[k] = v
+			}
+		}
+	}
+	maps.Copy(env, spec.Env)
+	maps.Copy(env, spec.Secrets)
+	acfg := agent.Config{
+		Env: env, DefaultWorkdir: workspace, AccessToken: token,
+		IdleTimeoutSeconds: int64((spec.IdleTimeout + time.Second - 1) / time.Second),
+		Protocol:           agentspec.Version,
+	}
+	if !deadline.IsZero() {
+		acfg.DeadlineUnix = deadline.Unix() + 1
+	}
+	cfgJSON, err := json.Marshal(acfg)
+	if err != nil {
+		return nil, provider.Wrap(err, provider.CodeInternal, "create")
+	}
+
+	port := network.MustParsePort(fmt.Sprintf("%d/tcp", agentPort))
+	size := spec.Size.Resolved()
+	hc := &container.HostConfig{
+		NetworkMode: container.NetworkMode(p.cfg.Network),
+		PortBindings: network.PortMap{port: []network.PortBinding{
+			{HostIP: netip.MustParseAddr("127.0.0.1")},
+		}},
+		Runtime: rt,
+		Resources: container.Resources{
+			PidsLimit: &p.cfg.PidsLimit,
+		},
+		LogConfig: container.LogConfig{Type: "none"},
+	}
+	if size.CPU > 0 {
+		hc.Resources.NanoCPUs = int64(size.CPU * 1e9)
+	}
+	if size.MemoryMB > 0 {
+		hc.Resources.Memory = int64(size.MemoryMB) << 20
+		hc.Resources.MemorySwap = hc.Resources.Memory
+	}
+	if !*p.cfg.CopyAgent {
+		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: agentPath, Target: agentBinPath, ReadOnly: true})
+	}
+	if hostBased {
+		hc.Mounts = append(hc.Mounts, hostMounts()...)
+	}
+	if err := p.ensureNetwork(ctx); err != nil {
+		return nil, err
+	}
+	created, err := p.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Name: namePrefix + id,
+		Config: &container.Config{
+			Image:        image,
+			Entrypoint:   []string{agentBinPath, "agent", "--listen", fmt.Sprintf("tcp:0.0.0.0:%d", agentPort), "--config", agentConfig},
+			Cmd:          nil,
+			User:         "0:0",
+			WorkingDir:   "/",
+			Hostname:     id[:12],
+			Labels:       labels,
+			ExposedPorts: network.PortSet{port: struct{}{}},
+			StopSignal:   "SIGKILL",
+		},
+		HostConfig: hc,
+	})
+	if err != nil {
+		return nil, p.err(err, "create")
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			p.cli.ContainerRemove(rctx, created.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+		}
+	}()
+
+	// Step: the agent's files.
+	files := []tarFile{
+		{name: ".tupper/", mode: 0o711 | dirBit},
+		{name: ".tupper/bin/", mode: 0o755 | dirBit},
+		{name: "workspace/", mode: 0o755 | dirBit},
+		{name: ".tupper/config.json", mode: 0o600, data: cfgJSON},
+	}
+	if *p.cfg.CopyAgent {
+		b, err := os.ReadFile(agentPath)
+		if err != nil {
+			return nil, provider.Errorf(provider.CodeUnavailable, "docker: reading the agent: %v", err)
+		}
+		files = append(files, tarFile{name: ".tupper/bin/tupper", mode: 0o755, data: b})
+	}
+	if _, err := p.cli.CopyToContainer(ctx, created.ID, client.CopyToContainerOptions{
+		DestinationPath: "/", Content: bytes.NewReader(makeTar(files)),
+	}); err != nil {
+		return nil, p.err(err, "create: copying the agent's files")
+	}
+
+	// Step: start, and wait for the agent.
+	if _, err := p.cli.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
+		return nil, p.err(err, "create: start")
+	}
+	in, err := p.inspectID(ctx, created.ID)
+	if err != nil {
+		return nil, p.err(err, "create: inspect")
+	}
+	inst := p.instance(in.Container)
+	if err := p.waitAgent(ctx, inst); err != nil {
+		inst.Close()
+		return nil, err
+	}
+	if spec.Timeout > 0 {
+		if err := inst.SetTimeout(ctx, spec.Timeout); err != nil {
+			inst.Close()
+			return nil, err
+		}
+	}
+	ok = true
+	return inst, nil
+}
+
+// waitAgent polls the agent until it answers /health, the container stops, or the ready
+// timeout passes.
+func (p *Provider) waitAgent(ctx context.Context, inst *Instance) error {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.ReadyTimeout)
+	defer cancel()
+	delay := time.Millisecond
+	for {
+		hctx, hcancel := context.WithTimeout(ctx, 2*time.Second)
+		err := inst.Client().Health(hctx)
+		hcancel()
+		if err == nil {
+			return nil
+		}
+		if in, ierr := p.inspectID(ctx, inst.cid); ierr == nil && !in.Container.State.Running {
+			return provider.Errorf(provider.CodeProvider, "docker: the agent exited (status %d): %s", in.Container.State.ExitCode, p.logTail(ctx, inst.cid))
+		}
+		select {
+		case <-ctx.Done():
+			return provider.Errorf(provider.CodeTimeout, "docker: the agent did not answer: %v", ctx.Err())
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 50*time.Millisecond)
+	}
+}
+
+// logTail is the end of a container's output, for messages. Containers log nowhere (the
+// agent's output is not kept), so this says so.
+func (p *Provider) logTail(ctx context.Context, cid string) string {
+	return "no log is kept; run the image with the agent by hand to see why"
+}
+
+// ensureImage returns ref when the engine has it, else pulls it first.
+func (p *Provider) ensureImage(ctx context.Context, ref string) (string, error) {
+	if _, err := p.cli.ImageInspect(ctx, ref); err == nil {
+		return ref, nil
+	} else if provider.CodeOf(p.err(err, "")) != provider.CodeNotFound {
+		return "", p.err(err, "create: image "+ref)
+	}
+	resp, err := p.cli.ImagePull(ctx, ref, client.ImagePullOptions{})
+	if err != nil {
+		return "", p.err(err, "create: pulling "+ref)
+	}
+	defer resp.Close()
+	if err := resp.Wait(ctx); err != nil {
+		return "", p.err(err, "create: pulling "+ref)
+	}
+	return ref, nil
+}
+
+// hostMounts are the host template's read-only binds: the host's /usr, and /bin, /sbin and
+// /lib* where they are directories rather than merged-/usr links.
+func hostMounts() []mount.Mount {
+	ms := []mount.Mount{{Type: mount.TypeBind, Source: "/usr", Target: "/usr", ReadOnly: true}}
+	for _, d := range hostTopDirs() {
+		ms = append(ms, mount.Mount{Type: mount.TypeBind, Source: "/" + d, Target: "/" + d, ReadOnly: true})
+	}
+	return ms
+}
+
+// hostTopDirs are /bin, /sbin, /lib, /lib32, /lib64 and /libx32 where they are directories.
+func hostTopDirs() []string {
+	var out []string
+	for _, d := range []string{"bin", "sbin", "lib", "lib32", "lib64", "libx32"} {
+		if fi, err := os.Lstat("/" + d); err == nil && fi.IsDir() {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// hostImage returns the host template's image, importing it on first need: the
+// merged-/usr links of the host, a private /etc, and empty /usr, /tmp, /root, /home/user and
+// /workspace; the host's /usr is bind-mounted at create. Its name holds a hash of its
+// content, so every provider on the engine shares one.
+func (p *Provider) hostImage(ctx context.Context) (string, error) {
+	if !p.self {
+		return "", provider.Errorf(provider.CodeInvalidArgument, "docker: the host template needs an engine on this Linux machine; name an image")
+	}
+	p.hostMu.Lock()
+	defer p.hostMu.Unlock()
+	if p.hostImg != "" {
+		return p.hostImg, nil
+	}
+	files := []tarFile{
+		{name: "usr/", mode: 0o755 | dirBit},
+		{name: "etc/", mode: 0o755 | dirBit},
+		{name: "tmp/", mode: 0o1777 | dirBit},
+		{name: "root/", mode: 0o700 | dirBit},
+		{name: "home/", mode: 0o755 | dirBit},
+		{name: "home/user/", mode: 0o755 | dirBit, uid: 1000},
+		{name: "workspace/", mode: 0o755 | dirBit},
+		{name: "etc/passwd", mode: 0o644, data: []byte("root:x:0:0:root:/root:/bin/bash\n" +
+			"user:x:1000:1000:user:/home/user:/bin/bash\n" +
+			"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")},
+		{name: "etc/group", mode: 0o644, data: []byte("root:x:0:\nuser:x:1000:\nnogroup:x:65534:\n")},
+		{name: "etc/nsswitch.conf", mode: 0o644, data: []byte("passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n")},
+	}
+	for _, d := range []string{"bin", "sbin", "lib", "lib32", "lib64", "libx32"} {
+		if t, err := os.Readlink("/" + d); err == nil {
+			files = append(files, tarFile{name: d, link: t})
+		} else if fi, err := os.Stat("/" + d); err == nil && fi.IsDir() {
+			files = append(files, tarFile{name: d + "/", mode: 0o755 | dirBit})
+		}
+	}
+	archive := makeTar(files)
+	sum := sha256.Sum256(archive)
+	ref := hostImageRepo + ":" + hex.EncodeToString(sum[:8])
+	if _, err := p.cli.ImageInspect(ctx, ref); err == nil {
+		p.hostImg = ref
+		return ref, nil
+	}
+	res, err := p.cli.ImageImport(ctx, client.ImageImportSource{Source: bytes.NewReader(archive), SourceName: "-"}, ref,
+		client.ImageImportOptions{Changes: []string{"LABEL " + labelHostTmpl + "=1"}, Message: "tupper host template"})
+	if err != nil {
+		return "", p.err(err, "create: importing the host template")
+	}
+	_, err = io.Copy(io.Discard, res)
+	res.Close()
+	if err != nil {
+		return "", p.err(err, "create: importing the host template")
+	}
+	p.hostImg = ref
+	return ref, nil
+}
+
+// ensureNetwork makes the provider's network when it is missing: a bridge whose containers
+// cannot reach each other, labelled as the provider's.
+func (p *Provider) ensureNetwork(ctx context.Context) error {
+	p.netMu.Lock()
+	defer p.netMu.Unlock()
+	if _, err := p.cli.NetworkInspect(ctx, p.cfg.Network, client.NetworkInspectOptions{}); err == nil {
+		return nil
+	}
+	_, err := p.cli.NetworkCreate(ctx, p.cfg.Network, client.NetworkCreateOptions{
+		Driver:  "bridge",
+		Labels:  map[string]string{labelNetwork: "1"},
+		Options: map[string]string{"com.docker.network.bridge.enable_icc": "false"},
+	})
+	if err != nil && provider.CodeOf(p.err(err, "")) != provider.CodeConflict {
+		return p.err(err, "create: network "+p.cfg.Network)
+	}
+	return nil
+}
+
+// A tar entry of makeTar.
+type tarFile struct {
+	name string
+	mode int64
+	uid  int
+	data []byte
+	link string // a symlink to link
+}
+
+const dirBit = 1 << 40 // in tarFile.mode: a directory
+
+// makeTar returns a tar archive of files, owned by root unless uid is set.
+func makeTar(files []tarFile) []byte {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	mt := time.Unix(0, 0)
+	for _, f := range files {
+		h := &tar.Header{Name: f.name, Mode: f.mode &^ dirBit, Uid: f.uid, Gid: f.uid, ModTime: mt, Format: tar.FormatPAX}
+		switch {
+		case f.link != "":
+			h.Typeflag, h.Linkname, h.Mode = tar.TypeSymlink, f.link, 0o777
+		case f.mode&dirBit != 0:
+			h.Typeflag = tar.TypeDir
+		default:
+			h.Typeflag, h.Size = tar.TypeReg, int64(len(f.data))
+		}
+		tw.WriteHeader(h)
+		tw.Write(f.data)
+	}
+	tw.Close()
+	return buf.Bytes()
+}
