@@ -39,4 +39,4 @@ go test -race -count=1 -timeout 10m "$@" ./test/e2b/
 echo "== JavaScript packages (js/)"
 go test -race -count=1 -timeout 15m "$@" ./test/js/
 echo "== The debian template and a build on it, from this machine's apt mirror"
-go test -race -count=1 -timeout 20m "$@" ./test/debian/
+go test -race -count=1 -timeout 30m "$@" ./test/debian/

@@ -115,16 +115,20 @@ func (f *createFlags) resolve(ctx context.Context) (provider.Provider, error) {
 	return localWith(prov, local.Config{AllowPrivate: allow}, "--allow-private")
 }
 
-// announceDebian says, before a create that will make the debian template first, why it
-// takes a while.
+// announceDebian says, before a create that will make the debian or base template first,
+// why it takes a while.
 func (f *createFlags) announceDebian(prov provider.Provider) {
 	lp, ok := prov.(*local.Provider)
-	if !ok || f.template != template.Debian {
+	if !ok || (f.template != template.Debian && f.template != template.Base) {
 		return
 	}
 	if st, err := template.Open(lp.Home()); err == nil {
-		if _, err := st.Get(template.Debian); provider.CodeOf(err) == provider.CodeNotFound {
-			fmt.Fprintln(os.Stderr, "tupper: making the debian template from this machine's apt mirror (once; a minute or two)")
+		if _, err := st.Get(f.template); provider.CodeOf(err) == provider.CodeNotFound {
+			what := "a minute or two"
+			if f.template == template.Base {
+				what = "a few minutes: debian, then Python, Node.js, git, curl and sudo"
+			}
+			fmt.Fprintf(os.Stderr, "tupper: making the %s template from this machine's apt mirror (once; %s)\n", f.template, what)
 		}
 	}
 }

@@ -43,8 +43,8 @@ type sandboxTemplate struct {
 }
 
 // resolveTemplate finds the template called name ("" or "host": the host template).
-// "debian", when the store lacks it, is made first (template.Store.EnsureDebian: a minute or
-// two, once). An unknown name is CodeNotFound.
+// "debian" and "base", when the store lacks them, are made first (template.Store.EnsureDebian,
+// EnsureBase: a few minutes, once). An unknown name is CodeNotFound.
 func (p *Provider) resolveTemplate(ctx context.Context, name string) (*sandboxTemplate, error) {
 	if name == "" || name == TemplateHost {
 		return &sandboxTemplate{name: TemplateHost}, nil
@@ -54,9 +54,15 @@ func (p *Provider) resolveTemplate(ctx context.Context, name string) (*sandboxTe
 		return nil, err
 	}
 	t, err := st.Get(name)
-	if provider.CodeOf(err) == provider.CodeNotFound && name == template.Debian {
-		// The built-in debian template is made on first use from the machine's own mirror.
-		t, err = st.EnsureDebian(ctx, template.DebianOptions{})
+	if provider.CodeOf(err) == provider.CodeNotFound {
+		// The built-in debian and base templates are made on first use from the machine's
+		// own mirror.
+		switch name {
+		case template.Debian:
+			t, err = st.EnsureDebian(ctx, template.DebianOptions{})
+		case template.Base:
+			t, err = st.EnsureBase(ctx, template.BaseOptions{Runner: p.BuildRunner()})
+		}
 	}
 	if err != nil {
 		if provider.CodeOf(err) == provider.CodeNotFound {
@@ -333,8 +339,8 @@ func (p *Provider) TemplateUsers(ctx context.Context, name string) ([]string, er
 
 var _ provider.Templater = (*Provider)(nil)
 
-// Templates lists the built-in templates (host, and debian until it is made) and those of
-// the store.
+// Templates lists the built-in templates (host, and debian and base until they are made) and
+// those of the store.
 func (p *Provider) Templates(ctx context.Context) ([]provider.TemplateInfo, error) {
 	st, err := template.Open(p.cfg.Home)
 	if err != nil {
@@ -349,22 +355,28 @@ func (p *Provider) Templates(ctx context.Context) ([]provider.TemplateInfo, erro
 		return nil, err
 	}
 	out := []provider.TemplateInfo{{Name: TemplateHost, Builtin: true, Source: "built in: the host's /usr as read-only lower layers"}}
-	haveDebian := false
+	builtin := map[string]string{
+		template.Debian: "built in: made on first use from this machine's apt mirror",
+		template.Base:   "built in: debian with Python, Node.js, git, curl and sudo (E2B's base), built on first use",
+	}
 	for _, t := range all {
-		haveDebian = haveDebian || t.Name == template.Debian
+		_, isBuiltin := builtin[t.Name]
+		delete(builtin, t.Name)
 		out = append(out, provider.TemplateInfo{
-			Name: t.Name, Tags: t.Tags, Builtin: t.Name == template.Debian, Source: t.Source,
+			Name: t.Name, Tags: t.Tags, Builtin: isBuiltin, Source: t.Source,
 			Layers: len(t.Layers), Size: u.Templates[t.Name], Created: t.Created,
 		})
 	}
-	if !haveDebian {
-		out = append(out, provider.TemplateInfo{Name: template.Debian, Builtin: true, Source: "built in: made on first use from this machine's apt mirror"})
+	for _, name := range []string{template.Debian, template.Base} {
+		if src, missing := builtin[name]; missing {
+			out = append(out, provider.TemplateInfo{Name: name, Builtin: true, Source: src})
+		}
 	}
 	return out, nil
 }
 
 // DeleteTemplate removes a template of the store and the layers no other template uses.
-// host cannot be deleted; debian can (it is made again on next use).
+// host cannot be deleted; debian and base can (they are made again on next use).
 func (p *Provider) DeleteTemplate(ctx context.Context, name string, force bool) error {
 	if name == TemplateHost {
 		return provider.Errorf(provider.CodeInvalidArgument, "template %q is built in and cannot be deleted", name)

@@ -7,7 +7,10 @@ package debian
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"net/url"
 	"os"
@@ -20,6 +23,7 @@ import (
 	"github.com/tupper-dev/tupper/internal/testenv"
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/providers/local"
+	"github.com/tupper-dev/tupper/server/servertest"
 	"github.com/tupper-dev/tupper/template"
 )
 
@@ -76,7 +80,7 @@ func TestDebianTemplate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 28*time.Minute)
 	defer cancel()
 	if err := p.Available(ctx); err != nil {
 		testenv.Skip(t, err.Error())
@@ -133,6 +137,83 @@ func TestDebianTemplate(t *testing.T) {
 	if got := exec(t, py, "python3 -c 'import sys; print(sys.version_info[0])'"); got != "3" {
 		t.Errorf("python3 in the built template: %q", got)
 	}
+
+	t.Run("base", func(t *testing.T) { testBase(ctx, t, p) })
+}
+
+// testBase makes the built-in base template (a build on debian) on first use and checks
+// what E2B's base image offers: python, node and npm, git, curl, and sudo without a password
+// for user, whose set-uid works in the sandbox. E2B's "base" then names it.
+func testBase(ctx context.Context, t *testing.T, p *local.Provider) {
+	start := time.Now()
+	inst, err := p.Create(ctx, provider.CreateSpec{Template: template.Base})
+	if err != nil {
+		t.Fatalf("create from template base: %v", err)
+	}
+	defer p.Destroy(context.Background(), mustID(t, inst))
+	t.Logf("base template made and a sandbox created in %v", time.Since(start).Round(time.Second))
+	for _, c := range []string{"python --version", "python3 -m pip --version", "python3 -m venv --help", "node --version", "npm --version", "git --version", "curl --version"} {
+		exec(t, inst, c)
+	}
+	asUser := func(cmd string) string {
+		t.Helper()
+		var out bytes.Buffer
+		res, err := inst.Exec(ctx, provider.ExecRequest{Command: cmd, User: "user", Stdout: &out, Stderr: &out})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("%q as user: exit %d, %v\n%s", cmd, res.ExitCode, err, out.String())
+		}
+		return strings.TrimSpace(out.String())
+	}
+	if got := asUser("id -un; echo $HOME; sudo -n id -u; sudo -n sh -c 'apt-get --version >/dev/null && echo apt-ok'"); got != "user\n/home/user\n0\napt-ok" {
+		t.Errorf("user and sudo in base: %q", got)
+	}
+
+	// E2B's "base" is the provider's base once it exists.
+	srv := servertest.Start(t, p, "")
+	_, key, err := srv.Store.CreateE2BKey(ctx, "debian")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sb struct{ SandboxID, TemplateID string }
+	if code := post(t, srv.URL+"/sandboxes", map[string]string{"X-API-Key": key}, `{"templateID":"base","timeout":120}`, &sb); code != 201 || sb.TemplateID != "base" {
+		t.Fatalf("E2B create of base: %d %+v", code, sb)
+	}
+	var run struct {
+		ExitCode int
+		Output   string
+	}
+	if code := post(t, srv.URL+"/v1/sandboxes/"+sb.SandboxID+"/run", map[string]string{"Authorization": "Bearer " + srv.Key},
+		`{"command":"command -v sudo python node npm git curl | wc -l"}`, &run); code != 200 || run.ExitCode != 0 || strings.TrimSpace(run.Output) != "6" {
+		t.Errorf("the E2B base sandbox is not the base template: %d %+v", code, run)
+	}
+	req, _ := http.NewRequestWithContext(ctx, "DELETE", srv.URL+"/sandboxes/"+sb.SandboxID, nil)
+	req.Header.Set("X-API-Key", key)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 204 {
+		t.Errorf("kill: %v %v", resp, err)
+	}
+}
+
+// post sends a JSON body with the headers and decodes the answer into out.
+func post(t *testing.T, url string, hdr map[string]string, body string, out any) int {
+	t.Helper()
+	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(b, out); err != nil && resp.StatusCode < 300 {
+		t.Fatalf("POST %s: %v: %s", url, err, b)
+	}
+	return resp.StatusCode
 }
 
 func mustID(t *testing.T, inst provider.Instance) string {
