@@ -55,7 +55,7 @@ func TestTemplatesAPI(t *testing.T) {
 	for _, tp := range list.Templates {
 		got[tp.Name] = tp
 	}
-	if !got["host"].Builtin || !got["debian"].Builtin || got["tiny"].Builtin || got["tiny"].Layers != 1 || got["tiny"].Size != 5 || got["tiny"].Created == nil {
+	if !got["host"].Builtin || !got["debian"].Builtin || !got["base"].Builtin || got["tiny"].Builtin || got["tiny"].Layers != 1 || got["tiny"].Size != 5 || got["tiny"].Created == nil {
 		t.Fatalf("templates: %+v", list.Templates)
 	}
 	var one templateJSON
