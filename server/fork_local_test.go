@@ -87,8 +87,10 @@ func TestForkAndSnapshotsREST(t *testing.T) {
 		if got := runOut(k.ID, k.Token, "cat /workspace/f"); got != "parent" {
 			t.Errorf("child %s: %q", k.ID, got)
 		}
+		// The loop writes every 50 ms; a restored runsc sandbox on a loaded machine may take
+		// far longer to run it again, so wait (up to 30 s) for the file to change.
 		t1 := runOut(k.ID, k.Token, "cat /workspace/t")
-		if t2 := runOut(k.ID, k.Token, "sleep 0.2; cat /workspace/t"); t2 == t1 {
+		if t2 := runOut(k.ID, k.Token, "i=0; while [ \"$(cat /workspace/t)\" = "+t1+" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; cat /workspace/t"); t2 == t1 {
 			t.Errorf("child %s: the parent's background process is not running in it", k.ID)
 		}
 		// A child's token is that child's only.

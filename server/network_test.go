@@ -86,9 +86,9 @@ func TestCreateNetworkForms(t *testing.T) {
 	type apiError struct{ Code, Message string }
 	for body, why := range map[string]string{
 		`{"network": "some"}`:                                   `network mode "some"`,
-		`{"network": "allow"}`:                                  "allow list is empty",
-		`{"network": {"allow": []}}`:                            "allow list is empty",
-		`{"network": {"mode": "none", "allow": ["a.example"]}}`: "allow list given with mode",
+		`{"network": "allow"}`:                                  "neither an allow nor a deny list",
+		`{"network": {"allow": []}}`:                            "neither an allow nor a deny list",
+		`{"network": {"mode": "none", "allow": ["a.example"]}}`: "allow or deny list given with mode",
 		`{"network": {"allowed": ["a.example"]}}`:               `unknown field "allowed"`,
 		`{"network": 7}`:                                        `"network" is "all", "none"`,
 	} {

@@ -62,9 +62,8 @@ sleep 0.3; rm /workspace/secret`)
 	// the agent is not waiting, and serves on.
 	run(t, a, "kill -USR2 1; sleep 0.1")
 	// The original runs on, its process too.
-	time.Sleep(200 * time.Millisecond)
-	if _, n := count(a); n <= before {
-		t.Errorf("the original's counter stopped at %d after the snapshot (before: %d)", n, before)
+	if !advances(func() int { _, n := count(a); return n }, before, runningWait) {
+		t.Errorf("the original's counter stopped after the snapshot (before: %d)", before)
 	}
 
 	info, err := p.SnapshotInfo(ctx, snap)
@@ -103,9 +102,8 @@ sleep 0.3; rm /workspace/secret`)
 		if v != "s3cr3t-in-memory" {
 			t.Errorf("%s: the value held in memory is %q", k.id, v)
 		}
-		time.Sleep(200 * time.Millisecond)
-		if _, n2 := count(k); n2 <= n1 {
-			t.Errorf("%s: the restored background process is not running (%d then %d)", k.id, n1, n2)
+		if !advances(func() int { _, n := count(k); return n }, n1, runningWait) {
+			t.Errorf("%s: the restored background process is not running (stuck at %d)", k.id, n1)
 		}
 	}
 	// Independent: a write in one is seen by no other.

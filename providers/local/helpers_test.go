@@ -167,3 +167,22 @@ func mountPointsUnder(mountinfo, dir string) []string {
 	}
 	return out
 }
+
+// advances reports whether read returns more than from within d, polling. A process in a
+// restored (or just snapshotted) runsc sandbox on a loaded machine may take far longer than
+// its own period to run again, so a check that it runs waits for it, up to d.
+func advances(read func() int, from int, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if read() > from {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// runningWait is how long a check that a process still runs waits for it to advance.
+const runningWait = 30 * time.Second

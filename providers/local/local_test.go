@@ -517,12 +517,14 @@ func TestDeadlines(t *testing.T) {
 	_ = idle
 }
 
-func TestUnsupported(t *testing.T) {
+// TestRefusedCreate: a create refused for its spec (a network policy that is not one) is
+// refused before anything is made, and leaves nothing behind.
+func TestRefusedCreate(t *testing.T) {
 	p := newTestProvider(t, RuntimeRunc)
 	ctx := context.Background()
-	_, err := p.Create(ctx, provider.CreateSpec{Network: provider.Network{Mode: provider.NetworkAllow, Allow: []string{"example.com"}}})
-	if provider.CodeOf(err) != provider.CodeUnsupported {
-		t.Errorf("allow list: %v", err)
+	_, err := p.Create(ctx, provider.CreateSpec{Network: provider.Network{Mode: provider.NetworkAllow, Allow: []string{"*"}}})
+	if provider.CodeOf(err) != provider.CodeInvalidArgument {
+		t.Errorf("allow list of everything: %v", err)
 	}
 	if ids, _ := p.lay.ids(); len(ids) != 0 {
 		t.Errorf("a refused create left %v", ids)
