@@ -251,14 +251,26 @@ func reapLabels(c *C) {
 
 func reapOlderThan(c *C) {
 	old := c.Box()
-	time.Sleep(1200 * time.Millisecond) // age is wall time: there is nothing to wait on
+	time.Sleep(3 * time.Second) // age is wall time: there is nothing to wait on
 	young := c.Box()
 	n, err := sandbox.Reap(c.Ctx, c.P(), sandbox.ReapOptions{Labels: c.caseFilter(), OlderThan: time.Hour})
 	c.NoErr("Reap older than an hour", err)
 	Eq(c, "Reap count (older than an hour)", n, 0)
-	n, err = sandbox.Reap(c.Ctx, c.P(), sandbox.ReapOptions{Labels: c.caseFilter(), OlderThan: time.Second})
-	c.NoErr("Reap older than 1s", err)
-	Eq(c, "Reap count (older than 1s)", n, 1)
+	// The cut lies midway between the two creation times, as the provider reports them, so
+	// that however long the creates and the first Reap took (a loaded machine), the old one
+	// is older than it and the young one is not, with half the gap to spare.
+	oi, err := old.Info(c.Ctx)
+	c.NoErr("Info of the old one", err)
+	yi, err := young.Info(c.Ctx)
+	c.NoErr("Info of the young one", err)
+	gap := yi.CreatedAt.Sub(oi.CreatedAt)
+	if gap < time.Second {
+		c.Fatalf("created %v apart, 3 s slept between: the provider's creation times are off (%v, %v)", gap, oi.CreatedAt, yi.CreatedAt)
+	}
+	cut := time.Since(yi.CreatedAt) + gap/2
+	n, err = sandbox.Reap(c.Ctx, c.P(), sandbox.ReapOptions{Labels: c.caseFilter(), OlderThan: cut})
+	c.NoErr("Reap older than the cut", err)
+	Eq(c, "Reap count (older than the cut between them)", n, 1)
 	infos := c.listCase()
 	if len(infos) != 1 || infos[0].ID != young.ID {
 		c.Errorf("after Reap: %+v; want only the young %s (old %s)", infos, young.ID, old.ID)

@@ -183,7 +183,7 @@ func testBase(ctx context.Context, t *testing.T, p *local.Provider) {
 		Output   string
 	}
 	if code := post(t, srv.URL+"/v1/sandboxes/"+sb.SandboxID+"/run", map[string]string{"Authorization": "Bearer " + srv.Key},
-		`{"command":"command -v sudo python node npm git curl | wc -l"}`, &run); code != 200 || run.ExitCode != 0 || strings.TrimSpace(run.Output) != "6" {
+		`{"command":"for c in sudo python node npm git curl; do command -v $c; done | wc -l"}`, &run); code != 200 || run.ExitCode != 0 || strings.TrimSpace(run.Output) != "6" {
 		t.Errorf("the E2B base sandbox is not the base template: %d %+v", code, run)
 	}
 	req, _ := http.NewRequestWithContext(ctx, "DELETE", srv.URL+"/sandboxes/"+sb.SandboxID, nil)

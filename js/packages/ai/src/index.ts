@@ -51,6 +51,11 @@ class Session {
     });
     return this.default;
   }
+  async fork(b: Sandbox, n: number): Promise<Sandbox[]> {
+    const kids = await b.fork({ n });
+    for (const k of kids) this.boxes.set(k.id, k);
+    return kids;
+  }
   async create(extra: CreateOptions): Promise<Sandbox> {
     const b = await this.opts.client.create({ ...this.opts.create, ...extra });
     this.boxes.set(b.id, b);
@@ -88,6 +93,15 @@ const handlers: Record<string, Handler> = {
     if (from) opts.from = from;
     const net = str(a["network"]);
     if (net === "all" || net === "none") opts.network = { mode: net };
+    const list = (v: unknown): string[] | undefined => (Array.isArray(v) && v.length > 0 ? v.map(String) : undefined);
+    const allow = list(a["allow"]), deny = list(a["deny"]);
+    if (allow || deny) {
+      // A policy narrows a session whose network is all; it never widens one set to none
+      // or to a policy of its own (as the Go tools).
+      const base = s.opts.create?.network;
+      if (base && base.mode !== "all") throw new Error(`@tupper/ai: this session's sandboxes have network ${base.mode}; allow and deny cannot change it`);
+      opts.network = { mode: "allow", ...(allow && { allow }), ...(deny && { deny }) };
+    }
     const b = await s.create(opts);
     return `created sandbox ${b.id}`;
   },
@@ -204,6 +218,11 @@ const handlers: Record<string, Handler> = {
     const opts: { dir?: string; all: boolean } = { all: bool(a["all"]) ?? true };
     if (d) opts.dir = d;
     return runText(await (await s.box(a)).git.commit(String(a["message"]), opts));
+  },
+  async fork(s, a) {
+    const b = await s.box(a);
+    const kids = await s.fork(b, num(a["n"]) ?? 1);
+    return `forked ${b.id} into ${kids.map((k) => k.id).join(", ")}; pass one as sandbox_id to use it`;
   },
   async snapshot(s, a) {
     return `snapshot ${await (await s.box(a)).snapshot()}`;

@@ -35,7 +35,7 @@ export interface ClientOptions {
 export type Network =
   | { mode: "all" }
   | { mode: "none" }
-  | { mode: "allow"; allow: string[] };
+  | { mode: "allow"; allow?: string[]; deny?: string[] };
 
 export interface CreateOptions {
   /** Get-or-create: an existing live sandbox with this key is returned instead of a new one. */
@@ -303,6 +303,16 @@ export class Sandbox {
   async snapshot(opts: { expiresInMs?: number } = {}): Promise<string> {
     const out = await this.client.json<{ id: string }>({ method: "POST", path: this.path("/snapshot"), json: opts });
     return out.id;
+  }
+
+  /**
+   * Copies the running sandbox into n new ones (1 when omitted), each with its own token:
+   * memory and processes included where the sandbox can take a full snapshot (runsc), its
+   * files elsewhere. The original keeps running; each copy is independent.
+   */
+  async fork(opts: { n?: number; labels?: Record<string, string>; timeoutMs?: number } = {}): Promise<Sandbox[]> {
+    const out = await this.client.json<{ sandboxes: SandboxInfo[] }>({ method: "POST", path: this.path("/fork"), json: opts });
+    return out.sandboxes.map((info) => new Sandbox(this.client, info));
   }
 
   /** Sets a named mark for changes(since). */
