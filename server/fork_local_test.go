@@ -51,7 +51,7 @@ func TestForkAndSnapshotsREST(t *testing.T) {
 		}
 		return strings.TrimSpace(res.Stdout)
 	}
-	runOut(sb.ID, sb.Token, `echo parent > /workspace/f; (while :; do date +%s%N > /workspace/t; sleep 0.05; done) >/dev/null 2>&1 & sleep 0.2`)
+	runOut(sb.ID, sb.Token, `echo parent > /workspace/f; (n=0; while :; do n=$((n+1)); echo $n > /workspace/t.new; mv /workspace/t.new /workspace/t; sleep 0.05; done) >/dev/null 2>&1 & sleep 0.2`)
 
 	var snap struct{ ID, Kind string }
 	if code := call(t, "POST", srv.URL+"/v1/sandboxes/"+sb.ID+"/snapshot", srv.Key, map[string]any{"kind": "full", "name": "warm"}, &snap); code != 201 || snap.Kind != "full" {
@@ -87,11 +87,11 @@ func TestForkAndSnapshotsREST(t *testing.T) {
 		if got := runOut(k.ID, k.Token, "cat /workspace/f"); got != "parent" {
 			t.Errorf("child %s: %q", k.ID, got)
 		}
-		// The loop writes every 50 ms; a restored runsc sandbox on a loaded machine may take
-		// far longer to run it again, so wait (up to 30 s) for the file to change.
-		t1 := runOut(k.ID, k.Token, "cat /workspace/t")
-		if t2 := runOut(k.ID, k.Token, "i=0; while [ \"$(cat /workspace/t)\" = "+t1+" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; cat /workspace/t"); t2 == t1 {
-			t.Errorf("child %s: the parent's background process is not running in it", k.ID)
+		// The loop counts every 50 ms, replacing the file by rename so a read never sees it
+		// half written; a restored runsc sandbox on a loaded machine may take far longer to
+		// run it again, so wait (up to 30 s) for the count to change.
+		if got := runOut(k.ID, k.Token, `a=$(cat /workspace/t); i=0; while [ "$(cat /workspace/t)" = "$a" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; [ "$(cat /workspace/t)" != "$a" ] && echo advanced || echo stuck at "$a"`); got != "advanced" {
+			t.Errorf("child %s: the parent's background process is not running in it (%s)", k.ID, got)
 		}
 		// A child's token is that child's only.
 		other := forked.Sandboxes[1-i].ID
