@@ -262,13 +262,17 @@ type TemplateInfo struct {
 	Created time.Time
 }
 
-// Templater is optional on a Provider: list and delete its templates (a server's
-// /v1/templates). Deleting one a sandbox or snapshot uses is CodeConflict unless force;
-// an unknown name is CodeNotFound; a built-in one is CodeInvalidArgument. Without it, a
-// server lists no templates and refuses deletes with CodeUnsupported; CreateSpec.Template
-// still names whatever the provider knows.
+// Templater is optional on a Provider: list, look up and delete its templates (a server's
+// /v1/templates). Template finds one by name or tag, cheaply enough for a create's path
+// (no sizes of other templates); an unknown name is CodeNotFound. A built-in template not
+// made yet is listed and found with Layers 0. Deleting one a sandbox or snapshot uses is
+// CodeConflict unless force; a built-in one the provider cannot make again is
+// CodeInvalidArgument. Without it, a server lists no templates, answers 404 for each and
+// refuses deletes with CodeUnsupported; CreateSpec.Template still names whatever the
+// provider knows.
 type Templater interface {
 	Templates(ctx context.Context) ([]TemplateInfo, error)
+	Template(ctx context.Context, name string) (TemplateInfo, error)
 	DeleteTemplate(ctx context.Context, name string, force bool) error
 }
 

@@ -61,25 +61,18 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request, _ *caller
 }
 
 func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request, _ *caller) {
-	all, err := s.templates(r)
+	name := r.PathValue("name")
+	tp, ok := s.prov.(provider.Templater)
+	if !ok {
+		writeError(w, provider.Errorf(provider.CodeNotFound, "template %q not found: the %s provider lists no templates", name, s.prov.Name()))
+		return
+	}
+	t, err := tp.Template(r.Context(), name)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	name := r.PathValue("name")
-	for _, t := range all {
-		if t.Name == name {
-			writeJSON(w, http.StatusOK, toTemplateJSON(t))
-			return
-		}
-		for _, tag := range t.Tags {
-			if tag == name {
-				writeJSON(w, http.StatusOK, toTemplateJSON(t))
-				return
-			}
-		}
-	}
-	writeError(w, provider.Errorf(provider.CodeNotFound, "template %q not found", name))
+	writeJSON(w, http.StatusOK, toTemplateJSON(t))
 }
 
 // deleteTemplate removes a template and the layers no other template uses; one that a

@@ -64,6 +64,16 @@ func TestTemplatesAPI(t *testing.T) {
 		t.Errorf("by tag: %+v", one)
 	}
 	e.want(404, nil, "GET", "/v1/templates/nope", e.key, nil)
+	// Built in: host always; base before it is made has no layers.
+	e.want(200, &one, "GET", "/v1/templates/host", e.key, nil)
+	if !one.Builtin || one.Name != "host" {
+		t.Errorf("host: %+v", one)
+	}
+	one = templateJSON{}
+	e.want(200, &one, "GET", "/v1/templates/base", e.key, nil)
+	if !one.Builtin || one.Name != "base" || one.Layers != 0 {
+		t.Errorf("base, not made: %+v", one)
+	}
 	e.want(400, nil, "DELETE", "/v1/templates/host", e.key, nil)
 	e.want(400, nil, "DELETE", "/v1/templates/tiny?force=maybe", e.key, nil)
 

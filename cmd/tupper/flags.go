@@ -107,7 +107,7 @@ func (f *createFlags) resolve(ctx context.Context) (provider.Provider, error) {
 	}
 	prov, err := f.providerFlags.resolve(ctx)
 	if err == nil {
-		f.announceDebian(prov)
+		f.announceBuiltin(prov)
 	}
 	if err != nil || len(allow) == 0 {
 		return prov, err
@@ -115,21 +115,16 @@ func (f *createFlags) resolve(ctx context.Context) (provider.Provider, error) {
 	return localWith(prov, local.Config{AllowPrivate: allow}, "--allow-private")
 }
 
-// announceDebian says, before a create that will make the debian or base template first,
-// why it takes a while.
-func (f *createFlags) announceDebian(prov provider.Provider) {
+// announceBuiltin says, before a create that will make a built-in template (debian, base)
+// first, why it takes a while.
+func (f *createFlags) announceBuiltin(prov provider.Provider) {
 	lp, ok := prov.(*local.Provider)
-	if !ok || (f.template != template.Debian && f.template != template.Base) {
+	b, builtin := template.BuiltinNamed(f.template)
+	if !ok || !builtin {
 		return
 	}
-	if st, err := template.Open(lp.Home()); err == nil {
-		if _, err := st.Get(f.template); provider.CodeOf(err) == provider.CodeNotFound {
-			what := "a minute or two"
-			if f.template == template.Base {
-				what = "a few minutes: debian, then Python, Node.js, git, curl and sudo"
-			}
-			fmt.Fprintf(os.Stderr, "tupper: making the %s template from this machine's apt mirror (once; %s)\n", f.template, what)
-		}
+	if t, err := lp.Template(context.Background(), f.template); err == nil && t.Layers == 0 {
+		fmt.Fprintf(os.Stderr, "tupper: making the %s template from this machine's apt mirror (once; %s)\n", b.Name, b.Takes)
 	}
 }
 

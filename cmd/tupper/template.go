@@ -100,11 +100,15 @@ func newTemplateCmd() *cobra.Command {
 		Short: "List templates: name, tags, layers, size, source, created; and the store's disk use",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			st, err := open()
+			lp, err := local.New(local.Config{Home: home})
 			if err != nil {
 				return templateErr(err)
 			}
-			all, err := st.List()
+			all, err := lp.Templates(cmd.Context())
+			if err != nil {
+				return templateErr(err)
+			}
+			st, err := open()
 			if err != nil {
 				return templateErr(err)
 			}
@@ -112,9 +116,9 @@ func newTemplateCmd() *cobra.Command {
 			if err != nil {
 				return templateErr(err)
 			}
-			rows := []templateRow{hostRow()}
+			var rows []templateRow
 			for _, t := range all {
-				rows = append(rows, templateRow{Name: t.Name, Tags: t.Tags, Layers: len(t.Layers), Size: u.Templates[t.Name], Source: t.Source, Created: t.Created})
+				rows = append(rows, templateRow{Name: t.Name, Builtin: t.Builtin, Tags: t.Tags, Layers: t.Layers, Size: t.Size, Source: t.Source, Created: t.Created})
 			}
 			if lsJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
@@ -124,7 +128,7 @@ func newTemplateCmd() *cobra.Command {
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tTAGS\tLAYERS\tSIZE\tSOURCE\tCREATED")
 			for _, r := range rows {
-				if r.Builtin {
+				if r.Layers == 0 {
 					fmt.Fprintf(tw, "%s\t-\t-\t-\t%s\t-\n", r.Name, r.Source)
 					continue
 				}
@@ -149,7 +153,15 @@ func newTemplateCmd() *cobra.Command {
 			enc := json.NewEncoder(cmd.OutOrStdout())
 			enc.SetIndent("", "  ")
 			if args[0] == local.TemplateHost {
-				return enc.Encode(hostRow())
+				lp, err := local.New(local.Config{Home: home})
+				if err != nil {
+					return templateErr(err)
+				}
+				t, err := lp.Template(cmd.Context(), args[0])
+				if err != nil {
+					return templateErr(err)
+				}
+				return enc.Encode(templateRow{Name: t.Name, Builtin: t.Builtin, Source: t.Source})
 			}
 			st, err := open()
 			if err != nil {
@@ -236,12 +248,6 @@ type templateRow struct {
 	Size    int64     `json:"size"`
 	Source  string    `json:"source,omitempty"`
 	Created time.Time `json:"created,omitzero"`
-}
-
-// hostRow is the built-in template, which the local provider makes from the host and the
-// store does not hold.
-func hostRow() templateRow {
-	return templateRow{Name: local.TemplateHost, Builtin: true, Source: "built in: the host's /usr, read-only"}
 }
 
 // templateErr marks a template command's error so that the hint printed with it speaks of

@@ -339,6 +339,19 @@ func (p *Provider) TemplateUsers(ctx context.Context, name string) ([]string, er
 
 var _ provider.Templater = (*Provider)(nil)
 
+// hostTemplate is the built-in template host, which the provider makes from the host and
+// the store does not hold.
+var hostTemplate = provider.TemplateInfo{Name: TemplateHost, Builtin: true, Source: "built in: the host's /usr as read-only lower layers"}
+
+// templateInfo describes t of the store, whose layers' files take size bytes.
+func templateInfo(t *template.Template, size int64) provider.TemplateInfo {
+	_, builtin := template.BuiltinNamed(t.Name)
+	return provider.TemplateInfo{
+		Name: t.Name, Tags: t.Tags, Builtin: builtin, Source: t.Source,
+		Layers: len(t.Layers), Size: size, Created: t.Created,
+	}
+}
+
 // Templates lists the built-in templates (host, and debian and base until they are made) and
 // those of the store.
 func (p *Provider) Templates(ctx context.Context) ([]provider.TemplateInfo, error) {
@@ -354,25 +367,51 @@ func (p *Provider) Templates(ctx context.Context) ([]provider.TemplateInfo, erro
 	if err != nil {
 		return nil, err
 	}
-	out := []provider.TemplateInfo{{Name: TemplateHost, Builtin: true, Source: "built in: the host's /usr as read-only lower layers"}}
-	builtin := map[string]string{
-		template.Debian: "built in: made on first use from this machine's apt mirror",
-		template.Base:   "built in: debian with Python, Node.js, git, curl and sudo (E2B's base), built on first use",
-	}
+	out := []provider.TemplateInfo{hostTemplate}
+	made := map[string]bool{}
 	for _, t := range all {
-		_, isBuiltin := builtin[t.Name]
-		delete(builtin, t.Name)
-		out = append(out, provider.TemplateInfo{
-			Name: t.Name, Tags: t.Tags, Builtin: isBuiltin, Source: t.Source,
-			Layers: len(t.Layers), Size: u.Templates[t.Name], Created: t.Created,
-		})
+		made[t.Name] = true
+		out = append(out, templateInfo(t, u.Templates[t.Name]))
 	}
-	for _, name := range []string{template.Debian, template.Base} {
-		if src, missing := builtin[name]; missing {
-			out = append(out, provider.TemplateInfo{Name: name, Builtin: true, Source: src})
+	for _, b := range template.Builtins {
+		if !made[b.Name] {
+			out = append(out, provider.TemplateInfo{Name: b.Name, Builtin: true, Source: b.About})
 		}
 	}
 	return out, nil
+}
+
+// Template finds a template by name or tag: it reads that template's record and its own
+// layers' sizes, nothing of the others'.
+func (p *Provider) Template(ctx context.Context, name string) (provider.TemplateInfo, error) {
+	if name == TemplateHost {
+		return hostTemplate, nil
+	}
+	st, err := template.Open(p.cfg.Home)
+	if err != nil {
+		return provider.TemplateInfo{}, err
+	}
+	t, err := st.Get(name)
+	if provider.CodeOf(err) == provider.CodeNotFound {
+		if b, ok := template.BuiltinNamed(name); ok {
+			return provider.TemplateInfo{Name: b.Name, Builtin: true, Source: b.About}, nil
+		}
+	}
+	if err != nil {
+		return provider.TemplateInfo{}, err
+	}
+	var size int64
+	for _, d := range t.Layers {
+		l, err := st.Layer(d)
+		if provider.CodeOf(err) == provider.CodeNotFound {
+			continue // as Usage counts a missing layer
+		}
+		if err != nil {
+			return provider.TemplateInfo{}, err
+		}
+		size += l.Size
+	}
+	return templateInfo(t, size), nil
 }
 
 // DeleteTemplate removes a template of the store and the layers no other template uses.

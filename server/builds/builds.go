@@ -308,14 +308,12 @@ func (s *Service) Reserve(ctx context.Context, keyID, name string, tags []string
 		}
 	}
 	if tp, ok := s.cfg.Provider.(provider.Templater); ok {
-		all, err := tp.Templates(ctx)
-		if err != nil {
+		t, err := tp.Template(ctx, name)
+		if err != nil && provider.CodeOf(err) != provider.CodeNotFound {
 			return nil, err
 		}
-		for _, t := range all {
-			if t.Builtin && t.Name == name {
-				return nil, provider.Errorf(provider.CodeInvalidArgument, "template %q is built in: build under another name", name)
-			}
+		if err == nil && t.Builtin && t.Name == name {
+			return nil, provider.Errorf(provider.CodeInvalidArgument, "template %q is built in: build under another name", name)
 		}
 	}
 	s.mu.Lock()

@@ -172,16 +172,14 @@ func (s *Server) templateAlias(w http.ResponseWriter, r *http.Request, _ string)
 	}
 	// The provider's own templates (provider.Templater) are aliases of themselves.
 	if tp, ok := s.prov.(provider.Templater); ok {
-		all, err := tp.Templates(r.Context())
-		if err != nil {
-			writeError(w, err)
+		t, err := tp.Template(r.Context(), alias)
+		if err == nil {
+			writeJSON(w, http.StatusOK, map[string]any{"templateID": t.Name, "public": false})
 			return
 		}
-		for _, t := range all {
-			if t.Name == alias || slices.Contains(t.Tags, alias) {
-				writeJSON(w, http.StatusOK, map[string]any{"templateID": t.Name, "public": false})
-				return
-			}
+		if provider.CodeOf(err) != provider.CodeNotFound {
+			writeError(w, err)
+			return
 		}
 	}
 	writeError(w, provider.Errorf(provider.CodeNotFound, "template alias %q not found: the aliases are %q and the provider's templates", alias, baseTemplate))
@@ -196,16 +194,8 @@ func (s *Server) hasTemplate(ctx context.Context, name string) bool {
 	if !ok {
 		return false
 	}
-	all, err := tp.Templates(ctx)
-	if err != nil {
-		return false
-	}
-	for _, t := range all {
-		if t.Name == name {
-			return t.Layers > 0
-		}
-	}
-	return false
+	t, err := tp.Template(ctx, name)
+	return err == nil && t.Name == name && t.Layers > 0
 }
 
 func unsupported(format string, args ...any) error {
