@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tupper-dev/tupper/internal/flock"
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
 	"github.com/tupper-dev/tupper/template/dockerfile"
@@ -198,6 +199,13 @@ func (s *Store) Build(ctx context.Context, opts BuildOptions) (*Template, error)
 			}
 		}
 	}
+	// Shared with imports, exclusive with Prune: a layer a step has just added names no
+	// template until the build writes its own, and Prune must not take it meanwhile.
+	lock, err := flock.AcquireShared(ctx, s.storeLock())
+	if err != nil {
+		return nil, fmt.Errorf("template store: %w", err)
+	}
+	defer lock.Unlock()
 	return bc.run(ctx, df)
 }
 

@@ -25,6 +25,7 @@
 package template
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,6 +36,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tupper-dev/tupper/internal/flock"
 	"github.com/tupper-dev/tupper/provider"
 )
 
@@ -226,6 +228,30 @@ func (s *Store) Put(t *Template) error {
 		return err
 	}
 	return writeFileAtomic(filepath.Join(s.templates(), t.Name+".json"), b)
+}
+
+// Retag changes the tags of the template named name (or tagged name) to what change returns
+// for its current ones, and returns the template as written. Changes of tags in this
+// process or another take turns, so none is lost.
+func (s *Store) Retag(ctx context.Context, name string, change func(t *Template) ([]string, error)) (*Template, error) {
+	lock, err := flock.Acquire(ctx, filepath.Join(s.root, "locks", "tags.lock"))
+	if err != nil {
+		return nil, fmt.Errorf("template store: %w", err)
+	}
+	defer lock.Unlock()
+	t, err := s.Get(name)
+	if err != nil {
+		return nil, err
+	}
+	tags, err := change(t)
+	if err != nil {
+		return nil, err
+	}
+	t.Tags = tags
+	if err := s.Put(t); err != nil {
+		return nil, err
+	}
+	return t, nil
 }
 
 // Delete removes the record of the template named name. Its layers stay until Prune.

@@ -106,8 +106,9 @@ type Pruned struct {
 }
 
 // Prune removes the layers no template references, and what failed imports left in the
-// store's tmp/. It waits until no import runs (imports wait for it in turn), so a layer an
-// import has just found in the store is not removed before its template is written.
+// store's tmp/. It waits until no import or build runs (they wait for it in turn), so a
+// layer an import has just found in the store, or a build's step has just added, is not
+// removed before its template is written.
 func (s *Store) Prune(ctx context.Context) (Pruned, error) {
 	var p Pruned
 	lock, err := flock.Acquire(ctx, s.storeLock())

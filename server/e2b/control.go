@@ -112,9 +112,7 @@ var notServed = []struct{ pattern, why string }{
 	{"GET /sandboxes/metrics", ""},
 	{"POST /sandboxes/{sandboxID}/fork", ""},
 
-	{"GET /templates", whyTemplates},
 	{"POST /templates", whyTemplates},
-	{"GET /v2/templates", whyTemplates},
 	{"GET /templates/{templateID}", whyTemplates},
 	{"POST /templates/{templateID}", whyTemplates},
 	{"PATCH /templates/{templateID}", whyTemplates},

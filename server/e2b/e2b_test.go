@@ -247,10 +247,8 @@ func TestRouteTable(t *testing.T) {
 		message      string // the start of the message
 	}{
 		{"POST", "/v3/templates", 501, "the memory provider does not build templates"},
-		{"GET", "/v2/templates", 501, "GET /v2/templates is not supported by tupper"},
 		{"POST", "/v2/templates/abc/builds/def", 501, "the memory provider does not build templates"},
 		{"PATCH", "/v2/templates/abc", 501, "PATCH /v2/templates/{templateID} is not supported"},
-		{"GET", "/templates", 501, "GET /templates is not supported"},
 		{"DELETE", "/templates/tags", 501, "the memory provider does not build templates"},
 		{"POST", "/templates/tags", 501, "the memory provider does not build templates"},
 		{"DELETE", "/templates/mine", 501, "DELETE /templates/{templateID} is not supported"},
@@ -291,6 +289,16 @@ func TestRouteTable(t *testing.T) {
 	}
 	if r := call(t, "GET", u+"/templates/aliases/base", key, "", nil, &alias); r.StatusCode != 200 || alias.TemplateID != "base" || alias.Public == nil || !*alias.Public {
 		t.Errorf("GET /templates/aliases/base: %d %+v", r.StatusCode, alias)
+	}
+	// A provider without templates lists base alone: the alias of its default, ready.
+	for _, path := range []string{"/templates", "/v2/templates"} {
+		var list []struct {
+			TemplateID, BuildStatus string
+			Aliases                 []string
+		}
+		if r := call(t, "GET", u+path, key, "", nil, &list); r.StatusCode != 200 || len(list) != 1 || list[0].TemplateID != "base" || list[0].BuildStatus != "ready" || len(list[0].Aliases) != 1 {
+			t.Errorf("GET %s: %d %+v", path, r.StatusCode, list)
+		}
 	}
 	// Without a key, E2B's 401 first.
 	var e apiErr

@@ -100,6 +100,63 @@ func (s *Server) templateRoutes(m *router, h func(string, func(http.ResponseWrit
 	h("POST /templates/tags", s.assignTags)
 	h("DELETE /templates/tags", s.removeTags)
 	h("GET /templates/{templateID}/tags", s.templateTags)
+	h("GET /templates", s.listTemplates)
+	h("GET /v2/templates", s.listTemplates)
+}
+
+// e2bTemplate is E2B's Template, for a template of the provider.
+type e2bTemplate struct {
+	TemplateID    string     `json:"templateID"`
+	BuildID       string     `json:"buildID"`
+	BuildCount    int        `json:"buildCount"`
+	BuildStatus   string     `json:"buildStatus"`
+	CPUCount      int        `json:"cpuCount"`
+	MemoryMB      int        `json:"memoryMB"`
+	DiskSizeMB    int        `json:"diskSizeMB"`
+	EnvdVersion   string     `json:"envdVersion"`
+	Public        bool       `json:"public"`
+	Aliases       []string   `json:"aliases"`
+	Names         []string   `json:"names"`
+	CreatedAt     time.Time  `json:"createdAt"`
+	UpdatedAt     time.Time  `json:"updatedAt"`
+	CreatedBy     *struct{}  `json:"createdBy"`
+	LastSpawnedAt *time.Time `json:"lastSpawnedAt"`
+	SpawnCount    int        `json:"spawnCount"`
+}
+
+// listTemplates is GET /templates and GET /v2/templates (one page): the provider's
+// templates (provider.Templater), each its own alias with its tags, and "base" (the
+// provider's default template when it has none of that name). A built-in template not
+// made yet is "waiting": a create that names it makes it.
+func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request, _ string) {
+	var all []provider.TemplateInfo
+	if tp, ok := s.prov.(provider.Templater); ok {
+		var err error
+		if all, err = tp.Templates(r.Context()); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+	own := len(all)
+	if !slices.ContainsFunc(all, func(t provider.TemplateInfo) bool { return t.Name == baseTemplate }) {
+		all = append(all, provider.TemplateInfo{Name: baseTemplate, Builtin: true})
+	}
+	sz := s.size()
+	out := []e2bTemplate{}
+	for i, t := range all {
+		e := e2bTemplate{
+			TemplateID: t.Name, BuildStatus: "ready", BuildCount: 1,
+			CPUCount: max(1, int(sz.CPU)), MemoryMB: sz.MemoryMB, DiskSizeMB: sz.DiskGB * 1024,
+			EnvdVersion: EnvdVersion, Public: t.Builtin, Aliases: append([]string{t.Name}, t.Tags...), Names: []string{t.Name},
+			CreatedAt: t.Created.UTC(), UpdatedAt: t.Created.UTC(),
+		}
+		if _, makes := template.BuiltinNamed(t.Name); makes && t.Layers == 0 && i < own {
+			e.BuildStatus, e.BuildCount = "waiting", 0
+		}
+		out = append(out, e)
+	}
+	w.Header().Set("X-Next-Token", "")
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) buildsOrErr() (*builds.Service, error) {
@@ -611,31 +668,18 @@ func (s *Server) assignTags(w http.ResponseWriter, r *http.Request, _ string) {
 		Target string   `json:"target"`
 		Tags   []string `json:"tags"`
 	}
-	if err := decodeBody(w, r, &req); err != nil {
-		writeError(w, err)
-		return
-	}
-	st, err := s.templateStore()
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	t, err := st.Get(req.Target)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	for _, tag := range req.Tags {
-		if tag == "" || strings.ContainsAny(tag, ": /\t\n") {
-			writeError(w, provider.Errorf(provider.CodeInvalidArgument, "tag %q: letters, digits, '.', '_' and '-'", tag))
-			return
+	if !s.retag(w, r, &req, &req.Target, func(t *template.Template) ([]string, error) {
+		tags := t.Tags
+		for _, tag := range req.Tags {
+			if tag == "" || strings.ContainsAny(tag, ": /\t\n") {
+				return nil, provider.Errorf(provider.CodeInvalidArgument, "tag %q: letters, digits, '.', '_' and '-'", tag)
+			}
+			if n := t.Name + ":" + tag; !slices.Contains(tags, n) {
+				tags = append(tags, n)
+			}
 		}
-		if n := t.Name + ":" + tag; !slices.Contains(t.Tags, n) {
-			t.Tags = append(t.Tags, n)
-		}
-	}
-	if err := st.Put(t); err != nil {
-		writeError(w, err)
+		return tags, nil
+	}) {
 		return
 	}
 	writeJSON(w, http.StatusCreated, map[string]any{"buildID": "", "tags": req.Tags})
@@ -647,29 +691,33 @@ func (s *Server) removeTags(w http.ResponseWriter, r *http.Request, _ string) {
 		Name string   `json:"name"`
 		Tags []string `json:"tags"`
 	}
-	if err := decodeBody(w, r, &req); err != nil {
-		writeError(w, err)
-		return
-	}
-	st, err := s.templateStore()
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	t, err := st.Get(req.Name)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	t.Tags = slices.DeleteFunc(t.Tags, func(n string) bool {
-		_, tag := splitName(n)
-		return slices.Contains(req.Tags, tag)
-	})
-	if err := st.Put(t); err != nil {
-		writeError(w, err)
+	if !s.retag(w, r, &req, &req.Name, func(t *template.Template) ([]string, error) {
+		return slices.DeleteFunc(t.Tags, func(n string) bool {
+			_, tag := splitName(n)
+			return slices.Contains(req.Tags, tag)
+		}), nil
+	}) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// retag decodes a tag request into req, then changes the tags of the template *name names
+// by change; it reports whether that worked, having answered the request when not.
+func (s *Server) retag(w http.ResponseWriter, r *http.Request, req any, name *string, change func(*template.Template) ([]string, error)) bool {
+	if err := decodeBody(w, r, req); err != nil {
+		writeError(w, err)
+		return false
+	}
+	st, err := s.templateStore()
+	if err == nil {
+		_, err = st.Retag(r.Context(), *name, change)
+	}
+	if err != nil {
+		writeError(w, err)
+		return false
+	}
+	return true
 }
 
 // templateTags is GET /templates/{templateID}/tags: E2B's TemplateTag list.

@@ -554,6 +554,18 @@ export async function run(sdk, sdkVersion) {
     assert.deepEqual((await Template.getTags(name)).map((t) => t.tag).sort(), ['prod', 'v1'])
     await Template.removeTags(name, 'prod')
     assert.deepEqual((await Template.getTags(name)).map((t) => t.tag), ['v1'])
+    // E2B's CLI lists templates with GET /templates (v1) and /v2/templates.
+    const { ApiClient, ConnectionConfig } = sdk
+    const api = new ApiClient(new ConnectionConfig()).api
+    for (const path of ['/templates', '/v2/templates']) {
+      const res = await api.GET(path, {})
+      assert.equal(res.response.status, 200, path)
+      const mine = res.data.find((t) => t.templateID === name)
+      assert.ok(mine, `${path}: ${JSON.stringify(res.data.map((t) => t.templateID))}`)
+      assert.equal(mine.buildStatus, 'ready')
+      assert.ok(mine.aliases.includes(`${name}:v1`), JSON.stringify(mine))
+      assert.ok(res.data.some((t) => t.templateID === 'base'), path)
+    }
   })
 
   await step('Template.build: a failing step is a BuildError naming it; an image no registry serves fails; volumes are not supported', async () => {
