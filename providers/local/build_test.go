@@ -228,3 +228,51 @@ func TestBuildHostileSteps(t *testing.T) {
 		t.Errorf("inside the built template: %q", got)
 	}
 }
+
+// A Prune while a build runs waits for it: the layer a finished step added names no template
+// until the build writes its own, and a Prune that took it would fail the build (its template
+// would name a layer the store no longer has).
+func TestBuildPruneWaits(t *testing.T) {
+	p := newTestProvider(t, "")
+	busyboxTemplate(t, p, "bb", template.Config{Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin"}})
+	st, err := template.Open(p.cfg.Home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	pruned := make(chan time.Time, 1)
+	var built time.Time
+	opts := template.BuildOptions{
+		Name: "slow", Runner: p.BuildRunner(), Network: provider.NetworkNone,
+		DockerfileText: "FROM bb\nRUN echo one > /one\nRUN sleep 2; echo two > /two\n",
+		Progress: func(ev template.BuildEvent) {
+			// The first RUN's layer is in the store, named by nothing yet: prune now.
+			if ev.Kind == "step" && ev.Step == 3 {
+				go func() {
+					if _, err := st.Prune(ctx); err != nil {
+						t.Errorf("prune: %v", err)
+					}
+					pruned <- time.Now()
+				}()
+			}
+		},
+	}
+	tp, err := st.Build(ctx, opts)
+	built = time.Now()
+	if err != nil {
+		t.Fatalf("build with a prune beside it: %v", err)
+	}
+	if at := <-pruned; at.Before(built) {
+		t.Errorf("the prune finished %v before the build", built.Sub(at))
+	}
+	for _, l := range tp.Layers {
+		if !st.HasLayer(l) {
+			t.Errorf("layer %s of the built template is gone", l)
+		}
+	}
+	a := create(t, p, provider.CreateSpec{Template: "slow", Network: netNone})
+	if got := run(t, a, "cat /one /two"); got != "one\ntwo" {
+		t.Errorf("the built template: %q", got)
+	}
+}
