@@ -12,6 +12,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -355,5 +356,46 @@ func TestTemplateBuildAPI(t *testing.T) {
 	}
 	if resp, _ := send(t, "POST", srv.URL+"/v1/templates", sb.Token, "application/json", []byte(`{"name":"x","dockerfileText":"FROM bb\n"}`)); resp.StatusCode != 403 {
 		t.Errorf("a sandbox token: %d", resp.StatusCode)
+	}
+}
+
+// TestServeBuildFlags: `tupper serve --build-context-mib` bounds what a build request may
+// send (413 past it; a context under it is read whole: its bad Dockerfile is what fails),
+// and values under 1 are refused at start.
+func TestServeBuildFlags(t *testing.T) {
+	for _, flag := range []string{"--build-context-mib", "--concurrent-builds"} {
+		out, err := exec.Command(servertest.Binary(t), "serve", "--addr", "127.0.0.1:0", "--home", t.TempDir(), "--provider", "memory", flag, "0").CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "must be at least 1") {
+			t.Errorf("serve %s 0: %v %s", flag, err, out)
+		}
+	}
+	if ok, why := servertest.CanRunLocal(); !ok {
+		testenv.Skip(t, "local provider: "+why)
+	}
+	home := t.TempDir()
+	// A user namespace's root must traverse t.TempDir's private parent.
+	if err := os.Chmod(filepath.Dir(home), 0o711); err != nil {
+		t.Fatal(err)
+	}
+	key := newKey(t, home)
+	c := startServeArgs(t, home, []string{"--provider", "local", "--build-context-mib", "1", "--concurrent-builds", "2"})
+	if err := c.waitServing(60 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	build := map[string]any{"name": "big", "dockerfile": "Dockerfile"}
+	for _, tc := range []struct {
+		size int
+		want int
+	}{{2 << 20, http.StatusRequestEntityTooLarge}, {512 << 10, http.StatusBadRequest}} {
+		ctype, body := buildBody(t, build, contextTar(t, false,
+			tarEntry{name: "Dockerfile", body: "NOSUCHINSTRUCTION x\n"},
+			tarEntry{name: "big", body: strings.Repeat("x", tc.size)}))
+		resp, data := send(t, "POST", c.url+"/v1/templates", key, ctype, body)
+		if resp.StatusCode != tc.want {
+			t.Errorf("a context of %d bytes under --build-context-mib 1: %d %s, want %d", tc.size, resp.StatusCode, data, tc.want)
+		}
+		if tc.want == http.StatusBadRequest && !strings.Contains(string(data), "NOSUCHINSTRUCTION") {
+			t.Errorf("the context under the bound was not read to its Dockerfile: %s", data)
+		}
 	}
 }

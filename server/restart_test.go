@@ -50,7 +50,14 @@ func serve(t *testing.T, home, prov string, env ...string) *child {
 func startServe(t *testing.T, home, prov string, env ...string) *child {
 	t.Helper()
 	// Webhook receivers of these tests listen on loopback.
-	cmd := exec.Command(servertest.Binary(t), "serve", "--addr", "127.0.0.1:0", "--home", home, "--provider", prov, "--allow-private-webhooks")
+	return startServeArgs(t, home, []string{"--provider", prov, "--allow-private-webhooks"}, env...)
+}
+
+// startServeArgs starts `tupper serve` on a free loopback port with state in home and the
+// flags args, without waiting for it.
+func startServeArgs(t *testing.T, home string, args []string, env ...string) *child {
+	t.Helper()
+	cmd := exec.Command(servertest.Binary(t), append([]string{"serve", "--addr", "127.0.0.1:0", "--home", home}, args...)...)
 	cmd.Env = append(os.Environ(), "TUPPER_HOME="+home)
 	cmd.Env = append(cmd.Env, env...)
 	pr, err := cmd.StderrPipe()

@@ -27,6 +27,8 @@ func newServeCmd() *cobra.Command {
 		allowPrivate                          []string
 		snapExpiry                            time.Duration
 		snapsPerSandbox, snapsPerKey          int
+		buildContextMiB                       int64
+		concurrentBuilds                      int
 	)
 	cmd := &cobra.Command{
 		Use:   "serve [--addr HOST:PORT]",
@@ -66,6 +68,9 @@ func newServeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if buildContextMiB <= 0 || concurrentBuilds <= 0 {
+				return fmt.Errorf("--build-context-mib and --concurrent-builds must be at least 1")
+			}
 			if pool > 0 || len(allow) > 0 || runtimeName != "" {
 				lp, err := localWith(prov, local.Config{Pool: pool, AllowPrivate: allow, Runtime: runtimeName}, "--pool, --runtime and --allow-private")
 				if err != nil {
@@ -95,9 +100,11 @@ func newServeCmd() *cobra.Command {
 			srv, err := server.New(ctx, server.Config{Provider: prov, Store: st, Logger: logger, Domain: domain, BaseURL: baseURL, Version: version,
 				AllowPrivateWebhooks: allowPrivateWebhooks,
 				// The flags' 0 is "none"; the Config's is "the default".
-				SnapshotExpiry:      noneIfZero(snapExpiry),
-				SnapshotsPerSandbox: noneIfZero(snapsPerSandbox),
-				SnapshotsPerKey:     noneIfZero(snapsPerKey),
+				SnapshotExpiry:       noneIfZero(snapExpiry),
+				SnapshotsPerSandbox:  noneIfZero(snapsPerSandbox),
+				SnapshotsPerKey:      noneIfZero(snapsPerKey),
+				MaxBuildContextBytes: buildContextMiB << 20,
+				ConcurrentBuilds:     concurrentBuilds,
 			})
 			if err != nil {
 				return err
@@ -151,6 +158,8 @@ func newServeCmd() *cobra.Command {
 	fl.DurationVar(&snapExpiry, "snapshot-expiry", server.DefaultSnapshotExpiry, "snapshots made through the server expire and are deleted after this, the longest a request may ask (0: they are kept until they expire as asked, or for ever)")
 	fl.IntVar(&snapsPerSandbox, "snapshots-per-sandbox", server.DefaultSnapshotsPerSandbox, "most unexpired snapshots of one sandbox (0: no bound)")
 	fl.IntVar(&snapsPerKey, "snapshots-per-key", server.DefaultSnapshotsPerKey, "most unexpired snapshots made with one API key (0: no bound)")
+	fl.Int64Var(&buildContextMiB, "build-context-mib", 1024, "largest template build context a request may send, in MiB; it may unpack to four times that")
+	fl.IntVar(&concurrentBuilds, "concurrent-builds", 1, "template builds that run at once; the others wait in a queue")
 	fl.IntVar(&pool, "pool", 0, "keep this many sandboxes started for creates of the default shape with network none (local provider; see docs/local.md)")
 	return cmd
 }
