@@ -29,6 +29,21 @@ const DefaultSignedTTL = 15 * time.Minute
 // MaxSignedTTL is the longest validity of a signed URL.
 const MaxSignedTTL = 7 * 24 * time.Hour
 
+// signedTTL is a signed URL's validity from a request's expiresInMs: 0 is DefaultSignedTTL,
+// more than MaxSignedTTL is refused.
+func signedTTL(ms int64) (time.Duration, error) {
+	ttl, err := durMS("expiresInMs", ms)
+	switch {
+	case err != nil:
+		return 0, err
+	case ttl == 0:
+		return DefaultSignedTTL, nil
+	case ttl > MaxSignedTTL:
+		return 0, badRequest("expiresInMs is more than %v", MaxSignedTTL)
+	}
+	return ttl, nil
+}
+
 // baseURL is the server's public URL for links it hands out: Config.BaseURL, never the
 // request's Host.
 func (s *Server) baseURL() string { return s.cfg.BaseURL }
@@ -121,16 +136,9 @@ func (s *Server) exposePort(w http.ResponseWriter, r *http.Request, _ *caller) {
 		writeError(w, err)
 		return
 	}
-	ttl, err := durMS("expiresInMs", req.ExpiresInMS)
+	ttl, err := signedTTL(req.ExpiresInMS)
 	if err != nil {
 		writeError(w, err)
-		return
-	}
-	if ttl == 0 {
-		ttl = DefaultSignedTTL
-	}
-	if ttl > MaxSignedTTL {
-		writeError(w, badRequest("expiresInMs is more than %v", MaxSignedTTL))
 		return
 	}
 	s.withBox(w, r, func(b *sandbox.Sandbox) error {
@@ -382,16 +390,9 @@ func (s *Server) presign(w http.ResponseWriter, r *http.Request, _ *caller) {
 		writeError(w, badRequest("path is empty"))
 		return
 	}
-	ttl, err := durMS("expiresInMs", req.ExpiresInMS)
+	ttl, err := signedTTL(req.ExpiresInMS)
 	if err != nil {
 		writeError(w, err)
-		return
-	}
-	if ttl == 0 {
-		ttl = DefaultSignedTTL
-	}
-	if ttl > MaxSignedTTL {
-		writeError(w, badRequest("expiresInMs is more than %v", MaxSignedTTL))
 		return
 	}
 	s.withBox(w, r, func(b *sandbox.Sandbox) error {
