@@ -19,8 +19,6 @@ import (
 	"time"
 
 	"github.com/tupper-dev/tupper/internal/testenv"
-	"github.com/tupper-dev/tupper/provider"
-	"github.com/tupper-dev/tupper/providers/local"
 	"github.com/tupper-dev/tupper/server"
 	"github.com/tupper-dev/tupper/server/servertest"
 	"github.com/tupper-dev/tupper/template"
@@ -151,28 +149,11 @@ func followBuild(t *testing.T, srv *servertest.Server, id string) (string, build
 // cancelled one (neither leaves a template), builds being their key's, and every refusal
 // of hostile input.
 func TestTemplateBuildAPI(t *testing.T) {
-	if ok, why := servertest.CanRunLocal(); !ok {
-		testenv.Skip(t, "local provider: "+why)
-	}
-	cfg := servertest.LocalConfig(t, 61)
-	prov, err := local.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := prov.Available(context.Background()); err != nil {
-		testenv.Skip(t, "local provider: "+err.Error())
-	}
-	t.Cleanup(func() {
-		infos, _ := prov.List(context.Background(), provider.ListFilter{})
-		for _, in := range infos {
-			_ = prov.Destroy(context.Background(), in.ID)
-		}
-		prov.Close()
-	})
+	prov := servertest.Local(t, 61)
 	servertest.BusyboxTemplate(t, prov, "bb")
 	const limit = 64 << 10
 	srv := servertest.Start(t, prov, "", func(c *server.Config) { c.MaxBuildContextBytes = limit })
-	st, err := template.Open(cfg.Home)
+	st, err := template.Open(prov.Home())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +289,7 @@ func TestTemplateBuildAPI(t *testing.T) {
 	zeros := make([]byte, 1<<20)
 	noise := make([]byte, 2*limit)
 	rand.Read(noise)
-	outside := filepath.Join(cfg.Home, "escaped")
+	outside := filepath.Join(prov.Home(), "escaped")
 	for _, c := range []struct {
 		name   string
 		build  map[string]any

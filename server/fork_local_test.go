@@ -1,13 +1,10 @@
 package server_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 
 	"github.com/tupper-dev/tupper/internal/testenv"
-	"github.com/tupper-dev/tupper/provider"
-	"github.com/tupper-dev/tupper/providers/local"
 	"github.com/tupper-dev/tupper/server/servertest"
 )
 
@@ -16,24 +13,8 @@ import (
 // child a token that reaches that child only, with the parent's background process running
 // in it; a runc sandbox refuses a full snapshot with 501 (unsupported).
 func TestForkAndSnapshotsREST(t *testing.T) {
-	if ok, why := servertest.CanRunLocal(); !ok {
-		testenv.Skip(t, "local provider: "+why)
-	}
+	prov := servertest.Local(t, 71)
 	testenv.RequireBinary(t, "runsc")
-	prov, err := local.New(servertest.LocalConfig(t, 71))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := prov.Available(context.Background()); err != nil {
-		testenv.Skip(t, "local provider: "+err.Error())
-	}
-	t.Cleanup(func() {
-		infos, _ := prov.List(context.Background(), provider.ListFilter{})
-		for _, in := range infos {
-			_ = prov.Destroy(context.Background(), in.ID)
-		}
-		prov.Close()
-	})
 	srv := servertest.Start(t, prov, "")
 	type box struct{ ID, Token string }
 	var sb box

@@ -1,15 +1,11 @@
 package server_test
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/tupper-dev/tupper/internal/testenv"
-	"github.com/tupper-dev/tupper/provider"
-	"github.com/tupper-dev/tupper/providers/local"
 	"github.com/tupper-dev/tupper/server"
 	"github.com/tupper-dev/tupper/server/servertest"
 )
@@ -18,24 +14,7 @@ import (
 // expires, not when someone next happens to snapshot; the server forgets it, so it no longer
 // counts against a quota.
 func TestExpiredSnapshotReaped(t *testing.T) {
-	if ok, why := servertest.CanRunLocal(); !ok {
-		testenv.Skip(t, "local provider: "+why)
-	}
-	cfg := servertest.LocalConfig(t, 43)
-	prov, err := local.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := prov.Available(context.Background()); err != nil {
-		testenv.Skip(t, "local provider: "+err.Error())
-	}
-	t.Cleanup(func() {
-		infos, _ := prov.List(context.Background(), provider.ListFilter{})
-		for _, in := range infos {
-			_ = prov.Destroy(context.Background(), in.ID)
-		}
-		prov.Close()
-	})
+	prov := servertest.Local(t, 43)
 	srv := servertest.Start(t, prov, "", func(c *server.Config) {
 		c.ReapInterval = 200 * time.Millisecond
 		c.SnapshotsPerSandbox = 1
@@ -48,7 +27,7 @@ func TestExpiredSnapshotReaped(t *testing.T) {
 	if code := call(t, "POST", srv.URL+"/v1/sandboxes/"+sb.ID+"/snapshot", srv.Key, map[string]any{"expiresInMs": 1500}, &snap); code != 201 {
 		t.Fatalf("snapshot: %d", code)
 	}
-	dir := filepath.Join(cfg.Home, "snapshots", snap.ID)
+	dir := filepath.Join(prov.Home(), "snapshots", snap.ID)
 	if _, err := os.Stat(dir); err != nil {
 		t.Fatalf("the snapshot is not on disk where this test looks: %v", err)
 	}

@@ -83,6 +83,31 @@ func Provider(t testing.TB, n int) provider.Provider {
 		return memory.New()
 	}
 	t.Logf("server tests run on the local provider (runc)")
+	destroyAtEnd(t, p)
+	return p
+}
+
+// Local returns a local provider of its own for a test that needs that provider (LocalConfig
+// numbered n), or skips the test loudly (failing under CI=true) when this machine cannot run
+// it. Its sandboxes are destroyed when the test ends.
+func Local(t testing.TB, n int) *local.Provider {
+	t.Helper()
+	if ok, why := CanRunLocal(); !ok {
+		testenv.Skip(t, "local provider: "+why)
+	}
+	p, err := local.New(LocalConfig(t, n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Available(context.Background()); err != nil {
+		testenv.Skip(t, "local provider: "+err.Error())
+	}
+	destroyAtEnd(t, p)
+	return p
+}
+
+// destroyAtEnd destroys p's sandboxes and closes it when the test ends.
+func destroyAtEnd(t testing.TB, p *local.Provider) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -92,7 +117,6 @@ func Provider(t testing.TB, n int) provider.Provider {
 		}
 		p.Close()
 	})
-	return p
 }
 
 // Server is a running in-process server.

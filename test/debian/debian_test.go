@@ -1,7 +1,9 @@
 // Package debian tests the built-in debian template end to end: made on first use from the
-// machine's own Debian mirror (debootstrap), a sandbox of it where root installs packages
-// with apt-get, and a Dockerfile build on it whose RUN installs python3. It downloads from
-// the mirror, so scripts/test.sh runs it last, on its own.
+// machine's own Debian mirror (debootstrap), the shared conformance suite on sandboxes of it
+// (an image template: its own layers, nothing of the host's /usr), a sandbox where root
+// installs packages with apt-get, a Dockerfile build on it whose RUN installs python3, and
+// the base template built on it. It downloads from the mirror, so scripts/test.sh runs it
+// in a group of its own.
 package debian
 
 import (
@@ -23,6 +25,7 @@ import (
 	"github.com/tupper-dev/tupper/internal/testenv"
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/providers/local"
+	"github.com/tupper-dev/tupper/sandboxtest"
 	"github.com/tupper-dev/tupper/server/servertest"
 	"github.com/tupper-dev/tupper/template"
 )
@@ -105,6 +108,7 @@ func TestDebianTemplate(t *testing.T) {
 	if got := exec(t, inst, ". /etc/os-release; echo $VERSION_CODENAME; id -u; stat -c %U /usr/bin/apt-get; grep -c "+d.Mirror+" /etc/apt/sources.list"); got != d.Codename+"\n0\nroot\n1" {
 		t.Errorf("inside the debian sandbox: %q", got)
 	}
+	t.Run("conformance", func(t *testing.T) { testConformance(t, p, inst) })
 	// Root installs packages into the system: the quick start's apt-get install.
 	if got := exec(t, inst, "apt-get install -y -qq python3 >/dev/null 2>&1; python3 -c 'print(6*7)'"); got != "42" {
 		t.Errorf("python3 after apt-get install: %q", got)
@@ -139,6 +143,48 @@ func TestDebianTemplate(t *testing.T) {
 	}
 
 	t.Run("base", func(t *testing.T) { testBase(ctx, t, p) })
+}
+
+// imageProvider is the provider with every create that names no template (and no snapshot)
+// made from the template name: the suite's sandboxes on an image template.
+type imageProvider struct {
+	*local.Provider
+	name string
+	caps provider.Capabilities
+}
+
+func (p imageProvider) spec(s provider.CreateSpec) provider.CreateSpec {
+	if s.Template == "" && s.From == "" {
+		s.Template = p.name
+	}
+	return s
+}
+
+func (p imageProvider) Capabilities() provider.Capabilities { return p.caps.Clone() }
+
+func (p imageProvider) Create(ctx context.Context, s provider.CreateSpec) (provider.Instance, error) {
+	return p.Provider.Create(ctx, p.spec(s))
+}
+
+func (p imageProvider) GetOrCreate(ctx context.Context, s provider.CreateSpec) (provider.Instance, bool, error) {
+	return p.Provider.GetOrCreate(ctx, p.spec(s))
+}
+
+// testConformance runs the shared suite on sandboxes of the debian template, under the
+// default runtime, with the capabilities a sandbox of it has (inst's: no git, which debian's
+// minimal base lacks).
+func testConformance(t *testing.T, p *local.Provider, inst provider.Instance) {
+	cr, ok := inst.(provider.CapabilityReporter)
+	if !ok {
+		t.Fatal("a local sandbox does not report its own capabilities")
+	}
+	caps := cr.Capabilities()
+	if caps.Has(provider.CapGit) {
+		t.Errorf("a debian sandbox claims git, which the template lacks: [%s]", caps)
+	}
+	sandboxtest.Run(t, func(testing.TB) provider.Provider {
+		return imageProvider{Provider: p, name: template.Debian, caps: caps}
+	})
 }
 
 // testBase makes the built-in base template (a build on debian) on first use and checks
