@@ -83,7 +83,7 @@ func TestDebianTemplate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 28*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 35*time.Minute)
 	defer cancel()
 	if err := p.Available(ctx); err != nil {
 		testenv.Skip(t, err.Error())
