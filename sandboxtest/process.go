@@ -148,7 +148,13 @@ func procSameCommand(c *C) {
 	p := start(c, b, "echo once >> /tmp/starts; sleep 300", sandbox.StartOptions{Name: "svc"})
 	q := start(c, b, "echo once >> /tmp/starts; sleep 300", sandbox.StartOptions{Name: "svc"})
 	Eq(c, "PID of the second Start", q.PID(), p.PID())
-	time.Sleep(100 * time.Millisecond)
+	// The command may not have run its echo yet on a loaded machine: wait for it, then give a
+	// second run (were there one) as long again to show.
+	begun := time.Now()
+	if !c.waitFor(30*time.Second, func() bool { return c.Out(b, "cat /tmp/starts 2>/dev/null || true") != "" }) {
+		c.Fatalf("the started command never wrote /tmp/starts")
+	}
+	time.Sleep(time.Since(begun) + 100*time.Millisecond)
 	Eq(c, "times started", c.Read(b, "/tmp/starts"), "once\n")
 }
 
