@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -19,6 +21,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/tupper-dev/tupper/internal/netrange"
+	"github.com/tupper-dev/tupper/provider"
 )
 
 // Config is a Proxy's fixed configuration.
@@ -32,23 +35,20 @@ type Config struct {
 	// every other non-public address, and every address of the host, is refused whatever
 	// the policy says.
 	AllowPrivate []netip.Prefix `json:"allowPrivate,omitempty"`
-	// Log, when set, is a file the proxy appends one JSON line to per name asked and per
-	// connection refused (Entry); it stops writing at 4 MiB.
+	// Log, when set, is a file the proxy appends one JSON line (Entry) to per name asked and
+	// per connection, allowed or refused: each allowed entry once, each refusal at most once
+	// a second. It stops writing at 4 MiB.
 	Log string `json:"log,omitempty"`
 }
 
-// Entry is one line of the proxy's log.
-type Entry struct {
-	Time    time.Time `json:"time"`
-	Kind    string    `json:"kind"`           // "dns" (a name asked) or "connect" (a connection)
-	Name    string    `json:"name,omitempty"` // the name asked, or the SNI / Host of a connection
-	Type    string    `json:"type,omitempty"` // DNS: the query type
-	Dest    string    `json:"dest,omitempty"` // connect: address and port
-	Allowed bool      `json:"allowed"`
-	Reason  string    `json:"reason,omitempty"` // why it was refused
-}
+// Entry is one line of the proxy's log (ReadLog reads them back).
+type Entry = provider.EgressEntry
 
 const maxLog = 4 << 20
+
+// maxLogged bounds the proxy's memory of what it logged; past it, it forgets and may log
+// an allowed entry again.
+const maxLogged = 8192
 
 // Proxy enforces a Policy for one sandbox: a DNS resolver (ServeDNS) and a transparent TCP
 // proxy (ServeTCP). Its methods may be called concurrently.
@@ -67,6 +67,7 @@ type Proxy struct {
 	conns   map[*proxied]struct{}
 	logMu   sync.Mutex
 	logSize int64
+	logged  map[string]time.Time // entries logged (see log), to log each once
 }
 
 // proxied is a connection being relayed, with what it was allowed for.
@@ -109,15 +110,27 @@ func (p *Proxy) Policy() *Policy {
 	return p.policy
 }
 
+// log appends e to the log: an allowed entry once, a refusal at most once a second, so a
+// sandbox retrying in a loop cannot fill it.
 func (p *Proxy) log(e Entry) {
 	if p.cfg.Log == "" {
 		return
 	}
-	e.Time = time.Now().UTC()
-	b, _ := json.Marshal(e)
-	b = append(b, '\n')
+	e = sanitize(e)
+	now := time.Now().UTC()
+	e.Time = now
+	key := strings.Join([]string{e.Kind, e.Name, e.Via, e.Type, e.Dest, strconv.FormatBool(e.Allowed), e.Reason}, "\x00")
 	p.logMu.Lock()
 	defer p.logMu.Unlock()
+	if last, ok := p.logged[key]; ok && (e.Allowed || now.Sub(last) < time.Second) {
+		return
+	}
+	if p.logged == nil || len(p.logged) >= maxLogged {
+		p.logged = map[string]time.Time{}
+	}
+	p.logged[key] = now
+	b, _ := json.Marshal(e)
+	b = append(b, '\n')
 	if p.logSize+int64(len(b)) > maxLog {
 		return
 	}
@@ -199,6 +212,27 @@ func (p *Proxy) refuseLocked(dst netip.AddrPort, name string) string {
 		return "no server name (TLS SNI or HTTP Host) to check"
 	}
 	return ""
+}
+
+// via returns, for a connection to a without a name, the first (in order) of the allowed
+// names whose answers held a: how a learn mode names an address.
+func (p *Proxy) via(a netip.Addr, name string) string {
+	if name != "" {
+		return ""
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var names []string
+	for n := range p.learned[a.Unmap()] {
+		if p.policy.AllowsName(n) {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	if len(names) == 0 {
+		return ""
+	}
+	return names[0]
 }
 
 // needsName reports whether a connection to dst must present an allowed name before it is
@@ -472,6 +506,9 @@ func (p *Proxy) relay(c net.Conn) {
 		p.log(Entry{Kind: "connect", Name: name, Dest: dst.String(), Reason: why})
 		return
 	}
+	if !httpMode { // relayHTTP logs each request's Host
+		p.log(Entry{Kind: "connect", Name: name, Via: p.via(dst.Addr(), name), Dest: dst.String(), Allowed: true})
+	}
 	done := make(chan struct{}, 2)
 	go func() {
 		io.Copy(c, up)
@@ -512,6 +549,7 @@ func (p *Proxy) relayHTTP(pc *proxied, br *bufio.Reader, req *http.Request, up n
 			pc.cut()
 			return
 		}
+		p.log(Entry{Kind: "connect", Name: name, Dest: pc.dst.String(), Allowed: true})
 		if _, ok := req.Header["User-Agent"]; !ok {
 			req.Header["User-Agent"] = []string{""} // Write adds none then
 		}

@@ -329,6 +329,36 @@ type NetworkSetter interface {
 	SetNetwork(ctx context.Context, n Network) error
 }
 
+// EgressReporter is optional: what a sandbox with a network policy (NetworkAllow) asked for
+// and reached, and what its policy refused, oldest first, from a cursor ("" is the start).
+// Names in entries come from the sandbox: bounded and stripped of anything but the
+// characters of a host name, but otherwise untrusted. Without it (or for a sandbox without
+// a policy, CodeUnsupported), nothing is reported: denials are seen only as the failures
+// of the commands that met them.
+type EgressReporter interface {
+	Egress(ctx context.Context, after string) (EgressLog, error)
+}
+
+// EgressLog is a page of a sandbox's egress record.
+type EgressLog struct {
+	Entries []EgressEntry `json:"entries"`
+	Cursor  string        `json:"cursor"`         // pass as after for the entries that follow
+	More    bool          `json:"more,omitempty"` // more entries follow Cursor now
+}
+
+// EgressEntry is one destination a sandbox asked for or reached. The same allowed entry is
+// recorded once; the same refusal at most once a second.
+type EgressEntry struct {
+	Time    time.Time `json:"time"`
+	Kind    string    `json:"kind"`           // "dns" (a name asked) or "connect" (a connection)
+	Name    string    `json:"name,omitempty"` // the name asked, or the TLS SNI / HTTP Host of a connection
+	Via     string    `json:"via,omitempty"`  // connect without a name: the allowed name whose answer held the address
+	Type    string    `json:"type,omitempty"` // dns: the query type (A, AAAA, …)
+	Dest    string    `json:"dest,omitempty"` // connect: address and port
+	Allowed bool      `json:"allowed"`
+	Reason  string    `json:"reason,omitempty"` // why it was refused (or failed)
+}
+
 // RangeReader is optional: read part of a file. Without it, the core reads the whole file
 // and skips to offset (used for log cursors and ranged downloads).
 type RangeReader interface {

@@ -197,18 +197,24 @@ const (
 // wildcards (*.github.com, the names below github.com), IP addresses and CIDR prefixes (see
 // package egress). Deny wins; a non-empty Allow denies whatever it does not name; an empty
 // Allow allows whatever Deny does not name. Mode "" with a list means NetworkAllow.
+//
+// Learn is learn mode: a policy (NetworkAllow) even with no lists, so that everything the
+// sandbox reaches passes through the provider's egress checks and is recorded
+// (EgressReporter), for an allow list made from what a run needed. With no lists it refuses
+// nothing network all would allow.
 type Network struct {
-	Mode  NetworkMode // "" means NetworkAll, or NetworkAllow when a list is given
+	Mode  NetworkMode // "" means NetworkAll, or NetworkAllow when a list is given or Learn
 	Allow []string    // destinations allowed, with NetworkAllow
 	Deny  []string    // destinations denied, with NetworkAllow
+	Learn bool        // a policy even with empty lists: everything reached is recorded
 }
 
-// Normalized returns n with its mode filled in: NetworkAllow when "" and a list is given,
-// NetworkAll when "" and none is.
+// Normalized returns n with its mode filled in: NetworkAllow when "" and a list is given
+// (or Learn), NetworkAll when "" and none is.
 func (n Network) Normalized() Network {
 	if n.Mode == "" {
 		n.Mode = NetworkAll
-		if len(n.Allow) > 0 || len(n.Deny) > 0 {
+		if len(n.Allow) > 0 || len(n.Deny) > 0 || n.Learn {
 			n.Mode = NetworkAllow
 		}
 	}

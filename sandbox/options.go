@@ -91,12 +91,12 @@ func validateNetwork(op string, n Network) error {
 	switch n.Mode {
 	case "":
 	case provider.NetworkAll, provider.NetworkNone:
-		if lists {
-			return errorf(CodeInvalidArgument, op, "network allow or deny list given with mode %q (use mode allow, or no mode)", n.Mode)
+		if lists || n.Learn {
+			return errorf(CodeInvalidArgument, op, "network allow or deny list, or learn, given with mode %q (use mode allow, or no mode)", n.Mode)
 		}
 	case provider.NetworkAllow:
-		if !lists {
-			return errorf(CodeInvalidArgument, op, "network mode allow with neither an allow nor a deny list")
+		if !lists && !n.Learn {
+			return errorf(CodeInvalidArgument, op, "network mode allow with neither an allow nor a deny list (nor learn)")
 		}
 	default:
 		return errorf(CodeInvalidArgument, op, "network mode %q is not all, none or allow", n.Mode)

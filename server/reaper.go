@@ -11,12 +11,14 @@ import (
 
 // Run does the server's background work until ctx ends: webhook deliveries from the outbox
 // (including those a previous process left unfinished) and the reaper (sandboxes past
-// their deadline, expired snapshots).
+// their deadline, expired snapshots) and the egress loop (refusals of network policies as
+// events).
 func (s *Server) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); s.deliverLoop(ctx) }()
 	go func() { defer wg.Done(); s.reapLoop(ctx) }()
+	go func() { defer wg.Done(); s.egressLoop(ctx) }()
 	wg.Wait()
 	return nil
 }

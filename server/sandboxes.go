@@ -35,13 +35,14 @@ const (
 	EventProcessExited   = "process.exited"
 	EventPortExposed     = "port.exposed"
 	EventPortClosed      = "port.unexposed"
+	EventEgressDenied    = "sandbox.egress_denied" // a sandbox's network policy refused a name or a connection
 )
 
 // EventTypes lists every event type, for webhook filters.
 var EventTypes = []string{
 	EventCreated, EventDestroyed, EventExpired, EventTimedOut, EventPaused, EventResumed,
 	EventSnapshotCreated, EventSnapshotDeleted, EventForked, EventTimeoutSet, EventProcessStarted, EventProcessStopped,
-	EventProcessExited, EventPortExposed, EventPortClosed,
+	EventProcessExited, EventPortExposed, EventPortClosed, EventEgressDenied,
 	builds.EventQueued, builds.EventStarted, builds.EventReady, builds.EventFailed,
 }
 
@@ -83,6 +84,7 @@ type networkJSON struct {
 	Mode  string   `json:"mode,omitempty"`
 	Allow []string `json:"allow,omitempty"`
 	Deny  []string `json:"deny,omitempty"`
+	Learn bool     `json:"learn,omitempty"`
 }
 
 func (n *networkJSON) UnmarshalJSON(data []byte) error {
@@ -99,20 +101,21 @@ func (n *networkJSON) UnmarshalJSON(data []byte) error {
 		Mode  string    `json:"mode"`
 		Allow *[]string `json:"allow"`
 		Deny  *[]string `json:"deny"`
+		Learn bool      `json:"learn"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&obj); err != nil {
 		return fmt.Errorf("%s: %s", forms, strings.TrimPrefix(err.Error(), "json: "))
 	}
-	*n = networkJSON{Mode: obj.Mode}
+	*n = networkJSON{Mode: obj.Mode, Learn: obj.Learn}
 	if obj.Allow != nil {
 		n.Allow = *obj.Allow
 	}
 	if obj.Deny != nil {
 		n.Deny = *obj.Deny
 	}
-	if n.Mode == "" && (obj.Allow != nil || obj.Deny != nil) {
+	if n.Mode == "" && (obj.Allow != nil || obj.Deny != nil || obj.Learn) {
 		n.Mode = string(provider.NetworkAllow)
 	}
 	return nil
@@ -120,7 +123,7 @@ func (n *networkJSON) UnmarshalJSON(data []byte) error {
 
 // network is n as the SDK's.
 func (n *networkJSON) network() sandbox.Network {
-	return sandbox.Network{Mode: provider.NetworkMode(n.Mode), Allow: n.Allow, Deny: n.Deny}
+	return sandbox.Network{Mode: provider.NetworkMode(n.Mode), Allow: n.Allow, Deny: n.Deny, Learn: n.Learn}
 }
 
 type createRequest struct {
@@ -402,6 +405,22 @@ func (s *Server) setNetwork(w http.ResponseWriter, r *http.Request, _ *caller) {
 			return err
 		}
 		w.WriteHeader(http.StatusNoContent)
+		return nil
+	})
+}
+
+// egressLog returns a page of the sandbox's egress record (sandbox.Egress); ?after= is the
+// cursor of the previous page.
+func (s *Server) egressLog(w http.ResponseWriter, r *http.Request, _ *caller) {
+	s.withBox(w, r, func(b *sandbox.Sandbox) error {
+		l, err := b.Egress(r.Context(), r.URL.Query().Get("after"))
+		if err != nil {
+			return err
+		}
+		if l.Entries == nil {
+			l.Entries = []sandbox.EgressEntry{}
+		}
+		writeJSON(w, http.StatusOK, l)
 		return nil
 	})
 }

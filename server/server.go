@@ -68,6 +68,9 @@ type Config struct {
 	// ReapInterval is how often the server reconciles its records with the provider and
 	// destroys sandboxes past their deadline; 0 is 10 s.
 	ReapInterval time.Duration
+	// EgressInterval is how often the server reads the egress records of its sandboxes and
+	// turns their refusals into sandbox.egress_denied events (egress.go); 0 is 1 s.
+	EgressInterval time.Duration
 	// AllowPrivateWebhooks lets webhooks post to loopback and private addresses (RFC 1918,
 	// carrier-grade NAT, IPv6 ULA), for a server that posts to a service on its own machine
 	// or network. Without it a webhook reaches public addresses only; link-local addresses
@@ -153,6 +156,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if cfg.ReapInterval <= 0 {
 		cfg.ReapInterval = 10 * time.Second
+	}
+	if cfg.EgressInterval <= 0 {
+		cfg.EgressInterval = time.Second
 	}
 	if cfg.WebhookBackoff <= 0 {
 		cfg.WebhookBackoff = time.Second

@@ -93,6 +93,7 @@ type createFlags struct {
 	template     string
 	network      string
 	allow, deny  []string
+	learn        bool
 	env          []string
 	labels       []string
 	size         string
@@ -136,6 +137,7 @@ func (f *createFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.network, "network", "all", "network: all or none")
 	fl.StringArrayVar(&f.allow, "allow", nil, "allow egress to DEST only: a domain, *.domain, an IP address or a CIDR (repeatable; anything not allowed is denied; see docs/network.md)")
 	fl.StringArrayVar(&f.deny, "deny", nil, "deny egress to DEST: a domain, *.domain, an IP address or a CIDR (repeatable; wins over --allow)")
+	fl.BoolVar(&f.learn, "learn", false, "learn mode: record every destination the sandbox reaches (through the egress policy, refusing nothing unless --allow/--deny say so); run prints the allow list that would permit it, tupper network ID --learned prints it later")
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "environment variable K=V for every command (repeatable)")
 	fl.StringArrayVar(&f.labels, "label", nil, "label K=V (repeatable)")
 	fl.StringVar(&f.size, "size", "", "machine size: small, medium or large")
@@ -148,11 +150,11 @@ func (f *createFlags) options() (sandbox.CreateOptions, error) {
 	if opts.Network, err = parseNetwork(f.network); err != nil {
 		return opts, err
 	}
-	if len(f.allow) > 0 || len(f.deny) > 0 {
+	if len(f.allow) > 0 || len(f.deny) > 0 || f.learn {
 		if f.network == "none" {
-			return opts, fmt.Errorf("--allow and --deny need a network: drop --network none")
+			return opts, fmt.Errorf("--allow, --deny and --learn need a network: drop --network none")
 		}
-		opts.Network = sandbox.Network{Mode: provider.NetworkAllow, Allow: f.allow, Deny: f.deny}
+		opts.Network = sandbox.Network{Mode: provider.NetworkAllow, Allow: f.allow, Deny: f.deny, Learn: f.learn}
 	}
 	if f.size != "" {
 		opts.Size = sandbox.Size{Name: f.size}

@@ -15,6 +15,8 @@ func newNetworkCmd() *cobra.Command {
 		pf          providerFlags
 		mode        string
 		allow, deny []string
+		learn       bool
+		learned     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "network ID (--allow DEST... --deny DEST... | --mode all|none)",
@@ -24,22 +26,27 @@ func newNetworkCmd() *cobra.Command {
 			"does not name and --deny wins over --allow. --mode all opens everything public, --mode\n" +
 			"none closes everything. Connections the new policy refuses are cut. The local provider\n" +
 			"changes only sandboxes created with a policy (tupper create --allow/--deny).",
-		Example: "  tupper network $id --allow pypi.org --allow files.pythonhosted.org\n  tupper network $id --mode none",
-		Args:    cobra.ExactArgs(1),
+		Example: "  tupper network $id --allow pypi.org --allow files.pythonhosted.org\n  tupper network $id --mode none\n" +
+			"  tupper network $id --learned   # the allow list of what a --learn sandbox reached",
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var n sandbox.Network
 			switch {
-			case len(allow) > 0 || len(deny) > 0:
-				if mode != "" && mode != string(provider.NetworkAllow) {
-					return fmt.Errorf("--allow and --deny go with no --mode (or --mode allow)")
+			case learned:
+				if len(allow) > 0 || len(deny) > 0 || learn || mode != "" {
+					return fmt.Errorf("--learned changes nothing: give it alone")
 				}
-				n = sandbox.Network{Mode: provider.NetworkAllow, Allow: allow, Deny: deny}
+			case len(allow) > 0 || len(deny) > 0 || learn:
+				if mode != "" && mode != string(provider.NetworkAllow) {
+					return fmt.Errorf("--allow, --deny and --learn go with no --mode (or --mode allow)")
+				}
+				n = sandbox.Network{Mode: provider.NetworkAllow, Allow: allow, Deny: deny, Learn: learn}
 			case mode == "all":
 				n = sandbox.NetworkAll
 			case mode == "none":
 				n = sandbox.NetworkNone
 			default:
-				return fmt.Errorf("give --allow/--deny, or --mode all or none")
+				return fmt.Errorf("give --allow/--deny, --learn, --learned, or --mode all or none")
 			}
 			ctx := cmd.Context()
 			prov, err := pf.resolveExisting(ctx)
@@ -51,6 +58,14 @@ func newNetworkCmd() *cobra.Command {
 				return err
 			}
 			defer box.Close()
+			if learned {
+				entries, _, err := box.EgressSince(ctx, "", 0)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), allowFlags(sandbox.LearnAllowList(entries)))
+				return nil
+			}
 			return box.SetNetwork(ctx, n)
 		},
 	}
@@ -59,5 +74,7 @@ func newNetworkCmd() *cobra.Command {
 	fl.StringVar(&mode, "mode", "", "all or none (instead of lists)")
 	fl.StringArrayVar(&allow, "allow", nil, "allow egress to DEST only (repeatable)")
 	fl.StringArrayVar(&deny, "deny", nil, "deny egress to DEST (repeatable; wins over --allow)")
+	fl.BoolVar(&learn, "learn", false, "learn mode: refuse nothing the lists do not, record every destination reached")
+	fl.BoolVar(&learned, "learned", false, "print, as --allow flags, the allow list that would permit what the sandbox reached so far")
 	return cmd
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
 )
 
@@ -24,8 +26,9 @@ func newRunCmd() *cobra.Command {
 		Long: "run creates a sandbox, runs the command in /workspace with its output streamed,\n" +
 			"destroys the sandbox and exits with the command's exit code (124 on timeout,\n" +
 			"125 when tupper itself fails).",
-		Example: "  tupper run --network none -- sh -c 'echo hi'\n  tupper run --runtime runsc -e NAME=x -- python3 -c 'print(1)'",
-		Args:    cobra.MinimumNArgs(1),
+		Example: "  tupper run --network none -- sh -c 'echo hi'\n  tupper run --runtime runsc -e NAME=x -- python3 -c 'print(1)'\n" +
+			"  tupper run --allow pypi.org --allow files.pythonhosted.org -- pip install requests\n  tupper run --learn -- pip install requests",
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts, err := f.options()
 			if err != nil {
@@ -51,7 +54,11 @@ func newRunCmd() *cobra.Command {
 					}
 				}()
 			}
-			return streamRun(ctx, cmd, box, argvCommand(args), "", timeout, interactive)
+			err = streamRun(ctx, cmd, box, argvCommand(args), "", timeout, interactive)
+			if opts.Network.Normalized().Mode == provider.NetworkAllow {
+				egressNotes(ctx, cmd, box, "", f.learn)
+			}
+			return err
 		},
 	}
 	f.register(cmd)
@@ -59,6 +66,55 @@ func newRunCmd() *cobra.Command {
 	cmd.Flags().BoolVarP(&interactive, "interactive", "i", false, "pass standard input to the command")
 	cmd.Flags().BoolVar(&keep, "keep", false, "keep the sandbox afterwards (prints its id on stderr)")
 	return cmd
+}
+
+// maxDenialNotes bounds the "egress denied" lines run prints.
+const maxDenialNotes = 10
+
+// egressNotes prints on tupper's own stderr (never in the sandbox's output) what the
+// sandbox's network policy refused since cursor after, one line per destination, and with
+// learn the allow list that would permit what it reached. A provider that records nothing
+// prints nothing.
+func egressNotes(ctx context.Context, cmd *cobra.Command, box *sandbox.Sandbox, after string, learn bool) {
+	entries, _, err := box.EgressSince(ctx, after, 0)
+	if err != nil {
+		return
+	}
+	errw := cmd.ErrOrStderr()
+	why := map[string]string{}
+	for _, e := range entries {
+		if !e.Allowed {
+			d := cmp.Or(e.Name, e.Dest)
+			if _, ok := why[d]; !ok {
+				why[d] = e.Reason
+			}
+		}
+	}
+	denied := sandbox.Denied(entries)
+	for i, d := range denied {
+		if i == maxDenialNotes {
+			fmt.Fprintf(errw, "tupper: egress denied: %d more destinations\n", len(denied)-i)
+			break
+		}
+		fmt.Fprintf(errw, "tupper: egress denied: %s (%s)\n", d, why[d])
+	}
+	if learn {
+		allow := sandbox.LearnAllowList(entries)
+		if len(allow) == 0 {
+			fmt.Fprintln(errw, "tupper: learned: nothing was reached")
+			return
+		}
+		fmt.Fprintf(errw, "tupper: learned: %s\n", allowFlags(allow))
+	}
+}
+
+// allowFlags renders an allow list as the flags that give it.
+func allowFlags(allow []string) string {
+	words := make([]string, len(allow))
+	for i, a := range allow {
+		words[i] = "--allow " + sandbox.Quote(a)
+	}
+	return strings.Join(words, " ")
 }
 
 // argvCommand turns argv into one shell command line with every word quoted, so

@@ -392,6 +392,7 @@ func (i *Instance) SetNetwork(ctx context.Context, n provider.Network) error {
 	default:
 		return provider.Errorf(provider.CodeInvalidArgument, "unknown network mode %q", n.Mode)
 	}
+	i.p.probed() // the bridge (p.net), in a process that only connected to the sandbox
 	lk, err := i.p.lockSandbox(ctx, i.id)
 	if err != nil {
 		return err
@@ -445,4 +446,30 @@ func (i *Instance) SetNetwork(ctx context.Context, n provider.Network) error {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+}
+
+var _ provider.EgressReporter = (*Instance)(nil)
+
+// Egress reads the sandbox's proxy log (egress.log in its directory; the cursor is a byte
+// offset in it). A sandbox without a policy has no proxy: unsupported.
+func (i *Instance) Egress(ctx context.Context, after string) (provider.EgressLog, error) {
+	rec, err := i.p.lay.readRecord(i.id)
+	if err != nil {
+		return provider.EgressLog{}, err
+	}
+	if rec.Network != string(provider.NetworkAllow) {
+		return provider.EgressLog{}, provider.Errorf(provider.CodeUnsupported,
+			"sandbox %s has network %q: only a sandbox with a policy (allow or deny lists, or learn) records its egress", i.id, rec.Network)
+	}
+	var off int64
+	if after != "" {
+		if off, err = strconv.ParseInt(after, 10, 64); err != nil || off < 0 {
+			return provider.EgressLog{}, provider.Errorf(provider.CodeInvalidArgument, "egress cursor %q is not one this sandbox gave", after)
+		}
+	}
+	entries, next, more, err := egress.ReadLog(i.p.lay.egressLog(i.id), off)
+	if err != nil {
+		return provider.EgressLog{}, provider.Wrap(err, provider.CodeProvider, "egress")
+	}
+	return provider.EgressLog{Entries: entries, Cursor: strconv.FormatInt(next, 10), More: more}, nil
 }

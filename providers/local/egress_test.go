@@ -20,6 +20,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -370,6 +371,78 @@ func testEgress(t *testing.T, rt string) {
 			}
 		}
 	})
+	t.Run("denials are events", func(t *testing.T) {
+		// b.test was refused above: the server's egress loop makes it an event, stored and
+		// delivered to a webhook on loopback.
+		var ev struct {
+			Type string `json:"type"`
+			Data struct {
+				Destination, Kind, Reason string
+			} `json:"data"`
+		}
+		select {
+		case body := <-api.hooks:
+			if err := json.Unmarshal(body, &ev); err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("no sandbox.egress_denied delivered to the webhook within 20 s")
+		}
+		if ev.Type != "sandbox.egress_denied" || ev.Data.Destination == "" || ev.Data.Reason == "" {
+			t.Errorf("webhook delivery: %+v", ev)
+		}
+		var list struct {
+			Events []struct {
+				Data struct{ Destination, Kind, Reason, Address string }
+			}
+		}
+		api.want(t, 200, &list, "GET", "/v1/events?type=sandbox.egress_denied&sandbox="+inst.ID(), nil)
+		got := map[string]string{}
+		for _, e := range list.Events {
+			got[e.Data.Destination] = e.Data.Reason
+		}
+		for _, d := range []string{"b.test", "deny.w.test", "c.test", egNoName.String() + ":7000", egDenied.String() + ":7000"} {
+			if got[d] == "" {
+				t.Errorf("no sandbox.egress_denied event for %s: %v", d, got)
+			}
+		}
+		if _, ok := got["a.test"]; ok {
+			t.Errorf("an event for a.test, which is allowed: %v", got)
+		}
+		// The record itself, over REST: allowed entries once each, refusals with their reason.
+		var page struct {
+			Entries []struct {
+				Kind, Name, Dest, Reason string
+				Allowed                  bool
+			}
+			Cursor string
+			More   bool
+		}
+		api.want(t, 200, &page, "GET", "/v1/sandboxes/"+inst.ID()+"/egress", nil)
+		var allowedA, deniedB, connectA int
+		for _, e := range page.Entries {
+			switch {
+			case e.Kind == "dns" && e.Name == "a.test" && e.Allowed:
+				allowedA++
+			case e.Kind == "dns" && e.Name == "b.test" && !e.Allowed:
+				deniedB++
+			case e.Kind == "connect" && e.Name == "a.test" && e.Allowed:
+				connectA++
+			}
+		}
+		if allowedA == 0 || deniedB == 0 || connectA == 0 || page.Cursor == "" {
+			t.Errorf("egress record: a.test asked %d, b.test refused %d, a.test connected %d, cursor %q", allowedA, deniedB, connectA, page.Cursor)
+		}
+		var next struct {
+			Entries []json.RawMessage
+			Cursor  string
+		}
+		api.want(t, 200, &next, "GET", "/v1/sandboxes/"+inst.ID()+"/egress?after="+page.Cursor, nil)
+		if page.More == false && (len(next.Entries) != 0 || next.Cursor != page.Cursor) {
+			t.Errorf("read from the end: %d entries, cursor %q (was %q)", len(next.Entries), next.Cursor, page.Cursor)
+		}
+	})
+	t.Run("cli", func(t *testing.T) { testEgressCLI(t, rt) })
 	t.Run("set network", func(t *testing.T) {
 		// A connection to a.test stays open across the change that denies a.test.
 		run(t, inst, "rm -f /tmp/hold; "+egHelperIn+" hold "+egShared.String()+":80 a.test /tmp/hold >/dev/null 2>&1 &")
@@ -420,9 +493,11 @@ func waitFile(t *testing.T, inst *Instance, path, word string) {
 	}
 }
 
-// labAPI is a real server over the lab's provider, on loopback.
+// labAPI is a real server over the lab's provider, on loopback, running its background
+// loops, with a webhook for sandbox.egress_denied on loopback too.
 type labAPI struct {
 	url, key string
+	hooks    chan []byte // the bodies the webhook received
 }
 
 func (l *egressLab) startServer(t *testing.T) *labAPI {
@@ -432,18 +507,125 @@ func (l *egressLab) startServer(t *testing.T) *labAPI {
 	}
 	ts := httptest.NewUnstartedServer(nil)
 	srv, err := server.New(l.ctx, server.Config{Provider: l.p, Store: st, BaseURL: "http://" + ts.Listener.Addr().String(),
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ReapInterval: time.Hour})
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ReapInterval: time.Hour, EgressInterval: 100 * time.Millisecond,
+		AllowPrivateWebhooks: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ts.Config = srv.HTTPServer()
 	ts.Start()
-	t.Cleanup(func() { ts.Close(); srv.Close(); st.Close() })
+	ctx, cancel := context.WithCancel(l.ctx)
+	ran := make(chan struct{})
+	go func() { srv.Run(ctx); close(ran) }()
+	hooks := make(chan []byte, 100)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		select {
+		case hooks <- b:
+		default:
+		}
+	}))
+	t.Cleanup(func() {
+		cancel()
+		<-ran
+		hook.Close()
+		ts.Close()
+		srv.Close()
+		st.Close()
+	})
 	_, key, err := st.CreateKey(l.ctx, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &labAPI{url: ts.URL, key: key}
+	a := &labAPI{url: ts.URL, key: key, hooks: hooks}
+	a.want(t, 201, nil, "POST", "/v1/webhooks", map[string]any{"url": hook.URL, "events": []string{"sandbox.egress_denied"}})
+	return a
+}
+
+// testEgressCLI runs the tupper binary against the lab: run and create with --allow and
+// --learn, and tupper network on a running sandbox. Its sandboxes are on the default
+// bridge of this test's own network namespace.
+func testEgressCLI(t *testing.T, rt string) {
+	home, err := os.MkdirTemp("/tmp", "tce")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(home, 0o711)
+	tupper := func(args ...string) (string, string, int) {
+		t.Helper()
+		cmd := exec.Command(testenv.TupperBinary(t), args...)
+		cmd.Env = append(os.Environ(), "TUPPER_HOME="+home, "TUPPER_PROVIDER=")
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatalf("tupper %v: %v", args, err)
+		}
+		return out.String(), errb.String(), code
+	}
+	var made []string
+	t.Cleanup(func() {
+		for _, id := range made {
+			tupper("rm", id)
+		}
+		os.RemoveAll(home)
+	})
+	const both = "curl -sS --max-time 10 http://a.test/; curl -sS --max-time 10 http://b.test/; true"
+
+	// run --allow: b.test fails at once, and tupper says why on its own stderr.
+	out, errOut, code := tupper("run", "--runtime", rt, "--allow", "a.test", "--", "sh", "-c", both+" 2>/dev/null")
+	if code != 0 || out != "http a.test\n" {
+		t.Errorf("run --allow a.test: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if !strings.Contains(errOut, "tupper: egress denied: b.test (name not allowed)\n") || strings.Contains(errOut, "denied: a.test") {
+		t.Errorf("run --allow a.test: stderr %q, want one egress denied note for b.test", errOut)
+	}
+
+	// run --learn: everything passes, and the allow list that permits it is printed.
+	out, errOut, code = tupper("run", "--runtime", rt, "--learn", "--", "sh", "-c", both+"; curl -sS --max-time 10 "+egByAddr.String()+":7000 2>&1 | head -c 0")
+	if code != 0 || out != "http a.test\nhttp b.test\n" {
+		t.Errorf("run --learn: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if want := "tupper: learned: --allow " + egByAddr.String() + " --allow a.test --allow b.test\n"; !strings.Contains(errOut, want) || strings.Contains(errOut, "egress denied") {
+		t.Errorf("run --learn: stderr %q, want %q", errOut, want)
+	}
+
+	// create --allow --deny, then tupper network while it runs.
+	out, errOut, code = tupper("create", "--runtime", rt, "--allow", "a.test", "--allow", "b.test", "--deny", "b.test")
+	id := strings.TrimSpace(out)
+	if code != 0 || id == "" {
+		t.Fatalf("create: exit %d, %q %q", code, out, errOut)
+	}
+	made = append(made, id)
+	curl := func(name string) string {
+		out, _, _ := tupper("exec", id, "--", "sh", "-c", "curl -sS --max-time 10 http://"+name+"/ 2>/dev/null || echo refused")
+		return strings.TrimSpace(out)
+	}
+	if a, b := curl("a.test"), curl("b.test"); a != "http a.test" || b != "refused" {
+		t.Errorf("created with --allow a.test --allow b.test --deny b.test: a.test %q, b.test %q", a, b)
+	}
+	if _, errOut, code := tupper("network", id, "--allow", "b.test"); code != 0 {
+		t.Fatalf("network --allow b.test: exit %d: %s", code, errOut)
+	}
+	if a, b := curl("a.test"), curl("b.test"); a != "refused" || b != "http b.test" {
+		t.Errorf("after network --allow b.test: a.test %q, b.test %q", a, b)
+	}
+	out, errOut, code = tupper("network", id, "--learned")
+	if code != 0 || strings.TrimSpace(out) != "--allow a.test --allow b.test" {
+		t.Errorf("network --learned: exit %d, %q %q", code, out, errOut)
+	}
+	if _, errOut, code := tupper("network", id, "--mode", "none"); code != 0 {
+		t.Fatalf("network --mode none: exit %d: %s", code, errOut)
+	}
+	if a := curl("a.test"); a != "refused" {
+		t.Errorf("after network --mode none: a.test %q", a)
+	}
+	if _, errOut, code := tupper("network", id, "--allow", "*"); code == 0 || !strings.Contains(errOut, `"*"`) {
+		t.Errorf("network --allow '*': exit %d, %q: want a refusal naming the entry", code, errOut)
+	}
 }
 
 // want sends a JSON request with the API key (or the headers given) and checks the status.

@@ -345,7 +345,16 @@ func (in *Instance) Snapshot(ctx context.Context, expires time.Duration) (string
 
 // SetNetwork replaces the sandbox's network policy (PUT /v1/sandboxes/{id}/network).
 func (in *Instance) SetNetwork(ctx context.Context, n provider.Network) error {
-	return in.p.call(ctx, http.MethodPut, in.path+"/network", networkJSON{Mode: string(n.Mode), Allow: n.Allow, Deny: n.Deny}, nil)
+	return in.p.call(ctx, http.MethodPut, in.path+"/network", toNetworkJSON(n), nil)
+}
+
+var _ provider.EgressReporter = (*Instance)(nil)
+
+// Egress reads a page of the sandbox's egress record (GET /v1/sandboxes/{id}/egress).
+func (in *Instance) Egress(ctx context.Context, after string) (provider.EgressLog, error) {
+	var l provider.EgressLog
+	err := in.p.call(ctx, http.MethodGet, in.path+"/egress?after="+url.QueryEscape(after), nil, &l)
+	return l, err
 }
 
 // SetTimeout moves the sandbox's deadline to d from now.

@@ -297,6 +297,11 @@ type networkJSON struct {
 	Mode  string   `json:"mode,omitempty"`
 	Allow []string `json:"allow,omitempty"`
 	Deny  []string `json:"deny,omitempty"`
+	Learn bool     `json:"learn,omitempty"`
+}
+
+func toNetworkJSON(n provider.Network) *networkJSON {
+	return &networkJSON{Mode: string(n.Mode), Allow: n.Allow, Deny: n.Deny, Learn: n.Learn}
 }
 
 // ceilMS rounds a duration up to whole milliseconds, so a positive one never becomes 0.
@@ -317,8 +322,8 @@ func createBody(spec provider.CreateSpec) createRequest {
 			req.Size = &sizeJSON{CPU: spec.Size.CPU, MemoryMB: spec.Size.MemoryMB, DiskGB: spec.Size.DiskGB}
 		}
 	}
-	if spec.Network.Mode != "" || len(spec.Network.Allow) > 0 || len(spec.Network.Deny) > 0 {
-		req.Network = &networkJSON{Mode: string(spec.Network.Mode), Allow: spec.Network.Allow, Deny: spec.Network.Deny}
+	if spec.Network.Mode != "" || len(spec.Network.Allow) > 0 || len(spec.Network.Deny) > 0 || spec.Network.Learn {
+		req.Network = toNetworkJSON(spec.Network)
 	}
 	return req
 }
