@@ -6,14 +6,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -71,58 +68,25 @@ type egressProc struct {
 	Ports egressFile `json:"ports"` // the proxy's ports (no prefixes)
 }
 
-func (n *network) egressDir() string { return filepath.Join(n.dir, "egress") }
-
 // setEgress records f for the sandbox leasing a (held by holder). Call with the network lock
 // held.
 func (n *network) setEgress(a netip.Addr, holder string, f egressFile) error {
-	if err := os.MkdirAll(n.egressDir(), 0o700); err != nil {
-		return err
-	}
 	b, err := json.Marshal(f)
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(n.egressDir(), a.String()), append([]byte(holder+"\n"), b...))
+	return n.setRecord(recEgress, a, holder, b)
 }
 
-// clearEgress removes a's record if holder wrote it, and reports whether it did.
-func (n *network) clearEgress(a, holder string) bool {
-	path := filepath.Join(n.egressDir(), a)
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return false
-	}
-	first, _, _ := strings.Cut(string(b), "\n")
-	if first != holder {
-		return false
-	}
-	return os.Remove(path) == nil
-}
-
-// egressRules reads the records of setEgress whose address is still leased by the sandbox
-// that wrote them.
+// egressRules reads the egress records of the sandboxes on the bridge (setEgress).
 func (n *network) egressRules() []egressRule {
-	ents, _ := os.ReadDir(n.egressDir())
 	var out []egressRule
-	for _, e := range ents {
-		a, err := netip.ParseAddr(e.Name())
-		if err != nil || !n.subnet.Contains(a) {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(n.egressDir(), e.Name()))
-		if err != nil {
-			continue
-		}
-		first, rest, _ := strings.Cut(string(b), "\n")
-		if first != holder(n.leases(), e.Name()) {
-			continue
-		}
+	for _, r := range n.records(recEgress) {
 		var f egressFile
-		if json.Unmarshal([]byte(rest), &f) != nil || f.DNSUDP == 0 || f.DNSTCP == 0 || f.Proxy == 0 {
+		if json.Unmarshal([]byte(r.body), &f) != nil || f.DNSUDP == 0 || f.DNSTCP == 0 || f.Proxy == 0 {
 			continue
 		}
-		out = append(out, egressRule{a, f})
+		out = append(out, egressRule{r.a, f})
 	}
 	return out
 }
@@ -245,10 +209,6 @@ func (p *Provider) startEgress(ctx context.Context, rec *record, socks *egressSo
 	if err := os.WriteFile(p.lay.egressConfig(rec.ID), b, 0o600); err != nil {
 		return 0, 0, nil, nil, err
 	}
-	sh, err := findBinary("sh")
-	if err != nil {
-		return 0, 0, nil, nil, err
-	}
 	var files []*os.File
 	defer func() {
 		for _, f := range files {
@@ -262,47 +222,15 @@ func (p *Provider) startEgress(ctx context.Context, rec *record, socks *egressSo
 		}
 		files = append(files, f)
 	}
-	r, wr, err := os.Pipe()
+	// $0 is the binary, $1 the config, $2 the error file: nothing is quoted into the script.
+	// Its fds 3 to 6: egress.FDDNSUDP, FDDNSTCP, FDProxy, and the gate, FDGo.
+	const script = `"$0" egress-proxy --config "$1" </dev/null >/dev/null 2>>"$2" & echo $!`
+	pid, start, gate, err := startDetached(ctx, "the egress proxy", script,
+		[]string{agentPath, p.lay.egressConfig(rec.ID), p.lay.egressErr(rec.ID)}, files, p.lay.egressErr(rec.ID))
 	if err != nil {
 		return 0, 0, nil, nil, err
 	}
-	files = append(files, r)
-	done = func() { wr.Close() }
-	defer func() {
-		if err != nil {
-			done()
-		}
-	}()
-	// $0 is the binary, $1 the config, $2 the error file: nothing is quoted into the script.
-	const script = `"$0" egress-proxy --config "$1" </dev/null >/dev/null 2>>"$2" & echo $!`
-	cmd := exec.CommandContext(ctx, sh, "-c", script, agentPath, p.lay.egressConfig(rec.ID), p.lay.egressErr(rec.ID))
-	cmd.ExtraFiles = files // fds 3 to 6: egress.FDDNSUDP, FDDNSTCP, FDProxy, FDGo
-	cmd.Env = []string{}
-	cmd.Dir = "/"
-	cmd.SysProcAttr = &unix.SysProcAttr{Setsid: true}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	cmd.WaitDelay = time.Second
-	out, err := cmd.Output()
-	if err != nil {
-		return 0, 0, nil, nil, fmt.Errorf("start the egress proxy: %w: %s", err, bytes.TrimSpace(stderr.Bytes()))
-	}
-	pid, err = strconv.Atoi(strings.TrimSpace(string(out)))
-	if err != nil || pid <= 0 {
-		return 0, 0, nil, nil, fmt.Errorf("start the egress proxy: sh printed %q", out)
-	}
-	if start = procStart(pid); start == 0 {
-		return 0, 0, nil, nil, fmt.Errorf("the egress proxy (pid %d) exited at once: %s", pid, readTail(p.lay.egressErr(rec.ID)))
-	}
-	serve = func() error {
-		_, err := wr.Write([]byte(egress.ServeWord + "\n"))
-		wr.Close()
-		if err != nil {
-			return fmt.Errorf("tell the egress proxy (pid %d) to serve: %w", pid, err)
-		}
-		return nil
-	}
-	return pid, start, serve, done, nil
+	return pid, start, openGate(gate, egress.ServeWord, "the egress proxy", pid), func() { gate.Close() }, nil
 }
 
 // readTail returns the last line of a small file, for an error message.

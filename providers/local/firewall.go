@@ -1,7 +1,6 @@
 package local
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -340,34 +339,36 @@ type allowance struct {
 	dst netip.Prefix
 }
 
-func (n *network) allowDir() string { return filepath.Join(n.dir, "allow") }
+// Per-address records: n.dir/KIND/ADDRESS holds, on its first line, the lease holder of the
+// address when it was written, then what the firewall needs of that sandbox (its
+// allowances, its egress policy's ports and prefixes). Records are per address, not per
+// bridge: providers with different configurations can share a bridge, each sandbox getting
+// its own provider's. A record is written after its lease and the lease is what counts, so a
+// record left behind by a crash never applies to the address's next holder.
+const (
+	recAllow  = "allow"  // Config.AllowPrivate's ranges, one per line
+	recEgress = "egress" // an egressFile (egress.go), as JSON
+)
 
-// setAllowances records the ranges of Config.AllowPrivate for the sandbox leasing a (held by
-// holder), or removes any record left for a when there are none. Records are per address,
-// not per bridge: providers with different AllowPrivate can share a bridge, each sandbox
-// getting its own provider's. Call with the network lock held.
-func (n *network) setAllowances(a netip.Addr, holder string) error {
-	path := filepath.Join(n.allowDir(), a.String())
-	if len(n.allow) == 0 {
-		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
-		}
-		return nil
-	}
-	if err := os.MkdirAll(n.allowDir(), 0o700); err != nil {
-		return err
-	}
-	var b strings.Builder
-	b.WriteString(holder + "\n")
-	for _, p := range n.allow {
-		b.WriteString(p.String() + "\n")
-	}
-	return os.WriteFile(path, []byte(b.String()), 0o600)
+// addrRecord is one record that counts: its address and body.
+type addrRecord struct {
+	a    netip.Addr
+	body string
 }
 
-// clearAllowances removes a's record if holder wrote it, and reports whether it did.
-func (n *network) clearAllowances(a, holder string) bool {
-	path := filepath.Join(n.allowDir(), a)
+// setRecord writes the KIND record of the sandbox leasing a (held by holder). Call with the
+// network lock held.
+func (n *network) setRecord(kind string, a netip.Addr, holder string, body []byte) error {
+	dir := filepath.Join(n.dir, kind)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	return writeFileAtomic(filepath.Join(dir, a.String()), append([]byte(holder+"\n"), body...))
+}
+
+// clearRecord removes a's KIND record if holder wrote it, and reports whether it did.
+func (n *network) clearRecord(kind, a, holder string) bool {
+	path := filepath.Join(n.dir, kind, a)
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return false
@@ -379,32 +380,57 @@ func (n *network) clearAllowances(a, holder string) bool {
 	return os.Remove(path) == nil
 }
 
-// allowances reads the records of setAllowances whose address is still leased by the
-// sandbox that wrote them; a record is written after its lease and the lease is what counts,
-// so a record left behind by a crash never opens anything to the address's next holder.
-func (n *network) allowances() []allowance {
-	ents, _ := os.ReadDir(n.allowDir())
-	var out []allowance
+// records reads the KIND records whose address is still leased by the sandbox that wrote
+// them.
+func (n *network) records(kind string) []addrRecord {
+	dir := filepath.Join(n.dir, kind)
+	ents, _ := os.ReadDir(dir)
+	leases := n.leases()
+	var out []addrRecord
 	for _, e := range ents {
 		a, err := netip.ParseAddr(e.Name())
 		if err != nil || !n.subnet.Contains(a) {
 			continue
 		}
-		f, err := os.Open(filepath.Join(n.allowDir(), e.Name()))
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
 		if err != nil {
 			continue
 		}
-		sc := bufio.NewScanner(f)
-		if !sc.Scan() || sc.Text() != holder(n.leases(), e.Name()) {
-			f.Close()
+		first, rest, _ := strings.Cut(string(b), "\n")
+		if first != holder(leases, e.Name()) {
 			continue
 		}
-		for sc.Scan() {
-			if p, err := netip.ParsePrefix(sc.Text()); err == nil && p.Addr().Is4() {
-				out = append(out, allowance{a, p.Masked()})
+		out = append(out, addrRecord{a, rest})
+	}
+	return out
+}
+
+// setAllowances records the ranges of Config.AllowPrivate for the sandbox leasing a (held by
+// holder), or removes any record left for a when there are none. Call with the network lock
+// held.
+func (n *network) setAllowances(a netip.Addr, holder string) error {
+	if len(n.allow) == 0 {
+		if err := os.Remove(filepath.Join(n.dir, recAllow, a.String())); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	var b strings.Builder
+	for _, p := range n.allow {
+		b.WriteString(p.String() + "\n")
+	}
+	return n.setRecord(recAllow, a, holder, []byte(b.String()))
+}
+
+// allowances reads the allowances of the sandboxes on the bridge (setAllowances).
+func (n *network) allowances() []allowance {
+	var out []allowance
+	for _, r := range n.records(recAllow) {
+		for _, line := range strings.Split(r.body, "\n") {
+			if p, err := netip.ParsePrefix(line); err == nil && p.Addr().Is4() {
+				out = append(out, allowance{r.a, p.Masked()})
 			}
 		}
-		f.Close()
 	}
 	return out
 }

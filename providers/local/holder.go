@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -58,30 +59,59 @@ const holderSeconds = "2147483647"
 // holder (and so no namespace, no mounts) that nothing records. Whether or not hold is
 // called, call done (it closes the pipe).
 func startHolder(ctx context.Context) (pid int, start uint64, hold func() error, done func(), err error) {
-	sh, err := findBinary("sh")
-	if err != nil {
-		return 0, 0, nil, nil, err
-	}
 	sleep, err := findBinary("sleep")
 	if err != nil {
 		return 0, 0, nil, nil, err
 	}
-	r, wr, err := os.Pipe()
-	if err != nil {
-		return 0, 0, nil, nil, err
-	}
-	done = func() { wr.Close() }
-	defer func() {
-		if err != nil {
-			done()
-		}
-	}()
 	// The background subshell is the holder: it reads the word from fd 3 (an asynchronous
 	// list's own stdin is /dev/null) and execs sleep in its place, keeping its pid. $0 is
 	// sleep's path: nothing is quoted into the script.
 	const script = `( read -r word <&3 && [ "$word" = hold ] && exec "$0" ` + holderSeconds + ` 3<&- ) </dev/null >/dev/null 2>&1 & echo $!`
-	cmd := exec.CommandContext(ctx, sh, "-c", script, sleep)
-	cmd.ExtraFiles = []*os.File{r}
+	pid, start, gate, err := startDetached(ctx, "the holder", script, []string{sleep}, nil, "")
+	if err != nil {
+		return 0, 0, nil, nil, err
+	}
+	done = func() { gate.Close() }
+	// It must be in this thread's namespace, whatever happened to the pid meanwhile.
+	ours, err := os.Readlink("/proc/thread-self/ns/mnt")
+	if err != nil {
+		done()
+		return 0, 0, nil, nil, err
+	}
+	if theirs, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/mnt"); err != nil || theirs != ours || procStart(pid) != start {
+		done()
+		return 0, 0, nil, nil, fmt.Errorf("the holder (pid %d) is not in the sandbox's mount namespace", pid)
+	}
+	return pid, start, openGate(gate, "hold", "the holder", pid), done, nil
+}
+
+// startDetached starts a process that outlives this one (the holder, an egress proxy):
+// sh runs script with args ($0, $1, …), which starts it in the background and prints its
+// pid; the process is then the child of init (or of the nearest subreaper), which reaps it
+// whenever it dies. It gets its own session, "/" as its working directory, no environment,
+// files as fds 3, 4, …, and after them the read end of a gate: a pipe whose only writer is
+// this process (the returned file). The process is expected to wait on the gate for a word
+// (openGate) and to exit on anything else, end of file included — what it reads when this
+// process dies first — so a creator that dies before recording it leaves nothing behind.
+// what names it in errors; errFile, when set, is a file whose last line explains an exit at
+// once. Whether or not the gate is opened, the caller closes it.
+func startDetached(ctx context.Context, what, script string, args []string, files []*os.File, errFile string) (pid int, start uint64, gate *os.File, err error) {
+	sh, err := findBinary("sh")
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	r, wr, err := os.Pipe()
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	defer r.Close()
+	defer func() {
+		if err != nil {
+			wr.Close()
+		}
+	}()
+	cmd := exec.CommandContext(ctx, sh, append([]string{"-c", script}, args...)...)
+	cmd.ExtraFiles = append(slices.Clone(files), r)
 	cmd.Env = []string{}
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &unix.SysProcAttr{Setsid: true}
@@ -89,34 +119,34 @@ func startHolder(ctx context.Context) (pid int, start uint64, hold func() error,
 	cmd.Stderr = &stderr
 	cmd.WaitDelay = time.Second
 	out, err := cmd.Output()
-	r.Close()
 	if err != nil {
-		return 0, 0, nil, nil, fmt.Errorf("start the holder: %w: %s", err, bytes.TrimSpace(stderr.Bytes()))
+		return 0, 0, nil, fmt.Errorf("start %s: %w: %s", what, err, bytes.TrimSpace(stderr.Bytes()))
 	}
 	pid, err = strconv.Atoi(strings.TrimSpace(string(out)))
 	if err != nil || pid <= 0 {
-		return 0, 0, nil, nil, fmt.Errorf("start the holder: sh printed %q", out)
+		return 0, 0, nil, fmt.Errorf("start %s: sh printed %q", what, out)
 	}
 	if start = procStart(pid); start == 0 {
-		return 0, 0, nil, nil, fmt.Errorf("the holder (pid %d) exited at once", pid)
+		why := ""
+		if errFile != "" {
+			why = ": " + readTail(errFile)
+		}
+		return 0, 0, nil, fmt.Errorf("%s (pid %d) exited at once%s", what, pid, why)
 	}
-	// It must be in this thread's namespace, whatever happened to the pid meanwhile.
-	ours, err := os.Readlink("/proc/thread-self/ns/mnt")
-	if err != nil {
-		return 0, 0, nil, nil, err
-	}
-	if theirs, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/mnt"); err != nil || theirs != ours || procStart(pid) != start {
-		return 0, 0, nil, nil, fmt.Errorf("the holder (pid %d) is not in the sandbox's mount namespace", pid)
-	}
-	hold = func() error {
-		_, err := wr.Write([]byte("hold\n"))
-		wr.Close()
+	return pid, start, wr, nil
+}
+
+// openGate returns the function that tells a process of startDetached to go on: it writes
+// word and closes the gate.
+func openGate(gate *os.File, word, what string, pid int) func() error {
+	return func() error {
+		_, err := gate.Write([]byte(word + "\n"))
+		gate.Close()
 		if err != nil {
-			return fmt.Errorf("tell the holder (pid %d) to hold: %w", pid, err)
+			return fmt.Errorf("tell %s (pid %d) to go on: %w", what, pid, err)
 		}
 		return nil
 	}
-	return pid, start, hold, done, nil
 }
 
 // holderAlive reports whether the sandbox's holder is still the process recorded.

@@ -304,8 +304,8 @@ func (n *network) detach(ctx context.Context, id, ip string) error {
 	defer lk.unlock()
 	opened := false
 	if ip != "" {
-		opened = n.clearAllowances(ip, leaseHolder(n.lay, id))
-		if n.clearEgress(ip, leaseHolder(n.lay, id)) {
+		opened = n.clearRecord(recAllow, ip, leaseHolder(n.lay, id))
+		if n.clearRecord(recEgress, ip, leaseHolder(n.lay, id)) {
 			opened = true
 		}
 		if err := release(n.leases(), ip, leaseHolder(n.lay, id)); err != nil {
