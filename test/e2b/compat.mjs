@@ -471,6 +471,68 @@ export async function run(sdk, sdkVersion) {
     }
   })
 
+  // egressProbe runs in a sandbox: "rcode NAME..." asks the sandbox's nameserver for each
+  // NAME's AAAA record and prints the answer's rcode (0 answered, 3 no such name); "connect
+  // ADDR PORT" connects and reads, printing how it ended. Under a policy neither sends a
+  // packet past the host: the egress proxy answers AAAA of allowed names and refuses denied
+  // names itself, and resets a connection to an address it does not allow without dialling.
+  const egressProbe = [
+    'import socket, struct, sys',
+    'def ns():',
+    '    for l in open("/etc/resolv.conf"):',
+    '        f = l.split()',
+    '        if f[:1] == ["nameserver"]: return f[1]',
+    'def rcode(name):',
+    '    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(5)',
+    '    q = struct.pack(">HHHHHH", 0x5454, 0x0100, 1, 0, 0, 0) + b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\\0" + struct.pack(">HH", 28, 1)',
+    '    try:',
+    '        s.sendto(q, (ns(), 53)); return str(s.recv(512)[3] & 15)',
+    '    except OSError as e: return type(e).__name__',
+    'def connect(addr, port):',
+    '    s = socket.socket(); s.settimeout(5)',
+    '    try:',
+    '        s.connect((addr, int(port))); s.recv(1); return "open"',
+    '    except OSError as e: return type(e).__name__',
+    'if sys.argv[1] == "rcode": print(" ".join(rcode(n) for n in sys.argv[2:]))',
+    'else: print(connect(sys.argv[2], sys.argv[3]))',
+  ].join('\n') + '\n'
+  const probe = async (box, args) => {
+    await box.files.write('/tmp/egress-probe.py', egressProbe)
+    return (await box.commands.run(`python3 /tmp/egress-probe.py ${args}`)).stdout.trim()
+  }
+
+  await step('egress: allowInternetAccess false, network.allowOut/denyOut on create, updateNetwork', async () => {
+    const off = await Sandbox.create('base', { allowInternetAccess: false, metadata: { suite: 'tupper-compat-egress' }, timeoutMs: 120_000 })
+    try {
+      assert.equal((await off.commands.run('ls /sys/class/net')).stdout.trim(), 'lo', 'allowInternetAccess false: loopback only')
+    } finally {
+      await off.kill()
+    }
+    // allowOut wins over denyOut 0.0.0.0/0: only allowed.test.
+    const pol = await Sandbox.create('base', { network: { allowOut: ['allowed.test'], denyOut: ['0.0.0.0/0'] }, metadata: { suite: 'tupper-compat-egress' }, timeoutMs: 120_000 })
+    try {
+      assert.equal(await probe(pol, 'rcode allowed.test denied.test'), '0 3')
+      assert.equal(await probe(pol, 'connect 11.22.33.44 7000'), 'ConnectionResetError', 'an address no allowed name gave')
+      await pol.updateNetwork({ allowOut: ['denied.test'], denyOut: ['0.0.0.0/0'] })
+      assert.equal(await probe(pol, 'rcode allowed.test denied.test'), '3 0', 'after updateNetwork')
+      await pol.updateNetwork({ allowInternetAccess: false })
+      assert.equal(await probe(pol, 'rcode allowed.test denied.test'), '3 3', 'after updateNetwork({allowInternetAccess: false})')
+      await pol.updateNetwork({ denyOut: ['11.22.33.44'] })
+      assert.equal(await probe(pol, 'rcode allowed.test denied.test'), '0 0', 'after updateNetwork with a deny list only')
+      assert.equal(await probe(pol, 'connect 11.22.33.44 7000'), 'ConnectionResetError', 'a denied address')
+    } finally {
+      await pol.kill()
+    }
+    // denyOut alone: everything but it.
+    const deny = await Sandbox.create('base', { network: { denyOut: ['11.22.33.44'] }, metadata: { suite: 'tupper-compat-egress' }, timeoutMs: 120_000 })
+    try {
+      assert.equal(await probe(deny, 'connect 11.22.33.44 7000'), 'ConnectionResetError', 'a denied address')
+      assert.equal(await probe(deny, 'rcode any.test'), '0')
+    } finally {
+      await deny.kill()
+    }
+  })
+
   await step('mcp: {} gives the sandbox an MCP endpoint with Tupper\'s tools for it alone', async () => {
     await assert.rejects(Sandbox.create({ mcp: { github: { githubPersonalAccessToken: 'x' } }, timeoutMs: 60_000, metadata: { suite: 'tupper-compat-mcp-refused' } }),
       (err) => { assert.match(String(err.message), /Failed to start MCP gateway: .*MCP servers from E2B's catalog \(github\) are not available/); return true })
