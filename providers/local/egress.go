@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"net"
 	"net/netip"
 	"os"
@@ -247,37 +246,16 @@ func readTail(path string) string {
 // signalEgress sends sig to the sandbox's proxy if it is still the process recorded (a pidfd
 // pins it between the check and the signal). It reports whether the proxy was there.
 func signalEgress(e *egressProc, sig unix.Signal) (fd int, ok bool) {
-	if e == nil || e.PID <= 0 {
+	if e == nil {
 		return -1, false
 	}
-	fd, err := unix.PidfdOpen(e.PID, 0)
-	if err != nil {
-		return -1, false
-	}
-	if procStart(e.PID) != e.Start || unix.PidfdSendSignal(fd, sig, nil, 0) != nil {
-		unix.Close(fd)
-		return -1, false
-	}
-	return fd, true
+	return signalDetached(e.PID, e.Start, sig)
 }
 
 // stopEgress kills the sandbox's proxy and waits, up to timeout, for it to be gone.
 func stopEgress(rec *record, timeout time.Duration) {
-	fd, ok := signalEgress(rec.Egress, unix.SIGKILL)
-	if !ok {
-		return
-	}
-	defer unix.Close(fd)
-	deadline := time.Now().Add(timeout)
-	for {
-		ms := int(time.Until(deadline).Milliseconds())
-		if ms <= 0 {
-			return
-		}
-		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, ms)
-		if n > 0 || (err != nil && !errors.Is(err, unix.EINTR)) {
-			return
-		}
+	if fd, ok := signalEgress(rec.Egress, unix.SIGKILL); ok {
+		waitGone(fd, timeout)
 	}
 }
 

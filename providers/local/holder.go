@@ -158,35 +158,44 @@ func holderAlive(r *record) bool {
 // pidfd pins it between the check and the signal, so a reused pid is never hit). The
 // returned function waits, up to timeout, for it to be gone.
 func stopHolder(r *record) (wait func(timeout time.Duration)) {
-	none := func(time.Duration) {}
-	if r.HolderPID <= 0 {
-		return none
+	fd, ok := signalDetached(r.HolderPID, r.HolderStart, unix.SIGKILL)
+	if !ok {
+		return func(time.Duration) {} // gone, or its pid another process's
 	}
-	fd, err := unix.PidfdOpen(r.HolderPID, 0)
+	return func(timeout time.Duration) { waitGone(fd, timeout) }
+}
+
+// signalDetached sends sig to a process of startDetached if it is still the one started
+// (pid and /proc start time; a pidfd pins it between the check and the signal, so a reused
+// pid is never hit). It returns the pidfd, for waitGone, and whether the process was there.
+func signalDetached(pid int, start uint64, sig unix.Signal) (fd int, ok bool) {
+	if pid <= 0 {
+		return -1, false
+	}
+	fd, err := unix.PidfdOpen(pid, 0)
 	if err != nil {
-		return none // gone
+		return -1, false
 	}
-	if procStart(r.HolderPID) != r.HolderStart {
+	if procStart(pid) != start || unix.PidfdSendSignal(fd, sig, nil, 0) != nil {
 		unix.Close(fd)
-		return none // gone, its pid another process's
+		return -1, false
 	}
-	if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil {
-		unix.Close(fd)
-		return none
-	}
-	return func(timeout time.Duration) {
-		defer unix.Close(fd)
-		// A pidfd becomes readable when its process has exited.
-		deadline := time.Now().Add(timeout)
-		for {
-			ms := int(time.Until(deadline).Milliseconds())
-			if ms <= 0 {
-				return
-			}
-			n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, ms)
-			if n > 0 || (err != nil && !errors.Is(err, unix.EINTR)) {
-				return
-			}
+	return fd, true
+}
+
+// waitGone waits, up to timeout, for the process of pidfd fd to exit, and closes fd.
+func waitGone(fd int, timeout time.Duration) {
+	defer unix.Close(fd)
+	// A pidfd becomes readable when its process has exited.
+	deadline := time.Now().Add(timeout)
+	for {
+		ms := int(time.Until(deadline).Milliseconds())
+		if ms <= 0 {
+			return
+		}
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, ms)
+		if n > 0 || (err != nil && !errors.Is(err, unix.EINTR)) {
+			return
 		}
 	}
 }
