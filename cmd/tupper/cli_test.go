@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -34,16 +33,8 @@ func tupper(t *testing.T, home, stdin string, args ...string) result {
 // runCmd runs cmd and returns its output and exit code; failing to start it fails the test.
 func runCmd(t *testing.T, cmd *exec.Cmd) result {
 	t.Helper()
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("running %v: %v", cmd.Args, err)
-	}
-	return result{out.String(), errb.String(), code}
+	out, errOut, code := testenv.Run(t, cmd)
+	return result{out, errOut, code}
 }
 
 func requireLocal(t *testing.T) string {

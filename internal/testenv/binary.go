@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -75,4 +76,19 @@ func goTool() string {
 		return p
 	}
 	return filepath.Join(runtime.GOROOT(), "bin", "go")
+}
+
+// Run runs cmd with its output captured and returns it with the exit code; failing to start
+// it fails the test.
+func Run(t testing.TB, cmd *exec.Cmd) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("running %v: %v", cmd.Args, err)
+	}
+	return out.String(), errb.String(), code
 }

@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -92,6 +93,8 @@ func TestEgressPolicy(t *testing.T) {
 //	tls ADDR SNI                   a TLS handshake (no verification) and GET /
 //	connect ADDR                   a TCP connection, then a read (the proxy connects first)
 //	udp ADDR                       one datagram
+//	bench ADDR SNI N CONC          N HTTPS GETs, each on a new connection, CONC at a time:
+//	                               "ok p50=µs p90=µs rps=R"
 //	hold ADDR HOST FILE            GET / with Host, then keep the connection: "held" in FILE
 //	                               once answered, "cut" when the connection ends (30 s at most)
 const egressHelperSource = `package main
@@ -105,6 +108,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -199,6 +204,50 @@ func run(cmd string, a []string) string {
 		}
 		os.WriteFile(a[2], []byte("cut\n"), 0o644)
 		return "ok cut"
+	case "bench":
+		// bench ADDR SNI N CONC: N HTTPS GETs, each on a new connection, CONC at a time.
+		n, _ := strconv.Atoi(a[2])
+		conc, _ := strconv.Atoi(a[3])
+		lat := make([]time.Duration, n)
+		next := make(chan int, n)
+		for i := range n {
+			next <- i
+		}
+		close(next)
+		errs := make(chan error, conc)
+		start := time.Now()
+		for range conc {
+			go func() {
+				for i := range next {
+					t0 := time.Now()
+					c, err := tls.DialWithDialer(&d, "tcp", a[0], &tls.Config{ServerName: a[1], InsecureSkipVerify: true})
+					if err != nil {
+						errs <- err
+						return
+					}
+					fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", a[1])
+					resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+					if err == nil {
+						_, err = io.ReadAll(resp.Body)
+					}
+					c.Close()
+					if err != nil {
+						errs <- err
+						return
+					}
+					lat[i] = time.Since(t0)
+				}
+				errs <- nil
+			}()
+		}
+		for range conc {
+			if err := <-errs; err != nil {
+				return "err " + err.Error()
+			}
+		}
+		total := time.Since(start)
+		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+		return fmt.Sprintf("ok p50=%d p90=%d rps=%.1f", lat[n/2].Microseconds(), lat[n*9/10].Microseconds(), float64(n)/total.Seconds())
 	case "udp":
 		c, err := d.Dial("udp", a[0])
 		if err != nil {
@@ -443,6 +492,7 @@ func testEgress(t *testing.T, rt string) {
 		}
 	})
 	t.Run("cli", func(t *testing.T) { testEgressCLI(t, rt) })
+	t.Run("measure", func(t *testing.T) { l.measure(t, api, inst) })
 	t.Run("set network", func(t *testing.T) {
 		// A connection to a.test stays open across the change that denies a.test.
 		run(t, inst, "rm -f /tmp/hold; "+egHelperIn+" hold "+egShared.String()+":80 a.test /tmp/hold >/dev/null 2>&1 &")
@@ -555,16 +605,7 @@ func testEgressCLI(t *testing.T, rt string) {
 		t.Helper()
 		cmd := exec.Command(testenv.TupperBinary(t), args...)
 		cmd.Env = append(os.Environ(), "TUPPER_HOME="+home, "TUPPER_PROVIDER=")
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatalf("tupper %v: %v", args, err)
-		}
-		return out.String(), errb.String(), code
+		return testenv.Run(t, cmd)
 	}
 	var made []string
 	t.Cleanup(func() {
@@ -761,5 +802,55 @@ func (l *egressLab) serve(t *testing.T, cert tls.Certificate) {
 		}
 		t.Cleanup(func() { pc.Close() })
 		go readUDP(pc, a.String(), l.udp)
+	}
+}
+
+// measure is the benchmark of a policy: HTTPS requests (a new connection each) from a
+// sandbox with a policy, through its proxy, against the same from a sandbox with network
+// all, straight to the server; latency with one at a time, requests per second with 8; and
+// the memory of the proxy. By default a few requests, so that it runs as a test of the
+// path; TUPPER_EGRESS_BENCH=N makes N requests and logs the figures for a quiet machine.
+func (l *egressLab) measure(t *testing.T, api *labAPI, inst *Instance) {
+	n := 20
+	if v, err := strconv.Atoi(os.Getenv("TUPPER_EGRESS_BENCH")); err == nil && v > 0 {
+		n = v
+	}
+	var all struct{ ID string }
+	api.want(t, 201, &all, "POST", "/v1/sandboxes", map[string]any{"network": "all"})
+	defer api.want(t, 204, nil, "DELETE", "/v1/sandboxes/"+all.ID, nil)
+	pi, err := l.p.Connect(l.ctx, all.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct := pi.(*Instance)
+	m := uint32(0o755)
+	if err := direct.WriteFile(l.ctx, egHelperIn, bytes.NewReader(l.helper), &m); err != nil {
+		t.Fatal(err)
+	}
+	target := egShared.String() + ":443 a.test"
+	for _, c := range []struct {
+		what string
+		inst *Instance
+	}{{"network all", direct}, {"policy", inst}} {
+		for _, conc := range []int{1, 8} {
+			out := strings.TrimSpace(run(t, c.inst, fmt.Sprintf("%s bench %s %d %d", egHelperIn, target, n, conc)))
+			if !strings.HasPrefix(out, "ok ") {
+				t.Fatalf("%s, %d at a time: %s", c.what, conc, out)
+			}
+			t.Logf("%s, %d HTTPS requests %d at a time: %s", c.what, n, conc, strings.TrimPrefix(out, "ok "))
+		}
+	}
+	rec, err := l.p.lay.readRecord(inst.ID())
+	if err != nil || rec.Egress == nil {
+		t.Fatalf("record: %v %+v", err, rec)
+	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", rec.Egress.PID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") || strings.HasPrefix(line, "VmHWM:") {
+			t.Logf("egress proxy (pid %d) %s", rec.Egress.PID, strings.Join(strings.Fields(line), " "))
+		}
 	}
 }
