@@ -25,3 +25,24 @@ func TestLearnAllowListAndDenied(t *testing.T) {
 		t.Errorf("Denied: %q, want %q", got, want)
 	}
 }
+
+func TestLearnNetwork(t *testing.T) {
+	if got := (Network{Learn: true}).Normalized().Mode; got != "allow" {
+		t.Errorf("Network{Learn: true} normalizes to mode %q, want allow", got)
+	}
+	for _, c := range []struct {
+		n  Network
+		ok bool
+	}{
+		{Network{Learn: true}, true},
+		{Network{Mode: "allow", Learn: true}, true},
+		{Network{Mode: "allow", Learn: true, Deny: []string{"1.2.3.4"}}, true},
+		{Network{Mode: "allow"}, false},
+		{Network{Mode: "none", Learn: true}, false},
+		{Network{Mode: "all", Learn: true}, false},
+	} {
+		if err := validateNetwork("create", c.n); (err == nil) != c.ok {
+			t.Errorf("%+v: %v, want ok %v", c.n, err, c.ok)
+		}
+	}
+}

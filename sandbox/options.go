@@ -91,8 +91,11 @@ func validateNetwork(op string, n Network) error {
 	switch n.Mode {
 	case "":
 	case provider.NetworkAll, provider.NetworkNone:
-		if lists || n.Learn {
-			return errorf(CodeInvalidArgument, op, "network allow or deny list, or learn, given with mode %q (use mode allow, or no mode)", n.Mode)
+		if lists {
+			return errorf(CodeInvalidArgument, op, "network allow or deny list given with mode %q (use mode allow, or no mode)", n.Mode)
+		}
+		if n.Learn {
+			return errorf(CodeInvalidArgument, op, "network learn given with mode %q (learn is a policy: use mode allow, or no mode)", n.Mode)
 		}
 	case provider.NetworkAllow:
 		if !lists && !n.Learn {
