@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -31,6 +32,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tupper-dev/tupper/internal/testenv"
+	"github.com/tupper-dev/tupper/providers/remote"
+	"github.com/tupper-dev/tupper/sandbox"
 	"github.com/tupper-dev/tupper/server"
 	"github.com/tupper-dev/tupper/store"
 )
@@ -481,6 +484,19 @@ func testEgress(t *testing.T, rt string) {
 		}
 		if allowedA == 0 || deniedB == 0 || connectA == 0 || page.Cursor == "" {
 			t.Errorf("egress record: a.test asked %d, b.test refused %d, a.test connected %d, cursor %q", allowedA, deniedB, connectA, page.Cursor)
+		}
+		// The same through the Go SDK over the server (providers/remote).
+		box, err := sandbox.Connect(l.ctx, remote.New(remote.Config{URL: api.url, APIKey: api.key}), inst.ID(), sandbox.ConnectOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer box.Close()
+		entries, _, err := box.EgressSince(l.ctx, "", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if denied := sandbox.Denied(entries); !slices.Contains(denied, "b.test") || slices.Contains(denied, "a.test") {
+			t.Errorf("Sandbox.Egress over the server: denied %q, want b.test and not a.test", denied)
 		}
 		var next struct {
 			Entries []json.RawMessage
