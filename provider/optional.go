@@ -34,6 +34,7 @@ const (
 	CapUsers         Capability = "users"          // ExecRequest.User selects a real OS user
 	CapPersistent    Capability = "persistent"     // sandboxes outlive the creating process
 	CapResourceLimit Capability = "resource-limit" // memory, pids and disk are bounded
+	CapVolumes       Capability = "volumes"        // Volumer; CreateSpec.Volumes are mounted
 )
 
 // Capabilities is a set of capabilities.

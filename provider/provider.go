@@ -153,6 +153,7 @@ type CreateSpec struct {
 	From        string            // a snapshot id to start from (CapSnapshot)
 	Template    string            // provider-specific template name; "" is the default
 	Runtime     string            // provider-specific runtime, e.g. "runc" or "runsc"
+	Volumes     []VolumeMount     // named volumes to mount (CapVolumes, Volumer)
 }
 
 // Size is a machine size: a named preset or custom figures.

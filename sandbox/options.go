@@ -140,6 +140,9 @@ type CreateOptions struct {
 	// server answers with its own preview routing); nil asks the provider, whose PreviewURL
 	// may open a listener in this process (local: one on 127.0.0.1 per port).
 	PreviewURL PreviewURLFunc
+	// Volumes are named volumes (CreateVolume) mounted at their paths; unsupported unless the
+	// provider has volumes (the "volumes" capability).
+	Volumes []VolumeMount
 }
 
 // PreviewURLFunc gives the URL of port in sandbox id.
@@ -193,6 +196,9 @@ func (o CreateOptions) Validate() error {
 	}
 	if o.IdleTimeout < 0 || o.Timeout < 0 {
 		return errorf(CodeInvalidArgument, op, "timeouts must not be negative")
+	}
+	if err := provider.ValidateVolumeMounts(o.Volumes); err != nil {
+		return wrapProvider(err, op)
 	}
 	return nil
 }

@@ -173,6 +173,7 @@ func Create(ctx context.Context, p provider.Provider, opts CreateOptions) (*Sand
 		From:        opts.From,
 		Template:    opts.Template,
 		Runtime:     opts.Runtime,
+		Volumes:     append([]provider.VolumeMount(nil), opts.Volumes...),
 	}
 	spec.Network = spec.Network.Normalized()
 
@@ -270,6 +271,11 @@ func failClosed(p provider.Provider, opts CreateOptions) error {
 	if opts.From != "" {
 		if err := need(provider.CapSnapshot, "starting from a snapshot"); err != nil {
 			return err
+		}
+	}
+	if len(opts.Volumes) > 0 {
+		if _, ok := p.(provider.Volumer); !ok || !caps.Has(provider.CapVolumes) {
+			return errorf(CodeUnsupported, op, "provider %s has no volumes", p.Name())
 		}
 	}
 	if opts.KeyMode == KeyExact {

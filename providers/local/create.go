@@ -76,6 +76,12 @@ func (p *Provider) create(ctx context.Context, spec provider.CreateSpec, pooled 
 // than named by spec.Template, when tp is not nil.
 func (p *Provider) createFrom(ctx context.Context, spec provider.CreateSpec, pooled bool, given *sandboxTemplate) (provider.Instance, error) {
 	rtName := spec.Runtime
+	if err := provider.ValidateVolumeMounts(spec.Volumes); err != nil {
+		return nil, err
+	}
+	if len(spec.Volumes) > 0 && !p.caps.Has(provider.CapVolumes) {
+		return nil, p.volumer()
+	}
 	var snap *snapMeta
 	if spec.From != "" {
 		var err error
@@ -189,7 +195,7 @@ func (p *Provider) createFrom(ctx context.Context, spec provider.CreateSpec, poo
 		CreatedAt: now.UTC().Truncate(time.Millisecond), IdleTimeout: spec.IdleTimeout,
 		Runtime: rtName, Template: tmpl, Network: string(netMode), UIDIndex: -1,
 		CPU: size.CPU, MemoryMB: size.MemoryMB, DiskGB: size.DiskGB, Pids: p.cfg.PidsLimit,
-		Caps: p.capsFor(rtName, tp),
+		Caps: p.capsFor(rtName, tp), Volumes: spec.Volumes,
 	}
 	if pooled {
 		rec.Pooled, rec.PoolOwner, rec.PoolOwnerStart = true, os.Getpid(), procStart(os.Getpid())
@@ -340,6 +346,30 @@ func (p *Provider) createFrom(ctx context.Context, spec provider.CreateSpec, poo
 		}, undo: func() error {
 			return ns(func() error { return unmountRootfs(p.lay.disk(id), p.lay.rootfs(id)) })
 		}},
+		{name: "volumes", do: func(ctx context.Context) error {
+			if len(spec.Volumes) == 0 {
+				return nil
+			}
+			// The record names the volumes already: once their locks are taken and they
+			// exist, a delete waits for the lock and then sees this sandbox.
+			locks, err := p.lockVolumes(ctx, spec.Volumes)
+			defer func() {
+				for _, lk := range locks {
+					lk.unlock()
+				}
+			}()
+			if err != nil {
+				return err
+			}
+			fd := -1
+			if userns {
+				if fd, err = p.idmapNS.fd(rec.UIDBase); err != nil {
+					return err
+				}
+				defer unix.Close(fd)
+			}
+			return ns(func() error { return mountSandboxVolumes(p.lay, p.lay.dir(id), spec.Volumes, fd) })
+		}},
 		{name: "agent directory", do: func(ctx context.Context) error {
 			return p.writeAgentDir(rec, spec, tc, agentUser)
 		}},
@@ -409,6 +439,7 @@ func (p *Provider) createFrom(ctx context.Context, spec provider.CreateSpec, poo
 				id: id, runtime: rtName, rootfs: p.lay.rootfs(id), agentPath: agentPath,
 				runDir: p.lay.run(id), tmpDir: p.lay.tmp(id), userns: userns, uidBase: rec.UIDBase, netnsPath: netnsPath,
 				cpu: size.CPU, memoryMB: size.MemoryMB, limitSwap: swapAccounted(), pids: p.cfg.PidsLimit,
+				volumes: volumeBinds(p.lay.dir(id), spec.Volumes),
 			})
 			b, err := json.Marshal(s)
 			if err != nil {

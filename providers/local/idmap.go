@@ -125,12 +125,20 @@ func newUserns(base uint32) (int, error) {
 // usernsFD is negative. It is made detached and attached only once complete, so nothing
 // ever sees it writable or unmapped.
 func mountIdmapped(src, target string, usernsFD int) error {
+	return mountView(src, target, usernsFD, true)
+}
+
+// mountView is mountIdmapped, writable unless readOnly (a volume's view).
+func mountView(src, target string, usernsFD int, readOnly bool) error {
 	tree, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 	if err != nil {
 		return fmt.Errorf("clone the mount of %s: %w", src, err)
 	}
 	defer unix.Close(tree)
-	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if readOnly {
+		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+	}
 	if usernsFD >= 0 {
 		attr.Attr_set |= unix.MOUNT_ATTR_IDMAP
 		attr.Userns_fd = uint64(usernsFD)

@@ -173,6 +173,9 @@ func (p *Provider) probe() {
 		// A snapshot is copied with the sandbox frozen.
 		caps = append(caps, provider.CapPause, provider.CapSnapshot)
 	}
+	if volumesAvailable() {
+		caps = append(caps, provider.CapVolumes)
+	}
 	p.caps = provider.NewCapabilities(caps...)
 }
 

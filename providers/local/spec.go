@@ -37,6 +37,7 @@ type bundleSpec struct {
 	memoryMB  int
 	limitSwap bool // swapAccounted: limit memory+swap to the memory limit
 	pids      int64
+	volumes   []specs.Mount // binds of the sandbox's volumes' views, last
 }
 
 // defaultCaps is the capability set of the sandbox's root: Docker's default set without
@@ -108,6 +109,7 @@ func buildSpec(b bundleSpec) *specs.Spec {
 		specs.Mount{Destination: agentBinary, Type: "bind", Source: b.agentPath, Options: []string{"bind", "ro", "nosuid", "nodev"}},
 		specs.Mount{Destination: agentRunDir, Type: "bind", Source: b.runDir, Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}},
 	)
+	mounts = append(mounts, b.volumes...)
 
 	namespaces := []specs.LinuxNamespace{
 		{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},

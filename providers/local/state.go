@@ -48,6 +48,11 @@ import (
 //	                                output cannot fill the host's disk)
 //	sandboxes/<id>/netns            (runsc, network all) the network namespace, bound there
 //	                                in the sandbox's mount namespace
+//	sandboxes/<id>/vs/, v/           the mount points of its volumes' file systems and views
+//	                                (in the sandbox's mount namespace; see volume.go)
+//	volumes/<name>/meta.json        a volume's metadata; disk.img is its ext4 image, mnt/ the
+//	                                mount point used to inspect it (never in the host's
+//	                                namespace); volumes/.<name>.lock its lock
 //	snapshots/<id>/meta.json        a snapshot's metadata; upper/ is its copy of the writable
 //	                                layer (see snapshot.go)
 //
@@ -120,6 +125,9 @@ type record struct {
 	// Caps are the sandbox's capabilities, fixed at creation (they depend on its runtime).
 	// Empty in records from before they were kept: the provider's then apply.
 	Caps []provider.Capability `json:"caps,omitempty"`
+	// Volumes are the volumes the sandbox mounts (volume.go): a volume named here is not
+	// deleted while the record exists.
+	Volumes []provider.VolumeMount `json:"volumes,omitempty"`
 	// Pooled marks a sandbox waiting in its provider's pool (Config.Pool): not listed, not
 	// found by key, not connectable. PoolOwner and PoolOwnerStart (its /proc starttime) name
 	// the process whose pool it is; once that process is gone, any provider removes it.
