@@ -33,6 +33,11 @@ func (s *Server) table() []route {
 		{"GET", "/v1/snapshots", scopeAccount, s.listSnapshots},
 		{"GET", "/v1/snapshots/{snapshot}", scopeAccount, s.getSnapshot},
 		{"DELETE", "/v1/snapshots/{snapshot}", scopeAccount, s.deleteSnapshot},
+		// Volumes are the server's, shared by its keys as templates are; an API key only.
+		{"POST", "/v1/volumes", scopeAccount, long(s.createVolume)},
+		{"GET", "/v1/volumes", scopeAccount, s.listVolumes},
+		{"GET", "/v1/volumes/{name}", scopeAccount, s.getVolume},
+		{"DELETE", "/v1/volumes/{name}", scopeAccount, s.deleteVolume},
 		{"POST", "/v1/sandboxes/{id}/timeout", scopeSandbox, s.setTimeout},
 		{"POST", "/v1/sandboxes/{id}/keep-alive", scopeSandbox, s.keepAlive},
 		// An API key only: a sandbox's own token must not widen its own egress.

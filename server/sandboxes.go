@@ -141,6 +141,8 @@ type createRequest struct {
 	Template      string            `json:"template,omitempty"`
 	Runtime       string            `json:"runtime,omitempty"`
 	TrackChanges  bool              `json:"trackChanges,omitempty"`
+	// Volumes are named volumes (/v1/volumes) mounted at their paths.
+	Volumes []provider.VolumeMount `json:"volumes,omitempty"`
 	// LabelsExact records Labels exactly as given. Without it the server adds
 	// sandbox-sdk=true, the label of sandboxes made through the SDK (which the server always
 	// uses); providers/remote sets it so a raw provider.Create stays without that label.
@@ -163,7 +165,7 @@ func (req createRequest) options() (sandbox.CreateOptions, error) {
 	opts := sandbox.CreateOptions{
 		Key: req.Key, KeyMode: sandbox.KeyMode(req.KeyMode), Labels: req.Labels, Env: req.Env,
 		Secrets: req.Secrets, Ports: req.Ports, From: req.From, Template: req.Template,
-		Runtime: req.Runtime, TrackChanges: req.TrackChanges,
+		Runtime: req.Runtime, TrackChanges: req.TrackChanges, Volumes: req.Volumes,
 	}
 	if req.Size != nil {
 		opts.Size = sandbox.Size{Name: req.Size.Name, CPU: req.Size.CPU, MemoryMB: req.Size.MemoryMB, DiskGB: req.Size.DiskGB}

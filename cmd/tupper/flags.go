@@ -98,6 +98,7 @@ type createFlags struct {
 	labels       []string
 	size         string
 	allowPrivate []string
+	volumes      []string
 }
 
 // resolve returns the provider to create sandboxes with, opening the --allow-private ranges.
@@ -142,6 +143,7 @@ func (f *createFlags) register(cmd *cobra.Command) {
 	fl.StringArrayVar(&f.labels, "label", nil, "label K=V (repeatable)")
 	fl.StringVar(&f.size, "size", "", "machine size: small, medium or large")
 	fl.StringArrayVar(&f.allowPrivate, "allow-private", nil, allowPrivateUsage)
+	fl.StringArrayVarP(&f.volumes, "volume", "v", nil, "mount volume NAME at /path, read-only with :ro (NAME:/path[:ro], repeatable; see tupper volume)")
 }
 
 func (f *createFlags) options() (sandbox.CreateOptions, error) {
@@ -164,6 +166,13 @@ func (f *createFlags) options() (sandbox.CreateOptions, error) {
 	}
 	if opts.Labels, err = parsePairs("--label", f.labels); err != nil {
 		return opts, err
+	}
+	for _, v := range f.volumes {
+		m, err := provider.ParseVolumeMount(v)
+		if err != nil {
+			return opts, err
+		}
+		opts.Volumes = append(opts.Volumes, m)
 	}
 	return opts, opts.Validate()
 }

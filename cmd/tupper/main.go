@@ -98,6 +98,7 @@ var subcommands = []struct {
 	{"mcp", newMCPCmd},
 	{"bench", newBenchCmd},
 	{"egress-proxy", newEgressProxyCmd},
+	{"volume", newVolumeCmd},
 }
 
 // newRootCmd returns the command tree for args (os.Args[1:]). When args name a subcommand,

@@ -1,0 +1,117 @@
+package server_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/tupper-dev/tupper/providers/local"
+	"github.com/tupper-dev/tupper/server/servertest"
+)
+
+// TestVolumesAPI drives /v1/volumes and the volumes of a create through a real `tupper
+// serve` on the local provider: a volume outlives its sandboxes and a kill -9 of the
+// server, is refused deletion while mounted, and is the API key's alone to manage.
+func TestVolumesAPI(t *testing.T) {
+	if ok, why := servertest.CanRunLocal(); !ok {
+		servertestSkip(t, "volumes need the local provider: "+why)
+	}
+	home := t.TempDir()
+	if err := os.Chmod(filepath.Dir(home), 0o711); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p, err := local.New(local.Config{Home: home, AgentPath: servertest.Binary(t)})
+		if err != nil {
+			return
+		}
+		defer p.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		infos, _ := p.List(ctx, localFilter())
+		for _, in := range infos {
+			_ = p.Destroy(ctx, in.ID)
+		}
+	})
+	key := newKey(t, home)
+	a := serve(t, home, "local")
+	type volume struct {
+		Name      string
+		SizeMB    int
+		UsedBytes int64
+		MountedBy []string
+	}
+	var v volume
+	if code := call(t, "POST", a.url+"/v1/volumes", key, map[string]any{"name": "data", "sizeMB": 32}, &v); code != 201 || v.Name != "data" || v.SizeMB != 32 {
+		t.Fatalf("create volume: %d %+v: %s", code, v, a.logs())
+	}
+	if code := call(t, "POST", a.url+"/v1/volumes", key, map[string]any{"name": "data"}, nil); code != 409 {
+		t.Errorf("create it again: %d, want 409", code)
+	}
+	for _, bad := range []string{"../x", ".hidden", "a/b", ""} {
+		if code := call(t, "POST", a.url+"/v1/volumes", key, map[string]any{"name": bad}, nil); code != 400 {
+			t.Errorf("create volume %q: %d, want 400", bad, code)
+		}
+	}
+	var sb struct{ ID, Token string }
+	body := map[string]any{"network": map[string]string{"mode": "none"}, "volumes": []map[string]any{{"name": "data", "path": "/data"}}}
+	if code := call(t, "POST", a.url+"/v1/sandboxes", key, body, &sb); code != 201 {
+		t.Fatalf("create with a volume: %d: %s", code, a.logs())
+	}
+	// A sandbox token manages no volume, its own sandbox's included.
+	for _, r := range [][2]string{{"GET", "/v1/volumes"}, {"GET", "/v1/volumes/data"}, {"DELETE", "/v1/volumes/data"}, {"POST", "/v1/volumes"}} {
+		if code := call(t, r[0], a.url+r[1], sb.Token, map[string]any{"name": "other"}, nil); code != 401 && code != 403 {
+			t.Errorf("%s %s with a sandbox token: %d", r[0], r[1], code)
+		}
+	}
+	if code := call(t, "POST", a.url+"/v1/sandboxes", key, map[string]any{"network": map[string]string{"mode": "none"}, "volumes": []map[string]any{{"name": "data", "path": "/proc/x"}}}, nil); code != 400 {
+		t.Errorf("a volume at /proc/x: %d, want 400", code)
+	}
+	if code := call(t, "POST", a.url+"/v1/sandboxes", key, map[string]any{"network": map[string]string{"mode": "none"}, "volumes": []map[string]any{{"name": "nope", "path": "/data"}}}, nil); code != 404 {
+		t.Errorf("an unknown volume: %d, want 404", code)
+	}
+	var res struct {
+		ExitCode int
+		Stdout   string
+	}
+	if call(t, "POST", a.url+"/v1/sandboxes/"+sb.ID+"/run", sb.Token, map[string]string{"command": "echo kept > /data/f"}, &res); res.ExitCode != 0 {
+		t.Fatalf("write: %+v", res)
+	}
+	if code := call(t, "DELETE", a.url+"/v1/volumes/data", key, nil, nil); code != 409 {
+		t.Errorf("delete while mounted: %d, want 409", code)
+	}
+	if code := call(t, "GET", a.url+"/v1/volumes/data", key, nil, &v); code != 200 || len(v.MountedBy) != 1 || v.MountedBy[0] != sb.ID || v.UsedBytes == 0 {
+		t.Errorf("inspect: %d %+v", code, v)
+	}
+	if code := call(t, "DELETE", a.url+"/v1/sandboxes/"+sb.ID, key, nil, nil); code != 204 {
+		t.Fatalf("delete the sandbox: %d", code)
+	}
+	a.kill()
+
+	b := serve(t, home, "local")
+	var list struct{ Volumes []volume }
+	if code := call(t, "GET", b.url+"/v1/volumes", key, nil, &list); code != 200 || len(list.Volumes) != 1 || list.Volumes[0].Name != "data" || len(list.Volumes[0].MountedBy) != 0 {
+		t.Fatalf("after kill -9 and restart: %d %+v", code, list)
+	}
+	body["volumes"] = []map[string]any{{"name": "data", "path": "/mnt/ro", "readOnly": true}}
+	if code := call(t, "POST", b.url+"/v1/sandboxes", key, body, &sb); code != 201 {
+		t.Fatalf("create after restart: %d: %s", code, b.logs())
+	}
+	if call(t, "POST", b.url+"/v1/sandboxes/"+sb.ID+"/run", key, map[string]string{"command": "cat /mnt/ro/f"}, &res); res.Stdout != "kept\n" {
+		t.Errorf("read after restart: %+v", res)
+	}
+	if call(t, "POST", b.url+"/v1/sandboxes/"+sb.ID+"/run", key, map[string]string{"command": "echo x > /mnt/ro/g"}, &res); res.ExitCode == 0 {
+		t.Errorf("root wrote through a read-only volume")
+	}
+	if code := call(t, "DELETE", b.url+"/v1/sandboxes/"+sb.ID, key, nil, nil); code != 204 {
+		t.Fatalf("delete the sandbox: %d", code)
+	}
+	if code := call(t, "DELETE", b.url+"/v1/volumes/data", key, nil, nil); code != 204 {
+		t.Errorf("delete: %d", code)
+	}
+	if code := call(t, "GET", b.url+"/v1/volumes/data", key, nil, nil); code != 404 {
+		t.Errorf("inspect after delete: %d", code)
+	}
+}
