@@ -41,7 +41,7 @@ func newVolumeCmd() *cobra.Command {
 			if createJSON {
 				return printVolumeJSON(cmd, v)
 			}
-			cmd.Println(v.Name)
+			fmt.Fprintln(cmd.OutOrStdout(), v.Name)
 			return nil
 		},
 	}

@@ -487,3 +487,4 @@ func volumeBinds(dir string, mounts []provider.VolumeMount) []specs.Mount {
 	}
 	return out
 }
+var _ provider.Volumer = (*Provider)(nil)

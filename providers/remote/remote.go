@@ -270,20 +270,21 @@ func (s sandboxJSON) info() provider.Info {
 }
 
 type createRequest struct {
-	Key           string            `json:"key,omitempty"`
-	KeyMode       string            `json:"keyMode,omitempty"`
-	Labels        map[string]string `json:"labels,omitempty"`
-	Env           map[string]string `json:"env,omitempty"`
-	Secrets       map[string]string `json:"secrets,omitempty"`
-	Size          *sizeJSON         `json:"size,omitempty"`
-	Network       *networkJSON      `json:"network,omitempty"`
-	Ports         []int             `json:"ports,omitempty"`
-	TimeoutMS     int64             `json:"timeoutMs,omitempty"`
-	IdleTimeoutMS int64             `json:"idleTimeoutMs,omitempty"`
-	From          string            `json:"from,omitempty"`
-	Template      string            `json:"template,omitempty"`
-	Runtime       string            `json:"runtime,omitempty"`
-	LabelsExact   bool              `json:"labelsExact,omitempty"`
+	Key           string                 `json:"key,omitempty"`
+	KeyMode       string                 `json:"keyMode,omitempty"`
+	Labels        map[string]string      `json:"labels,omitempty"`
+	Env           map[string]string      `json:"env,omitempty"`
+	Secrets       map[string]string      `json:"secrets,omitempty"`
+	Size          *sizeJSON              `json:"size,omitempty"`
+	Network       *networkJSON           `json:"network,omitempty"`
+	Ports         []int                  `json:"ports,omitempty"`
+	TimeoutMS     int64                  `json:"timeoutMs,omitempty"`
+	IdleTimeoutMS int64                  `json:"idleTimeoutMs,omitempty"`
+	From          string                 `json:"from,omitempty"`
+	Template      string                 `json:"template,omitempty"`
+	Runtime       string                 `json:"runtime,omitempty"`
+	LabelsExact   bool                   `json:"labelsExact,omitempty"`
+	Volumes       []provider.VolumeMount `json:"volumes,omitempty"`
 }
 
 type sizeJSON struct {
@@ -313,7 +314,7 @@ func createBody(spec provider.CreateSpec) createRequest {
 	req := createRequest{
 		Key: spec.Key, Labels: spec.Labels, LabelsExact: true, Env: spec.Env, Secrets: spec.Secrets, Ports: spec.Ports,
 		TimeoutMS: ceilMS(spec.Timeout), IdleTimeoutMS: ceilMS(spec.IdleTimeout),
-		From: spec.From, Template: spec.Template, Runtime: spec.Runtime,
+		From: spec.From, Template: spec.Template, Runtime: spec.Runtime, Volumes: spec.Volumes,
 	}
 	if !spec.Size.IsZero() {
 		if spec.Size.Name != "" {
