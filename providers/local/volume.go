@@ -487,4 +487,5 @@ func volumeBinds(dir string, mounts []provider.VolumeMount) []specs.Mount {
 	}
 	return out
 }
+
 var _ provider.Volumer = (*Provider)(nil)
