@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"os"
 	"path"
 	"strings"
 	"time"
@@ -128,4 +129,15 @@ func ParseVolumeMount(s string) (VolumeMount, error) {
 		}
 	}
 	return m, ValidateVolumeMounts([]VolumeMount{m})
+}
+
+// VolumeOpener is optional beside Volumer: the host's own access to a volume's files (a
+// server's file API of volumes, E2B's /volumecontent). OpenVolume returns the volume's root
+// directory, open, for the caller to reach its files relative to it — as hostile input:
+// sandboxes write those files, so a caller must not follow a symbolic link in them (openat2
+// with RESOLVE_IN_ROOT and RESOLVE_NO_SYMLINKS). The volume stays reachable until the file
+// is closed. Without it, a volume's files are reached only from inside a sandbox that mounts
+// it, and a file API of volumes answers CodeUnsupported.
+type VolumeOpener interface {
+	OpenVolume(ctx context.Context, name string) (*os.File, error)
 }

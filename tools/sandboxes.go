@@ -43,6 +43,7 @@ type createSandboxArgs struct {
 	Env          map[string]string `json:"env,omitempty" jsonschema:"Environment variables set for every command in the sandbox."`
 	FromSnapshot string            `json:"from_snapshot,omitempty" jsonschema:"Start from a snapshot id returned by the snapshot tool, instead of an empty sandbox."`
 	Template     string            `json:"template,omitempty" jsonschema:"The template (root file system) to start from, e.g. debian or one built or imported on the server; the default when omitted."`
+	Volumes      []string          `json:"volumes,omitempty" jsonschema:"Named persistent volumes to mount, each NAME:/path or NAME:/path:ro (read-only), e.g. data:/data. A volume is made beforehand (tupper volume create, or the API); its files outlive the sandbox and are shared with every sandbox that mounts it."`
 }
 
 func createSandbox(ctx context.Context, s *Session, a createSandboxArgs) (Result, error) {
@@ -85,6 +86,13 @@ func createSandbox(ctx context.Context, s *Session, a createSandboxArgs) (Result
 	}
 	if a.Template != "" {
 		opts.Template = a.Template
+	}
+	for _, v := range a.Volumes {
+		m, err := provider.ParseVolumeMount(v)
+		if err != nil {
+			return Result{Text: err.Error(), IsError: true}, nil
+		}
+		opts.Volumes = append(opts.Volumes, m)
 	}
 	b, err := s.createExtra(ctx, opts)
 	if err != nil {

@@ -489,3 +489,41 @@ func volumeBinds(dir string, mounts []provider.VolumeMount) []specs.Mount {
 }
 
 var _ provider.Volumer = (*Provider)(nil)
+
+var _ provider.VolumeOpener = (*Provider)(nil)
+
+// OpenVolume returns the root directory of a volume, open (provider.VolumeOpener). The file
+// system is mounted in a namespace of its own, the directory opened there and the mount
+// detached at once: the open directory keeps it, and the last close unmounts it (and frees
+// the loop device when no sandbox mounts it either). Nothing is mounted in the host's
+// namespace.
+func (p *Provider) OpenVolume(ctx context.Context, name string) (*os.File, error) {
+	if err := p.volumer(); err != nil {
+		return nil, err
+	}
+	lk, err := p.lockVolume(ctx, name)
+	if err != nil {
+		return nil, provider.Wrap(err, provider.CodeProvider, "open volume")
+	}
+	defer lk.unlock()
+	if _, err := p.readVolume(name); err != nil {
+		return nil, err
+	}
+	var root *os.File
+	mnt := filepath.Join(p.lay.volume(name), "mnt")
+	err = withVolumeMounted(p.lay.volumeImage(name), mnt, func(dir string) error {
+		fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			return err
+		}
+		root = os.NewFile(uintptr(fd), name)
+		return nil
+	})
+	if err != nil {
+		if root != nil {
+			root.Close()
+		}
+		return nil, provider.Wrap(err, provider.CodeProvider, "open volume")
+	}
+	return root, nil
+}

@@ -85,6 +85,7 @@ func (s *Server) controlMux() *router {
 	h("POST /sandboxes/{sandboxID}/snapshots", s.snapshot)
 	h("GET /templates/aliases/{alias}", s.templateAlias)
 	s.templateRoutes(m, h)
+	s.volumeRoutes(m, h)
 	for _, op := range notServed {
 		h(op.pattern, func(w http.ResponseWriter, r *http.Request, _ string) {
 			writeError(w, unsupported("%s is not supported by tupper%s", r.Pattern, op.why))
@@ -96,7 +97,6 @@ func (s *Server) controlMux() *router {
 // Why the server does not serve parts of E2B's API.
 const (
 	whyTemplates = ": a sandbox's templateID names a template of the server's provider (\"base\" is its default); templates are built with the Template SDK (v2 and v3 builds) and listed and deleted with the native API (/v1/templates)"
-	whyVolumes   = ": volumes are not supported"
 	whySecrets   = ": stored secrets are not supported; pass envVars when creating a sandbox"
 	whyAccount   = ": manage the server's API keys with `tupper keys`"
 	whyAdmin     = ": E2B's admin API is not served"
@@ -119,18 +119,6 @@ var notServed = []struct{ pattern, why string }{
 	{"DELETE /templates/{templateID}", whyTemplates},
 	{"PATCH /v2/templates/{templateID}", whyTemplates},
 	{"POST /templates/{templateID}/builds/{buildID}", whyTemplates},
-
-	{"GET /volumes", whyVolumes},
-	{"POST /volumes", whyVolumes},
-	{"GET /volumes/{volumeID}", whyVolumes},
-	{"DELETE /volumes/{volumeID}", whyVolumes},
-	{"GET /volumecontent/{volumeID}/dir", whyVolumes},
-	{"POST /volumecontent/{volumeID}/dir", whyVolumes},
-	{"GET /volumecontent/{volumeID}/file", whyVolumes},
-	{"PUT /volumecontent/{volumeID}/file", whyVolumes},
-	{"GET /volumecontent/{volumeID}/path", whyVolumes},
-	{"PATCH /volumecontent/{volumeID}/path", whyVolumes},
-	{"DELETE /volumecontent/{volumeID}/path", whyVolumes},
 
 	{"GET /secrets", whySecrets},
 	{"POST /secrets", whySecrets},
@@ -208,8 +196,6 @@ func (s *Server) options(ctx context.Context, req newSandbox, defTimeout int64) 
 		return opts, unsupported("autoPause is not supported: a sandbox is killed at its timeout")
 	case isTrue(req.AutoResume):
 		return opts, unsupported("autoResume is not supported")
-	case len(req.VolumeMounts) > 0:
-		return opts, unsupported("volumeMounts are not supported")
 	case isSet(req.IAM):
 		return opts, unsupported("iam is not supported")
 	}
@@ -233,6 +219,9 @@ func (s *Server) options(ctx context.Context, req newSandbox, defTimeout int64) 
 	// The SDK on the server sets its own label on the provider's sandbox.
 	delete(opts.Labels, sandbox.SDKLabel)
 	opts.Env = req.EnvVars
+	for _, m := range req.VolumeMounts {
+		opts.Volumes = append(opts.Volumes, provider.VolumeMount{Name: m.Name, Path: m.Path})
+	}
 	if req.TemplateID != baseTemplate && req.TemplateID != mcpTemplate {
 		opts.Template = req.TemplateID
 	} else if s.hasTemplate(ctx, baseTemplate) {

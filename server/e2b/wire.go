@@ -31,7 +31,13 @@ type newSandbox struct {
 	AutoResume          json.RawMessage   `json:"autoResume"`
 	MCP                 json.RawMessage   `json:"mcp"`
 	IAM                 json.RawMessage   `json:"iam"`
-	VolumeMounts        []json.RawMessage `json:"volumeMounts"`
+	VolumeMounts        []volumeMount     `json:"volumeMounts"`
+}
+
+// volumeMount is E2B's SandboxVolumeMount: a volume (its name) at a path.
+type volumeMount struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
 }
 
 // networkConfig is E2B's SandboxNetworkConfig.

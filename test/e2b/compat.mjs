@@ -630,7 +630,7 @@ export async function run(sdk, sdkVersion) {
     }
   })
 
-  await step('Template.build: a failing step is a BuildError naming it; an image no registry serves fails; volumes are not supported', async () => {
+  await step('Template.build: a failing step is a BuildError naming it; an image no registry serves fails', async () => {
     const failing = Template().fromTemplate(process.env.TUPPER_TEST_TEMPLATE).runCmd('echo going down; exit 7')
     await assert.rejects(Template.build(failing, `sdk-broken-${process.pid}`), (err) => {
       assert.ok(err instanceof BuildError, `got ${err?.constructor?.name}: ${err}`)
@@ -642,7 +642,44 @@ export async function run(sdk, sdkVersion) {
       assert.ok(err instanceof BuildError, `got ${err?.constructor?.name}: ${err}`)
       return true
     })
-    await assert.rejects(Volume.create(`compat-${process.pid}`), /POST \/volumes is not supported by tupper/)
+  })
+
+  await step('volumes: create, list, content API, volumeMounts shared by two sandboxes, a planted symlink not followed, destroy', async () => {
+    const name = `compat-vol-${process.pid}`
+    const vol = await Volume.create(name)
+    assert.equal(vol.name, name)
+    assert.ok((await Volume.list()).some((v) => v.name === name && v.volumeId === vol.volumeId))
+    assert.equal((await Volume.getInfo(vol.volumeId)).name, name)
+    await vol.makeDir('/dir/sub', { force: true })
+    await vol.writeFile('/dir/hello.txt', 'hello volume')
+    assert.equal(await vol.readFile('/dir/hello.txt'), 'hello volume')
+    assert.deepEqual((await vol.list('/dir')).map((e) => e.name).sort(), ['hello.txt', 'sub'])
+    assert.equal((await vol.getInfo('/dir/sub')).type, 'directory')
+    const a = await Sandbox.create('base', { volumeMounts: { '/data': vol } })
+    const b = await Sandbox.create('base', { volumeMounts: { '/mnt/v': name } })
+    try {
+      assert.equal((await a.commands.run('cat /data/dir/hello.txt')).stdout, 'hello volume')
+      // A new volume's root is root's (0755), as a new directory of the host's would be.
+      await b.commands.run('echo from-b > /mnt/v/b.txt', { user: 'root' })
+      assert.equal((await a.commands.run('cat /data/b.txt')).stdout, 'from-b\n')
+      assert.equal(await vol.readFile('/b.txt'), 'from-b\n')
+      // A sandbox plants links to host paths: the host never follows them.
+      await a.commands.run('ln -s /etc/hostname /data/link && ln -s / /data/rootlink', { user: 'root' })
+      await assert.rejects(vol.readFile('/link'))
+      await assert.rejects(vol.readFile('/rootlink/etc/passwd'))
+      await assert.rejects(vol.writeFile('/rootlink/tmp/escaped', 'x'))
+      const link = await vol.getInfo('/link')
+      assert.equal(link.type, 'symlink')
+      assert.equal(link.target, '/etc/hostname')
+      await assert.rejects(Volume.destroy(vol.volumeId), /mounted by sandbox/)
+    } finally {
+      await a.kill()
+      await b.kill()
+    }
+    await vol.remove('/dir')
+    assert.equal(await vol.exists('/dir'), false)
+    assert.equal(await Volume.destroy(vol.volumeId), true)
+    assert.equal(await Volume.destroy(vol.volumeId), false)
   })
 
   await step('setTimeout moves endAt', async () => {

@@ -91,6 +91,17 @@ const handlers: Record<string, Handler> = {
     if (env && typeof env === "object") opts.env = env as Record<string, string>;
     const from = str(a["from_snapshot"]);
     if (from) opts.from = from;
+    const tmpl = str(a["template"]);
+    if (tmpl) opts.template = tmpl;
+    const vols = a["volumes"];
+    if (Array.isArray(vols) && vols.length > 0) {
+      // NAME:/path or NAME:/path:ro, as the Go tools; the server checks names and paths.
+      opts.volumes = vols.map((v) => {
+        const [name, path, mode, ...rest] = String(v).split(":");
+        if (!name || !path || rest.length > 0 || (mode !== undefined && mode !== "ro" && mode !== "rw")) throw new Error(`@tupper/ai: volume ${JSON.stringify(v)}: want NAME:/path or NAME:/path:ro`);
+        return { name, path, ...(mode === "ro" && { readOnly: true }) };
+      });
+    }
     const net = str(a["network"]);
     if (net === "all" || net === "none") opts.network = { mode: net };
     const list = (v: unknown): string[] | undefined => (Array.isArray(v) && v.length > 0 ? v.map(String) : undefined);

@@ -57,6 +57,8 @@ export interface CreateOptions {
   from?: string;
   trackChanges?: boolean;
   labelsExact?: boolean;
+  /** Named volumes (made with the server's /v1/volumes) mounted at their paths. */
+  volumes?: { name: string; path: string; readOnly?: boolean }[];
 }
 
 export interface SandboxInfo {
