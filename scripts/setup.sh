@@ -39,6 +39,7 @@ have() { where "$1" >/dev/null; }
 command_of() {
 	case "$1" in
 	iproute2) echo ip ;;
+	e2fsprogs) echo mkfs.ext4 ;;
 	nodejs) echo node ;;
 	busybox-static) echo busybox ;;
 	docker.io) echo dockerd ;;
@@ -56,8 +57,9 @@ done
 
 step="find what is missing"
 need=()
-# debootstrap makes the built-in debian template from the machine's own mirror.
-pkgs=(runc runsc crun iptables iproute2 git debootstrap)
+# debootstrap makes the built-in debian template from the machine's own mirror; e2fsprogs
+# (mkfs.ext4) makes volumes' file systems.
+pkgs=(runc runsc crun iptables iproute2 git debootstrap e2fsprogs)
 # busybox-static: the tests' image templates are made of its static busybox. docker.io: the
 # Docker provider's tests run against a real dockerd, which scripts/test.sh starts.
 [ -z "$for_tests" ] || pkgs+=(nodejs npm busybox-static docker.io)

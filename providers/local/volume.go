@@ -54,8 +54,21 @@ func (l layout) volumeImage(name string) string {
 // volumesAvailable reports whether this host can make and mount volumes: loop devices and
 // mkfs.ext4 (e2fsprogs).
 func volumesAvailable() bool {
-	_, err := exec.LookPath("mkfs.ext4")
-	return err == nil && fileExists("/dev/loop-control")
+	return mkfsExt4() != "" && fileExists("/dev/loop-control")
+}
+
+// mkfsExt4 is the path of mkfs.ext4: on PATH, else in /usr/sbin or /sbin (a PATH without
+// the sbin directories is common for services); "" when there is none.
+func mkfsExt4() string {
+	if p, err := exec.LookPath("mkfs.ext4"); err == nil {
+		return p
+	}
+	for _, p := range []string{"/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4"} {
+		if fileExists(p) {
+			return p
+		}
+	}
+	return ""
 }
 
 func volumeNotFound(name string) error {
@@ -134,7 +147,7 @@ func (p *Provider) makeVolume(ctx context.Context, dir string, meta volumeMeta) 
 	// nodiscard: the file is sparse already. The root directory is root's (uid 0: the
 	// sandbox's root once idmapped), lost+found is not made by hand later: a fresh volume
 	// is empty.
-	out, err := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-E", "nodiscard,root_owner=0:0", "-L", "tupper-volume", img).CombinedOutput()
+	out, err := exec.CommandContext(ctx, mkfsExt4(), "-q", "-F", "-m", "0", "-E", "nodiscard,root_owner=0:0", "-L", "tupper-volume", img).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("mkfs.ext4: %w: %s", err, strings.TrimSpace(string(out)))
 	}
