@@ -15,7 +15,7 @@
 // Everything else is an optional interface the core discovers with a type assertion, in the
 // manner of database/sql/driver: FileSystem for native listing, stat, remove and mkdir;
 // Searcher; ChangeTracker; ActivityReporter; RangeReader; Pauser; Snapshotter,
-// KindSnapshotter, SnapshotLister and SnapshotDeleter; Forker; Terminaler and CommandTerminaler; TimeoutSetter; KeyedCreator;
+// KindSnapshotter, SnapshotLister and SnapshotDeleter; Forker; Volumer and VolumeOpener; Terminaler and CommandTerminaler; TimeoutSetter; KeyedCreator;
 // CapabilityReporter; EnvdDialer; PortDialer; and TerminalWaiter on a Terminal. Each one's doc
 // says what happens when it is absent — usually the core runs a command in the sandbox
 // instead, or the operation is CodeUnsupported.

@@ -64,7 +64,15 @@ func TestVolumes(t *testing.T) {
 	}
 	for i, b := range boxes {
 		rt := runtimes[i]
-		run(t, b, "echo from-"+rt+" > /data/"+rt+" && mkdir -p /data/dir-"+rt)
+		run(t, b, "echo from-"+rt+" > /data/"+rt+" && mkdir -p /data/dir-"+rt+" && echo private > /workspace/private-"+rt)
+	}
+	// Sharing a volume shares nothing else: each sandbox's own files stay its own.
+	for i, b := range boxes {
+		for j, other := range runtimes[:len(boxes)] {
+			if _, _, code := runCode(t, b, "test -e /workspace/private-"+other); (code == 0) != (i == j) {
+				t.Errorf("%s sees %s's /workspace/private-%s: %v", runtimes[i], other, other, code == 0)
+			}
+		}
 	}
 	for i, b := range boxes {
 		rt := runtimes[i]
