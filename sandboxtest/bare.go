@@ -16,7 +16,7 @@ import (
 // provider.CommandTerminaler (the core then opens only a login shell) on its instances.
 // Interfaces without a
 // fallback (provider.Pauser, provider.Snapshotter, provider.Terminaler,
-// provider.TimeoutSetter, provider.CapabilityReporter) stay reachable, and answer
+// provider.TimeoutSetter, provider.CapabilityReporter, provider.Volumer) stay reachable, and answer
 // CodeUnsupported where p's instance lacks them, which is what the core answers then too.
 // Capabilities drop provider.CapExactKey, which needs provider.KeyedCreator.
 //
@@ -146,4 +146,48 @@ func (b bareInstance) SetTimeout(ctx context.Context, d time.Duration) error {
 		return t.SetTimeout(ctx, d)
 	}
 	return unsupported("change their timeout")
+}
+
+// Volumes have no fallback: Bare keeps them reachable (provider.Volumer), unsupported where p
+// lacks them.
+var _ provider.Volumer = bareProvider{}
+
+func (b bareProvider) volumer() (provider.Volumer, error) {
+	v, ok := b.p.(provider.Volumer)
+	if !ok {
+		return nil, provider.Errorf(provider.CodeUnsupported, "provider %s has no volumes", b.p.Name())
+	}
+	return v, nil
+}
+
+func (b bareProvider) CreateVolume(ctx context.Context, req provider.VolumeRequest) (provider.VolumeInfo, error) {
+	v, err := b.volumer()
+	if err != nil {
+		return provider.VolumeInfo{}, err
+	}
+	return v.CreateVolume(ctx, req)
+}
+
+func (b bareProvider) Volumes(ctx context.Context) ([]provider.VolumeInfo, error) {
+	v, err := b.volumer()
+	if err != nil {
+		return nil, err
+	}
+	return v.Volumes(ctx)
+}
+
+func (b bareProvider) VolumeInfo(ctx context.Context, name string) (provider.VolumeInfo, error) {
+	v, err := b.volumer()
+	if err != nil {
+		return provider.VolumeInfo{}, err
+	}
+	return v.VolumeInfo(ctx, name)
+}
+
+func (b bareProvider) DeleteVolume(ctx context.Context, name string) error {
+	v, err := b.volumer()
+	if err != nil {
+		return err
+	}
+	return v.DeleteVolume(ctx, name)
 }

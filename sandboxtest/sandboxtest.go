@@ -144,6 +144,7 @@ func groups() []group {
 		{"Changes", changesCases()},
 		{"Git", gitCases()},
 		{"Lifecycle", lifecycleCases()},
+		{"Volumes", volumeCases()},
 		{"Errors", errorCases()},
 		{"Fallback", fallbackCases()},
 	}
