@@ -198,6 +198,15 @@ func TestCreateSandboxTemplate(t *testing.T) {
 	want(t, call(t, s, "create_sandbox", map[string]any{"template": "default"}), false, "created")
 }
 
+func TestCreateSandboxVolumes(t *testing.T) {
+	s, _ := newTestSession(t, SessionOptions{})
+	// A malformed mount is the model's to fix; a provider without volumes says so (the
+	// mounting itself is tested on the local provider and through the server).
+	want(t, call(t, s, "create_sandbox", map[string]any{"volumes": []string{"data"}}), true, "want NAME:/path")
+	want(t, call(t, s, "create_sandbox", map[string]any{"volumes": []string{"data:/proc/x"}}), true, "under /proc")
+	want(t, call(t, s, "create_sandbox", map[string]any{"volumes": []string{"data:/data:ro"}}), true, "has no volumes")
+}
+
 func TestSnapshotAndPorts(t *testing.T) {
 	s, _ := newTestSession(t, SessionOptions{})
 	call(t, s, "write_file", map[string]any{"path": "kept.txt", "content": "from the snapshot"})
