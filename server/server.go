@@ -49,6 +49,8 @@ const (
 	DefaultSnapshotExpiry      = 7 * 24 * time.Hour
 	DefaultSnapshotsPerSandbox = 10
 	DefaultSnapshotsPerKey     = 100
+	// DefaultVolumesTotalMB bounds the sizes of a server's volumes together: 64 GiB.
+	DefaultVolumesTotalMB = 64 << 10
 )
 
 // Config configures a Server. Provider and Store are required.
@@ -91,6 +93,10 @@ type Config struct {
 	// negative: no bound); past a bound a snapshot fails with resource_exhausted (429).
 	SnapshotExpiry                       time.Duration
 	SnapshotsPerSandbox, SnapshotsPerKey int
+	// VolumesTotalMB bounds the sizes of the provider's volumes together, the most host disk
+	// they can take as they fill (0: DefaultVolumesTotalMB; negative: no bound); a volume
+	// past it fails with resource_exhausted (429), through every API.
+	VolumesTotalMB int
 
 	// The timeouts of HTTPServer: 0 is 10 s to read a request's headers, 1 min to read the
 	// rest of a request that is not authenticated, 5 min to write an answer and 2 min for an
@@ -169,6 +175,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	cfg.SnapshotExpiry = cmp.Or(cfg.SnapshotExpiry, DefaultSnapshotExpiry)
 	cfg.SnapshotsPerSandbox = cmp.Or(cfg.SnapshotsPerSandbox, DefaultSnapshotsPerSandbox)
 	cfg.SnapshotsPerKey = cmp.Or(cfg.SnapshotsPerKey, DefaultSnapshotsPerKey)
+	cfg.VolumesTotalMB = cmp.Or(cfg.VolumesTotalMB, DefaultVolumesTotalMB)
 	cfg.BaseURL = strings.TrimSuffix(cfg.BaseURL, "/")
 	if u, err := url.Parse(cfg.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
 		return nil, provider.Errorf(provider.CodeInvalidArgument, "server: BaseURL %q is not the server's absolute http or https URL", cfg.BaseURL)
@@ -201,6 +208,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if s.lc, err = lifecycle.New(lifecycle.Config{
 		Provider: s.prov, Store: s.st, Logger: s.log, Emit: s.lifecycleEvent, PreviewURL: s.previewPath,
 		SnapshotExpiry: cfg.SnapshotExpiry, SnapshotsPerSandbox: cfg.SnapshotsPerSandbox, SnapshotsPerKey: cfg.SnapshotsPerKey,
+		VolumesTotalMB: cfg.VolumesTotalMB,
 	}); err != nil {
 		return nil, err
 	}

@@ -36,7 +36,7 @@ func (s *Server) createVolume(w http.ResponseWriter, r *http.Request, _ *caller)
 		writeError(w, err)
 		return
 	}
-	in, err := sandbox.CreateVolume(r.Context(), s.prov, req.Name, sandbox.VolumeOptions{SizeMB: req.SizeMB})
+	in, err := s.lc.CreateVolume(r.Context(), req.Name, sandbox.VolumeOptions{SizeMB: req.SizeMB})
 	if err != nil {
 		writeError(w, err)
 		return

@@ -2,12 +2,15 @@ package server_test
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/tupper-dev/tupper/providers/local"
+	"github.com/tupper-dev/tupper/server"
 	"github.com/tupper-dev/tupper/server/servertest"
 )
 
@@ -113,5 +116,44 @@ func TestVolumesAPI(t *testing.T) {
 	}
 	if code := call(t, "GET", b.url+"/v1/volumes/data", key, nil, nil); code != 404 {
 		t.Errorf("inspect after delete: %d", code)
+	}
+}
+
+// TestVolumesBound: the sizes of a server's volumes together stay within its bound
+// (VolumesTotalMB, `tupper serve --volumes-gib`) through both APIs: a volume that would pass
+// it is 429 resource_exhausted; deleting one makes room again.
+func TestVolumesBound(t *testing.T) {
+	prov := servertest.Local(t, 63)
+	srv := servertest.Start(t, prov, "", func(c *server.Config) { c.VolumesTotalMB = 100 })
+	if code := call(t, "POST", srv.URL+"/v1/volumes", srv.Key, map[string]any{"name": "a", "sizeMB": 64}, nil); code != 201 {
+		t.Fatalf("a 64 MB volume under a 100 MB bound: %d", code)
+	}
+	if code := call(t, "POST", srv.URL+"/v1/volumes", srv.Key, map[string]any{"name": "b", "sizeMB": 64}, nil); code != 429 {
+		t.Errorf("a second 64 MB volume: %d, want 429", code)
+	}
+	// E2B's create asks for the default size (1 GiB).
+	_, e2bKey, err := srv.Store.CreateE2BKey(t.Context(), "bound")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", srv.URL+"/volumes", strings.NewReader(`{"name":"c"}`))
+	req.Header.Set("X-API-Key", e2bKey)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 429 {
+		t.Errorf("an E2B volume past the bound: %d, want 429", resp.StatusCode)
+	}
+	if code := call(t, "POST", srv.URL+"/v1/volumes", srv.Key, map[string]any{"name": "b", "sizeMB": 36}, nil); code != 201 {
+		t.Errorf("a volume that fits exactly: %d", code)
+	}
+	if code := call(t, "DELETE", srv.URL+"/v1/volumes/a", srv.Key, nil, nil); code != 204 {
+		t.Fatalf("delete: %d", code)
+	}
+	if code := call(t, "POST", srv.URL+"/v1/volumes", srv.Key, map[string]any{"name": "d", "sizeMB": 64}, nil); code != 201 {
+		t.Errorf("a volume after a delete made room: %d", code)
 	}
 }

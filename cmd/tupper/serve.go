@@ -28,6 +28,7 @@ func newServeCmd() *cobra.Command {
 		snapExpiry                            time.Duration
 		snapsPerSandbox, snapsPerKey          int
 		buildContextMiB                       int64
+		volumesGiB                            int
 		concurrentBuilds                      int
 	)
 	cmd := &cobra.Command{
@@ -71,6 +72,9 @@ func newServeCmd() *cobra.Command {
 			if buildContextMiB <= 0 || concurrentBuilds <= 0 {
 				return fmt.Errorf("--build-context-mib and --concurrent-builds must be at least 1")
 			}
+			if volumesGiB < 0 {
+				return fmt.Errorf("--volumes-gib must be 0 (no bound) or more")
+			}
 			if pool > 0 || len(allow) > 0 || runtimeName != "" {
 				lp, err := localWith(prov, local.Config{Pool: pool, AllowPrivate: allow, Runtime: runtimeName}, "--pool, --runtime and --allow-private")
 				if err != nil {
@@ -103,6 +107,7 @@ func newServeCmd() *cobra.Command {
 				SnapshotExpiry:       noneIfZero(snapExpiry),
 				SnapshotsPerSandbox:  noneIfZero(snapsPerSandbox),
 				SnapshotsPerKey:      noneIfZero(snapsPerKey),
+				VolumesTotalMB:       noneIfZero(volumesGiB << 10),
 				MaxBuildContextBytes: buildContextMiB << 20,
 				ConcurrentBuilds:     concurrentBuilds,
 			})
@@ -158,6 +163,7 @@ func newServeCmd() *cobra.Command {
 	fl.DurationVar(&snapExpiry, "snapshot-expiry", server.DefaultSnapshotExpiry, "snapshots made through the server expire and are deleted after this, the longest a request may ask (0: they are kept until they expire as asked, or for ever)")
 	fl.IntVar(&snapsPerSandbox, "snapshots-per-sandbox", server.DefaultSnapshotsPerSandbox, "most unexpired snapshots of one sandbox (0: no bound)")
 	fl.IntVar(&snapsPerKey, "snapshots-per-key", server.DefaultSnapshotsPerKey, "most unexpired snapshots made with one API key (0: no bound)")
+	fl.IntVar(&volumesGiB, "volumes-gib", server.DefaultVolumesTotalMB>>10, "the most GiB the server's volumes may declare together, the host disk they can take as they fill (0: no bound)")
 	fl.Int64Var(&buildContextMiB, "build-context-mib", 1024, "largest template build context a request may send, in MiB; it may unpack to four times that")
 	fl.IntVar(&concurrentBuilds, "concurrent-builds", 1, "template builds that run at once; the others wait in a queue")
 	fl.IntVar(&pool, "pool", 0, "keep this many sandboxes started for creates of the default shape with network none (local provider; see docs/local.md)")

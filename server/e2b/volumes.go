@@ -60,7 +60,7 @@ func (s *Server) createVolume(w http.ResponseWriter, r *http.Request, _ string) 
 		writeError(w, provider.Errorf(provider.CodeInvalidArgument, "the body: %v", err))
 		return
 	}
-	v, err := sandbox.CreateVolume(r.Context(), s.prov, req.Name, sandbox.VolumeOptions{})
+	v, err := s.lc.CreateVolume(r.Context(), req.Name, sandbox.VolumeOptions{})
 	if err != nil {
 		writeError(w, err)
 		return

@@ -63,6 +63,11 @@ type Config struct {
 	// bound a snapshot fails with resource_exhausted.
 	SnapshotExpiry                       time.Duration
 	SnapshotsPerSandbox, SnapshotsPerKey int
+	// VolumesTotalMB bounds the sizes of the provider's volumes together (0 or negative: no
+	// bound): a volume's file grows up to its size as it is written, so this is the most
+	// host disk the server's volumes can take. Past it a create fails with
+	// resource_exhausted.
+	VolumesTotalMB int
 }
 
 // Service is the lifecycle of a server's sandboxes. Create it with New.
@@ -80,6 +85,8 @@ type Service struct {
 
 	dmu        sync.Mutex
 	destroying map[string]int
+
+	vmu sync.Mutex // one volume create at a time, so the bound holds
 }
 
 type keyLock struct {
