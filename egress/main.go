@@ -11,8 +11,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
-
-	"golang.org/x/sys/unix"
+	"syscall"
 )
 
 // Files a proxy process inherits, in order from fd 3: the DNS UDP socket, the DNS TCP
@@ -57,7 +56,7 @@ func ReadPolicy(path string) (*Policy, int64, error) {
 func Main(ctx context.Context, configPath string) error {
 	// First: a SIGHUP before this would end the process.
 	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, unix.SIGHUP)
+	signal.Notify(hup, syscall.SIGHUP)
 	b, err := os.ReadFile(configPath)
 	if err != nil {
 		return err
@@ -89,7 +88,7 @@ func Main(ctx context.Context, configPath string) error {
 		return fmt.Errorf("proxy socket: %w", err)
 	}
 	p := NewProxy(cfg.Config, pol)
-	ctx, stop := signal.NotifyContext(ctx, unix.SIGTERM, unix.SIGINT)
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	go func() {
 		for range hup {

@@ -26,7 +26,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/klauspost/compress/zstd"
-	"golang.org/x/sys/unix"
 
 	"github.com/tupper-dev/tupper/internal/flock"
 	"github.com/tupper-dev/tupper/provider"
@@ -343,17 +342,6 @@ func (s *Store) unpackLayer(ctx context.Context, l layerSource, b *budget, repor
 	return meta.DiffID, nil
 }
 
-// syncFS flushes the store's file system, so that a layer renamed into place survives a
-// crash of the machine with its files.
-func syncFS(dir string) error {
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	return unix.Syncfs(fd)
-}
-
 // layerMeta is a Layer as unpackStream learns it.
 type layerMeta struct {
 	Layer
@@ -651,7 +639,7 @@ func extractLayout(archive, dir string, size int64) error {
 		if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 			return err
 		}
-		out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_NOFOLLOW, 0o600)
+		out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|oNoFollow, 0o600)
 		if err != nil {
 			return err
 		}

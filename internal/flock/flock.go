@@ -1,5 +1,5 @@
-// Package flock is an exclusive advisory lock on a file (flock(2)), for tupper processes that
-// share a state directory.
+// Package flock is an advisory lock on a file (flock(2); LockFileEx on Windows), for tupper
+// processes that share a state directory.
 //
 // The kernel releases a lock when the file that holds it is closed or its process dies, however
 // it dies, so a crash never leaves one behind. A lock belongs to an open file, not to a process:
@@ -8,12 +8,9 @@ package flock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // Lock is a held lock on a file.
@@ -22,16 +19,16 @@ type Lock struct{ f *os.File }
 // Acquire takes the lock on path, creating the file with mode 0600 when it is missing, and
 // waits until the lock is free or ctx is done.
 func Acquire(ctx context.Context, path string) (*Lock, error) {
-	return acquire(ctx, path, unix.LOCK_EX)
+	return acquire(ctx, path, exclusive)
 }
 
 // AcquireShared takes a shared lock on path, which any number of holders may share while no
 // one holds the exclusive lock (Acquire), and waits like Acquire.
 func AcquireShared(ctx context.Context, path string) (*Lock, error) {
-	return acquire(ctx, path, unix.LOCK_SH)
+	return acquire(ctx, path, shared)
 }
 
-func acquire(ctx context.Context, path string, how int) (*Lock, error) {
+func acquire(ctx context.Context, path string, how mode) (*Lock, error) {
 	f, err := open(path)
 	if err != nil {
 		return nil, err
@@ -63,7 +60,7 @@ func TryAcquire(path string) (*Lock, error) {
 	if err != nil {
 		return nil, err
 	}
-	ok, err := try(f, unix.LOCK_EX)
+	ok, err := try(f, exclusive)
 	if !ok {
 		f.Close()
 		if err != nil {
@@ -88,21 +85,4 @@ func (l *Lock) Unlock() {
 
 func open(path string) (*os.File, error) {
 	return os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-}
-
-// try takes the lock (how: LOCK_EX or LOCK_SH) without waiting; it reports false and no error
-// when another holds it.
-func try(f *os.File, how int) (bool, error) {
-	for {
-		err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
-		switch {
-		case err == nil:
-			return true, nil
-		case errors.Is(err, unix.EINTR):
-			continue
-		case errors.Is(err, unix.EWOULDBLOCK):
-			return false, nil
-		}
-		return false, err
-	}
 }

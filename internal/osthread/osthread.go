@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package osthread runs functions on one dedicated OS thread, for kernel state that Linux
 // keeps per thread and that must not reach the rest of the process: a mount namespace (and
 // the file-system context unshared with it), capability sets.
