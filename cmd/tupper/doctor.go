@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tupper-dev/tupper/provider"
-	"github.com/tupper-dev/tupper/providers/local"
 )
 
 func newDoctorCmd() *cobra.Command {
@@ -51,18 +50,4 @@ func checkProvider(ctx context.Context, r provider.Registration) (string, bool) 
 		return "unavailable: " + strings.TrimPrefix(provider.MessageOf(err), r.Name+": "), false
 	}
 	return "available, capabilities: " + p.Capabilities().String(), true
-}
-
-// localRuntimeLine says which OCI runtime the local provider uses when none is asked for, and
-// why, or "" off Linux.
-func localRuntimeLine() string {
-	if runtime.GOOS != "linux" {
-		return ""
-	}
-	p, err := local.New(local.Config{})
-	if err != nil {
-		return ""
-	}
-	name, why := p.DefaultRuntime()
-	return fmt.Sprintf("default runtime of local: %s (%s)", name, why)
 }

@@ -10,10 +10,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tupper-dev/tupper/provider"
-	"github.com/tupper-dev/tupper/providers/local"
 	"github.com/tupper-dev/tupper/providers/remote"
 	"github.com/tupper-dev/tupper/sandbox"
-	"github.com/tupper-dev/tupper/template"
 )
 
 // providerFlags selects and configures the provider.
@@ -77,13 +75,11 @@ func parseAllowPrivate(vals []string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// localWith returns a local provider made with cfg in place of prov, which must be the
-// local provider: for the flags that configure that provider itself (flags names them).
-func localWith(prov provider.Provider, cfg local.Config, flags string) (*local.Provider, error) {
-	if _, ok := prov.(*local.Provider); !ok {
-		return nil, fmt.Errorf("%s needs the local provider, not %s", flags, prov.Name())
-	}
-	return local.New(cfg)
+// localOptions are the flags that configure the local provider itself (localWith).
+type localOptions struct {
+	pool         int
+	allowPrivate []netip.Prefix
+	runtime      string
 }
 
 // createFlags are the sandbox options of run and create.
@@ -114,20 +110,7 @@ func (f *createFlags) resolve(ctx context.Context) (provider.Provider, error) {
 	if err != nil || len(allow) == 0 {
 		return prov, err
 	}
-	return localWith(prov, local.Config{AllowPrivate: allow}, "--allow-private")
-}
-
-// announceBuiltin says, before a create that will make a built-in template (debian, base)
-// first, why it takes a while.
-func (f *createFlags) announceBuiltin(prov provider.Provider) {
-	lp, ok := prov.(*local.Provider)
-	b, builtin := template.BuiltinNamed(f.template)
-	if !ok || !builtin {
-		return
-	}
-	if t, err := lp.Template(context.Background(), f.template); err == nil && t.Layers == 0 {
-		fmt.Fprintf(os.Stderr, "tupper: making the %s template from this machine's apt mirror (once; %s)\n", b.Name, b.Takes)
-	}
+	return localWith(prov, localOptions{allowPrivate: allow}, "--allow-private")
 }
 
 func (f *createFlags) register(cmd *cobra.Command) {

@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tupper-dev/tupper/provider"
-	"github.com/tupper-dev/tupper/providers/local"
 	"github.com/tupper-dev/tupper/server"
 	"github.com/tupper-dev/tupper/store"
 )
@@ -76,7 +75,7 @@ func newServeCmd() *cobra.Command {
 				return fmt.Errorf("--volumes-gib must be 0 (no bound) or more")
 			}
 			if pool > 0 || len(allow) > 0 || runtimeName != "" {
-				lp, err := localWith(prov, local.Config{Pool: pool, AllowPrivate: allow, Runtime: runtimeName}, "--pool, --runtime and --allow-private")
+				lp, err := localWith(prov, localOptions{pool: pool, allowPrivate: allow, runtime: runtimeName}, "--pool, --runtime and --allow-private")
 				if err != nil {
 					return err
 				}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 
 	"github.com/tupper-dev/tupper/provider"
@@ -68,7 +67,7 @@ func runTerminal(ctx context.Context, cmd *cobra.Command, box *sandbox.Sandbox, 
 
 	if sizeFd >= 0 {
 		winch := make(chan os.Signal, 1)
-		signal.Notify(winch, unix.SIGWINCH)
+		notifyResize(winch)
 		defer signal.Stop(winch)
 		go func() {
 			for {

@@ -1,0 +1,60 @@
+//go:build !linux
+
+// The local provider exists on Linux only: here its flags and commands say so.
+
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tupper-dev/tupper/provider"
+)
+
+const needsLinux = "runs on Linux only; use --provider docker (the default here)"
+
+// localWith refuses: the flags that configure the local provider have nothing to configure.
+func localWith(_ provider.Provider, _ localOptions, flags string) (interface {
+	provider.Provider
+	Close() error
+}, error) {
+	return nil, fmt.Errorf("%s configure the local provider, which %s", flags, needsLinux)
+}
+
+// announceBuiltin has nothing to announce: the built-in templates are the local provider's.
+func (f *createFlags) announceBuiltin(provider.Provider) {}
+
+// localRuntimeLine is "" off Linux: there is no local provider to pick a runtime for.
+func localRuntimeLine() string { return "" }
+
+// localSections refuses: bench without --provider docker measures the local provider.
+func (b *bencher) localSections(context.Context) error {
+	return fmt.Errorf("bench of the local provider %s", needsLinux)
+}
+
+// newAgentCmd is `tupper agent`, which runs inside Linux sandboxes only.
+func newAgentCmd() *cobra.Command {
+	return linuxOnlyCmd("agent", "the in-sandbox agent")
+}
+
+// newTemplateCmd is `tupper template`: the local provider's template store. With the Docker
+// provider a template is any image the engine has or can pull.
+func newTemplateCmd() *cobra.Command {
+	c := linuxOnlyCmd("template", "the local provider's templates")
+	c.Long = "Templates are the local provider's, which " + needsLinux + ".\nWith the Docker provider any image is a template: --template python:3.12-slim."
+	return c
+}
+
+func linuxOnlyCmd(name, what string) *cobra.Command {
+	return &cobra.Command{
+		Use:                name,
+		Short:              what + " (Linux only)",
+		Hidden:             name == "agent",
+		DisableFlagParsing: true,
+		RunE: func(*cobra.Command, []string) error {
+			return fmt.Errorf("tupper %s: %s %s", name, what, needsLinux)
+		},
+	}
+}
