@@ -16,6 +16,11 @@ if [ -n "$unformatted" ]; then
 fi
 echo "== go vet"
 go vet ./...
+echo "== cross builds: macOS and Windows (the Docker provider's platforms)"
+for target in darwin/amd64 darwin/arm64 windows/amd64 windows/arm64; do
+	GOOS=${target%/*} GOARCH=${target#*/} CGO_ENABLED=0 go build -o /dev/null ./cmd/tupper ||
+		{ echo "tupper does not build for $target" >&2; exit 1; }
+done
 echo "== static build"
 CGO_ENABLED=0 go build -o bin/tupper ./cmd/tupper
 # The end-to-end groups (the Docker provider against a real dockerd, E2B's SDK, the JavaScript

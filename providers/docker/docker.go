@@ -14,6 +14,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/provider/agentinst"
 )
 
 // Config configures the Docker provider. The zero value is the default.
@@ -86,7 +87,7 @@ type Provider struct {
 	agent agentState
 
 	mu       sync.Mutex
-	previews map[previewKey]*preview
+	previews agentinst.Previews
 	paused   map[string]bool // sandboxes paused through this provider
 	closed   bool
 }
@@ -130,7 +131,7 @@ func New(cfg Config) (*Provider, error) {
 	if err != nil {
 		return nil, provider.Errorf(provider.CodeInvalidArgument, "docker: %v", err)
 	}
-	p := &Provider{cfg: cfg, cli: cli, previews: map[previewKey]*preview{}, paused: map[string]bool{}}
+	p := &Provider{cfg: cfg, cli: cli, paused: map[string]bool{}}
 	p.self = runtime.GOOS == "linux" && strings.HasPrefix(cli.DaemonHost(), "unix://")
 	if p.cfg.CopyAgent == nil {
 		c := !p.self
@@ -156,12 +157,8 @@ func (p *Provider) Close() error {
 		return nil
 	}
 	p.closed = true
-	pvs := p.previews
-	p.previews = map[previewKey]*preview{}
 	p.mu.Unlock()
-	for _, pv := range pvs {
-		pv.close()
-	}
+	p.previews.Close()
 	return p.cli.Close()
 }
 

@@ -177,11 +177,12 @@ func (i *Instance) PreviewURL(ctx context.Context, port int) (string, error) {
 	if err := i.check(ctx); err != nil {
 		return "", err
 	}
-	pv, err := i.p.preview(i, port)
+	c := i.Client()
+	addr, err := i.p.previews.Open(i.id, port, func(ctx context.Context) (net.Conn, error) { return c.DialPort(ctx, port) }, nil)
 	if err != nil {
 		return "", err
 	}
-	return "http://" + pv.ln.Addr().String() + "/", nil
+	return "http://" + addr + "/", nil
 }
 
 // Snapshot commits the container's filesystem to the image tupper-snapshot:<id> (docker

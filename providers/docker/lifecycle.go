@@ -192,7 +192,7 @@ func (p *Provider) Destroy(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	p.closePreviews(id)
+	p.previews.CloseSandbox(id)
 	p.setPaused(id, false)
 	found := false
 	for _, c := range cs {

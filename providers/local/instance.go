@@ -5,7 +5,6 @@ package local
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"strings"
@@ -258,147 +257,10 @@ func (i *Instance) PreviewURL(ctx context.Context, port int) (string, error) {
 	if err := i.check(ctx); err != nil {
 		return "", err
 	}
-	pv, err := i.p.preview(i.id, port)
+	c := agentClient(i.p.lay.socket(i.id))
+	addr, err := i.p.previews.Open(i.id, port, func(ctx context.Context) (net.Conn, error) { return c.DialPort(ctx, port) }, func() { c.Close() })
 	if err != nil {
 		return "", err
 	}
-	return "http://" + pv.addr() + "/", nil
-}
-
-// previewKey names one forwarded port.
-type previewKey struct {
-	id   string
-	port int
-}
-
-// preview is a loopback listener forwarding to a port in a sandbox.
-type preview struct {
-	ln   net.Listener
-	c    *client.Client
-	port int
-	wg   sync.WaitGroup
-	once sync.Once
-
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{} // open forwarded connections, both ends
-	closed bool
-}
-
-// track records c as open, or reports false when the preview is closed.
-func (pv *preview) track(c net.Conn) bool {
-	pv.mu.Lock()
-	defer pv.mu.Unlock()
-	if pv.closed {
-		return false
-	}
-	if pv.conns == nil {
-		pv.conns = map[net.Conn]struct{}{}
-	}
-	pv.conns[c] = struct{}{}
-	return true
-}
-
-func (pv *preview) untrack(c net.Conn) {
-	pv.mu.Lock()
-	delete(pv.conns, c)
-	pv.mu.Unlock()
-}
-
-func (p *Provider) preview(id string, port int) (*preview, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil, provider.Errorf(provider.CodeUnavailable, "provider closed")
-	}
-	k := previewKey{id, port}
-	if pv, ok := p.previews[k]; ok {
-		return pv, nil
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, provider.Wrap(err, provider.CodeProvider, "preview")
-	}
-	pv := &preview{ln: ln, c: agentClient(p.lay.socket(id)), port: port}
-	p.previews[k] = pv
-	pv.wg.Add(1)
-	go pv.serve()
-	return pv, nil
-}
-
-func (pv *preview) addr() string { return pv.ln.Addr().String() }
-
-func (pv *preview) serve() {
-	defer pv.wg.Done()
-	for {
-		conn, err := pv.ln.Accept()
-		if err != nil {
-			return
-		}
-		go pv.forward(conn)
-	}
-}
-
-// forward pipes one connection through the agent's tunnel, half-closing each direction at
-// its EOF.
-func (pv *preview) forward(conn net.Conn) {
-	defer conn.Close()
-	if !pv.track(conn) {
-		return
-	}
-	defer pv.untrack(conn)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	up, err := pv.c.DialPort(ctx, pv.port)
-	cancel()
-	if err != nil {
-		return
-	}
-	defer up.Close()
-	if !pv.track(up) {
-		return
-	}
-	defer pv.untrack(up)
-	done := make(chan struct{}, 2)
-	pipe := func(dst, src net.Conn) {
-		io.Copy(dst, src)
-		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
-			cw.CloseWrite()
-		} else {
-			dst.Close()
-		}
-		done <- struct{}{}
-	}
-	go pipe(up, conn)
-	go pipe(conn, up)
-	<-done
-	<-done
-}
-
-func (pv *preview) close() {
-	pv.once.Do(func() {
-		pv.ln.Close()
-		pv.wg.Wait()
-		pv.mu.Lock()
-		pv.closed = true
-		for c := range pv.conns {
-			c.Close()
-		}
-		pv.mu.Unlock()
-		pv.c.Close()
-	})
-}
-
-// closePreviews closes the listeners of sandbox id.
-func (p *Provider) closePreviews(id string) {
-	p.mu.Lock()
-	var list []*preview
-	for k, v := range p.previews {
-		if k.id == id {
-			list = append(list, v)
-			delete(p.previews, k)
-		}
-	}
-	p.mu.Unlock()
-	for _, v := range list {
-		v.close()
-	}
+	return "http://" + addr + "/", nil
 }

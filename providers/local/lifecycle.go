@@ -58,7 +58,7 @@ func (p *Provider) teardown(ctx context.Context, rec *record) error {
 	p.probed()
 	id := rec.ID
 	ctx = context.WithoutCancel(ctx)
-	p.closePreviews(id)
+	p.previews.CloseSandbox(id)
 	var errs []error
 	rt, haveRT := p.runtimes[rec.Runtime]
 	if haveRT && rec.Paused {

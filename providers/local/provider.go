@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/provider/agentinst"
 )
 
 // Provider runs sandboxes on this machine with an OCI runtime. See the package doc.
@@ -31,9 +32,7 @@ type Provider struct {
 	// so a process that only connects to a sandbox (tupper exec) does not probe the host.
 	probeOnce sync.Once
 
-	mu       sync.Mutex
-	previews map[previewKey]*preview
-	closed   bool
+	previews agentinst.Previews // the forwarders of PreviewURL
 
 	pool *pool // nil: Config.Pool is 0
 
@@ -68,7 +67,6 @@ func New(cfg Config) (*Provider, error) {
 		lay:      layout{home: cfg.Home},
 		runtimes: map[string]ociRuntime{},
 		unusable: map[string]error{},
-		previews: map[previewKey]*preview{},
 		idmapNS:  newUsernsCache(),
 	}
 	if len(p.lay.socket(strings.Repeat("a", idLen))) > 100 {
@@ -92,14 +90,7 @@ func (p *Provider) Home() string { return p.cfg.Home }
 func (p *Provider) Close() error {
 	poolErr := p.closePool()
 	p.idmapNS.close()
-	p.mu.Lock()
-	p.closed = true
-	pv := p.previews
-	p.previews = map[previewKey]*preview{}
-	p.mu.Unlock()
-	for _, v := range pv {
-		v.close()
-	}
+	p.previews.Close()
 	return poolErr
 }
 

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package servertest starts tupper servers for tests: in-process on loopback, over the local
 // provider when the machine can run it (root and runc) and the memory provider otherwise;
 // under CI=true the local provider is required, so coverage never disappears silently.
