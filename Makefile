@@ -1,5 +1,5 @@
 # Thin wrappers around the scripts and plain go commands. `make help` lists them.
-.PHONY: help demo build test bench fuzz
+.PHONY: help demo build dist test bench fuzz
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -9,6 +9,9 @@ demo: ## install what is needed and run one command in a sandbox
 
 build: ## build the static tupper binary into bin/
 	CGO_ENABLED=0 go build -o bin/tupper ./cmd/tupper
+
+dist: ## build tupper for Linux, macOS and Windows into bin/ (macOS and Windows embed the Linux agents)
+	scripts/build.sh
 
 test: ## install what is needed and run every test
 	scripts/test.sh

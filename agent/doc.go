@@ -2,6 +2,9 @@
 // running as PID 1 of each sandbox (runc or runsc container), serving on a
 // unix socket that the host reaches through a bind-mounted directory.
 //
+// The agent runs on Linux only; on other systems the package holds just its
+// Config, which hosts write for the agents they start (providers/docker).
+//
 // # Wire protocol
 //
 // One listener (HTTP/1.1 and h2c) serves, wire-compatible with E2B's envd so

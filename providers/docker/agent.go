@@ -1,14 +1,23 @@
 package docker
 
 import (
+	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
 	"debug/elf"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"sync"
 
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/providers/docker/agentbin"
 )
 
 // agentEnv names the agent binary when Config.AgentPath is empty (as for the local provider).
@@ -29,11 +38,13 @@ type agentState struct {
 //
 //  1. Config.AgentPath;
 //  2. $TUPPER_AGENT;
-//  3. the running program, when it is the tupper command built for Linux on arch.
+//  3. the running program, when it is the tupper command built for Linux on arch;
+//  4. the agent for arch embedded at build time (package agentbin: scripts/build.sh embeds
+//     one per architecture in the macOS and Windows builds), written once to the user's
+//     cache directory under its hash.
 //
-// 1 and 2 must be static Linux ELF executables for arch. A program that uses the SDK but is
-// not tupper must name one (a macOS or Windows tupper too, until a Linux agent is embedded at
-// build time; see docs/docker.md).
+// Each must be a static Linux ELF executable for arch. A program that uses the SDK but is
+// not tupper, and a tupper built without embedded agents, must name one.
 func (p *Provider) agentBinary(arch string) (string, error) {
 	a := &p.agent
 	a.mu.Lock()
@@ -65,7 +76,70 @@ func findAgent(configured, arch string) (string, error) {
 			return exe, nil
 		}
 	}
-	return "", provider.Missingf("docker: no Linux tupper binary for the engine's %s containers: set $%s to one (GOOS=linux GOARCH=%s CGO_ENABLED=0 go build ./cmd/tupper)", arch, agentEnv, goarch)
+	path, err := embeddedAgent(embeddedAgents, goarch)
+	if err != nil {
+		return "", provider.Errorf(provider.CodeUnavailable, "docker: the embedded agent for %s: %v", goarch, err)
+	}
+	if path != "" {
+		if err := checkELF(path, goarch); err != nil {
+			return "", provider.Errorf(provider.CodeUnavailable, "docker: the embedded agent %s: %v", path, err)
+		}
+		return path, nil
+	}
+	return "", provider.Missingf("docker: no Linux tupper binary for the engine's %s containers: this tupper embeds none (scripts/build.sh makes builds that do); set $%s to one (GOOS=linux GOARCH=%s CGO_ENABLED=0 go build ./cmd/tupper)", arch, agentEnv, goarch)
+}
+
+// embeddedAgents are the agents this binary carries (package agentbin); a test replaces them.
+var embeddedAgents = agentbin.FS
+
+// embeddedAgent writes the agent for goarch from agents to the user's cache directory, once
+// per content (the file is named by the hash of what is embedded, written under a temporary
+// name and renamed into place, so concurrent processes agree), and returns its path: "" when
+// agents has none for goarch.
+func embeddedAgent(agents fs.FS, goarch string) (string, error) {
+	gz, err := fs.ReadFile(agents, agentbin.Name(goarch))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(gz)
+	dir := filepath.Join(cache, "tupper", "agent", hex.EncodeToString(sum[:]))
+	path := filepath.Join(dir, "tupper-linux-"+goarch)
+	if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() {
+		return path, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(gz))
+	if err != nil {
+		return "", err
+	}
+	tmp, err := os.CreateTemp(dir, ".tupper-*")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name()) // after the rename, a name that no longer exists
+	_, err = io.Copy(tmp, zr)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), 0o755)
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		return "", err
+	}
+	return path, nil
 }
 
 // goArch is Go's name for the engine's architecture.

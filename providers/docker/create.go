@@ -37,7 +37,12 @@ const (
 // Create makes and starts a container whose init is the agent, in named, undoable steps:
 // image, container, files, start, agent ready. A failure or a done ctx removes the container.
 func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provider.Instance, error) {
-	if spec.Network.Mode != "" && spec.Network.Mode != provider.NetworkAll {
+	switch spec.Network.Mode {
+	case "", provider.NetworkAll:
+	case provider.NetworkNone:
+		// See docs/docker.md, "Network none": refused rather than given a network after all.
+		return nil, provider.Errorf(provider.CodeUnsupported, "docker: network none is not supported: the agent is reached through a port the engine publishes, which a container without a network cannot have (the local provider, on Linux, has network none)")
+	default:
 		return nil, provider.Errorf(provider.CodeUnsupported, "docker: network %q is not supported (only \"all\")", spec.Network.Mode)
 	}
 	p.reapSome(ctx)

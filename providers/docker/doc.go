@@ -15,9 +15,9 @@
 // The agent binary reaches the container without a download: on Linux, when the engine is on
 // this machine, the tupper binary itself is bind-mounted read-only at /.tupper/bin/tupper;
 // otherwise it is copied into the container before it starts (Config.CopyAgent), from
-// Config.AgentPath, $TUPPER_AGENT or the running tupper command when it is a Linux binary of
-// the engine's architecture. A macOS or Windows tupper needs a Linux agent beside it; see
-// docs/docker.md for the plan to embed one at build time.
+// Config.AgentPath, $TUPPER_AGENT, the running tupper command when it is a Linux binary of
+// the engine's architecture, or the Linux agent embedded at build time in macOS and Windows
+// builds (package agentbin, made by scripts/build.sh; see docs/docker.md).
 //
 // # Templates
 //

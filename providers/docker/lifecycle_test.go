@@ -1,10 +1,12 @@
 package docker
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/moby/moby/api/types/container"
+	"github.com/tupper-dev/tupper/provider"
 )
 
 // The deadline a container's name carries (SetTimeout) wins over its label (Create), and a
@@ -34,5 +36,22 @@ func TestDeadlineAndDead(t *testing.T) {
 		if got := dead(c, now); got != tc.dead {
 			t.Errorf("dead(%s %q %s) = %v, want %v", tc.name, tc.label, tc.state, got, tc.dead)
 		}
+	}
+}
+
+// TestNetworkNoneRefused: a sandbox without a network cannot be reached by the agent's
+// published port, so the provider refuses it, before making anything, rather than give it a
+// network after all.
+func TestNetworkNoneRefused(t *testing.T) {
+	p := newTestProvider(t, Config{})
+	if p.Capabilities()[provider.CapNetworkNone] {
+		t.Fatal("network-none declared")
+	}
+	_, err := p.Create(t.Context(), provider.CreateSpec{Network: provider.Network{Mode: provider.NetworkNone}, Labels: map[string]string{"net": "none"}})
+	if provider.CodeOf(err) != provider.CodeUnsupported || !strings.Contains(err.Error(), "network none") {
+		t.Fatalf("create with network none = %v; want unsupported, saying why", err)
+	}
+	if infos, err := p.List(t.Context(), provider.ListFilter{Labels: map[string]string{"net": "none"}}); err != nil || len(infos) != 0 {
+		t.Fatalf("after the refusal: %v, %+v; want no sandbox", err, infos)
 	}
 }
