@@ -9,9 +9,10 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path"
 	"strconv"
-
-	"golang.org/x/sys/unix"
+	"strings"
+	"time"
 
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
@@ -207,7 +208,7 @@ func (s *Server) volAnswerStat(w http.ResponseWriter, root *os.File, rel, p stri
 }
 
 func (s *Server) volReadFile(w http.ResponseWriter, r *http.Request, root *os.File, p string) {
-	fd, err := volOpen(root, volRel(p), os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	fd, err := volOpen(root, volRel(p), os.O_RDONLY|volNoFollow, 0)
 	if err != nil {
 		writeError(w, volErr(p, err))
 		return
@@ -259,13 +260,13 @@ func (s *Server) volPatchPath(w http.ResponseWriter, r *http.Request, root *os.F
 	}
 	rel := volRel(p)
 	// Opened, never followed: a symbolic link there is refused.
-	fd, err := volOpen(root, rel, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	fd, err := volOpen(root, rel, os.O_RDONLY|volNoFollow, 0)
 	if err != nil {
 		writeError(w, volErr(p, err))
 		return
 	}
 	err = volOwn(fd, req.UID, req.GID, req.Mode)
-	unix.Close(fd)
+	volClose(fd)
 	if err != nil {
 		writeError(w, volErr(p, err))
 		return
@@ -284,4 +285,28 @@ func (s *Server) volDeletePath(w http.ResponseWriter, r *http.Request, root *os.
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// volRel is p relative to the volume's root: "." for the root itself.
+func volRel(p string) string {
+	c := strings.TrimPrefix(path.Clean("/"+p), "/")
+	if c == "" {
+		return "."
+	}
+	return c
+}
+
+// volEntry is E2B's VolumeEntryStat.
+type volEntry struct {
+	Name   string    `json:"name"`
+	Path   string    `json:"path"`
+	Type   string    `json:"type"`
+	Size   int64     `json:"size"`
+	Mode   uint32    `json:"mode"`
+	UID    uint32    `json:"uid"`
+	GID    uint32    `json:"gid"`
+	Atime  time.Time `json:"atime"`
+	Mtime  time.Time `json:"mtime"`
+	Ctime  time.Time `json:"ctime"`
+	Target string    `json:"target,omitempty"`
 }

@@ -28,15 +28,6 @@ const (
 	volMaxDepth   = 64    // depth of a listing or a removal
 )
 
-// volRel is p relative to the volume's root: "." for the root itself.
-func volRel(p string) string {
-	c := strings.TrimPrefix(path.Clean("/"+p), "/")
-	if c == "" {
-		return "."
-	}
-	return c
-}
-
 // volErr gives a file system error its code.
 func volErr(p string, err error) error {
 	switch {
@@ -68,21 +59,6 @@ func volParent(root *os.File, rel string) (int, string, error) {
 	}
 	fd, err := volOpen(root, path.Dir(rel), unix.O_PATH|unix.O_DIRECTORY, 0)
 	return fd, path.Base(rel), err
-}
-
-// volEntry is E2B's VolumeEntryStat.
-type volEntry struct {
-	Name   string    `json:"name"`
-	Path   string    `json:"path"`
-	Type   string    `json:"type"`
-	Size   int64     `json:"size"`
-	Mode   uint32    `json:"mode"`
-	UID    uint32    `json:"uid"`
-	GID    uint32    `json:"gid"`
-	Atime  time.Time `json:"atime"`
-	Mtime  time.Time `json:"mtime"`
-	Ctime  time.Time `json:"ctime"`
-	Target string    `json:"target,omitempty"`
 }
 
 // volStatAt describes name in directory dirfd without following it; rel is its path in
@@ -302,3 +278,8 @@ func volRemoveAt(dfd int, name string, depth int) error {
 	}
 	return unix.Unlinkat(dfd, name, unix.AT_REMOVEDIR)
 }
+
+// volNoFollow makes an open refuse a symbolic link in the last component.
+const volNoFollow = unix.O_NOFOLLOW
+
+func volClose(fd int) { unix.Close(fd) }
