@@ -16,12 +16,16 @@ type Capability string
 // Capabilities a provider may declare. The first five decide which lifecycle methods and
 // create options a sandbox handle offers; the rest gate create options and conformance cases.
 const (
-	CapPause         Capability = "pause"          // Pauser
-	CapSnapshot      Capability = "snapshot"       // Snapshotter; CreateSpec.From
-	CapSnapshotFull  Capability = "snapshot-full"  // KindSnapshotter takes SnapshotFull: memory and processes
-	CapTerminal      Capability = "terminal"       // Terminaler
-	CapNetworkPolicy Capability = "network-policy" // NetworkAllow is enforced
-	CapSize          Capability = "size"           // CreateSpec.Size is enforced
+	CapPause        Capability = "pause"         // Pauser
+	CapSnapshot     Capability = "snapshot"      // Snapshotter; CreateSpec.From
+	CapSnapshotFull Capability = "snapshot-full" // KindSnapshotter takes SnapshotFull: memory and processes
+	// CapPauseFreesMemory: Pause saves the sandbox's memory and processes to disk and
+	// releases its memory, and Resume restores them; without it a paused sandbox's memory
+	// stays resident (the freezer).
+	CapPauseFreesMemory Capability = "pause-frees-memory"
+	CapTerminal         Capability = "terminal"       // Terminaler
+	CapNetworkPolicy    Capability = "network-policy" // NetworkAllow is enforced
+	CapSize             Capability = "size"           // CreateSpec.Size is enforced
 
 	CapNetworkNone   Capability = "network-none"   // NetworkNone is enforced
 	CapNetworkAll    Capability = "network-all"    // NetworkAll gives real egress

@@ -25,10 +25,7 @@ func (i *Instance) DialEnvd(ctx context.Context) (net.Conn, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		i.mu.Lock()
-		rec := i.rec
-		i.mu.Unlock()
-		if !alive(rec) {
+		if i.gone(ctx) {
 			return nil, provider.Errorf(provider.CodeNotFound, "sandbox %s has stopped", i.id)
 		}
 		return nil, provider.Errorf(provider.CodeUnavailable, "sandbox %s: connecting to the agent: %v", i.id, err)

@@ -156,12 +156,17 @@ func (i *Instance) check(context.Context) error {
 	return nil
 }
 
-// gone reports whether the sandbox's init has died.
+// gone reports whether the sandbox has stopped: its record is gone, or its init has died
+// and it is not parked (a resume gives it a new init).
 func (i *Instance) gone(context.Context) bool {
+	rec, err := i.p.lay.readRecord(i.id)
+	if err != nil {
+		return true
+	}
 	i.mu.Lock()
-	rec := i.rec
+	i.rec = rec
 	i.mu.Unlock()
-	return !alive(rec)
+	return !i.p.live(rec)
 }
 
 // Info returns the sandbox's record and whether its init still runs.
@@ -201,10 +206,12 @@ func (i *Instance) SetTimeout(ctx context.Context, d time.Duration) error {
 	return i.SetDeadline(ctx, rec.Deadline)
 }
 
-// Pause freezes every process of the sandbox (the runtime's pause: the cgroup freezer).
+// Pause freezes every process of the sandbox: under runc and crun with the runtime's pause
+// (the cgroup freezer, memory kept); under runsc (provider.CapPauseFreesMemory) by saving
+// the sandbox to disk and ending its runtime, which releases its memory (park.go).
 func (i *Instance) Pause(ctx context.Context) error { return i.setPaused(ctx, true) }
 
-// Resume thaws a paused sandbox.
+// Resume thaws a paused sandbox, or restores in place one whose memory was saved.
 func (i *Instance) Resume(ctx context.Context) error { return i.setPaused(ctx, false) }
 
 func (i *Instance) setPaused(ctx context.Context, pause bool) error {
@@ -217,10 +224,11 @@ func (i *Instance) setPaused(ctx context.Context, pause bool) error {
 	if err != nil {
 		return err
 	}
-	if !alive(rec) {
+	if !i.p.live(rec) {
 		return provider.Errorf(provider.CodeNotFound, "sandbox %s has stopped", i.id)
 	}
-	if rec.Paused == pause {
+	parked := !alive(rec) // and its image is complete: live
+	if rec.Paused == pause && !parked {
 		return nil
 	}
 	i.p.probed()
@@ -231,6 +239,32 @@ func (i *Instance) setPaused(ctx context.Context, pause bool) error {
 	verb := "pause"
 	if !pause {
 		verb = "resume"
+	}
+	defer func() {
+		i.mu.Lock()
+		i.rec = rec
+		i.mu.Unlock()
+	}()
+	switch {
+	case pause && parked:
+		if !rec.Saved {
+			// A pause that a crash interrupted once its image was complete.
+			rec.Paused, rec.Saved = true, true
+			if err := i.p.lay.writeRecord(rec); err != nil {
+				return provider.Wrap(err, provider.CodeProvider, verb)
+			}
+		}
+		return nil
+	case parked:
+		if err := i.unpark(ctx, rt, rec); err != nil {
+			return provider.Wrap(err, provider.CodeProvider, verb)
+		}
+		return nil
+	case pause && freesMemory(rec):
+		if err := i.park(ctx, rt, rec); err != nil {
+			return provider.Wrap(err, provider.CodeProvider, verb)
+		}
+		return nil
 	}
 	if err := rt.run(ctx, runscNetwork(rec), verb, i.id); err != nil {
 		return provider.Wrap(err, provider.CodeProvider, verb)

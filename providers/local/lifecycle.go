@@ -250,7 +250,7 @@ func (p *Provider) dead(r *record, now time.Time) bool {
 		// longer than it may.
 		return now.Sub(r.CreatedAt) > p.cfg.ReadyTimeout+time.Minute
 	}
-	return !alive(r)
+	return !p.live(r)
 }
 
 // List returns the live sandboxes whose labels match. Stopped and expired ones are removed
@@ -279,6 +279,8 @@ func (p *Provider) List(ctx context.Context, filter provider.ListFilter) ([]prov
 func info(r *record) provider.Info {
 	st := provider.StateRunning
 	switch {
+	case r.Saved && !alive(r) && holderAlive(r):
+		st = provider.StatePaused
 	case !alive(r):
 		st = provider.StateStopped
 	case r.Paused:

@@ -60,3 +60,36 @@ func (w *nsWorker) do(fn func() error) error {
 
 // close ends the thread. The namespace lives on while a process is in it (the holder).
 func (w *nsWorker) close() { w.t.Close() }
+
+// joinNSWorker starts a thread in the mount namespace of a live sandbox, the one its holder
+// keeps (holder.go), for steps after Create that must see the sandbox's mounts: restoring a
+// sandbox whose memory was saved to disk (park.go). The namespace is opened through the
+// holder's pid and the holder checked to be the one recorded after the open, so a reused
+// pid never leads into another process's namespace.
+func joinNSWorker(rec *record) (*nsWorker, error) {
+	if rec.HolderPID <= 0 {
+		return nil, fmt.Errorf("sandbox %s has no holder", rec.ID)
+	}
+	t, err := osthread.Start(func() error {
+		// setns into a mount namespace needs a file-system context of the thread's own.
+		if err := unix.Unshare(unix.CLONE_FS); err != nil {
+			return fmt.Errorf("unshare the file-system context: %w", err)
+		}
+		fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/mnt", rec.HolderPID), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("open the mount namespace of sandbox %s: %w", rec.ID, err)
+		}
+		defer unix.Close(fd)
+		if !holderAlive(rec) {
+			return fmt.Errorf("the process holding sandbox %s's mounts (pid %d) is gone", rec.ID, rec.HolderPID)
+		}
+		if err := unix.Setns(fd, unix.CLONE_NEWNS); err != nil {
+			return fmt.Errorf("enter the mount namespace of sandbox %s: %w", rec.ID, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &nsWorker{t: t}, nil
+}

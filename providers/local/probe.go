@@ -202,6 +202,9 @@ func (p *Provider) capsFor(rt string, tp *sandboxTemplate) []provider.Capability
 	}
 	if rt == RuntimeRunsc && p.caps.Has(provider.CapSnapshot) {
 		out = append(out, provider.CapSnapshotFull)
+		if p.caps.Has(provider.CapPause) {
+			out = append(out, provider.CapPauseFreesMemory)
+		}
 	}
 	if p.caps.Has(provider.CapGit) && tp.image == nil || tp.image != nil && tp.has("usr/bin/git") {
 		out = append(out, provider.CapGit)

@@ -183,7 +183,7 @@ func (i *Instance) SnapshotKind(ctx context.Context, req provider.SnapshotReques
 	if err != nil {
 		return "", err
 	}
-	if rec.Status != statusReady || !alive(rec) {
+	if rec.Status != statusReady || !p.live(rec) {
 		return "", provider.Errorf(provider.CodeNotFound, "sandbox %s has stopped", i.id)
 	}
 	caps := provider.NewCapabilities(rec.Caps...)

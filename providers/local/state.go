@@ -48,6 +48,7 @@ import (
 //	sandboxes/<id>/disk/agent.log   the runtime's and the agent's stdout and stderr (on the
 //	                                sandbox's own tmpfs, so a sandbox writing to its agent's
 //	                                output cannot fill the host's disk)
+//	sandboxes/<id>/saved/           a paused runsc sandbox's checkpoint image (park.go)
 //	sandboxes/<id>/netns            (runsc, network all) the network namespace, bound there
 //	                                in the sandbox's mount namespace
 //	sandboxes/<id>/vs/, v/           the mount points of its volumes' file systems and views
@@ -117,6 +118,9 @@ type record struct {
 	InitPID     int               `json:"initPID,omitempty"`
 	InitStart   uint64            `json:"initStart,omitempty"` // /proc/PID/stat starttime, against pid reuse
 	Paused      bool              `json:"paused,omitempty"`
+	// Saved marks a paused sandbox whose memory and processes are on disk and whose runtime
+	// is gone (runsc; park.go). Paused is set too.
+	Saved bool `json:"saved,omitempty"`
 	// HolderPID and HolderStart are the holder's, the process keeping the sandbox's mount
 	// namespace (holder.go). Zero in records from before the sandbox's mounts left the
 	// host's namespace: their disk and rootfs are mounted at the host paths.
