@@ -197,7 +197,7 @@ func (p *Provider) createFrom(ctx context.Context, spec provider.CreateSpec, poo
 		CreatedAt: now.UTC().Truncate(time.Millisecond), IdleTimeout: spec.IdleTimeout,
 		Runtime: rtName, Template: tmpl, Network: string(netMode), UIDIndex: -1,
 		CPU: size.CPU, MemoryMB: size.MemoryMB, DiskGB: size.DiskGB, Pids: p.cfg.PidsLimit,
-		Caps: p.capsFor(rtName, tp), Volumes: spec.Volumes,
+		Caps: withoutCheckpoint(p.capsFor(rtName, tp), rtName, netMode), Volumes: spec.Volumes,
 	}
 	if pooled {
 		rec.Pooled, rec.PoolOwner, rec.PoolOwnerStart = true, os.Getpid(), procStart(os.Getpid())

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -45,10 +46,22 @@ func (p *Provider) parked(r *record) bool {
 // live reports whether r runs or is parked.
 func (p *Provider) live(r *record) bool { return alive(r) || p.parked(r) }
 
+// withoutCheckpoint drops from caps what needs gVisor's checkpoint, which refuses a sandbox
+// on the host's network stack (runsc --network=host: network "all" and "allow"): such a
+// sandbox's pause is the freezer, and it takes filesystem snapshots only.
+func withoutCheckpoint(caps []provider.Capability, rt string, net provider.NetworkMode) []provider.Capability {
+	if rt != RuntimeRunsc || net == provider.NetworkNone {
+		return caps
+	}
+	return slices.DeleteFunc(caps, func(c provider.Capability) bool {
+		return c == provider.CapPauseFreesMemory || c == provider.CapSnapshotFull
+	})
+}
+
 // freesMemory reports whether a paused sandbox of r releases its memory: runsc, with a
 // holder to keep its disk.
 func freesMemory(r *record) bool {
-	return r.Runtime == RuntimeRunsc && r.HolderPID != 0 &&
+	return r.Runtime == RuntimeRunsc && r.HolderPID != 0 && runscNetwork(r) == "none" &&
 		provider.NewCapabilities(r.Caps...).Has(provider.CapPauseFreesMemory)
 }
 

@@ -3,6 +3,8 @@ package local
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -210,5 +212,84 @@ i=0; until [ -e /workspace/held ]; do i=$((i+1)); [ $i -lt 300 ] || exit 1; slee
 	}
 	if _, err := p.Connect(ctx, a.id); !errors.Is(err, provider.CodeNotFound) {
 		t.Errorf("connect after destroy: %v", err)
+	}
+}
+
+// A server listening in a paused runsc sandbox answers after resume: through the preview
+// port opened before the pause (network none), and at the sandbox's unchanged address
+// (network all, whose pause is the freezer: gVisor cannot checkpoint the host's network
+// stack, and the sandbox does not declare pause-frees-memory).
+func TestPauseFreesMemoryNetwork(t *testing.T) {
+	p := newTestProvider(t, RuntimeRunsc)
+	ctx := context.Background()
+	ask := func(addr string) string {
+		t.Helper()
+		var out string
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+			if err == nil {
+				c.SetDeadline(time.Now().Add(5 * time.Second))
+				b, _ := io.ReadAll(c)
+				c.Close()
+				if out = strings.TrimSpace(string(b)); out == "pong" {
+					return out
+				}
+			}
+			if time.Now().After(deadline) {
+				return out
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	for _, mode := range []provider.NetworkMode{provider.NetworkNone, provider.NetworkAll} {
+		t.Run(string(mode), func(t *testing.T) {
+			a := create(t, p, provider.CreateSpec{Network: provider.Network{Mode: mode}, Timeout: 10 * time.Minute})
+			if got, want := a.Capabilities().Has(provider.CapPauseFreesMemory), mode == provider.NetworkNone; got != want {
+				t.Errorf("network %s: pause-frees-memory %v, want %v", mode, got, want)
+			}
+			run(t, a, `perl -MIO::Socket::INET -e '$s = IO::Socket::INET->new(LocalPort => 8080, Listen => 5, ReuseAddr => 1) or die; open(F, ">/tmp/listening"); close F; while (1) { $c = $s->accept or next; print $c "pong\n"; close $c }' >/dev/null 2>&1 &
+i=0; until [ -e /tmp/listening ]; do i=$((i+1)); [ $i -lt 300 ] || exit 1; sleep 0.1; done`)
+			rec, err := p.lay.readRecord(a.id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pv, err := a.PreviewURL(ctx, 8080)
+			if err != nil {
+				t.Fatal(err)
+			}
+			addrs := []string{strings.TrimSuffix(strings.TrimPrefix(pv, "http://"), "/")}
+			if mode == provider.NetworkAll {
+				addrs = append(addrs, net.JoinHostPort(rec.IP, "8080"))
+			}
+			for _, addr := range addrs {
+				if got := ask(addr); got != "pong" {
+					t.Fatalf("before the pause, %s answered %q", addr, got)
+				}
+			}
+			if err := a.Pause(ctx); err != nil {
+				t.Fatal(err)
+			}
+			paused, _ := p.lay.readRecord(a.id)
+			if paused == nil || paused.Saved != (mode == provider.NetworkNone) {
+				t.Errorf("network %s: paused record %+v", mode, paused)
+			}
+			if err := a.Resume(ctx); err != nil {
+				t.Fatal(err)
+			}
+			after, err := p.lay.readRecord(a.id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if after.IP != rec.IP || after.HostVeth != rec.HostVeth {
+				t.Errorf("resumed with address %s (veth %s), was %s (%s)", after.IP, after.HostVeth, rec.IP, rec.HostVeth)
+			}
+			for _, addr := range addrs {
+				if got := ask(addr); got != "pong" {
+					out, _, _ := runCode(t, a, "ps ax 2>&1 | grep -v ' ps ' | tail -5")
+					t.Errorf("after resume, %s answered %q; processes: %s", addr, got, out)
+				}
+			}
+		})
 	}
 }

@@ -190,6 +190,10 @@ func (i *Instance) SnapshotKind(ctx context.Context, req provider.SnapshotReques
 	if !caps.Has(provider.CapSnapshot) && len(rec.Caps) > 0 {
 		return "", provider.Errorf(provider.CodeUnsupported, "sandbox %s cannot be snapshotted", i.id)
 	}
+	if full && rec.Runtime == RuntimeRunsc && !caps.Has(provider.CapSnapshotFull) && len(rec.Caps) > 0 {
+		return "", provider.Errorf(provider.CodeUnsupported,
+			"sandbox %s uses the host's network stack (network %s), which gVisor cannot checkpoint: full snapshots need network none; take a filesystem snapshot", i.id, rec.Network)
+	}
 	if full && (!caps.Has(provider.CapSnapshotFull) || rec.Runtime != RuntimeRunsc) {
 		return "", provider.Errorf(provider.CodeUnsupported,
 			"sandbox %s runs on %s: full snapshots (memory and processes) need runsc; take a filesystem snapshot", i.id, rec.Runtime)
