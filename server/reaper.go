@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/store"
 )
 
 // Run does the server's background work until ctx ends: webhook deliveries from the outbox
@@ -47,7 +48,8 @@ const deadlineGrace = 5 * time.Second
 
 // Reconcile compares the server's records with the provider: a sandbox the provider no longer
 // has, two reconciles in a row, is recorded as expired, and one past its deadline is destroyed
-// (the host side enforces deadlines too, whatever happens inside the sandbox).
+// (the host side enforces deadlines too, whatever happens inside the sandbox), or paused when
+// it was created with onTimeout pause.
 //
 // Why two: a sandbox that a request (REST, E2B, MCP) is destroying can be read from the store
 // before its destroy and be missing from the provider's list after it, before the request has
@@ -94,6 +96,16 @@ func (s *Server) Reconcile(ctx context.Context) error {
 		deadline := in.Deadline
 		if deadline.IsZero() {
 			deadline = rec.Deadline
+		}
+		if rec.OnTimeout == store.OnTimeoutPause {
+			// The provider has no deadline of its own for it: the server pauses it at its
+			// deadline (and a paused one has none).
+			if in.State == provider.StateRunning && !rec.Deadline.IsZero() && now.After(rec.Deadline) {
+				if err := s.lc.PauseAtTimeout(ctx, rec.ID, rec.Deadline); err != nil && !errors.Is(err, provider.CodeConflict) {
+					s.log.Warn("pausing a sandbox at its deadline", "sandbox", rec.ID, "err", err)
+				}
+			}
+			continue
 		}
 		if !deadline.IsZero() && now.After(deadline.Add(deadlineGrace)) {
 			err := s.prov.Destroy(ctx, rec.ID)

@@ -58,7 +58,7 @@ func toSnapshotJSON(in sandbox.SnapshotInfo) snapshotJSON {
 }
 
 func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request, _ *caller) {
-	list, err := sandbox.Snapshots(r.Context(), s.prov)
+	list, err := s.lc.Snapshots(r.Context())
 	if err != nil {
 		writeError(w, err)
 		return

@@ -140,7 +140,19 @@ type Sandbox struct {
 	Deadline    time.Time
 	State       provider.State
 	DestroyedAt time.Time
+	// OnTimeout is what the server does at the deadline: OnTimeoutKill ("": the same) or
+	// OnTimeoutPause. AutoResume resumes the sandbox when it is used while paused. Timeout
+	// is its lifetime, given again from each resume (0: none).
+	OnTimeout  string
+	AutoResume bool
+	Timeout    time.Duration
 }
+
+// What a sandbox does at its deadline (Sandbox.OnTimeout).
+const (
+	OnTimeoutKill  = "kill"
+	OnTimeoutPause = "pause"
+)
 
 // TokenPrefix is how sandbox tokens begin.
 const TokenPrefix = "sbt_"
@@ -160,11 +172,14 @@ func (s *Store) PutSandbox(ctx context.Context, sb Sandbox, tokenHash []byte) er
 		return dbErr(err)
 	}
 	defer tx.Rollback()
-	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes(id, provider, api_key_id, key, labels, created_at, deadline, state)
-		VALUES(?, ?, ?, ?, ?, ?, ?, ?)
+	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes(id, provider, api_key_id, key, labels, created_at, deadline, state,
+			on_timeout, auto_resume, timeout_ms)
+		VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT(id) DO UPDATE SET key = excluded.key, labels = excluded.labels, deadline = excluded.deadline,
-			state = excluded.state, destroyed_at = NULL`,
-		sb.ID, sb.Provider, sb.APIKeyID, sb.Key, string(labels), unixMilli(sb.CreatedAt), unixMilli(sb.Deadline), string(sb.State))
+			state = excluded.state, destroyed_at = NULL, on_timeout = excluded.on_timeout,
+			auto_resume = excluded.auto_resume, timeout_ms = excluded.timeout_ms`,
+		sb.ID, sb.Provider, sb.APIKeyID, sb.Key, string(labels), unixMilli(sb.CreatedAt), unixMilli(sb.Deadline), string(sb.State),
+		sb.OnTimeout, sb.AutoResume, sb.Timeout.Milliseconds())
 	if err != nil {
 		return dbErr(err)
 	}
@@ -208,16 +223,19 @@ func (s *Store) SandboxForToken(ctx context.Context, token string) (string, erro
 	return id, nil
 }
 
-const sandboxCols = `id, provider, api_key_id, key, labels, created_at, deadline, state, destroyed_at`
+const sandboxCols = `id, provider, api_key_id, key, labels, created_at, deadline, state, destroyed_at,
+	on_timeout, auto_resume, timeout_ms`
 
 func scanSandbox(sc interface{ Scan(...any) error }) (Sandbox, error) {
 	var sb Sandbox
 	var labels, state string
-	var created, deadline int64
+	var created, deadline, timeoutMS int64
 	var destroyed sql.NullInt64
-	if err := sc.Scan(&sb.ID, &sb.Provider, &sb.APIKeyID, &sb.Key, &labels, &created, &deadline, &state, &destroyed); err != nil {
+	if err := sc.Scan(&sb.ID, &sb.Provider, &sb.APIKeyID, &sb.Key, &labels, &created, &deadline, &state, &destroyed,
+		&sb.OnTimeout, &sb.AutoResume, &timeoutMS); err != nil {
 		return Sandbox{}, err
 	}
+	sb.Timeout = time.Duration(timeoutMS) * time.Millisecond
 	_ = json.Unmarshal([]byte(labels), &sb.Labels)
 	sb.CreatedAt, sb.Deadline, sb.DestroyedAt = fromMilli(created), fromMilli(deadline), nullTime(destroyed)
 	sb.State = provider.State(state)

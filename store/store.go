@@ -147,6 +147,13 @@ CREATE INDEX snapshots_sandbox ON snapshots(sandbox_id);
 CREATE INDEX snapshots_key ON snapshots(api_key_id);
 CREATE INDEX snapshots_expiry ON snapshots(expires_at) WHERE expires_at != 0;
 `,
+	// 5: what a sandbox does at its deadline (kill or pause), whether use resumes it when
+	// paused, and its timeout, which a resume gives it again.
+	`
+ALTER TABLE sandboxes ADD COLUMN on_timeout TEXT NOT NULL DEFAULT '';
+ALTER TABLE sandboxes ADD COLUMN auto_resume INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sandboxes ADD COLUMN timeout_ms INTEGER NOT NULL DEFAULT 0;
+`,
 }
 
 // rotateSecretsVersion is the migration that replaces the secrets of stores made by older

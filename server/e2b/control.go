@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -18,6 +19,7 @@ import (
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
 	"github.com/tupper-dev/tupper/server/lifecycle"
+	"github.com/tupper-dev/tupper/store"
 )
 
 // Default lifetimes of E2B's API, in seconds.
@@ -83,6 +85,9 @@ func (s *Server) controlMux() *router {
 	h("GET /sandboxes/{sandboxID}/logs", s.logsV1)
 	h("GET /v2/sandboxes/{sandboxID}/logs", s.logsV2)
 	h("POST /sandboxes/{sandboxID}/snapshots", s.snapshot)
+	h("GET /snapshots", s.listSnapshots)
+	h("DELETE /templates/{templateID}", s.deleteTemplate)
+	h("POST /sandboxes/{sandboxID}/fork", s.fork)
 	h("GET /templates/aliases/{alias}", s.templateAlias)
 	s.templateRoutes(m, h)
 	s.volumeRoutes(m, h)
@@ -108,15 +113,12 @@ const (
 // (/volumes, /teams, …) for E2B's API (router.covers): any other path there answers 404,
 // also with E2B's error body.
 var notServed = []struct{ pattern, why string }{
-	{"GET /snapshots", ""},
 	{"GET /sandboxes/metrics", ""},
-	{"POST /sandboxes/{sandboxID}/fork", ""},
 
 	{"POST /templates", whyTemplates},
 	{"GET /templates/{templateID}", whyTemplates},
 	{"POST /templates/{templateID}", whyTemplates},
 	{"PATCH /templates/{templateID}", whyTemplates},
-	{"DELETE /templates/{templateID}", whyTemplates},
 	{"PATCH /v2/templates/{templateID}", whyTemplates},
 	{"POST /templates/{templateID}/builds/{buildID}", whyTemplates},
 
@@ -192,10 +194,6 @@ func unsupported(format string, args ...any) error {
 func (s *Server) options(ctx context.Context, req newSandbox, defTimeout int64) (sandbox.CreateOptions, error) {
 	var opts sandbox.CreateOptions
 	switch {
-	case req.AutoPause != nil && *req.AutoPause:
-		return opts, unsupported("autoPause is not supported: a sandbox is killed at its timeout")
-	case isTrue(req.AutoResume):
-		return opts, unsupported("autoResume is not supported")
 	case isSet(req.IAM):
 		return opts, unsupported("iam is not supported")
 	}
@@ -305,6 +303,21 @@ func isSet(raw json.RawMessage) bool {
 	return s != "" && s != "null" && s != "{}" && s != "[]"
 }
 
+// lifecycleOf maps E2B's autoPause, autoPauseMemory and autoResume onto the lifecycle's
+// OnTimeout and AutoResume (which check them against each other and the provider). A pause
+// that keeps no memory (autoPauseMemory false: a filesystem-only pause, resumed by a cold
+// boot) is not served: a paused sandbox here always resumes where it was.
+func lifecycleOf(req newSandbox) (onTimeout string, autoResume bool, err error) {
+	if req.AutoPauseMemory != nil && !*req.AutoPauseMemory {
+		return "", false, unsupported("autoPauseMemory false is not supported: a paused sandbox keeps its memory and processes")
+	}
+	onTimeout = store.OnTimeoutKill
+	if req.AutoPause != nil && *req.AutoPause {
+		onTimeout = store.OnTimeoutPause
+	}
+	return onTimeout, isTrue(req.AutoResume), nil
+}
+
 // isTrue reports whether raw is true or {"enabled": true}.
 func isTrue(raw json.RawMessage) bool {
 	var b bool
@@ -329,6 +342,11 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, keyID string, de
 		return
 	}
 	opts, err := s.options(r.Context(), req, defTimeout)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	onTimeout, autoResume, err := lifecycleOf(req)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -359,7 +377,8 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, keyID string, de
 			}
 			return nil
 		},
-		Event: map[string]any{"api": "e2b"},
+		Event:     map[string]any{"api": "e2b"},
+		OnTimeout: onTimeout, AutoResume: autoResume,
 	})
 	if err != nil {
 		writeError(w, err)
@@ -391,7 +410,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, _ string) {
 	}
 	d := sandboxDetail{
 		listedSandbox: s.listed(box.Record, box.Info), EnvdAccessToken: s.envdToken(box.Record.ID), Domain: s.domain(),
-		Lifecycle: &sandboxLifecycle{OnTimeout: "kill"},
+		Lifecycle: &sandboxLifecycle{OnTimeout: cmp.Or(box.Record.OnTimeout, store.OnTimeoutKill), AutoResume: box.Record.AutoResume},
 	}
 	if private(box.Record.Labels) {
 		d.Network = &networkDetail{AllowPublicTraffic: false}
@@ -543,9 +562,19 @@ func (s *Server) resumeAndExtend(w http.ResponseWriter, r *http.Request, d time.
 	writeJSON(w, status, s.sandboxJSON(id, box.Info.Template, box.Record.Labels))
 }
 
+// pause is POST /sandboxes/{id}/pause: 204, 409 when paused already. A pause keeps the
+// sandbox's memory (where the provider has "pause-frees-memory", on disk); one that drops
+// it ({"memory": false}: resumed by a cold boot) is not served.
 func (s *Server) pause(w http.ResponseWriter, r *http.Request, _ string) {
-	if err := decodeBody(w, r, &struct{}{}); err != nil {
+	var req struct {
+		Memory *bool `json:"memory"`
+	}
+	if err := decodeBody(w, r, &req); err != nil {
 		writeError(w, err)
+		return
+	}
+	if req.Memory != nil && !*req.Memory {
+		writeError(w, unsupported("a pause without memory is not supported: a paused sandbox keeps its memory and processes"))
 		return
 	}
 	id := r.PathValue("sandboxID")
@@ -568,28 +597,6 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request, _ string) {
 		d = defaultTimeoutV1 * time.Second
 	}
 	s.resumeAndExtend(w, r, d, true)
-}
-
-func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, keyID string) {
-	httpdeadline.Lift(w) // a copy of the sandbox's disk
-	var req struct {
-		Name string `json:"name"`
-	}
-	if err := decodeBody(w, r, &req); err != nil {
-		writeError(w, err)
-		return
-	}
-	if req.Name != "" {
-		writeError(w, unsupported("named snapshots are not supported"))
-		return
-	}
-	id := r.PathValue("sandboxID")
-	snap, err := s.lc.Snapshot(r.Context(), id, lifecycle.SnapshotOptions{KeyID: keyID})
-	if err != nil {
-		writeError(w, e2bError(id, err))
-		return
-	}
-	writeJSON(w, http.StatusCreated, map[string]any{"snapshotID": snap, "names": []string{}})
 }
 
 // live lists the live sandboxes with ids E2B clients can use.

@@ -147,6 +147,17 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request, t target) {
 		writeEnvdError(w, http.StatusInternalServerError, provider.StripCredentials(message(err)))
 		return
 	}
+	if rec.State == provider.StatePaused && rec.AutoResume {
+		// Its use resumes it.
+		running, err := s.lc.Wake(ctx, id)
+		if err != nil {
+			writeEnvdError(w, http.StatusBadGateway, provider.StripCredentials(message(err)))
+			return
+		}
+		if running {
+			rec.State = provider.StateRunning
+		}
+	}
 	if rec.State == provider.StatePaused {
 		// Said here, from the record, before anything is sent: a connection the proxy keeps
 		// to the agent of a sandbox that was reached before its pause still stands, but the

@@ -155,6 +155,31 @@ type CreateOptions struct {
 	Prepare func(ctx context.Context, b *sandbox.Sandbox) error
 	// Event is added to the data of the sandbox.created event.
 	Event map[string]any
+	// OnTimeout is what happens at the sandbox's deadline: store.OnTimeoutKill ("": the
+	// same) destroys it, store.OnTimeoutPause pauses it (the server's reaper does, so the
+	// provider is given no deadline of its own). A paused sandbox has no deadline; resuming
+	// it gives it its timeout again. Pause needs the provider's "pause" capability.
+	OnTimeout string
+	// AutoResume resumes the paused sandbox when it is used: its API, its agent (E2B's data
+	// plane) or a preview port. Only with OnTimeout pause.
+	AutoResume bool
+}
+
+// validLifecycle checks OnTimeout and AutoResume against each other and the provider.
+func (s *Service) validLifecycle(onTimeout string, autoResume bool) error {
+	switch onTimeout {
+	case "", store.OnTimeoutKill:
+		if autoResume {
+			return provider.Errorf(provider.CodeInvalidArgument, "autoResume needs onTimeout pause")
+		}
+	case store.OnTimeoutPause:
+		if !s.prov.Capabilities().Has(provider.CapPause) {
+			return provider.Errorf(provider.CodeUnsupported, "provider %s cannot pause sandboxes: onTimeout must be kill", s.prov.Name())
+		}
+	default:
+		return provider.Errorf(provider.CodeInvalidArgument, "onTimeout %q: want kill or pause", onTimeout)
+	}
+	return nil
 }
 
 // Box is a live sandbox: the server's handle to it, its record and the provider's view.
@@ -190,9 +215,12 @@ func (s *Service) Create(ctx context.Context, opts CreateOptions) (*Created, err
 	if so.PreviewURL == nil {
 		so.PreviewURL = s.cfg.PreviewURL
 	}
+	if err := s.validLifecycle(opts.OnTimeout, opts.AutoResume); err != nil {
+		return nil, err
+	}
 	timeout := so.Timeout
-	if !s.prov.Capabilities().Has(provider.CapTimeout) {
-		so.Timeout = 0 // the server's reaper enforces it
+	if !s.prov.Capabilities().Has(provider.CapTimeout) || opts.OnTimeout == store.OnTimeoutPause {
+		so.Timeout = 0 // the server's reaper enforces it (and pauses rather than destroys)
 	}
 	b, err := s.create(ctx, so, opts.TemplateMayBeSnapshot)
 	if err != nil {
@@ -237,6 +265,7 @@ func (s *Service) Create(ctx context.Context, opts CreateOptions) (*Created, err
 		rec = store.Sandbox{
 			ID: b.ID, Provider: s.prov.Name(), APIKeyID: opts.KeyID, Key: so.Key, Labels: labels,
 			CreatedAt: info.CreatedAt, Deadline: deadline, State: info.State,
+			OnTimeout: opts.OnTimeout, AutoResume: opts.AutoResume, Timeout: timeout,
 		}
 		err = s.st.PutSandbox(wctx, rec, hash)
 	} else if rec, err = s.st.Sandbox(ctx, b.ID); err == nil && hash != nil {
@@ -303,11 +332,48 @@ func (s *Service) Record(ctx context.Context, b *sandbox.Sandbox, opts RecordOpt
 // Handle returns the server's handle to a live sandbox it has a record of. A sandbox the
 // store does not know, or one the provider no longer has, is CodeNotFound (and the latter is
 // recorded as expired). Do not Close the handle.
+//
+// A paused sandbox created with AutoResume is resumed first (Wake).
 func (s *Service) Handle(ctx context.Context, id string) (*sandbox.Sandbox, error) {
-	if _, err := s.record(ctx, id); err != nil {
+	rec, err := s.record(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.wake(ctx, rec); err != nil {
 		return nil, err
 	}
 	return s.handle(ctx, id)
+}
+
+// Wake resumes a paused sandbox that was created with AutoResume, as a use of it does (its
+// API through Handle, its agent through the E2B data plane, a preview port); it reports
+// whether the sandbox is running now. A sandbox without AutoResume stays as it is.
+func (s *Service) Wake(ctx context.Context, id string) (running bool, err error) {
+	rec, err := s.record(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	if err := s.wake(ctx, rec); err != nil {
+		return false, err
+	}
+	if !rec.AutoResume {
+		return rec.State != provider.StatePaused, nil
+	}
+	return true, nil
+}
+
+func (s *Service) wake(ctx context.Context, rec store.Sandbox) error {
+	if !rec.AutoResume || rec.State != provider.StatePaused {
+		return nil
+	}
+	// One resume per sandbox at a time; the others find it running.
+	unlock := s.lockKey("\x00wake " + rec.ID)
+	defer unlock()
+	err := s.Resume(ctx, rec.ID)
+	if errors.Is(err, provider.CodeConflict) {
+		return nil // resumed meanwhile
+	}
+	return err
 }
 
 func (s *Service) handle(ctx context.Context, id string) (*sandbox.Sandbox, error) {
@@ -436,12 +502,16 @@ func (s *Service) SetTimeout(ctx context.Context, id string, d time.Duration) (t
 	if d <= 0 {
 		return time.Time{}, provider.Errorf(provider.CodeInvalidArgument, "the timeout must be positive, got %v", d)
 	}
+	rec, err := s.record(ctx, id)
+	if err != nil {
+		return time.Time{}, err
+	}
 	b, err := s.Handle(ctx, id)
 	if err != nil {
 		return time.Time{}, err
 	}
 	deadline := time.Now().Add(d)
-	if s.prov.Capabilities().Has(provider.CapTimeout) {
+	if s.prov.Capabilities().Has(provider.CapTimeout) && rec.OnTimeout != store.OnTimeoutPause {
 		if err := b.SetTimeout(ctx, d); err != nil {
 			return time.Time{}, err
 		}
@@ -472,9 +542,20 @@ func (s *Service) ExtendTimeout(ctx context.Context, id string, d time.Duration)
 	return err == nil, err
 }
 
-// Pause freezes a running sandbox, records it paused and emits sandbox.paused. A paused
-// sandbox is CodeConflict.
+// Pause freezes a running sandbox (where the provider has "pause-frees-memory", saves it to
+// disk and releases its memory), records it paused and emits sandbox.paused. A paused
+// sandbox is CodeConflict. A sandbox with OnTimeout pause has no deadline while paused.
 func (s *Service) Pause(ctx context.Context, id string) error {
+	return s.pause(ctx, id, nil)
+}
+
+// PauseAtTimeout pauses a sandbox created with OnTimeout pause that reached its deadline
+// (the server's reaper calls it); sandbox.paused says so.
+func (s *Service) PauseAtTimeout(ctx context.Context, id string, deadline time.Time) error {
+	return s.pause(ctx, id, map[string]any{"reason": "timeout", "deadline": deadline.UTC()})
+}
+
+func (s *Service) pause(ctx context.Context, id string, data map[string]any) error {
 	box, err := s.Get(ctx, id)
 	if err != nil {
 		return err
@@ -485,8 +566,18 @@ func (s *Service) Pause(ctx context.Context, id string) error {
 	if err := box.Sandbox.Pause(ctx); err != nil {
 		return err
 	}
-	_ = s.st.SetState(ctx, id, provider.StatePaused)
-	s.emit(ctx, EventPaused, id, nil)
+	wctx := context.WithoutCancel(ctx)
+	_ = s.st.SetState(wctx, id, provider.StatePaused)
+	if box.Record.OnTimeout == store.OnTimeoutPause {
+		_ = s.st.SetDeadline(wctx, id, time.Time{})
+	}
+	if data == nil && box.Sandbox.Capabilities.Has(provider.CapPauseFreesMemory) {
+		data = map[string]any{}
+	}
+	if data != nil {
+		data["memoryFreed"] = box.Sandbox.Capabilities.Has(provider.CapPauseFreesMemory)
+	}
+	s.emit(ctx, EventPaused, id, data)
 	return nil
 }
 
@@ -503,7 +594,12 @@ func (s *Service) Resume(ctx context.Context, id string) error {
 	if err := box.Sandbox.Resume(ctx); err != nil {
 		return err
 	}
-	_ = s.st.SetState(ctx, id, provider.StateRunning)
+	wctx := context.WithoutCancel(ctx)
+	_ = s.st.SetState(wctx, id, provider.StateRunning)
+	if r := box.Record; r.OnTimeout == store.OnTimeoutPause && r.Timeout > 0 {
+		// Its lifetime starts again.
+		_ = s.st.SetDeadline(wctx, id, time.Now().Add(r.Timeout))
+	}
 	s.emit(ctx, EventResumed, id, nil)
 	return nil
 }
@@ -515,7 +611,10 @@ type SnapshotOptions struct {
 	// most it may be.
 	ExpiresIn time.Duration
 	Kind      provider.SnapshotKind // "": filesystem
-	Name      string
+	// Fullest takes the fullest kind the sandbox can (as Fork does: full where it has
+	// "snapshot-full", else filesystem), in place of Kind.
+	Fullest bool
+	Name    string
 }
 
 // Snapshot snapshots a sandbox within the quotas (Config.SnapshotsPerSandbox,
@@ -543,6 +642,9 @@ func (s *Service) Snapshot(ctx context.Context, id string, opts SnapshotOptions)
 	if err != nil {
 		return "", err
 	}
+	if opts.Fullest {
+		opts.Kind = b.ForkKind()
+	}
 	snap, err := b.Snapshot(ctx, sandbox.SnapshotOptions{ExpiresIn: expires, Kind: opts.Kind, Name: opts.Name})
 	if err != nil {
 		_ = s.st.DeleteSnapshot(context.WithoutCancel(ctx), reserved)
@@ -557,6 +659,11 @@ func (s *Service) Snapshot(ctx context.Context, id string, opts SnapshotOptions)
 	}
 	s.emit(ctx, EventSnapshotCreated, id, map[string]string{"snapshotId": snap, "kind": string(kind)})
 	return snap, nil
+}
+
+// Snapshots lists the provider's snapshots, oldest first (CodeUnsupported when it cannot).
+func (s *Service) Snapshots(ctx context.Context) ([]sandbox.SnapshotInfo, error) {
+	return sandbox.Snapshots(ctx, s.prov)
 }
 
 // DeleteSnapshot deletes a snapshot from the provider and the store, and emits
