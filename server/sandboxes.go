@@ -143,6 +143,10 @@ type createRequest struct {
 	TrackChanges  bool              `json:"trackChanges,omitempty"`
 	// Volumes are named volumes (/v1/volumes) mounted at their paths.
 	Volumes []provider.VolumeMount `json:"volumes,omitempty"`
+	// OnTimeout is "kill" (the default) or "pause"; AutoResume resumes a paused sandbox when
+	// it is used (lifecycle.CreateOptions).
+	OnTimeout  string `json:"onTimeout,omitempty"`
+	AutoResume bool   `json:"autoResume,omitempty"`
 	// LabelsExact records Labels exactly as given. Without it the server adds
 	// sandbox-sdk=true, the label of sandboxes made through the SDK (which the server always
 	// uses); providers/remote sets it so a raw provider.Create stays without that label.
@@ -202,6 +206,8 @@ type sandboxJSON struct {
 	Template     string            `json:"template,omitempty"`
 	Runtime      string            `json:"runtime,omitempty"`
 	Capabilities []string          `json:"capabilities,omitempty"`
+	OnTimeout    string            `json:"onTimeout,omitempty"`
+	AutoResume   bool              `json:"autoResume,omitempty"`
 }
 
 // toJSON describes a sandbox: its state from the provider, its key and labels from the
@@ -215,9 +221,14 @@ func (s *Server) toJSON(in sandbox.Info, rec store.Sandbox) sandboxJSON {
 	if key == "" {
 		key = in.Key
 	}
+	deadline := in.Deadline
+	if rec.OnTimeout == store.OnTimeoutPause {
+		deadline = rec.Deadline // the server's: it pauses the sandbox then
+	}
 	return sandboxJSON{
 		ID: in.ID, Provider: s.prov.Name(), Key: key, Labels: labels, State: string(in.State),
-		CreatedAt: in.CreatedAt.UTC(), Deadline: in.Deadline.UTC(), Template: in.Template, Runtime: in.Runtime,
+		CreatedAt: in.CreatedAt.UTC(), Deadline: deadline.UTC(), Template: in.Template, Runtime: in.Runtime,
+		OnTimeout: rec.OnTimeout, AutoResume: rec.AutoResume,
 	}
 }
 
@@ -232,7 +243,10 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, c *caller
 		writeError(w, err)
 		return
 	}
-	cr, err := s.lc.Create(r.Context(), lifecycle.CreateOptions{Sandbox: opts, KeyID: c.KeyID, Labels: req.recordLabels(), Token: true})
+	cr, err := s.lc.Create(r.Context(), lifecycle.CreateOptions{
+		Sandbox: opts, KeyID: c.KeyID, Labels: req.recordLabels(), Token: true,
+		OnTimeout: req.OnTimeout, AutoResume: req.AutoResume,
+	})
 	if err != nil {
 		writeError(w, err)
 		return

@@ -169,11 +169,48 @@ func TestControlPlane(t *testing.T) {
 	if r := call(t, "POST", u+"/sandboxes/"+v1.SandboxID+"/timeout", key, `{"timeout":60}`, nil, nil); r.StatusCode != 204 {
 		t.Errorf("set timeout: %d", r.StatusCode)
 	}
-	if r := call(t, "POST", u+"/sandboxes/"+v1.SandboxID+"/fork", key, `{}`, nil, &e); r.StatusCode != 501 || e.Code != 501 {
-		t.Errorf("fork: %d %+v", r.StatusCode, e)
+	var forks []struct {
+		Sandbox *sandboxJSON `json:"sandbox"`
 	}
-	if r := call(t, "POST", u+"/v2/sandboxes", key, `{"templateID":"base","autoPause":true}`, nil, &e); r.StatusCode != 501 {
-		t.Errorf("create with autoPause: %d %+v", r.StatusCode, e)
+	if r := call(t, "POST", u+"/sandboxes/"+v1.SandboxID+"/fork", key, `{"count":2,"timeout":60}`, nil, &forks); r.StatusCode != 201 ||
+		len(forks) != 2 || forks[0].Sandbox == nil || forks[1].Sandbox == nil || forks[0].Sandbox.SandboxID == forks[1].Sandbox.SandboxID {
+		t.Errorf("fork: %d %+v", r.StatusCode, forks)
+	}
+	for _, f := range forks {
+		if f.Sandbox != nil {
+			if r := call(t, "DELETE", u+"/sandboxes/"+f.Sandbox.SandboxID, key, "", nil, nil); r.StatusCode != 204 {
+				t.Errorf("kill fork %s: %d", f.Sandbox.SandboxID, r.StatusCode)
+			}
+		}
+	}
+	// The memory provider cannot pause: a sandbox paused at its timeout is refused before
+	// anything is made (test/e2b runs autoPause and autoResume on real sandboxes).
+	if r := call(t, "POST", u+"/v2/sandboxes", key, `{"templateID":"base","autoPause":true}`, nil, &e); r.StatusCode != 501 || !strings.Contains(e.Message, "cannot pause") {
+		t.Errorf("create with autoPause on a provider without pause: %d %+v", r.StatusCode, e)
+	}
+	var d struct {
+		Lifecycle struct {
+			OnTimeout  string `json:"onTimeout"`
+			AutoResume bool   `json:"autoResume"`
+		} `json:"lifecycle"`
+	}
+	call(t, "GET", u+"/sandboxes/"+v1.SandboxID, key, "", nil, &d)
+	if d.Lifecycle.OnTimeout != "kill" || d.Lifecycle.AutoResume {
+		t.Errorf("the lifecycle of a sandbox created without autoPause: %+v", d.Lifecycle)
+	}
+	for _, c := range []struct {
+		body   string
+		status int
+	}{
+		{`{"templateID":"base","autoPause":true,"autoPauseMemory":false}`, 501},
+		{`{"templateID":"base","autoResume":{"enabled":true}}`, 400},
+	} {
+		if r := call(t, "POST", u+"/v2/sandboxes", key, c.body, nil, &e); r.StatusCode != c.status {
+			t.Errorf("create %s: %d %+v, want %d", c.body, r.StatusCode, e, c.status)
+		}
+	}
+	if r := call(t, "POST", u+"/sandboxes/"+v1.SandboxID+"/pause", key, `{"memory":false}`, nil, &e); r.StatusCode != 501 {
+		t.Errorf("a pause without memory: %d %+v", r.StatusCode, e)
 	}
 
 	// The data plane answers for unknown sandboxes as E2B's proxy does.
@@ -251,7 +288,7 @@ func TestRouteTable(t *testing.T) {
 		{"PATCH", "/v2/templates/abc", 501, "PATCH /v2/templates/{templateID} is not supported"},
 		{"DELETE", "/templates/tags", 501, "the memory provider does not build templates"},
 		{"POST", "/templates/tags", 501, "the memory provider does not build templates"},
-		{"DELETE", "/templates/mine", 501, "DELETE /templates/{templateID} is not supported"},
+		{"DELETE", "/templates/mine", 501, "provider memory cannot delete snapshots"},
 		{"GET", "/templates/mine/tags", 501, "the memory provider does not build templates"},
 		{"GET", "/templates/mine/files/0123", 501, "the memory provider does not build templates"},
 		{"PUT", "/templates/mine/files/0123", 401, "invalid upload signature"},
@@ -266,7 +303,7 @@ func TestRouteTable(t *testing.T) {
 		{"GET", "/api-keys", 501, "GET /api-keys is not supported"},
 		{"GET", "/admin/sandboxes/running-counts", 501, "GET /admin/sandboxes/running-counts is not supported"},
 		{"GET", "/sandboxes/metrics", 501, "GET /sandboxes/metrics is not supported"},
-		{"GET", "/snapshots", 501, "GET /snapshots is not supported"},
+		{"GET", "/snapshots", 501, "provider memory cannot list snapshots"},
 		{"GET", "/volumes/a/b/c", 404, "no route GET /volumes/a/b/c"},
 		{"GET", "/teams/", 404, "no route GET /teams/"},
 		{"GET", "/sandboxes/abc/nosuch", 404, "no route"},

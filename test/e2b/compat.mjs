@@ -427,6 +427,89 @@ export async function run(sdk, sdkVersion) {
     }
   })
 
+  await step('createSnapshot with a name, listSnapshots by sandbox and by name, create from it, deleteSnapshot', async () => {
+    const name = `compat-snap-${process.pid}`
+    await sbx.files.write('compat/named-snap.txt', 'named')
+    const snap = await sbx.createSnapshot({ name })
+    assert.deepEqual(snap.names, [name])
+    const mine = await sbx.listSnapshots().nextItems()
+    assert.ok(mine.some((s) => s.snapshotId === snap.snapshotId), `listSnapshots of the sandbox: ${JSON.stringify(mine)}`)
+    const byName = await Sandbox.listSnapshots({ name }).nextItems()
+    assert.deepEqual(byName.map((s) => s.snapshotId), [snap.snapshotId])
+    const child = await Sandbox.create(snap.snapshotId, { timeoutMs: 60_000 })
+    try {
+      assert.equal(await child.files.read('compat/named-snap.txt'), 'named')
+    } finally {
+      await child.kill()
+    }
+    assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), true)
+    assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), false, 'deleting it again')
+    const after = await Sandbox.listSnapshots({ sandboxId: sbx.sandboxId }).nextItems()
+    assert.ok(!after.some((s) => s.snapshotId === snap.snapshotId), 'the deleted snapshot is still listed')
+    await assert.rejects(Sandbox.create(snap.snapshotId, { timeoutMs: 60_000 }))
+  })
+
+  await step('fork: children with the parent\'s files, independent of each other, the parent running', async () => {
+    await sbx.files.write('compat/fork.txt', 'from the parent')
+    const kids = await sbx.fork({ count: 2, timeoutMs: 60_000 })
+    try {
+      assert.equal(kids.length, 2)
+      for (const k of kids) {
+        assert.ok(k instanceof Sandbox, `a fork failed: ${k}`)
+        assert.notEqual(k.sandboxId, sbx.sandboxId)
+        assert.equal(await k.files.read('compat/fork.txt'), 'from the parent')
+      }
+      await kids[0].files.write('compat/only-first.txt', 'mine')
+      assert.equal(await kids[1].files.exists('compat/only-first.txt'), false, 'a write in one fork is seen by another')
+      assert.equal(await sbx.files.exists('compat/only-first.txt'), false, 'a write in a fork is seen by the parent')
+      assert.equal(await sbx.isRunning(), true)
+    } finally {
+      for (const k of kids) if (k instanceof Sandbox) await k.kill()
+    }
+  })
+
+  await step('lifecycle onTimeout pause: paused at its timeout, kept, connect resumes it', async () => {
+    const a = await Sandbox.create('base', { timeoutMs: 120_000, lifecycle: { onTimeout: 'pause' }, metadata: { suite: 'tupper-compat-autopause' } })
+    try {
+      assert.deepEqual((await a.getInfo()).lifecycle, { onTimeout: 'pause', autoResume: false })
+      await a.files.write('kept.txt', 'across the timeout')
+      const bg = await a.commands.run('sleep 600', { background: true })
+      await a.setTimeout(2_000)
+      await until('the pause at the timeout', 60_000, async () => (await a.getInfo()).state === 'paused')
+      await sleep(1_500)
+      assert.equal((await a.getInfo()).state, 'paused', 'a paused sandbox has no timeout')
+      const again = await Sandbox.connect(a.sandboxId, { timeoutMs: 60_000 })
+      assert.equal((await again.getInfo()).state, 'running')
+      assert.equal(await again.files.read('kept.txt'), 'across the timeout')
+      assert.ok((await again.commands.list()).some((c) => c.pid === bg.pid), 'the background command survived the pause')
+    } finally {
+      await a.kill()
+    }
+  })
+
+  await step('lifecycle autoResume: a paused sandbox resumes when its agent or a port is used', async () => {
+    const b = await Sandbox.create('base', { timeoutMs: 120_000, lifecycle: { onTimeout: 'pause', autoResume: true } })
+    try {
+      assert.deepEqual((await b.getInfo()).lifecycle, { onTimeout: 'pause', autoResume: true })
+      await b.files.write('www/index.html', 'woken')
+      await b.commands.run('cd www && exec python3 -m http.server 8090', { background: true })
+      const host = b.getHost(8090)
+      const withKey = { 'X-API-Key': process.env.E2B_API_KEY }
+      await until('the server in the sandbox', 20_000, async () => (await hostGet(host, '/index.html', withKey)).status === 200)
+      assert.equal(await b.pause(), true)
+      assert.equal((await b.getInfo()).state, 'paused')
+      assert.equal(await b.files.read('www/index.html'), 'woken')
+      assert.equal((await b.getInfo()).state, 'running', 'a read through envd resumed it')
+      assert.equal(await b.pause(), true)
+      const res = await hostGet(host, '/index.html', withKey)
+      assert.equal(res.status, 200, `the port of a paused sandbox: ${res.status} ${res.body}`)
+      assert.equal(res.body, 'woken')
+      assert.equal((await b.getInfo()).state, 'running', 'a request to its port resumed it')
+    } finally {
+      await b.kill()
+    }
+  })
+
   await step('network.allowPublicTraffic false: its ports answer only with the traffic access token', async () => {
     assert.equal(sbx.trafficAccessToken, undefined, 'a sandbox with public traffic has no traffic access token')
     const priv = await Sandbox.create('base', { network: { allowPublicTraffic: false }, metadata: { suite: 'tupper-compat-private' }, timeoutMs: 120_000 })

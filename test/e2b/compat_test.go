@@ -38,7 +38,8 @@ func TestE2BSDK(t *testing.T) {
 	// The template SDK's builds start from this one: imported from a local tarball, no mirror
 	// or registry needed.
 	servertest.BusyboxTemplate(t, prov, "bb")
-	srv := servertest.Start(t, prov, "", func(c *server.Config) { c.Domain = "e2b-compat.test" })
+	// A reap every second: the lifecycle step waits for a sandbox paused at its timeout.
+	srv := servertest.Start(t, prov, "", func(c *server.Config) { c.Domain = "e2b-compat.test"; c.ReapInterval = time.Second })
 	_, key, err := srv.Store.CreateE2BKey(t.Context(), "e2b-compat")
 	if err != nil {
 		t.Fatal(err)
