@@ -277,6 +277,7 @@
 // agent tunnel), users (/etc/passwd has user), persistent (state in Home), resource-limit
 // and size (cgroups and the bounded tmpfs), shell (/bin/sh in the template — the host's
 // for host —, and runc, crun or a runsc from 2023 on), git (/usr/bin/git in the template),
-// pause and snapshot (a freezer cgroup; a snapshot is copied frozen), snapshot-full (runsc:
-// per sandbox, in its record).
+// pause and snapshot (a freezer cgroup; a snapshot is copied frozen), snapshot-full and
+// pause-frees-memory (runsc with network none, per sandbox, in its record: gVisor
+// checkpoints it, park.go).
 package local
