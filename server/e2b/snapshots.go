@@ -120,13 +120,9 @@ func snapshotNamed(in sandbox.SnapshotInfo, q string) bool {
 func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request, _ string) {
 	id := r.PathValue("templateID")
 	if tp, ok := s.prov.(provider.Templater); ok {
-		if all, err := tp.Templates(r.Context()); err == nil {
-			for _, t := range all {
-				if t.Name == id {
-					writeError(w, unsupported("%s is not supported by tupper%s", r.Pattern, whyTemplates))
-					return
-				}
-			}
+		if _, err := tp.Template(r.Context(), id); err == nil {
+			writeError(w, unsupported("%s is not supported by tupper%s", r.Pattern, whyTemplates))
+			return
 		}
 	}
 	if err := s.lc.DeleteSnapshot(r.Context(), id); err != nil {
