@@ -76,7 +76,7 @@ func TestOnTimeoutPauseAutoResume(t *testing.T) {
 		return strings.TrimSpace(res.Stdout)
 	}
 	runOut(`(n=0; while :; do n=$((n+1)); echo $n > /workspace/t.new; mv /workspace/t.new /workspace/t; sleep 0.05; done) >/dev/null 2>&1 &
-perl -MIO::Socket::INET -e '$s = IO::Socket::INET->new(LocalPort => 8080, Listen => 5, ReuseAddr => 1) or die; open(F, ">/tmp/listening"); close F; while (1) { $c = $s->accept or next; print $c "HTTP/1.0 200 OK\r\nContent-Length: 4\r\n\r\npong"; close $c }' >/dev/null 2>&1 &
+perl -MIO::Socket::INET -e '$s = IO::Socket::INET->new(LocalPort => 8080, Listen => 5, ReuseAddr => 1) or die; open(F, ">/tmp/listening"); close F; while (1) { $c = $s->accept or next; while (<$c>) { last if /^\r?$/ } print $c "HTTP/1.0 200 OK\r\nContent-Length: 4\r\n\r\npong"; close $c }' >/dev/null 2>&1 &
 i=0; until [ -e /tmp/listening ]; do i=$((i+1)); [ $i -lt 300 ] || exit 1; sleep 0.1; done`)
 	counter := func() int {
 		n, _ := strconv.Atoi(runOut("cat /workspace/t"))
