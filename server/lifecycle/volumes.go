@@ -11,6 +11,10 @@ import (
 // Config.VolumesTotalMB: the sizes of the volumes there and of the new one together may not
 // pass it (resource_exhausted). Creates take turns, so two at once cannot both fit.
 func (s *Service) CreateVolume(ctx context.Context, name string, opts sandbox.VolumeOptions) (sandbox.VolumeInfo, error) {
+	// A bad request is refused as such first, before any list.
+	if err := (provider.VolumeRequest{Name: name, SizeMB: opts.SizeMB}).Validate(); err != nil {
+		return sandbox.VolumeInfo{}, err
+	}
 	if s.cfg.VolumesTotalMB > 0 {
 		s.vmu.Lock()
 		defer s.vmu.Unlock()
