@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tupper-dev/tupper/internal/testenv"
 	"github.com/tupper-dev/tupper/server"
 	"github.com/tupper-dev/tupper/server/servertest"
 	"github.com/tupper-dev/tupper/template"
@@ -350,14 +349,7 @@ func TestServeBuildFlags(t *testing.T) {
 			t.Errorf("serve %s 0: %v %s", flag, err, out)
 		}
 	}
-	if ok, why := servertest.CanRunLocal(); !ok {
-		testenv.Skip(t, "local provider: "+why)
-	}
-	home := t.TempDir()
-	// A user namespace's root must traverse t.TempDir's private parent.
-	if err := os.Chmod(filepath.Dir(home), 0o711); err != nil {
-		t.Fatal(err)
-	}
+	home := localServeHome(t, "local provider: ")
 	key := newKey(t, home)
 	c := startServeArgs(t, home, []string{"--provider", "local", "--build-context-mib", "1", "--concurrent-builds", "2"})
 	if err := c.waitServing(60 * time.Second); err != nil {

@@ -141,6 +141,35 @@ func call(t *testing.T, method, url, key string, in, out any) int {
 	return resp.StatusCode
 }
 
+// localServeHome is a state directory for a `tupper serve` on the local provider, or a loud
+// skip (failing under CI=true) saying why this machine cannot run it. What sandboxes the
+// test leaves there are destroyed, through the provider itself, when it ends.
+func localServeHome(t *testing.T, why string) string {
+	t.Helper()
+	if ok, reason := servertest.CanRunLocal(); !ok {
+		servertestSkip(t, why+reason)
+	}
+	home := t.TempDir()
+	// A user namespace's root must traverse t.TempDir's private parent.
+	if err := os.Chmod(filepath.Dir(home), 0o711); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p, err := local.New(local.Config{Home: home, AgentPath: servertest.Binary(t)})
+		if err != nil {
+			return
+		}
+		defer p.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		infos, _ := p.List(ctx, localFilter())
+		for _, in := range infos {
+			_ = p.Destroy(ctx, in.ID)
+		}
+	})
+	return home
+}
+
 func newKey(t *testing.T, home string) string {
 	t.Helper()
 	// The store is opened here, in another process than the server: as `tupper keys` does.
@@ -237,28 +266,7 @@ func TestOutboxSurvivesKill(t *testing.T) {
 // listed and usable through the next server on the same state (they live in the local
 // provider, not in the server process).
 func TestSandboxesSurviveKill(t *testing.T) {
-	if ok, why := servertest.CanRunLocal(); !ok {
-		servertestSkip(t, "sandboxes that outlive the server need the local provider: "+why)
-	}
-	home := t.TempDir()
-	// A user namespace's root must traverse t.TempDir's private parent.
-	if err := os.Chmod(filepath.Dir(home), 0o711); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		// Whatever the test left: destroy through the provider itself.
-		p, err := local.New(local.Config{Home: home, AgentPath: servertest.Binary(t)})
-		if err != nil {
-			return
-		}
-		defer p.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		infos, _ := p.List(ctx, localFilter())
-		for _, in := range infos {
-			_ = p.Destroy(ctx, in.ID)
-		}
-	})
+	home := localServeHome(t, "sandboxes that outlive the server need the local provider: ")
 	key := newKey(t, home)
 	a := serve(t, home, "local")
 	var ids []string

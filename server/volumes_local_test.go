@@ -1,15 +1,10 @@
 package server_test
 
 import (
-	"context"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/tupper-dev/tupper/providers/local"
 	"github.com/tupper-dev/tupper/server"
 	"github.com/tupper-dev/tupper/server/servertest"
 )
@@ -18,26 +13,7 @@ import (
 // serve` on the local provider: a volume outlives its sandboxes and a kill -9 of the
 // server, is refused deletion while mounted, and is the API key's alone to manage.
 func TestVolumesAPI(t *testing.T) {
-	if ok, why := servertest.CanRunLocal(); !ok {
-		servertestSkip(t, "volumes need the local provider: "+why)
-	}
-	home := t.TempDir()
-	if err := os.Chmod(filepath.Dir(home), 0o711); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		p, err := local.New(local.Config{Home: home, AgentPath: servertest.Binary(t)})
-		if err != nil {
-			return
-		}
-		defer p.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		infos, _ := p.List(ctx, localFilter())
-		for _, in := range infos {
-			_ = p.Destroy(ctx, in.ID)
-		}
-	})
+	home := localServeHome(t, "volumes need the local provider: ")
 	key := newKey(t, home)
 	a := serve(t, home, "local")
 	type volume struct {

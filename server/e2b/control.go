@@ -684,13 +684,6 @@ func (s *Server) listV2(w http.ResponseWriter, r *http.Request, _ string) {
 			return
 		}
 	}
-	limit := 100
-	if v := q.Get("limit"); v != "" {
-		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > 100 {
-			writeError(w, provider.Errorf(provider.CodeInvalidArgument, "limit must be between 1 and 100"))
-			return
-		}
-	}
 	// Newest first unless asked otherwise, as E2B lists.
 	desc := true
 	switch q.Get("order") {
@@ -701,14 +694,10 @@ func (s *Server) listV2(w http.ResponseWriter, r *http.Request, _ string) {
 		writeError(w, provider.Errorf(provider.CodeInvalidArgument, "order must be asc or desc"))
 		return
 	}
-	var cursor *pageKey
-	if v := q.Get("nextToken"); v != "" {
-		k, err := parsePageKey(v)
-		if err != nil {
-			writeError(w, err)
-			return
-		}
-		cursor = &k
+	limit, cursor, err := pageOf(q)
+	if err != nil {
+		writeError(w, err)
+		return
 	}
 	all, err := s.live(r.Context())
 	if err != nil {
@@ -772,6 +761,27 @@ func (k pageKey) compare(o pageKey) int {
 
 func (k pageKey) String() string {
 	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(k.at, 10) + "." + k.id))
+}
+
+// pageOf reads a list's page from its query: limit (1 to 100, default 100) and nextToken
+// (the cursor a previous page handed out; nil for the first page).
+func pageOf(q url.Values) (int, *pageKey, error) {
+	limit := 100
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 100 {
+			return 0, nil, provider.Errorf(provider.CodeInvalidArgument, "limit must be between 1 and 100")
+		}
+		limit = n
+	}
+	if v := q.Get("nextToken"); v != "" {
+		k, err := parsePageKey(v)
+		if err != nil {
+			return 0, nil, err
+		}
+		return limit, &k, nil
+	}
+	return limit, nil, nil
 }
 
 func parsePageKey(s string) (pageKey, error) {

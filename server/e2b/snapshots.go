@@ -3,7 +3,6 @@ package e2b
 import (
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -54,22 +53,10 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, keyID string) 
 // with X-Next-Token.
 func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request, _ string) {
 	q := r.URL.Query()
-	limit := 100
-	if v := q.Get("limit"); v != "" {
-		var err error
-		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > 100 {
-			writeError(w, provider.Errorf(provider.CodeInvalidArgument, "limit must be between 1 and 100"))
-			return
-		}
-	}
-	var cursor *pageKey
-	if v := q.Get("nextToken"); v != "" {
-		k, err := parsePageKey(v)
-		if err != nil {
-			writeError(w, err)
-			return
-		}
-		cursor = &k
+	limit, cursor, err := pageOf(q)
+	if err != nil {
+		writeError(w, err)
+		return
 	}
 	all, err := s.lc.Snapshots(r.Context())
 	if err != nil {
