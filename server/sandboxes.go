@@ -1,10 +1,7 @@
 package server
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"maps"
 	"net/http"
 	"strings"
@@ -12,6 +9,7 @@ import (
 
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
+	"github.com/tupper-dev/tupper/server/api"
 	"github.com/tupper-dev/tupper/server/builds"
 	"github.com/tupper-dev/tupper/server/lifecycle"
 	"github.com/tupper-dev/tupper/store"
@@ -68,93 +66,8 @@ func capList(c provider.Capabilities) []string {
 	return out
 }
 
-type sizeJSON struct {
-	Name     string  `json:"name,omitempty"`
-	CPU      float64 `json:"cpu,omitempty"`
-	MemoryMB int     `json:"memoryMb,omitempty"`
-	DiskGB   int     `json:"diskGb,omitempty"`
-}
-
-// networkJSON is a create request's network in any of its forms: the SDK's own, "all",
-// "none" or {"allow": [...], "deny": [...]}, and the object form {"mode":
-// "all"|"none"|"allow", "allow": [...], "deny": [...]}. An object with "allow" or "deny" and
-// no mode is a policy, even with empty lists (which the SDK then refuses): it never widens
-// to all.
-type networkJSON struct {
-	Mode  string   `json:"mode,omitempty"`
-	Allow []string `json:"allow,omitempty"`
-	Deny  []string `json:"deny,omitempty"`
-	Learn bool     `json:"learn,omitempty"`
-}
-
-func (n *networkJSON) UnmarshalJSON(data []byte) error {
-	var mode string
-	if json.Unmarshal(data, &mode) == nil {
-		*n = networkJSON{Mode: mode} // the SDK checks the mode
-		return nil
-	}
-	const forms = `"network" is "all", "none", {"allow": [...], "deny": [...]} or {"mode": ..., "allow": [...], "deny": [...]}`
-	if !bytes.HasPrefix(bytes.TrimSpace(data), []byte("{")) {
-		return errors.New(forms)
-	}
-	var obj struct {
-		Mode  string    `json:"mode"`
-		Allow *[]string `json:"allow"`
-		Deny  *[]string `json:"deny"`
-		Learn bool      `json:"learn"`
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&obj); err != nil {
-		return fmt.Errorf("%s: %s", forms, strings.TrimPrefix(err.Error(), "json: "))
-	}
-	*n = networkJSON{Mode: obj.Mode, Learn: obj.Learn}
-	if obj.Allow != nil {
-		n.Allow = *obj.Allow
-	}
-	if obj.Deny != nil {
-		n.Deny = *obj.Deny
-	}
-	if n.Mode == "" && (obj.Allow != nil || obj.Deny != nil || obj.Learn) {
-		n.Mode = string(provider.NetworkAllow)
-	}
-	return nil
-}
-
-// network is n as the SDK's.
-func (n *networkJSON) network() sandbox.Network {
-	return sandbox.Network{Mode: provider.NetworkMode(n.Mode), Allow: n.Allow, Deny: n.Deny, Learn: n.Learn}
-}
-
-type createRequest struct {
-	Key           string            `json:"key,omitempty"`
-	KeyMode       string            `json:"keyMode,omitempty"`
-	Labels        map[string]string `json:"labels,omitempty"`
-	Env           map[string]string `json:"env,omitempty"`
-	Secrets       map[string]string `json:"secrets,omitempty"`
-	Size          *sizeJSON         `json:"size,omitempty"`
-	Network       *networkJSON      `json:"network,omitempty"`
-	Ports         []int             `json:"ports,omitempty"`
-	TimeoutMS     int64             `json:"timeoutMs,omitempty"`
-	IdleTimeoutMS int64             `json:"idleTimeoutMs,omitempty"`
-	From          string            `json:"from,omitempty"`
-	Template      string            `json:"template,omitempty"`
-	Runtime       string            `json:"runtime,omitempty"`
-	TrackChanges  bool              `json:"trackChanges,omitempty"`
-	// Volumes are named volumes (/v1/volumes) mounted at their paths.
-	Volumes []provider.VolumeMount `json:"volumes,omitempty"`
-	// OnTimeout is "kill" (the default) or "pause"; AutoResume resumes a paused sandbox when
-	// it is used (lifecycle.CreateOptions).
-	OnTimeout  string `json:"onTimeout,omitempty"`
-	AutoResume bool   `json:"autoResume,omitempty"`
-	// LabelsExact records Labels exactly as given. Without it the server adds
-	// sandbox-sdk=true, the label of sandboxes made through the SDK (which the server always
-	// uses); providers/remote sets it so a raw provider.Create stays without that label.
-	LabelsExact bool `json:"labelsExact,omitempty"`
-}
-
 // recordLabels are the labels the server records and reports for a new sandbox.
-func (req createRequest) recordLabels() map[string]string {
+func recordLabels(req api.CreateRequest) map[string]string {
 	l := maps.Clone(req.Labels)
 	if l == nil {
 		l = map[string]string{}
@@ -165,7 +78,8 @@ func (req createRequest) recordLabels() map[string]string {
 	return l
 }
 
-func (req createRequest) options() (sandbox.CreateOptions, error) {
+// createOptions are the SDK's options for a create request.
+func createOptions(req api.CreateRequest) (sandbox.CreateOptions, error) {
 	opts := sandbox.CreateOptions{
 		Key: req.Key, KeyMode: sandbox.KeyMode(req.KeyMode), Labels: req.Labels, Env: req.Env,
 		Secrets: req.Secrets, Ports: req.Ports, From: req.From, Template: req.Template,
@@ -175,7 +89,7 @@ func (req createRequest) options() (sandbox.CreateOptions, error) {
 		opts.Size = sandbox.Size{Name: req.Size.Name, CPU: req.Size.CPU, MemoryMB: req.Size.MemoryMB, DiskGB: req.Size.DiskGB}
 	}
 	if req.Network != nil {
-		opts.Network = req.Network.network()
+		opts.Network = req.Network.Provider()
 	}
 	var err error
 	if opts.Timeout, err = durMS("timeoutMs", req.TimeoutMS); err != nil {
@@ -192,27 +106,9 @@ func (req createRequest) options() (sandbox.CreateOptions, error) {
 	return opts, opts.Validate()
 }
 
-// sandboxJSON is a sandbox on the wire.
-type sandboxJSON struct {
-	ID           string            `json:"id"`
-	Token        string            `json:"token,omitempty"`
-	Created      *bool             `json:"created,omitempty"`
-	Provider     string            `json:"provider"`
-	Key          string            `json:"key,omitempty"`
-	Labels       map[string]string `json:"labels"`
-	State        string            `json:"state"`
-	CreatedAt    time.Time         `json:"createdAt"`
-	Deadline     time.Time         `json:"deadline,omitzero"`
-	Template     string            `json:"template,omitempty"`
-	Runtime      string            `json:"runtime,omitempty"`
-	Capabilities []string          `json:"capabilities,omitempty"`
-	OnTimeout    string            `json:"onTimeout,omitempty"`
-	AutoResume   bool              `json:"autoResume,omitempty"`
-}
-
 // toJSON describes a sandbox: its state from the provider, its key and labels from the
 // server's record (which holds them exactly as the client gave them).
-func (s *Server) toJSON(in sandbox.Info, rec store.Sandbox) sandboxJSON {
+func (s *Server) toJSON(in sandbox.Info, rec store.Sandbox) api.Sandbox {
 	labels := maps.Clone(rec.Labels)
 	if labels == nil {
 		labels = map[string]string{}
@@ -225,7 +121,7 @@ func (s *Server) toJSON(in sandbox.Info, rec store.Sandbox) sandboxJSON {
 	if rec.OnTimeout == store.OnTimeoutPause {
 		deadline = rec.Deadline // the server's: it pauses the sandbox then
 	}
-	return sandboxJSON{
+	return api.Sandbox{
 		ID: in.ID, Provider: s.prov.Name(), Key: key, Labels: labels, State: string(in.State),
 		CreatedAt: in.CreatedAt.UTC(), Deadline: deadline.UTC(), Template: in.Template, Runtime: in.Runtime,
 		OnTimeout: rec.OnTimeout, AutoResume: rec.AutoResume,
@@ -233,18 +129,18 @@ func (s *Server) toJSON(in sandbox.Info, rec store.Sandbox) sandboxJSON {
 }
 
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, c *caller) {
-	var req createRequest
+	var req api.CreateRequest
 	if err := decode(w, r, &req, true); err != nil {
 		writeError(w, err)
 		return
 	}
-	opts, err := req.options()
+	opts, err := createOptions(req)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	cr, err := s.lc.Create(r.Context(), lifecycle.CreateOptions{
-		Sandbox: opts, KeyID: c.KeyID, Labels: req.recordLabels(), Token: true,
+		Sandbox: opts, KeyID: c.KeyID, Labels: recordLabels(req), Token: true,
 		OnTimeout: req.OnTimeout, AutoResume: req.AutoResume,
 	})
 	if err != nil {
@@ -278,7 +174,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, _ *caller
 		writeError(w, err)
 		return
 	}
-	out := []sandboxJSON{}
+	out := []api.Sandbox{}
 	for _, l := range list {
 		out = append(out, s.toJSON(l.Info, l.Record))
 	}
@@ -411,13 +307,13 @@ func (s *Server) applyTimeout(w http.ResponseWriter, r *http.Request, ms int64) 
 
 // setNetwork replaces a running sandbox's network policy; the body is create's "network".
 func (s *Server) setNetwork(w http.ResponseWriter, r *http.Request, _ *caller) {
-	var n networkJSON
+	var n api.Network
 	if err := decode(w, r, &n, false); err != nil {
 		writeError(w, err)
 		return
 	}
 	s.withBox(w, r, func(b *sandbox.Sandbox) error {
-		if err := b.SetNetwork(r.Context(), n.network()); err != nil {
+		if err := b.SetNetwork(r.Context(), n.Provider()); err != nil {
 			return err
 		}
 		w.WriteHeader(http.StatusNoContent)

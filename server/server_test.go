@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tupper-dev/tupper/providers/memory"
+	"github.com/tupper-dev/tupper/server/api"
 	"github.com/tupper-dev/tupper/store"
 )
 
@@ -146,9 +147,9 @@ func (e *env) want(status int, out any, method, path, cred string, body any, hdr
 	return data
 }
 
-func (e *env) create(body any) sandboxJSON {
+func (e *env) create(body any) api.Sandbox {
 	e.t.Helper()
-	var sb sandboxJSON
+	var sb api.Sandbox
 	e.want(201, &sb, "POST", "/v1/sandboxes", e.key, body)
 	if sb.ID == "" || !strings.HasPrefix(sb.Token, "sbt_") {
 		e.t.Fatalf("create returned %+v", sb)
@@ -168,7 +169,7 @@ func TestCreateRunDelete(t *testing.T) {
 	if res.ExitCode != 3 || res.OK || res.Stdout != "hi\nin\n" || res.Stderr != "err\n" || res.Cwd != "/workspace" {
 		t.Fatalf("run = %+v", res)
 	}
-	var list struct{ Sandboxes []sandboxJSON }
+	var list struct{ Sandboxes []api.Sandbox }
 	e.want(200, &list, "GET", "/v1/sandboxes?label=team=a", e.key, nil)
 	if len(list.Sandboxes) != 1 || list.Sandboxes[0].ID != sb.ID {
 		t.Fatalf("list = %+v", list)
@@ -210,7 +211,7 @@ func TestGetOrCreateByKey(t *testing.T) {
 				t.Errorf("create: %d %s", resp.StatusCode, data)
 				return
 			}
-			var sb sandboxJSON
+			var sb api.Sandbox
 			json.Unmarshal(data, &sb)
 			ids <- sb.ID
 		}()

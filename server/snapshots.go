@@ -9,6 +9,7 @@ import (
 
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
+	"github.com/tupper-dev/tupper/server/api"
 	"github.com/tupper-dev/tupper/server/lifecycle"
 )
 
@@ -92,7 +93,7 @@ type forkRequest struct {
 	N         int               `json:"n,omitempty"`
 	Labels    map[string]string `json:"labels,omitempty"`
 	TimeoutMS int64             `json:"timeoutMs,omitempty"`
-	Network   *networkJSON      `json:"network,omitempty"`
+	Network   *api.Network      `json:"network,omitempty"`
 }
 
 // fork makes children of a sandbox: memory and processes included where the sandbox has
@@ -110,16 +111,16 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, c *caller) {
 	}
 	opts := sandbox.ForkOptions{N: req.N, Labels: maps.Clone(req.Labels), Timeout: timeout}
 	if req.Network != nil {
-		opts.Network = sandbox.Network{Mode: provider.NetworkMode(req.Network.Mode), Allow: req.Network.Allow}
+		opts.Network = req.Network.Provider()
 	}
-	labels := createRequest{Labels: req.Labels}.recordLabels()
+	labels := recordLabels(api.CreateRequest{Labels: req.Labels})
 	delete(opts.Labels, sandbox.SDKLabel)
 	kids, err := s.lc.Fork(r.Context(), r.PathValue("id"), lifecycle.ForkOptions{Sandbox: opts, KeyID: c.KeyID, Labels: labels, Token: true})
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	out := make([]sandboxJSON, 0, len(kids))
+	out := make([]api.Sandbox, 0, len(kids))
 	for _, k := range kids {
 		j := s.toJSON(k.Info, k.Record)
 		j.Token = k.Token

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/server/api"
 )
 
 // Instance is one sandbox on the server.
@@ -48,11 +49,11 @@ func (in *Instance) ID() string { return in.id }
 
 // Info asks the server for the sandbox's identity and state.
 func (in *Instance) Info(ctx context.Context) (provider.Info, error) {
-	var sb sandboxJSON
+	var sb api.Sandbox
 	if err := in.p.call(ctx, http.MethodGet, in.path, nil, &sb); err != nil {
 		return provider.Info{}, err
 	}
-	return sb.info(), nil
+	return infoOf(sb), nil
 }
 
 // Close does nothing: the instance holds no connection of its own.
@@ -345,7 +346,7 @@ func (in *Instance) Snapshot(ctx context.Context, expires time.Duration) (string
 
 // SetNetwork replaces the sandbox's network policy (PUT /v1/sandboxes/{id}/network).
 func (in *Instance) SetNetwork(ctx context.Context, n provider.Network) error {
-	return in.p.call(ctx, http.MethodPut, in.path+"/network", toNetworkJSON(n), nil)
+	return in.p.call(ctx, http.MethodPut, in.path+"/network", api.NetworkOf(n), nil)
 }
 
 var _ provider.EgressReporter = (*Instance)(nil)

@@ -33,6 +33,7 @@ import (
 
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/provider/httpcode"
+	"github.com/tupper-dev/tupper/server/api"
 )
 
 // Name is the registry name.
@@ -244,65 +245,16 @@ func (p *Provider) call(ctx context.Context, method, path string, in, out any) e
 	return nil
 }
 
-// sandboxJSON is the server's sandbox.
-type sandboxJSON struct {
-	ID        string            `json:"id"`
-	Token     string            `json:"token,omitempty"`
-	Created   *bool             `json:"created,omitempty"`
-	Key       string            `json:"key,omitempty"`
-	Labels    map[string]string `json:"labels"`
-	State     string            `json:"state"`
-	CreatedAt time.Time         `json:"createdAt"`
-	Deadline  time.Time         `json:"deadline,omitzero"`
-	Template  string            `json:"template,omitempty"`
-	Runtime   string            `json:"runtime,omitempty"`
-}
-
-func (s sandboxJSON) info() provider.Info {
-	labels := maps.Clone(s.Labels)
+// infoOf is the provider's description of the server's sandbox sb.
+func infoOf(sb api.Sandbox) provider.Info {
+	labels := maps.Clone(sb.Labels)
 	if labels == nil {
 		labels = map[string]string{}
 	}
 	return provider.Info{
-		ID: s.ID, Key: s.Key, Labels: labels, State: provider.State(s.State), CreatedAt: s.CreatedAt,
-		Template: s.Template, Runtime: s.Runtime, Deadline: s.Deadline,
+		ID: sb.ID, Key: sb.Key, Labels: labels, State: provider.State(sb.State), CreatedAt: sb.CreatedAt,
+		Template: sb.Template, Runtime: sb.Runtime, Deadline: sb.Deadline,
 	}
-}
-
-type createRequest struct {
-	Key           string                 `json:"key,omitempty"`
-	KeyMode       string                 `json:"keyMode,omitempty"`
-	Labels        map[string]string      `json:"labels,omitempty"`
-	Env           map[string]string      `json:"env,omitempty"`
-	Secrets       map[string]string      `json:"secrets,omitempty"`
-	Size          *sizeJSON              `json:"size,omitempty"`
-	Network       *networkJSON           `json:"network,omitempty"`
-	Ports         []int                  `json:"ports,omitempty"`
-	TimeoutMS     int64                  `json:"timeoutMs,omitempty"`
-	IdleTimeoutMS int64                  `json:"idleTimeoutMs,omitempty"`
-	From          string                 `json:"from,omitempty"`
-	Template      string                 `json:"template,omitempty"`
-	Runtime       string                 `json:"runtime,omitempty"`
-	LabelsExact   bool                   `json:"labelsExact,omitempty"`
-	Volumes       []provider.VolumeMount `json:"volumes,omitempty"`
-}
-
-type sizeJSON struct {
-	Name     string  `json:"name,omitempty"`
-	CPU      float64 `json:"cpu,omitempty"`
-	MemoryMB int     `json:"memoryMb,omitempty"`
-	DiskGB   int     `json:"diskGb,omitempty"`
-}
-
-type networkJSON struct {
-	Mode  string   `json:"mode,omitempty"`
-	Allow []string `json:"allow,omitempty"`
-	Deny  []string `json:"deny,omitempty"`
-	Learn bool     `json:"learn,omitempty"`
-}
-
-func toNetworkJSON(n provider.Network) *networkJSON {
-	return &networkJSON{Mode: string(n.Mode), Allow: n.Allow, Deny: n.Deny, Learn: n.Learn}
 }
 
 // ceilMS rounds a duration up to whole milliseconds, so a positive one never becomes 0.
@@ -310,21 +262,21 @@ func ceilMS(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
-func createBody(spec provider.CreateSpec) createRequest {
-	req := createRequest{
+func createBody(spec provider.CreateSpec) api.CreateRequest {
+	req := api.CreateRequest{
 		Key: spec.Key, Labels: spec.Labels, LabelsExact: true, Env: spec.Env, Secrets: spec.Secrets, Ports: spec.Ports,
 		TimeoutMS: ceilMS(spec.Timeout), IdleTimeoutMS: ceilMS(spec.IdleTimeout),
 		From: spec.From, Template: spec.Template, Runtime: spec.Runtime, Volumes: spec.Volumes,
 	}
 	if !spec.Size.IsZero() {
 		if spec.Size.Name != "" {
-			req.Size = &sizeJSON{Name: spec.Size.Name} // the server resolves presets itself
+			req.Size = &api.Size{Name: spec.Size.Name} // the server resolves presets itself
 		} else {
-			req.Size = &sizeJSON{CPU: spec.Size.CPU, MemoryMB: spec.Size.MemoryMB, DiskGB: spec.Size.DiskGB}
+			req.Size = &api.Size{CPU: spec.Size.CPU, MemoryMB: spec.Size.MemoryMB, DiskGB: spec.Size.DiskGB}
 		}
 	}
 	if spec.Network.Mode != "" || len(spec.Network.Allow) > 0 || len(spec.Network.Deny) > 0 || spec.Network.Learn {
-		req.Network = toNetworkJSON(spec.Network)
+		req.Network = api.NetworkOf(spec.Network)
 	}
 	return req
 }
@@ -338,7 +290,7 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 
 // GetOrCreate is the server's exact get-or-create by spec.Key.
 func (p *Provider) GetOrCreate(ctx context.Context, spec provider.CreateSpec) (provider.Instance, bool, error) {
-	var sb sandboxJSON
+	var sb api.Sandbox
 	if err := p.call(ctx, http.MethodPost, "/v1/sandboxes", createBody(spec), &sb); err != nil {
 		return nil, false, err
 	}
@@ -349,7 +301,7 @@ func (p *Provider) GetOrCreate(ctx context.Context, spec provider.CreateSpec) (p
 // FindByKey returns the live sandbox made with key.
 func (p *Provider) FindByKey(ctx context.Context, key string) (provider.Instance, error) {
 	var list struct {
-		Sandboxes []sandboxJSON `json:"sandboxes"`
+		Sandboxes []api.Sandbox `json:"sandboxes"`
 	}
 	if err := p.call(ctx, http.MethodGet, "/v1/sandboxes?key="+url.QueryEscape(key), nil, &list); err != nil {
 		return nil, err
@@ -365,7 +317,7 @@ func (p *Provider) Connect(ctx context.Context, id string) (provider.Instance, e
 	if id == "" || strings.ContainsAny(id, "/?#") {
 		return nil, provider.Errorf(provider.CodeNotFound, "no sandbox %q", id)
 	}
-	var sb sandboxJSON
+	var sb api.Sandbox
 	if err := p.call(ctx, http.MethodGet, "/v1/sandboxes/"+url.PathEscape(id), nil, &sb); err != nil {
 		return nil, err
 	}
@@ -379,7 +331,7 @@ func (p *Provider) List(ctx context.Context, filter provider.ListFilter) ([]prov
 		q.Add("label", k+"="+v)
 	}
 	var list struct {
-		Sandboxes []sandboxJSON `json:"sandboxes"`
+		Sandboxes []api.Sandbox `json:"sandboxes"`
 	}
 	path := "/v1/sandboxes"
 	if len(q) > 0 {
@@ -390,7 +342,7 @@ func (p *Provider) List(ctx context.Context, filter provider.ListFilter) ([]prov
 	}
 	out := make([]provider.Info, 0, len(list.Sandboxes))
 	for _, sb := range list.Sandboxes {
-		in := sb.info()
+		in := infoOf(sb)
 		if filter.Matches(in.Labels) {
 			out = append(out, in)
 		}
@@ -406,7 +358,7 @@ func (p *Provider) Destroy(ctx context.Context, id string) error {
 	return p.call(ctx, http.MethodDelete, "/v1/sandboxes/"+url.PathEscape(id), nil, nil)
 }
 
-func (p *Provider) instance(sb sandboxJSON) *Instance {
+func (p *Provider) instance(sb api.Sandbox) *Instance {
 	return &Instance{p: p, id: sb.ID, path: "/v1/sandboxes/" + url.PathEscape(sb.ID), previews: map[int]preview{}}
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/server/api"
 )
 
 var (
@@ -37,7 +38,7 @@ func (in *Instance) SnapshotKind(ctx context.Context, req provider.SnapshotReque
 // from the sandbox (memory and processes under runsc, files elsewhere).
 func (in *Instance) Fork(ctx context.Context, req provider.ForkRequest) ([]provider.Instance, error) {
 	var out struct {
-		Sandboxes []sandboxJSON `json:"sandboxes"`
+		Sandboxes []api.Sandbox `json:"sandboxes"`
 	}
 	body := map[string]any{"n": req.N, "labels": req.Labels}
 	if req.Timeout > 0 {

@@ -1,0 +1,61 @@
+package api
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/tupper-dev/tupper/provider"
+)
+
+// A network goes to the wire and back whole, in every form a client sends: the fork route
+// once kept only its mode and allow list, dropping deny (a policy widened) and learn.
+func TestNetworkRoundTrip(t *testing.T) {
+	for _, n := range []provider.Network{
+		{Mode: provider.NetworkAll},
+		{Mode: provider.NetworkNone},
+		{Mode: provider.NetworkAllow, Allow: []string{"*.example.test", "10.0.0.0/8"}, Deny: []string{"bad.example.test"}},
+		{Mode: provider.NetworkAllow, Learn: true},
+	} {
+		b, err := json.Marshal(CreateRequest{Network: NetworkOf(n)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back CreateRequest
+		if err := json.Unmarshal(b, &back); err != nil {
+			t.Fatalf("%s: %v", b, err)
+		}
+		if got := back.Network.Provider(); !reflect.DeepEqual(got, n) {
+			t.Errorf("%s came back as %+v, want %+v", b, got, n)
+		}
+	}
+}
+
+func TestNetworkForms(t *testing.T) {
+	for _, c := range []struct {
+		json string
+		want Network
+		err  string
+	}{
+		{`"all"`, Network{Mode: "all"}, ""},
+		{`{"allow": ["a.test"]}`, Network{Mode: "allow", Allow: []string{"a.test"}}, ""},
+		{`{"deny": []}`, Network{Mode: "allow", Deny: []string{}}, ""}, // a policy, never all
+		{`{"mode": "none"}`, Network{Mode: "none"}, ""},
+		{`{"learn": true}`, Network{Mode: "allow", Learn: true}, ""},
+		{`{"allowed": ["a.test"]}`, Network{}, `unknown field "allowed"`},
+		{`7`, Network{}, `"network" is "all"`},
+	} {
+		var n Network
+		err := json.Unmarshal([]byte(c.json), &n)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%s: err %v, want one containing %q", c.json, err, c.err)
+			}
+			continue
+		}
+		if err != nil || !reflect.DeepEqual(n, c.want) {
+			t.Errorf("%s: %+v, %v; want %+v", c.json, n, err, c.want)
+		}
+	}
+}
