@@ -55,7 +55,7 @@ trap 'kill $later 2>/dev/null || true; wait $later 2>/dev/null || true; rm -f "$
 
 echo "== go test -race (the end-to-end groups run beside it; their output follows)"
 main=0
-go test -race -count=1 -timeout 30m "$@" $(go list ./... | grep -v -e '/test/e2b$' -e '/test/js$' -e '/test/debian$' -e '/providers/docker$') || main=$?
+go test -race -count=1 -timeout 50m "$@" $(go list ./... | grep -v -e '/test/e2b$' -e '/test/js$' -e '/test/debian$' -e '/providers/docker$') || main=$?
 rest=0
 wait $later || rest=$?
 cat "$later_log"

@@ -906,7 +906,10 @@ func (s *secSuite) memoryHog(t *testing.T) {
 	}
 	rec, _ := s.p.lay.readRecord(hog.ID())
 	agentAdj := readTrim(fmt.Sprintf("/proc/%d/oom_score_adj", rec.InitPID))
-	cmdAdj := run(t, hog, "cat /proc/self/oom_score_adj")
+	// The agent raises a command's score just after starting it (it cannot run code in the
+	// child before exec): read the command's own score once that has happened, as the OOM
+	// killer sees it for the rest of the command's life.
+	cmdAdj := run(t, hog, `i=0; while [ "$(cat /proc/$$/oom_score_adj)" != 1000 ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done; cat /proc/$$/oom_score_adj`)
 	t.Logf("oom_score_adj on the host: the agent (init) %s, a command %s", agentAdj, cmdAdj)
 	if s.rt != RuntimeRunsc {
 		// The OOM killer must pick a command before the agent: commands at 1000, the agent at
