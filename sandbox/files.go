@@ -435,7 +435,9 @@ func (f *Files) findList(ctx context.Context, op, p string, recursive, self bool
 	if !self {
 		check = fmt.Sprintf(`[ -d %[1]s ] || { echo "not a directory" >&2; exit 45; }; `, Quote(p))
 	}
-	script := fmt.Sprintf(`[ -e %[1]s ] || [ -L %[1]s ] || exit 44; %[3]sfind %[1]s %[2]s -printf '%%y\t%%s\t%%m\t%%T@\t%%p\0'`, Quote(p), depth, check)
+	// The existence check runs again when find fails: the directory can go
+	// between the first check and find's start, and that is not-found too.
+	script := fmt.Sprintf(`[ -e %[1]s ] || [ -L %[1]s ] || exit 44; %[3]sfind %[1]s %[2]s -printf '%%y\t%%s\t%%m\t%%T@\t%%p\0'; rc=$?; [ $rc = 0 ] || [ -e %[1]s ] || [ -L %[1]s ] || exit 44; exit $rc`, Quote(p), depth, check)
 	var out limitedBuffer
 	out.limit = 64 << 20
 	var stderr limitedBuffer
