@@ -14,7 +14,8 @@ import (
 // not reported yet: at most egressEventsPerMinute per sandbox, the others counted in the
 // next event's "suppressed". The record keeps each refusal at most once a second per
 // destination, so a program retrying in a loop costs one line a second. A sandbox whose
-// provider records nothing (no policy, or no provider.EgressReporter) is asked once. The
+// provider records nothing (no policy, or no provider.EgressReporter) is asked once; a paused
+// one is not asked, and asking never resumes a sandbox created with AutoResume. The
 // cursors live in memory: after a restart, refusals from before the server started are not
 // reported again.
 
@@ -53,7 +54,9 @@ func (s *Server) egressLoop(ctx context.Context) {
 				w = &egressWatch{}
 				watches[rec.ID] = w
 			}
-			if !w.none {
+			// A paused sandbox sends nothing; what it sent before it paused was read at
+			// the tick before.
+			if !w.none && rec.State != provider.StatePaused {
 				s.pollEgress(ctx, rec.ID, w, started)
 			}
 		}
@@ -67,7 +70,8 @@ func (s *Server) egressLoop(ctx context.Context) {
 
 // pollEgress emits the refusals recorded for sandbox id since w's cursor.
 func (s *Server) pollEgress(ctx context.Context, id string, w *egressWatch, started time.Time) {
-	b, err := s.lc.Handle(ctx, id)
+	// Peek, not Handle: reading the record is not a use that resumes an auto-resume sandbox.
+	b, err := s.lc.Peek(ctx, id)
 	if err != nil {
 		return
 	}

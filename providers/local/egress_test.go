@@ -530,6 +530,20 @@ func testEgress(t *testing.T, rt string) {
 		want("b.test after E2B's update", h("dns "+gw+" udp b.test"), "err ")
 		api.want(t, 400, nil, "PUT", "/v1/sandboxes/"+inst.ID()+"/network", map[string]any{"allow": []string{"*"}})
 	})
+	t.Run("paused stays paused", func(t *testing.T) {
+		// The server's egress loop reads every sandbox's record each interval (100 ms
+		// here); reading one is not a use, so it must not resume an auto-resume sandbox.
+		var sb struct{ ID, State string }
+		api.want(t, 201, &sb, "POST", "/v1/sandboxes", map[string]any{"runtime": rt,
+			"network": map[string]any{"allow": []string{"a.test"}}, "timeoutMs": 120_000, "onTimeout": "pause", "autoResume": true})
+		defer api.want(t, 204, nil, "DELETE", "/v1/sandboxes/"+sb.ID, nil)
+		api.want(t, 204, nil, "POST", "/v1/sandboxes/"+sb.ID+"/pause", nil)
+		time.Sleep(time.Second)
+		api.want(t, 200, &sb, "GET", "/v1/sandboxes/"+sb.ID, nil)
+		if sb.State != "paused" {
+			t.Errorf("an auto-resume sandbox with a policy, paused, a second later: %s, want paused", sb.State)
+		}
+	})
 	t.Run("teardown", func(t *testing.T) {
 		rec, err := l.p.lay.readRecord(inst.ID())
 		if err != nil {

@@ -345,6 +345,16 @@ func (s *Service) Handle(ctx context.Context, id string) (*sandbox.Sandbox, erro
 	return s.handle(ctx, id)
 }
 
+// Peek returns the server's handle to a sandbox it has a record of, as Handle does, but
+// never resumes it: for the server's own background readers (the egress loop), which are
+// not a use of the sandbox. Commands on a paused sandbox's handle fail.
+func (s *Service) Peek(ctx context.Context, id string) (*sandbox.Sandbox, error) {
+	if _, err := s.record(ctx, id); err != nil {
+		return nil, err
+	}
+	return s.handle(ctx, id)
+}
+
 // Wake resumes a paused sandbox that was created with AutoResume, as a use of it does (its
 // API through Handle, its agent through the E2B data plane, a preview port); it reports
 // whether the sandbox is running now. A sandbox without AutoResume stays as it is.
