@@ -19,6 +19,7 @@ import (
 
 	agentspec "github.com/tupper-dev/tupper/agent/spec"
 	"github.com/tupper-dev/tupper/egress"
+	"github.com/tupper-dev/tupper/internal/flock"
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/template"
 )
@@ -357,7 +358,7 @@ func (p *Provider) createFrom(ctx context.Context, spec provider.CreateSpec, poo
 			locks, err := p.lockVolumes(ctx, spec.Volumes)
 			defer func() {
 				for _, lk := range locks {
-					lk.unlock()
+					lk.Unlock()
 				}
 			}()
 			if err != nil {
@@ -383,7 +384,7 @@ func (p *Provider) createFrom(ctx context.Context, spec provider.CreateSpec, poo
 			if err != nil {
 				return err
 			}
-			defer lk.unlock()
+			defer lk.Unlock()
 			a, err := p.net.allocate(id)
 			if err != nil {
 				return err
@@ -709,11 +710,11 @@ func (p *Provider) allocUIDs(ctx context.Context, id string) (int, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return 0, err
 	}
-	lk, err := lockFile(ctx, dir+".lock")
+	lk, err := flock.Acquire(ctx, dir+".lock")
 	if err != nil {
 		return 0, err
 	}
-	defer lk.unlock()
+	defer lk.Unlock()
 	n := int((uint64(1)<<32 - 2 - uint64(p.cfg.UIDBase)) / idMapSize)
 	i, err := leaseAny(dir, n, strconv.Itoa, leaseHolder(p.lay, id))
 	if errors.Is(err, errLeasesExhausted) {

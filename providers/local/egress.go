@@ -305,7 +305,7 @@ func (i *Instance) SetNetwork(ctx context.Context, n provider.Network) error {
 	if err != nil {
 		return err
 	}
-	defer lk.unlock()
+	defer lk.Unlock()
 	rec, err := i.p.lay.readRecord(i.id)
 	if err != nil {
 		return err
@@ -327,7 +327,7 @@ func (i *Instance) SetNetwork(ctx context.Context, n provider.Network) error {
 		return err
 	}
 	err = i.p.applyEgress(ctx, rec, egressFile{DNSUDP: rec.Egress.Ports.DNSUDP, DNSTCP: rec.Egress.Ports.DNSTCP, Proxy: rec.Egress.Ports.Proxy}, pol)
-	nlk.unlock()
+	nlk.Unlock()
 	if err != nil {
 		return provider.Wrap(err, provider.CodeProvider, "set_network")
 	}

@@ -191,7 +191,7 @@ func (i *Instance) SetTimeout(ctx context.Context, d time.Duration) error {
 	if err != nil {
 		return err
 	}
-	defer lk.unlock()
+	defer lk.Unlock()
 	rec, err := i.p.lay.readRecord(i.id)
 	if err != nil {
 		return err
@@ -219,7 +219,7 @@ func (i *Instance) setPaused(ctx context.Context, pause bool) error {
 	if err != nil {
 		return err
 	}
-	defer lk.unlock()
+	defer lk.Unlock()
 	rec, err := i.p.lay.readRecord(i.id)
 	if err != nil {
 		return err

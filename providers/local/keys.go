@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/tupper-dev/tupper/internal/flock"
 )
 
 // The key index maps a sandbox key to the sandbox created with it: Home/keys/<hash of the
@@ -97,11 +99,11 @@ func (p *Provider) indexKeysOnce(ctx context.Context) error {
 	if err := os.MkdirAll(p.lay.locks(), 0o700); err != nil {
 		return err
 	}
-	lk, err := lockFile(ctx, filepath.Join(p.lay.locks(), "keyindex.lock"))
+	lk, err := flock.Acquire(ctx, filepath.Join(p.lay.locks(), "keyindex.lock"))
 	if err != nil {
 		return err
 	}
-	defer lk.unlock()
+	defer lk.Unlock()
 	if _, err := os.Stat(p.lay.keys()); err == nil {
 		return nil
 	}

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tupper-dev/tupper/internal/flock"
 	"github.com/tupper-dev/tupper/provider"
 )
 
@@ -22,11 +23,11 @@ func alive(r *record) bool {
 }
 
 // lockSandbox serialises Destroy, Pause and friends on one sandbox across processes.
-func (p *Provider) lockSandbox(ctx context.Context, id string) (*flock, error) {
+func (p *Provider) lockSandbox(ctx context.Context, id string) (*flock.Lock, error) {
 	if !validID(id) {
 		return nil, errNotFound(id)
 	}
-	lk, err := lockFile(ctx, filepath.Join(p.lay.sandboxes(), "."+id+".lock"))
+	lk, err := flock.Acquire(ctx, filepath.Join(p.lay.sandboxes(), "."+id+".lock"))
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, errNotFound(id)
@@ -43,7 +44,7 @@ func (p *Provider) Destroy(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	defer lk.unlock()
+	defer lk.Unlock()
 	rec, err := p.lay.readRecord(id)
 	if err != nil {
 		return err
@@ -215,7 +216,7 @@ func (p *Provider) reapIDs(ctx context.Context, ids []string, wait bool) (int, e
 				n++
 			}
 		}
-		lk.unlock()
+		lk.Unlock()
 	}
 	return n, errors.Join(errs...)
 }
@@ -224,14 +225,14 @@ func (p *Provider) reapIDs(ctx context.Context, ids []string, wait bool) (int, e
 // teardown, each directory under its lock. Allocation clears them too, but only once every
 // lease is taken.
 func (p *Provider) cleanLeases(ctx context.Context) {
-	if lk, err := lockFile(ctx, p.uidLeases()+".lock"); err == nil {
+	if lk, err := flock.Acquire(ctx, p.uidLeases()+".lock"); err == nil {
 		cleanStaleLeases(p.uidLeases())
-		lk.unlock()
+		lk.Unlock()
 	}
 	if p.net != nil {
 		if lk, err := p.net.lock(ctx); err == nil {
 			cleanStaleLeases(p.net.leases())
-			lk.unlock()
+			lk.Unlock()
 		}
 	}
 }
@@ -328,11 +329,11 @@ func (p *Provider) GetOrCreate(ctx context.Context, spec provider.CreateSpec) (p
 	if err := os.MkdirAll(p.lay.locks(), 0o700); err != nil {
 		return nil, false, provider.Wrap(err, provider.CodeProvider, "create")
 	}
-	lk, err := lockFile(ctx, filepath.Join(p.lay.locks(), "keys.lock"))
+	lk, err := flock.Acquire(ctx, filepath.Join(p.lay.locks(), "keys.lock"))
 	if err != nil {
 		return nil, false, provider.Wrap(err, provider.CodeAborted, "create")
 	}
-	defer lk.unlock()
+	defer lk.Unlock()
 	if rec, err := p.findByKey(ctx, spec.Key); err == nil {
 		return p.instance(rec), false, nil
 	}
@@ -360,7 +361,7 @@ func (p *Provider) Connect(ctx context.Context, id string) (provider.Instance, e
 	if p.dead(rec, time.Now()) {
 		if lk, err := p.lockSandbox(ctx, id); err == nil {
 			p.teardown(ctx, rec)
-			lk.unlock()
+			lk.Unlock()
 		}
 		return nil, errNotFound(id)
 	}

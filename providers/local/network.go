@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tupper-dev/tupper/internal/flock"
 	"golang.org/x/sys/unix"
 )
 
@@ -222,11 +223,11 @@ func linkState(name string) (exists, up bool) {
 	return true, ifr.Uint16()&unix.IFF_UP != 0
 }
 
-func (n *network) lock(ctx context.Context) (*flock, error) {
+func (n *network) lock(ctx context.Context) (*flock.Lock, error) {
 	if err := os.MkdirAll(n.leases(), 0o700); err != nil {
 		return nil, err
 	}
-	return lockFile(ctx, filepath.Join(n.dir, "lock"))
+	return flock.Acquire(ctx, filepath.Join(n.dir, "lock"))
 }
 
 func (n *network) leases() string { return filepath.Join(n.dir, "leases") }
@@ -303,7 +304,7 @@ func (n *network) detach(ctx context.Context, id, ip string) error {
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
-	defer lk.unlock()
+	defer lk.Unlock()
 	opened := false
 	if ip != "" {
 		opened = n.clearRecord(recAllow, ip, leaseHolder(n.lay, id))

@@ -164,7 +164,7 @@ func (p *Provider) handOut(ctx context.Context, id string, spec provider.CreateS
 	if err != nil {
 		return nil, err
 	}
-	defer lk.unlock()
+	defer lk.Unlock()
 	rec, err := p.lay.readRecord(id)
 	if err != nil {
 		return nil, err
@@ -239,7 +239,7 @@ func (p *Provider) closePool() error {
 		if rec, err := p.lay.readRecord(id); err == nil && rec.Pooled {
 			errs = append(errs, p.teardown(ctx, rec))
 		}
-		lk.unlock()
+		lk.Unlock()
 	}
 	return errors.Join(errs...)
 }

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tupper-dev/tupper/internal/flock"
 	"golang.org/x/sys/unix"
 )
 
@@ -127,11 +128,11 @@ func buildTemplate(ctx context.Context, dir, name string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	lk, err := lockFile(ctx, filepath.Join(dir, ".build.lock"))
+	lk, err := flock.Acquire(ctx, filepath.Join(dir, ".build.lock"))
 	if err != nil {
 		return "", err
 	}
-	defer lk.unlock()
+	defer lk.Unlock()
 	if fileExists(filepath.Join(final, ".tupper", "template-version")) {
 		return final, nil
 	}

@@ -178,7 +178,7 @@ func (i *Instance) SnapshotKind(ctx context.Context, req provider.SnapshotReques
 	if err != nil {
 		return "", err
 	}
-	defer lk.unlock()
+	defer lk.Unlock()
 	rec, err := p.lay.readRecord(i.id)
 	if err != nil {
 		return "", err

@@ -3,7 +3,6 @@
 package local
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,8 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/tupper-dev/tupper/provider"
 )
@@ -192,43 +189,6 @@ func (l layout) ids() ([]string, error) {
 		}
 	}
 	return out, nil
-}
-
-// flock is an exclusive advisory lock on a file, held until unlock. Locks taken by a process
-// that dies are released by the kernel, so a crash never leaves one behind.
-type flock struct{ f *os.File }
-
-// lockFile takes an exclusive lock on path, waiting until ctx is done.
-func lockFile(ctx context.Context, path string) (*flock, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	delay := time.Millisecond
-	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return &flock{f: f}, nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", path, err)
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, ctx.Err()
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, 50*time.Millisecond)
-	}
-}
-
-func (l *flock) unlock() {
-	if l != nil && l.f != nil {
-		l.f.Close() // closing the last descriptor releases the lock
-		l.f = nil
-	}
 }
 
 // lease claims name in dir for id by creating the file exclusively. It reports false when

@@ -18,6 +18,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/tupper-dev/tupper/internal/flock"
 	"github.com/tupper-dev/tupper/provider"
 )
 
@@ -78,11 +79,11 @@ func volumeNotFound(name string) error {
 }
 
 // lockVolume takes the volume's lock (see above).
-func (p *Provider) lockVolume(ctx context.Context, name string) (*flock, error) {
+func (p *Provider) lockVolume(ctx context.Context, name string) (*flock.Lock, error) {
 	if err := os.MkdirAll(p.lay.volumes(), 0o700); err != nil {
 		return nil, err
 	}
-	return lockFile(ctx, p.lay.volumeLock(name))
+	return flock.Acquire(ctx, p.lay.volumeLock(name))
 }
 
 func (p *Provider) volumer() error {
@@ -112,7 +113,7 @@ func (p *Provider) CreateVolume(ctx context.Context, req provider.VolumeRequest)
 	if err != nil {
 		return provider.VolumeInfo{}, provider.Wrap(err, provider.CodeProvider, "create volume")
 	}
-	defer lk.unlock()
+	defer lk.Unlock()
 	if fileExists(p.lay.volume(req.Name)) {
 		return provider.VolumeInfo{}, provider.Errorf(provider.CodeConflict, "volume %s exists", req.Name)
 	}
@@ -255,7 +256,7 @@ func (p *Provider) volumeInfo(ctx context.Context, m volumeMeta) provider.Volume
 			info.UsedBytes = int64(st.Blocks-st.Bfree) * st.Bsize
 			return nil
 		})
-		lk.unlock()
+		lk.Unlock()
 	}
 	return info
 }
@@ -308,7 +309,7 @@ func (p *Provider) DeleteVolume(ctx context.Context, name string) error {
 	if err != nil {
 		return provider.Wrap(err, provider.CodeProvider, "delete volume")
 	}
-	defer lk.unlock()
+	defer lk.Unlock()
 	if _, err := p.readVolume(name); err != nil {
 		return err
 	}
@@ -421,7 +422,7 @@ func withVolumeMounted(img, mnt string, fn func(root string) error) error {
 
 // lockVolumes takes the locks of the volumes mounts name, in name order, and checks each
 // exists. The caller unlocks every lock returned, also on error.
-func (p *Provider) lockVolumes(ctx context.Context, mounts []provider.VolumeMount) ([]*flock, error) {
+func (p *Provider) lockVolumes(ctx context.Context, mounts []provider.VolumeMount) ([]*flock.Lock, error) {
 	var names []string
 	for _, m := range mounts {
 		if !slices.Contains(names, m.Name) {
@@ -429,7 +430,7 @@ func (p *Provider) lockVolumes(ctx context.Context, mounts []provider.VolumeMoun
 		}
 	}
 	slices.Sort(names)
-	var locks []*flock
+	var locks []*flock.Lock
 	for _, n := range names {
 		lk, err := p.lockVolume(ctx, n)
 		if err != nil {
@@ -520,7 +521,7 @@ func (p *Provider) OpenVolume(ctx context.Context, name string) (*os.File, error
 	if err != nil {
 		return nil, provider.Wrap(err, provider.CodeProvider, "open volume")
 	}
-	defer lk.unlock()
+	defer lk.Unlock()
 	if _, err := p.readVolume(name); err != nil {
 		return nil, err
 	}
