@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package examples holds small programs that use the Go SDK, one per directory, each its own
 // main package. This test runs every one of them as a user would, against real sandboxes:
 // with `go run`, and built into a private (0700) directory and started from there. Neither

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/sandbox"
 )
 
 // bench measures tupper side by side with the alternatives present on this machine, in one
@@ -259,6 +261,40 @@ func fmtDur(d time.Duration) string {
 		return fmt.Sprintf("%.1f ms", float64(d)/1e6)
 	}
 	return fmt.Sprintf("%.0f µs", float64(d)/1e3)
+}
+
+// doubledAt reports whether the median of the last w latencies is at least twice that of the
+// first w (the windows apart), and if so how many sandboxes were live before the last window
+// began.
+func doubledAt(lat samples, w int) (int, bool) {
+	n := len(lat)
+	if n < 2*w {
+		return 0, false
+	}
+	if lat[n-w:].percentile(50) >= 2*lat[:w].percentile(50) {
+		return n - w, true
+	}
+	return 0, false
+}
+
+// runTrue runs true in box: the round trip every section times.
+func runTrue(ctx context.Context, box *sandbox.Sandbox) error {
+	res, err := box.Run(ctx, "true", sandbox.RunOptions{})
+	if err == nil && !res.OK {
+		err = fmt.Errorf("true failed: %+v", res)
+	}
+	return err
+}
+
+// createRunTrue creates a sandbox with opts, runs true in it and destroys it: a create's
+// whole cost as a user feels it.
+func createRunTrue(ctx context.Context, prov provider.Provider, opts sandbox.CreateOptions) error {
+	box, err := sandbox.Create(ctx, prov, opts)
+	if err != nil {
+		return err
+	}
+	defer box.Destroy(context.WithoutCancel(ctx))
+	return runTrue(ctx, box)
 }
 
 func runQuiet(ctx context.Context, name string, args ...string) error {

@@ -97,20 +97,6 @@ func (b *bencher) density(ctx context.Context, prov *local.Provider, rt string) 
 	return nil
 }
 
-// doubledAt reports whether the median of the last w latencies is at least twice that of the
-// first w (the windows apart), and if so how many sandboxes were live before the last window
-// began.
-func doubledAt(lat samples, w int) (int, bool) {
-	n := len(lat)
-	if n < 2*w {
-		return 0, false
-	}
-	if lat[n-w:].percentile(50) >= 2*lat[:w].percentile(50) {
-		return n - w, true
-	}
-	return 0, false
-}
-
 // destroyAll destroys the sandboxes ids, a few at a time.
 func destroyAll(ctx context.Context, prov *local.Provider, ids []string) {
 	work := make(chan string)

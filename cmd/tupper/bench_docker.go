@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
@@ -23,18 +22,7 @@ func (b *bencher) dockerSection(ctx context.Context, image string) error {
 	dockerOK := image != ""
 
 	// 1. Create → first command done.
-	fs := []func() error{func() error {
-		box, err := sandbox.Create(ctx, prov, opts)
-		if err != nil {
-			return err
-		}
-		defer box.Destroy(context.WithoutCancel(ctx))
-		res, err := box.Run(ctx, "true", sandbox.RunOptions{})
-		if err == nil && !res.OK {
-			err = fmt.Errorf("true failed: %+v", res)
-		}
-		return err
-	}}
+	fs := []func() error{func() error { return createRunTrue(ctx, prov, opts) }}
 	if dockerOK {
 		fs = append(fs, func() error { return runQuiet(ctx, "docker", "run", "--rm", image, "/bin/true") })
 	}
@@ -55,13 +43,7 @@ func (b *bencher) dockerSection(ctx context.Context, image string) error {
 	}
 	defer box.Destroy(context.WithoutCancel(ctx))
 	fs = []func() error{
-		func() error {
-			res, err := box.Run(ctx, "true", sandbox.RunOptions{})
-			if err == nil && !res.OK {
-				err = fmt.Errorf("true failed")
-			}
-			return err
-		},
+		func() error { return runTrue(ctx, box) },
 		func() error { return runQuiet(ctx, "docker", "exec", "tupper-"+box.ID, "/usr/bin/true") },
 	}
 	if err := fs[1](); err != nil {

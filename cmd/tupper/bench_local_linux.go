@@ -66,18 +66,7 @@ func (b *bencher) cliSection(ctx context.Context, prov *local.Provider, rt, imag
 	dockerOK := image != ""
 
 	// 1. Create → first command done, each way in turn.
-	sdkCreate := func() error {
-		box, err := sandbox.Create(ctx, prov, opts)
-		if err != nil {
-			return err
-		}
-		defer box.Destroy(context.WithoutCancel(ctx))
-		res, err := box.Run(ctx, "true", sandbox.RunOptions{})
-		if err == nil && !res.OK {
-			err = fmt.Errorf("true failed: %+v", res)
-		}
-		return err
-	}
+	sdkCreate := func() error { return createRunTrue(ctx, prov, opts) }
 	runArgs := []string{"run", "--provider", "local", "--network", "none"}
 	if b.o.runtime != "" {
 		runArgs = append(runArgs, "--runtime", b.o.runtime)
@@ -109,13 +98,7 @@ func (b *bencher) cliSection(ctx context.Context, prov *local.Provider, rt, imag
 	// names for the comparisons, labels for the rows
 	names, labels := []string{}, []string{"tupper SDK in process", "tupper exec (whole process)"}
 	fs = []func() error{
-		func() error {
-			res, err := box.Run(ctx, "true", sandbox.RunOptions{})
-			if err == nil && !res.OK {
-				err = fmt.Errorf("true failed")
-			}
-			return err
-		},
+		func() error { return runTrue(ctx, box) },
 		func() error { return runQuiet(ctx, b.self, "exec", "--provider", "local", box.ID, "--", "true") },
 	}
 	if rtBin, err := exec.LookPath(rt); err == nil {

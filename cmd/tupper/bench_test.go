@@ -174,15 +174,6 @@ func TestDensityRules(t *testing.T) {
 	if at, ok := doubledAt(append(slices.Clone(flat), ms(rep(6, 40)...)...), 10); !ok || at != 16 {
 		t.Errorf("doubledAt = %d %v, want 16 true", at, ok)
 	}
-	if got := densityRuntimes("", "crun"); !slices.Equal(got, []string{"crun", "runc", "runsc"}) {
-		t.Errorf("default runtimes %v", got)
-	}
-	if got := densityRuntimes("", "runc"); !slices.Equal(got, []string{"runc", "runsc"}) {
-		t.Errorf("default runtimes with runc the default %v", got)
-	}
-	if got := densityRuntimes(" runsc, runc,,runsc", "crun"); !slices.Equal(got, []string{"runsc", "runc"}) {
-		t.Errorf("listed runtimes %v", got)
-	}
 }
 
 // A short run of every section with real sandboxes, so the bench cannot rot: it must finish,

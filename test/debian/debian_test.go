@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package debian tests the built-in debian template end to end: made on first use from the
 // machine's own Debian mirror (debootstrap), the shared conformance suite on sandboxes of it
 // (an image template: its own layers, nothing of the host's /usr), a sandbox where root

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package e2b_test runs E2B's own JS SDK, unmodified, against a real tupper server: one
 // project per SDK version (v251: npm e2b 2.51.0, which uses the v2 paths; v245: 2.45.0, the
 // v1 paths and a client-side check of the key's form), each running compat.mjs.

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package js_test runs the JavaScript packages in js/ (the @tupper/* npm workspace) against a
 // real tupper server on loopback with real sandboxes: it installs the workspace (npm ci),
 // builds it with tsc, runs node's test runner over js/test (on the system's Node 20 and on
