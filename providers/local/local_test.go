@@ -96,6 +96,13 @@ func assertNoLeftovers(t *testing.T, p *Provider) {
 	if p.net == nil {
 		return
 	}
+	// Under the network's lock, as creates and destroys take it: another process cannot
+	// lease an address and make the bridge between the look at the leases and at the bridge.
+	lk, err := p.net.lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Unlock()
 	if ents, _ := os.ReadDir(p.net.leases()); len(ents) > 0 {
 		return
 	}
