@@ -43,7 +43,7 @@ func (r buildRunner) Start(ctx context.Context, layers []string, network provide
 	if p.unavail != nil {
 		return nil, p.unavail
 	}
-	st, err := template.Open(p.cfg.Home)
+	st, err := p.templateStore()
 	if err != nil {
 		return nil, err
 	}

@@ -51,7 +51,7 @@ func (p *Provider) resolveTemplate(ctx context.Context, name string) (*sandboxTe
 	if name == "" || name == TemplateHost {
 		return &sandboxTemplate{name: TemplateHost}, nil
 	}
-	st, err := template.Open(p.cfg.Home)
+	st, err := p.templateStore()
 	if err != nil {
 		return nil, err
 	}
@@ -357,7 +357,7 @@ func templateInfo(t *template.Template, size int64) provider.TemplateInfo {
 // Templates lists the built-in templates (host, and debian and base until they are made) and
 // those of the store.
 func (p *Provider) Templates(ctx context.Context) ([]provider.TemplateInfo, error) {
-	st, err := template.Open(p.cfg.Home)
+	st, err := p.templateStore()
 	if err != nil {
 		return nil, err
 	}
@@ -389,7 +389,7 @@ func (p *Provider) Template(ctx context.Context, name string) (provider.Template
 	if name == TemplateHost {
 		return hostTemplate, nil
 	}
-	st, err := template.Open(p.cfg.Home)
+	st, err := p.templateStore()
 	if err != nil {
 		return provider.TemplateInfo{}, err
 	}
@@ -422,7 +422,7 @@ func (p *Provider) DeleteTemplate(ctx context.Context, name string, force bool) 
 	if name == TemplateHost {
 		return provider.Errorf(provider.CodeInvalidArgument, "template %q is built in and cannot be deleted", name)
 	}
-	st, err := template.Open(p.cfg.Home)
+	st, err := p.templateStore()
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/provider/agentinst"
+	"github.com/tupper-dev/tupper/template"
 )
 
 // Provider runs sandboxes on this machine with an OCI runtime. See the package doc.
@@ -37,6 +38,23 @@ type Provider struct {
 	pool *pool // nil: Config.Pool is 0
 
 	agent agentState // the agent binary, found on first need (agent.go)
+
+	storeMu sync.Mutex
+	store   *template.Store // the template store, opened on first need (templateStore)
+}
+
+// templateStore is the template store under Home, opened (its directories made) once.
+func (p *Provider) templateStore() (*template.Store, error) {
+	p.storeMu.Lock()
+	defer p.storeMu.Unlock()
+	if p.store == nil {
+		st, err := template.Open(p.cfg.Home)
+		if err != nil {
+			return nil, err
+		}
+		p.store = st
+	}
+	return p.store, nil
 }
 
 var (
