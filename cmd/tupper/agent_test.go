@@ -83,6 +83,10 @@ func TestDoctorSaysEachThingOnce(t *testing.T) {
 	if rt := lines["default"]; runtime.GOOS == "linux" && !strings.HasPrefix(rt, "runtime of local: ") {
 		t.Errorf("default runtime line: %q", rt)
 	}
+	// Where the Docker provider's containers get their agent: here, $TUPPER_AGENT.
+	if got := lines["agent"]; got != "of docker containers: $TUPPER_AGENT (/nonexistent/tupper)" {
+		t.Errorf("agent line: %q", got)
+	}
 	// Not configured: the hint says what to set.
 	if got := lines["e2b"]; !strings.HasPrefix(got, "unavailable: E2B_API_KEY is not set (install: ") {
 		t.Errorf("e2b: %q", got)

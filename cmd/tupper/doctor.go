@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/providers/docker"
 )
 
 func newDoctorCmd() *cobra.Command {
@@ -35,6 +36,9 @@ func newDoctorCmd() *cobra.Command {
 			if line := localRuntimeLine(); line != "" {
 				fmt.Fprintln(cmd.OutOrStdout(), line)
 			}
+			// The engine's architecture is only known once it answers; the usual one is
+			// this machine's.
+			fmt.Fprintf(cmd.OutOrStdout(), "agent of docker containers: %s\n", docker.AgentSource(runtime.GOARCH))
 			if ok == 0 {
 				return fmt.Errorf("no provider is available")
 			}

@@ -89,6 +89,23 @@ func findAgent(configured, arch string) (string, error) {
 	return "", provider.Missingf("docker: no Linux tupper binary for the engine's %s containers: this tupper embeds none (scripts/build.sh makes builds that do); set $%s to one (GOOS=linux GOARCH=%s CGO_ENABLED=0 go build ./cmd/tupper)", arch, agentEnv, goarch)
 }
 
+// AgentSource says where the agent of a container for the engine's goarch comes from, for
+// tupper doctor: Config.AgentPath is not known here, so it reports $TUPPER_AGENT, this very
+// binary (a Linux tupper of that architecture), the embedded copy, or that there is none and
+// what to do.
+func AgentSource(goarch string) string {
+	if p := os.Getenv(agentEnv); p != "" {
+		return "$" + agentEnv + " (" + p + ")"
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Path == tupperCommand && runtime.GOOS == "linux" && runtime.GOARCH == goarch {
+		return "this tupper binary (linux/" + goarch + ")"
+	}
+	if _, err := fs.Stat(embeddedAgents, agentbin.Name(goarch)); err == nil {
+		return "embedded in this binary (linux/" + goarch + ")"
+	}
+	return "none for linux/" + goarch + ": this build embeds no agent (scripts/build.sh makes builds that do), and $" + agentEnv + " is not set"
+}
+
 // embeddedAgents are the agents this binary carries (package agentbin); a test replaces them.
 var embeddedAgents = agentbin.FS
 

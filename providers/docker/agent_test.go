@@ -38,6 +38,9 @@ func TestEmbeddedAgent(t *testing.T) {
 	t.Cleanup(func() { embeddedAgents = saved })
 
 	embeddedAgents = fstest.MapFS{}
+	if got := AgentSource("arm64"); !strings.HasPrefix(got, "none for linux/arm64") {
+		t.Errorf("AgentSource without an embedded agent: %q", got)
+	}
 	none, err := New(Config{Network: testNetwork})
 	if err != nil {
 		t.Fatal(err)
@@ -49,6 +52,9 @@ func TestEmbeddedAgent(t *testing.T) {
 	}
 
 	embeddedAgents = fstest.MapFS{agentbin.Name(runtime.GOARCH): {Data: gz.Bytes()}}
+	if got, want := AgentSource(runtime.GOARCH), "embedded in this binary (linux/"+runtime.GOARCH+")"; got != want {
+		t.Errorf("AgentSource with an embedded agent: %q, want %q", got, want)
+	}
 	copyAgent := true // as on Docker Desktop: the engine cannot see this machine's files
 	p, err := New(Config{Network: testNetwork, CopyAgent: &copyAgent})
 	if err != nil {
