@@ -198,7 +198,9 @@ func runTimeout(c *C) {
 func runTimeoutKillsGroup(c *C) {
 	c.Need(provider.CapShell)
 	b := c.Box()
-	res := c.Run(b, "sleep 300 & echo $! > /tmp/child; sleep 300", sandbox.RunOptions{Timeout: 500 * time.Millisecond})
+	// The timeout leaves the shell time to start its child and say so, even on a loaded
+	// machine (500 ms did not, once, through the E2B provider under a load of 40).
+	res := c.Run(b, "sleep 300 & echo $! > /tmp/child; sleep 300", sandbox.RunOptions{Timeout: 2 * time.Second})
 	Eq(c, "TimedOut", res.TimedOut, true)
 	pid := strings.TrimSpace(c.Read(b, "/tmp/child"))
 	ok := c.waitFor(5*time.Second, func() bool {
