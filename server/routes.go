@@ -43,6 +43,7 @@ func (s *Server) table() []route {
 		// An API key only: a sandbox's own token must not widen its own egress.
 		{"PUT", "/v1/sandboxes/{id}/network", scopeAccount, s.setNetwork},
 		{"GET", "/v1/sandboxes/{id}/egress", scopeSandbox, s.egressLog},
+		{"GET", "/v1/sandboxes/{id}/egress/learned", scopeSandbox, s.egressLearned},
 		{"GET", "/v1/sandboxes/{id}/busy", scopeSandbox, s.busy},
 		{"GET", "/v1/sandboxes/{id}/events", scopeSandbox, s.sandboxEvents},
 

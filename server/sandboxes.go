@@ -337,6 +337,31 @@ func (s *Server) egressLog(w http.ResponseWriter, r *http.Request, _ *caller) {
 	})
 }
 
+// egressLearned sums up the sandbox's whole egress record as learn mode's output
+// (sandbox.LearnAllowList: the allow list that permits what it reached) and the
+// destinations its policy refused (sandbox.Denied), so that clients in any language get the
+// one reading of the record instead of each writing its own.
+func (s *Server) egressLearned(w http.ResponseWriter, r *http.Request, _ *caller) {
+	s.withBox(w, r, func(b *sandbox.Sandbox) error {
+		entries, _, err := b.EgressSince(r.Context(), "", 0)
+		if err != nil {
+			return err
+		}
+		out := struct {
+			Allow  []string `json:"allow"`
+			Denied []string `json:"denied"`
+		}{sandbox.LearnAllowList(entries), sandbox.Denied(entries)}
+		if out.Allow == nil {
+			out.Allow = []string{}
+		}
+		if out.Denied == nil {
+			out.Denied = []string{}
+		}
+		writeJSON(w, http.StatusOK, out)
+		return nil
+	})
+}
+
 // busy reports whether a command or background process is running in the sandbox (for
 // idle-only reaping).
 func (s *Server) busy(w http.ResponseWriter, r *http.Request, _ *caller) {

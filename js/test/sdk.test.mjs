@@ -142,6 +142,35 @@ test("snapshot, and a sandbox from it", async () => {
   await assert.rejects(c.get(fork.id), (e) => e.code === "not_found");
 });
 
+test("a network policy: refusals recorded, summed up, and the network changed live", async () => {
+  // Only a refused name is asked: an allowed one would be forwarded to the host's resolver.
+  const p = await c.create({ ...boxOptions, network: { mode: "allow", allow: ["allowed.invalid"] } });
+  try {
+    await p.run("getent hosts denied.invalid || true");
+    let refused;
+    for (let i = 0; i < 100 && !refused; i++) {
+      const log = await p.egress();
+      assert.equal(typeof log.cursor, "string");
+      refused = log.entries.find((e) => e.name === "denied.invalid" && !e.allowed && e.kind === "dns");
+      if (!refused) await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.ok(refused, "the refusal of denied.invalid is not in the egress record");
+    const sum = await p.egressLearned();
+    assert.deepEqual(sum, { allow: [], denied: ["denied.invalid"] });
+    // Changed to none while it runs: the name allowed until now is refused too.
+    await p.setNetwork({ mode: "none" });
+    await p.run("getent hosts allowed.invalid || true");
+    let denied = [];
+    for (let i = 0; i < 100 && denied.length < 2; i++) {
+      ({ denied } = await p.egressLearned());
+      if (denied.length < 2) await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.deepEqual(denied, ["denied.invalid", "allowed.invalid"]);
+  } finally {
+    await p.destroy();
+  }
+});
+
 test("a sandbox's token reaches that sandbox only", async () => {
   const tc = client(box.info.token);
   const same = await tc.get(box.id);

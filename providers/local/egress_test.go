@@ -508,6 +508,15 @@ func testEgress(t *testing.T, rt string) {
 		if page.More == false && (len(next.Entries) != 0 || next.Cursor != page.Cursor) {
 			t.Errorf("read from the end: %d entries, cursor %q (was %q)", len(next.Entries), next.Cursor, page.Cursor)
 		}
+		// The summary over the API is the SDK's reading of the same record.
+		var learned struct{ Allow, Denied []string }
+		api.want(t, 200, &learned, "GET", "/v1/sandboxes/"+inst.ID()+"/egress/learned", nil)
+		if want := sandbox.LearnAllowList(entries); !slices.Equal(learned.Allow, want) || !slices.Contains(learned.Allow, "a.test") {
+			t.Errorf("egress/learned allow %q, want %q (with a.test)", learned.Allow, want)
+		}
+		if want := sandbox.Denied(entries); !slices.Equal(learned.Denied, want) || !slices.Contains(learned.Denied, "b.test") {
+			t.Errorf("egress/learned denied %q, want %q (with b.test)", learned.Denied, want)
+		}
 	})
 	t.Run("cli", func(t *testing.T) { testEgressCLI(t, rt) })
 	t.Run("measure", func(t *testing.T) { l.measure(t, api, inst) })

@@ -32,10 +32,36 @@ export interface ClientOptions {
   fetch?: typeof fetch;
 }
 
+/**
+ * A sandbox's network: everything, nothing, or a policy. A policy allows (and denies, which
+ * wins) exact names, wildcards (*.github.com), addresses and CIDRs; with learn, everything
+ * passes and is recorded, so egressLearned() can say which allow list the work needs.
+ */
 export type Network =
   | { mode: "all" }
   | { mode: "none" }
-  | { mode: "allow"; allow?: string[]; deny?: string[] };
+  | { mode: "allow"; allow?: string[]; deny?: string[]; learn?: boolean };
+
+/** One destination a sandbox with a policy asked for or reached. */
+export interface EgressEntry {
+  time: string;
+  /** "dns" (a name asked) or "connect" (a connection). */
+  kind: "dns" | "connect";
+  /** The name asked, or the TLS SNI / HTTP Host of a connection. */
+  name?: string;
+  /** A connection without a name: the allowed name whose answer held the address. */
+  via?: string;
+  /** dns: the query type (A, AAAA, …). */
+  type?: string;
+  /** connect: address and port. */
+  dest?: string;
+  allowed: boolean;
+  /** Why it was refused (or failed). */
+  reason?: string;
+}
+
+/** A page of a sandbox's egress record; read on from cursor while more. */
+export interface EgressLog { entries: EgressEntry[]; cursor: string; more?: boolean }
 
 export interface CreateOptions {
   /** Get-or-create: an existing live sandbox with this key is returned instead of a new one. */
@@ -294,6 +320,27 @@ export class Sandbox {
 
   async resume(): Promise<void> {
     await this.client.request({ method: "POST", path: this.path("/resume") });
+  }
+
+  /**
+   * Changes the sandbox's network while it runs (a sandbox created with a policy: its lists,
+   * or none); connections to destinations no longer allowed are cut.
+   */
+  async setNetwork(network: Network): Promise<void> {
+    await this.client.request({ method: "PUT", path: this.path("/network"), json: network });
+  }
+
+  /** Reads the sandbox's egress record from after (the start when omitted), a page at a time. */
+  async egress(opts: { after?: string } = {}): Promise<EgressLog> {
+    return this.client.json<EgressLog>({ method: "GET", path: this.path("/egress"), query: { after: opts.after || undefined } });
+  }
+
+  /**
+   * Sums up the whole egress record: the allow list that permits what the sandbox reached
+   * (learn mode's output) and the destinations its policy refused, first refused first.
+   */
+  async egressLearned(): Promise<{ allow: string[]; denied: string[] }> {
+    return this.client.json<{ allow: string[]; denied: string[] }>({ method: "GET", path: this.path("/egress/learned") });
   }
 
   /** Sets the sandbox's lifetime from now. */
