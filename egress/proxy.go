@@ -593,7 +593,7 @@ func (p *Proxy) relay(c net.Conn) {
 		}
 		httpMode, hc.only = true, true
 	}
-	if !httpMode { // relayHTTP logs each request's Host
+	if !httpMode || !(hc.policy || hc.only) { // else relayHTTP logs each request's Host
 		p.log(Entry{Kind: "connect", Name: name, Via: p.via(dst.Addr(), name), Dest: dst.String(), Allowed: true})
 	}
 	done := make(chan struct{}, 2)
