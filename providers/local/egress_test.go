@@ -512,7 +512,7 @@ func testEgress(t *testing.T, rt string) {
 		}
 	})
 	t.Run("bound secrets", func(t *testing.T) { l.boundSecrets(t, api) })
-	t.Run("cli", func(t *testing.T) { testEgressCLI(t, rt) })
+	t.Run("cli", func(t *testing.T) { testEgressCLI(t, l, rt) })
 	t.Run("measure", func(t *testing.T) { l.measure(t, api, inst) })
 	t.Run("set network", func(t *testing.T) {
 		// A connection to a.test stays open across the change that denies a.test.
@@ -630,7 +630,7 @@ func (l *egressLab) startServer(t *testing.T) *labAPI {
 // testEgressCLI runs the tupper binary against the lab: run and create with --allow and
 // --learn, and tupper network on a running sandbox. Its sandboxes are on the default
 // bridge of this test's own network namespace.
-func testEgressCLI(t *testing.T, rt string) {
+func testEgressCLI(t *testing.T, l *egressLab, rt string) {
 	home, err := os.MkdirTemp("/tmp", "tce")
 	if err != nil {
 		t.Fatal(err)
@@ -667,6 +667,20 @@ func testEgressCLI(t *testing.T, rt string) {
 	}
 	if want := "tupper: learned: --allow " + egByAddr.String() + " --allow a.test --allow b.test\n"; !strings.Contains(errOut, want) || strings.Contains(errOut, "egress denied") {
 		t.Errorf("run --learn: stderr %q, want %q", errOut, want)
+	}
+
+	// run --secret NAME@HOST=VALUE: the command sees the placeholder, a.test the value.
+	const cliValue = "cliBoundValue-0123456789"
+	key := "http " + egShared.String() + " a.test"
+	before := slices.Index(l.auth.peers(key), "Bearer "+cliValue)
+	out, errOut, code = tupper("run", "--runtime", rt, "--secret", "TOK@a.test="+cliValue, "--",
+		"sh", "-c", `curl -sS --max-time 10 -H "Authorization: Bearer $TOK" http://a.test/ && printenv TOK`)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 2 || lines[0] != "http a.test" || !strings.HasPrefix(lines[1], "tupper_secret_") {
+		t.Errorf("run --secret TOK@a.test: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if before != -1 || !slices.Contains(l.auth.peers(key), "Bearer "+cliValue) {
+		t.Errorf("a.test's Authorization headers %q, want the value from the CLI's sandbox", l.auth.peers(key))
 	}
 
 	// create --allow --deny, then tupper network while it runs.
