@@ -141,23 +141,24 @@ type ExecResult struct {
 
 // CreateSpec is everything a provider needs to make a sandbox. Zero values are defaults.
 type CreateSpec struct {
-	Key     string            // get-or-create key, stored so FindByKey finds it
-	Labels  map[string]string // stored and returned by List and Info
-	Env     map[string]string // the environment of every command
-	Secrets map[string]string // set as environment variables too; the core redacts them
+	Key         string            // get-or-create key, stored so FindByKey finds it
+	Labels      map[string]string // stored and returned by List and Info
+	Env         map[string]string // the environment of every command
+	Secrets     map[string]string // set as environment variables too; the core redacts them
+	Size        Size              // zero: the provider's default (still bounded)
+	Network     Network           // zero: NetworkAll
+	Ports       []int             // ports to preview; providers that route all ports ignore it
+	IdleTimeout time.Duration     // stop after this long without activity; 0: never
+	Timeout     time.Duration     // hard lifetime; 0: none
+	From        string            // a snapshot id to start from (CapSnapshot)
+	Template    string            // provider-specific template name; "" is the default
+	Runtime     string            // provider-specific runtime, e.g. "runc" or "runsc"
+	Volumes     []VolumeMount     // named volumes to mount (CapVolumes, Volumer)
+
 	// BoundSecrets never enter the sandbox: it sees a placeholder in the variable of each
 	// name, which the provider's egress proxy replaces with the value in HTTP requests to
 	// the secret's hosts only (CapBoundSecrets; see BoundSecret).
 	BoundSecrets map[string]BoundSecret
-	Size         Size          // zero: the provider's default (still bounded)
-	Network      Network       // zero: NetworkAll
-	Ports        []int         // ports to preview; providers that route all ports ignore it
-	IdleTimeout  time.Duration // stop after this long without activity; 0: never
-	Timeout      time.Duration // hard lifetime; 0: none
-	From         string        // a snapshot id to start from (CapSnapshot)
-	Template     string        // provider-specific template name; "" is the default
-	Runtime      string        // provider-specific runtime, e.g. "runc" or "runsc"
-	Volumes      []VolumeMount // named volumes to mount (CapVolumes, Volumer)
 }
 
 // BoundSecret is a secret bound to destinations: Value is written, outside the sandbox, in

@@ -161,22 +161,22 @@ func Create(ctx context.Context, p provider.Provider, opts CreateOptions) (*Sand
 	}
 	labels[SDKLabel] = "true"
 	spec := provider.CreateSpec{
-		Key:          opts.Key,
-		Labels:       labels,
-		Env:          maps.Clone(opts.Env),
-		Secrets:      maps.Clone(opts.Secrets),
-		BoundSecrets: maps.Clone(opts.BoundSecrets),
-		Size:         opts.Size.Resolved(),
-		Network:      opts.Network,
-		Ports:        append([]int(nil), opts.Ports...),
-		IdleTimeout:  opts.IdleTimeout,
-		Timeout:      opts.Timeout,
-		From:         opts.From,
-		Template:     opts.Template,
-		Runtime:      opts.Runtime,
-		Volumes:      append([]provider.VolumeMount(nil), opts.Volumes...),
+		Key:         opts.Key,
+		Labels:      labels,
+		Env:         maps.Clone(opts.Env),
+		Secrets:     maps.Clone(opts.Secrets),
+		Size:        opts.Size.Resolved(),
+		Network:     opts.Network,
+		Ports:       append([]int(nil), opts.Ports...),
+		IdleTimeout: opts.IdleTimeout,
+		Timeout:     opts.Timeout,
+		From:        opts.From,
+		Template:    opts.Template,
+		Runtime:     opts.Runtime,
+		Volumes:     append([]provider.VolumeMount(nil), opts.Volumes...),
 	}
 	spec.Network = spec.Network.Normalized()
+	spec.BoundSecrets = maps.Clone(opts.BoundSecrets)
 
 	inst, created, err := getOrCreate(ctx, p, opts, spec)
 	if err != nil {
