@@ -12,7 +12,10 @@ import (
 // second, and ReadLog gives back what was logged, page by page, sanitized.
 func TestLogOnceAndReadBack(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "egress.log")
-	p := NewProxy(Config{Log: path}, MustParse([]string{"a.test"}, nil))
+	p, err := NewProxy(Config{Log: path}, MustParse([]string{"a.test"}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for range 3 {
 		p.log(Entry{Kind: "dns", Name: "a.test", Type: "A", Allowed: true})
 		p.log(Entry{Kind: "dns", Name: "b.test", Type: "A", Reason: "name not allowed"})

@@ -87,7 +87,10 @@ func Main(ctx context.Context, configPath string) error {
 	if err != nil {
 		return fmt.Errorf("proxy socket: %w", err)
 	}
-	p := NewProxy(cfg.Config, pol)
+	p, err := NewProxy(cfg.Config, pol)
+	if err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	go func() {

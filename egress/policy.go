@@ -14,6 +14,10 @@
 // policy. The local provider starts one per sandbox with a policy, as a host process
 // (`tupper egress-proxy`), and routes the sandbox's DNS and TCP to it with iptables; see
 // docs/network.md.
+//
+// The proxy also holds the sandbox's bound secrets (secrets.go): values the sandbox knows
+// only as placeholders, written into HTTP requests to their hosts (terminating TLS for
+// those hosts with the sandbox's own CA) and nowhere else.
 package egress
 
 import (

@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -39,6 +41,16 @@ type Config struct {
 	// per connection, allowed or refused: each allowed entry once, each refusal at most once
 	// a second. It stops writing at 4 MiB.
 	Log string `json:"log,omitempty"`
+	// Secrets are the sandbox's bound secrets (secrets.go): their real values live here and
+	// in the proxy's memory, never in the sandbox.
+	Secrets []Secret `json:"secrets,omitempty"`
+	// CACert and CAKey are the sandbox's CA (NewCA), in PEM, with which the proxy signs the
+	// certificates it presents for bound hosts; needed when Secrets is not empty.
+	CACert string `json:"caCert,omitempty"`
+	CAKey  string `json:"caKey,omitempty"`
+	// ExtraRoots are CA certificates (PEM) trusted, besides the host's roots, to verify the
+	// servers of bound hosts (local.Config.EgressRoots: a private CA, or a test's).
+	ExtraRoots string `json:"extraRoots,omitempty"`
 }
 
 // Entry is one line of the proxy's log (ReadLog reads them back).
@@ -60,6 +72,15 @@ type Proxy struct {
 	OriginalDst func(c net.Conn) (netip.AddrPort, error)
 	// LocalAddrs returns the host's own addresses, never dialled; nil means the interfaces'.
 	LocalAddrs func() []netip.Addr
+	// Dial connects to a destination; nil means net.DialTimeout (10 s).
+	Dial func(addr netip.AddrPort) (net.Conn, error)
+	// Resolve returns the addresses of a bound host, for a connection whose destination was
+	// not learned from that name's answer; nil means asking Config.Upstream.
+	Resolve func(name string) ([]netip.Addr, error)
+
+	secrets secrets
+	issuer  *issuer        // signs for bound hosts; nil without secrets
+	roots   *x509.CertPool // what bound hosts' servers are verified with
 
 	mu      sync.Mutex
 	policy  *Policy
@@ -78,9 +99,25 @@ type proxied struct {
 	hostMu sync.Mutex
 }
 
-// NewProxy returns a proxy enforcing pol.
-func NewProxy(cfg Config, pol *Policy) *Proxy {
-	return &Proxy{cfg: cfg, policy: pol, learned: map[netip.Addr]map[string]bool{}, conns: map[*proxied]struct{}{}}
+// NewProxy returns a proxy enforcing pol, with cfg's bound secrets.
+func NewProxy(cfg Config, pol *Policy) (*Proxy, error) {
+	p := &Proxy{cfg: cfg, policy: pol, learned: map[netip.Addr]map[string]bool{}, conns: map[*proxied]struct{}{}}
+	var err error
+	if p.secrets, err = parseSecrets(cfg.Secrets); err != nil {
+		return nil, err
+	}
+	if len(p.secrets) > 0 {
+		if p.issuer, err = newIssuer([]byte(cfg.CACert), []byte(cfg.CAKey)); err != nil {
+			return nil, err
+		}
+		if p.roots, err = x509.SystemCertPool(); err != nil || p.roots == nil {
+			p.roots = x509.NewCertPool()
+		}
+		if cfg.ExtraRoots != "" && !p.roots.AppendCertsFromPEM([]byte(cfg.ExtraRoots)) {
+			return nil, errors.New("egress proxy: extra roots hold no certificate")
+		}
+	}
+	return p, nil
 }
 
 // SetPolicy replaces the policy. Connections the new policy refuses are cut at once;
@@ -445,7 +482,11 @@ func (p *Proxy) relay(c net.Conn) {
 	var name string
 	var head []byte
 	httpMode := false
-	if p.needsName(dst) {
+	// The policy needs the name (checkName), or a bound secret might: then the name is
+	// read too, but only a bound one changes what happens.
+	checkName := p.needsName(dst)
+	web := dst.Port() == 443 || dst.Port() == 80
+	if checkName || (len(p.secrets) > 0 && web) {
 		c.SetReadDeadline(time.Now().Add(helloTimeout))
 		if dst.Port() == 443 {
 			name, head, err = peekSNI(c)
@@ -469,16 +510,42 @@ func (p *Proxy) relay(c net.Conn) {
 			return
 		}
 		name = hostOnly(first.Host)
-		if name == "" {
+		if name == "" && checkName {
 			deny("", "no Host")
 			return
 		}
 	}
-	if why := p.refuse(dst, name); why != "" {
-		deny(name, why)
-		return
+	bound := name != "" && p.secrets.binds(name) && p.Policy().AllowsName(name)
+	if !checkName && !bound {
+		name = "" // not the policy's business: relayed as before there were secrets
 	}
-	up, err := net.DialTimeout("tcp", dst.String(), 10*time.Second)
+	if !bound {
+		if why := p.refuse(dst, name); why != "" {
+			deny(name, why)
+			return
+		}
+	}
+	hc := httpCheck{policy: checkName}
+	if bound {
+		// Never the address the sandbox chose: one the proxy's resolver had from the name.
+		real, err := p.boundDst(dst, name)
+		if err != nil {
+			deny(name, err.Error())
+			return
+		}
+		if why := p.refuse(real, name); why != "" {
+			deny(name, why)
+			return
+		}
+		dst = real
+		hc.bound = name
+		hc.header, hc.query = p.secrets.replacers(name)
+	}
+	dial := p.Dial
+	if dial == nil {
+		dial = func(a netip.AddrPort) (net.Conn, error) { return net.DialTimeout("tcp", a.String(), 10*time.Second) }
+	}
+	up, err := dial(dst)
 	if err != nil {
 		deny(name, "dial: "+err.Error())
 		return
@@ -506,28 +573,44 @@ func (p *Proxy) relay(c net.Conn) {
 		p.log(Entry{Kind: "connect", Name: name, Dest: dst.String(), Reason: why})
 		return
 	}
-	if !httpMode { // relayHTTP logs each request's Host
+	// What the sandbox reads and writes, and the server's side: the connections, or TLS
+	// over them when the proxy terminates it for a bound host.
+	var (
+		toClient io.Writer = c
+		toServer io.Writer = up
+		server   io.Reader = up
+	)
+	if bound && !httpMode {
+		tc, tu, err := p.terminate(c, head, up, name)
+		if err != nil {
+			p.log(Entry{Kind: "connect", Name: name, Dest: dst.String(), Reason: err.Error()})
+			return
+		}
+		toClient, toServer, server = tc, tu, tu
+		br = bufio.NewReader(tc)
+		if first, err = http.ReadRequest(br); err != nil {
+			return
+		}
+		httpMode, hc.only = true, true
+	}
+	if !httpMode || !(hc.policy || hc.only) { // else relayHTTP logs each request's Host
 		p.log(Entry{Kind: "connect", Name: name, Via: p.via(dst.Addr(), name), Dest: dst.String(), Allowed: true})
 	}
 	done := make(chan struct{}, 2)
 	go func() {
-		io.Copy(c, up)
-		if tc, ok := c.(*net.TCPConn); ok {
-			tc.CloseWrite()
-		}
+		io.Copy(toClient, server)
+		closeWrite(toClient)
 		done <- struct{}{}
 	}()
 	if httpMode {
 		go func() {
-			p.relayHTTP(pc, br, first, up)
+			p.relayHTTP(pc, br, first, toServer, hc)
 			done <- struct{}{}
 		}()
 	} else {
 		go func() {
 			io.Copy(up, br)
-			if tc, ok := up.(*net.TCPConn); ok {
-				tc.CloseWrite()
-			}
+			closeWrite(up)
 			done <- struct{}{}
 		}()
 	}
@@ -535,21 +618,50 @@ func (p *Proxy) relay(c net.Conn) {
 	<-done
 }
 
-// relayHTTP writes requests from br to up, each after checking its Host against the policy:
-// one connection cannot move on to a name that shares the address. A request refused cuts
-// the connection. After a protocol upgrade the bytes are relayed as they come.
-func (p *Proxy) relayHTTP(pc *proxied, br *bufio.Reader, req *http.Request, up net.Conn) {
+// closeWrite ends w's writing side when it has one (TCP, TLS).
+func closeWrite(w io.Writer) {
+	if cw, ok := w.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	}
+}
+
+// httpCheck is what relayHTTP checks and changes in each request.
+type httpCheck struct {
+	policy bool // each Host is checked against the policy
+	// bound is the name the connection was opened for, whose secrets are written into
+	// requests for it (header, query); "" when none.
+	bound         string
+	header, query *strings.Replacer
+	only          bool // a request for any other Host cuts the connection (terminated TLS)
+}
+
+// relayHTTP writes requests from br to up, each after checking its Host against the policy
+// (hc.policy): one connection cannot move on to a name that shares the address. A request
+// refused cuts the connection. A request for hc.bound gets its secrets; on a connection
+// where hc.only, one for another name is refused. After a protocol upgrade the bytes are
+// relayed as they come.
+func (p *Proxy) relayHTTP(pc *proxied, br *bufio.Reader, req *http.Request, up io.Writer, hc httpCheck) {
 	for {
 		name := hostOnly(req.Host)
-		pc.hostMu.Lock()
-		pc.name = name
-		pc.hostMu.Unlock()
-		if why := p.refuse(pc.dst, name); why != "" {
-			p.log(Entry{Kind: "connect", Name: name, Dest: pc.dst.String(), Reason: why})
+		if hc.only && name != hc.bound {
+			p.log(Entry{Kind: "connect", Name: name, Dest: pc.dst.String(), Reason: "Host is not the TLS server name " + hc.bound})
 			pc.cut()
 			return
 		}
-		p.log(Entry{Kind: "connect", Name: name, Dest: pc.dst.String(), Allowed: true})
+		if hc.policy || hc.only {
+			pc.hostMu.Lock()
+			pc.name = name
+			pc.hostMu.Unlock()
+			if why := p.refuse(pc.dst, name); why != "" {
+				p.log(Entry{Kind: "connect", Name: name, Dest: pc.dst.String(), Reason: why})
+				pc.cut()
+				return
+			}
+			p.log(Entry{Kind: "connect", Name: name, Dest: pc.dst.String(), Allowed: true})
+		}
+		if hc.header != nil && name == hc.bound {
+			substitute(hc.header, hc.query, req)
+		}
 		if _, ok := req.Header["User-Agent"]; !ok {
 			req.Header["User-Agent"] = []string{""} // Write adds none then
 		}
@@ -564,12 +676,102 @@ func (p *Proxy) relayHTTP(pc *proxied, br *bufio.Reader, req *http.Request, up n
 		}
 		var err error
 		if req, err = http.ReadRequest(br); err != nil {
-			if tc, ok := up.(*net.TCPConn); ok {
-				tc.CloseWrite()
-			}
+			closeWrite(up)
 			return
 		}
 	}
+}
+
+// boundDst is where a connection for bound name goes: dst when the proxy's resolver learned
+// it from name's answer, else an address name resolves to now (upstream), so that the
+// sandbox cannot send a secret to an address of its choosing under a bound name.
+func (p *Proxy) boundDst(dst netip.AddrPort, name string) (netip.AddrPort, error) {
+	p.mu.Lock()
+	learned := p.learned[dst.Addr()][name]
+	p.mu.Unlock()
+	if learned {
+		return dst, nil
+	}
+	resolve := p.Resolve
+	if resolve == nil {
+		resolve = p.lookup
+	}
+	addrs, err := resolve(name)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("resolving bound host %s: %v", name, err)
+	}
+	pol := p.Policy()
+	for _, a := range addrs {
+		a = a.Unmap()
+		if !a.Is4() || pol.DeniesAddr(a) || p.dialable(a) != "" {
+			continue
+		}
+		p.mu.Lock()
+		if p.learned[a] == nil {
+			p.learned[a] = map[string]bool{}
+		}
+		p.learned[a][name] = true
+		p.mu.Unlock()
+		return netip.AddrPortFrom(a, dst.Port()), nil
+	}
+	return netip.AddrPort{}, fmt.Errorf("bound host %s has no address the proxy may reach", name)
+}
+
+// lookup asks the upstream servers for name's IPv4 addresses.
+func (p *Proxy) lookup(name string) ([]netip.Addr, error) {
+	q := new(dns.Msg)
+	q.SetQuestion(dns.Fqdn(name), dns.TypeA)
+	resp, err := p.forward(q)
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, rr := range resp.Answer {
+		if a, ok := rr.(*dns.A); ok {
+			if ip, ok := netip.AddrFromSlice(a.A); ok {
+				out = append(out, ip.Unmap())
+			}
+		}
+	}
+	return out, nil
+}
+
+// terminate takes over a TLS connection for bound host name: first its own connection to
+// the server on up, verified against the host's roots (and Config.ExtraRoots) for name,
+// then the sandbox's handshake, replaying head, with a certificate for name signed by the
+// sandbox's CA. Both sides speak HTTP/1.1 only (ALPN offers nothing else).
+func (p *Proxy) terminate(c net.Conn, head []byte, up net.Conn, name string) (client, server *tls.Conn, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
+	defer cancel()
+	server = tls.Client(up, &tls.Config{ServerName: name, RootCAs: p.roots, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
+	if err := server.HandshakeContext(ctx); err != nil {
+		return nil, nil, fmt.Errorf("the server of bound host %s: %v", name, err)
+	}
+	cert, err := p.issuer.cert(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	client = tls.Server(replayConn{Conn: c, r: io.MultiReader(bytes.NewReader(head), c)}, &tls.Config{
+		Certificates: []tls.Certificate{*cert}, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12,
+	})
+	if err := client.HandshakeContext(ctx); err != nil {
+		return nil, nil, fmt.Errorf("the sandbox's TLS for bound host %s: %v", name, err)
+	}
+	return client, server, nil
+}
+
+// replayConn is c whose reads start with bytes already read from it.
+type replayConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (c replayConn) Read(b []byte) (int, error) { return c.r.Read(b) }
+
+// CloseWrite ends the writing side of the connection under TLS.
+func (c replayConn) CloseWrite() error {
+	closeWrite(c.Conn)
+	return nil
 }
 
 // hostOnly is a Host header's name, without a port.

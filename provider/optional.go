@@ -39,6 +39,7 @@ const (
 	CapPersistent    Capability = "persistent"     // sandboxes outlive the creating process
 	CapResourceLimit Capability = "resource-limit" // memory, pids and disk are bounded
 	CapVolumes       Capability = "volumes"        // Volumer; CreateSpec.Volumes are mounted
+	CapBoundSecrets  Capability = "bound-secrets"  // CreateSpec.BoundSecrets never enter the sandbox
 )
 
 // Capabilities is a set of capabilities.

@@ -154,6 +154,20 @@ type CreateSpec struct {
 	Template    string            // provider-specific template name; "" is the default
 	Runtime     string            // provider-specific runtime, e.g. "runc" or "runsc"
 	Volumes     []VolumeMount     // named volumes to mount (CapVolumes, Volumer)
+
+	// BoundSecrets never enter the sandbox: it sees a placeholder in the variable of each
+	// name, which the provider's egress proxy replaces with the value in HTTP requests to
+	// the secret's hosts only (CapBoundSecrets; see BoundSecret).
+	BoundSecrets map[string]BoundSecret
+}
+
+// BoundSecret is a secret bound to destinations: Value is written, outside the sandbox, in
+// place of a placeholder the sandbox holds, into the headers (and query) of HTTP and HTTPS
+// requests to Hosts, exact names or wildcards as in an allow list (*.example.com). See
+// package egress and docs/network.md.
+type BoundSecret struct {
+	Value string   `json:"value"`
+	Hosts []string `json:"hosts"`
 }
 
 // Size is a machine size: a named preset or custom figures.

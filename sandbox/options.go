@@ -121,7 +121,18 @@ type CreateOptions struct {
 	Labels  map[string]string
 	Env     map[string]string // environment for every command
 	// Secrets are set as environment variables and redacted from all output, logs and errors.
+	// Code in the sandbox can read them.
 	Secrets map[string]string
+	// BoundSecrets are secrets the sandbox never holds: each name's variable is a
+	// placeholder (tupper_secret_ and 32 random hex digits), which the provider's egress
+	// proxy, outside the sandbox, replaces with Value in the headers and query of HTTP and
+	// HTTPS requests to Hosts (exact names or wildcards, as in an allow list), and in no
+	// others. HTTPS to those hosts is terminated by the proxy with a certificate of a CA of
+	// the sandbox's own, which the sandbox's trust bundle holds. They need a network: with
+	// NetworkAll the sandbox gets the proxy with an open policy (Network.Learn with no
+	// lists: nothing refused that all would allow); NetworkNone is invalid. Unsupported
+	// without the "bound-secrets" capability. Values are redacted too. See docs/network.md.
+	BoundSecrets map[string]BoundSecret
 	// IdleTimeout stops the sandbox after this long idle; unsupported where the provider has
 	// no idle timer.
 	IdleTimeout time.Duration
@@ -194,11 +205,47 @@ func (o CreateOptions) Validate() error {
 			return errorf(CodeInvalidArgument, op, "secret name %q is not a valid shell variable name", k)
 		}
 	}
+	if err := validateBoundSecrets(op, o); err != nil {
+		return err
+	}
 	if o.IdleTimeout < 0 || o.Timeout < 0 {
 		return errorf(CodeInvalidArgument, op, "timeouts must not be negative")
 	}
 	if err := provider.ValidateVolumeMounts(o.Volumes); err != nil {
 		return wrapProvider(err, op)
+	}
+	return nil
+}
+
+// BoundSecret is a secret bound to hosts (CreateOptions.BoundSecrets).
+type BoundSecret = provider.BoundSecret
+
+func validateBoundSecrets(op string, o CreateOptions) error {
+	if len(o.BoundSecrets) == 0 {
+		return nil
+	}
+	if o.Network.Normalized().Mode == provider.NetworkNone {
+		return errorf(CodeInvalidArgument, op, "bound secrets need a network: their proxy is the sandbox's way out, and network none has none")
+	}
+	for k, s := range o.BoundSecrets {
+		if !shellName.MatchString(k) {
+			return errorf(CodeInvalidArgument, op, "bound secret name %q is not a valid shell variable name", k)
+		}
+		if _, ok := o.Secrets[k]; ok {
+			return errorf(CodeInvalidArgument, op, "%s is both a secret and a bound secret", k)
+		}
+		if _, ok := o.Env[k]; ok {
+			return errorf(CodeInvalidArgument, op, "%s is both an environment variable and a bound secret", k)
+		}
+		if s.Value == "" {
+			return errorf(CodeInvalidArgument, op, "bound secret %s has no value", k)
+		}
+		if strings.ContainsAny(s.Value, "\x00\r\n") {
+			return errorf(CodeInvalidArgument, op, "bound secret %s contains a NUL or a line break, which no HTTP header may hold", k)
+		}
+		if err := egress.CheckSecretHosts(s.Hosts); err != nil {
+			return errorf(CodeInvalidArgument, op, "bound secret %s: %v", k, err)
+		}
 	}
 	return nil
 }

@@ -26,6 +26,14 @@ func TestCreateOptionsValidate(t *testing.T) {
 		"secretName":      {Secrets: map[string]string{"A-B": "v"}},
 		"negTimeout":      {Timeout: -time.Second},
 		"longKey":         {Key: string(make([]byte, 300))},
+		"boundName":       {BoundSecrets: map[string]BoundSecret{"A-B": {Value: "v", Hosts: []string{"a.test"}}}},
+		"boundNoHosts":    {BoundSecrets: map[string]BoundSecret{"A": {Value: "v"}}},
+		"boundAddress":    {BoundSecrets: map[string]BoundSecret{"A": {Value: "v", Hosts: []string{"10.0.0.1"}}}},
+		"boundEmpty":      {BoundSecrets: map[string]BoundSecret{"A": {Hosts: []string{"a.test"}}}},
+		"boundNewline":    {BoundSecrets: map[string]BoundSecret{"A": {Value: "v\r\nX-Injected: 1", Hosts: []string{"a.test"}}}},
+		"boundAlsoSecret": {Secrets: map[string]string{"A": "x"}, BoundSecrets: map[string]BoundSecret{"A": {Value: "v", Hosts: []string{"a.test"}}}},
+		"boundAlsoEnv":    {Env: map[string]string{"A": "x"}, BoundSecrets: map[string]BoundSecret{"A": {Value: "v", Hosts: []string{"a.test"}}}},
+		"boundNoNetwork":  {Network: NetworkNone, BoundSecrets: map[string]BoundSecret{"A": {Value: "v", Hosts: []string{"a.test"}}}},
 	}
 	for name, o := range bad {
 		if err := o.Validate(); !errors.Is(err, CodeInvalidArgument) {
@@ -37,6 +45,7 @@ func TestCreateOptionsValidate(t *testing.T) {
 		{Key: "user:1", KeyMode: KeyExact, Size: SizeSmall, Network: NetworkNone, Ports: []int{3000},
 			Labels: map[string]string{"team": "a"}, Env: map[string]string{"A": "1"}, Secrets: map[string]string{"TOKEN": "x"}},
 		{Size: Size{CPU: 0.5, MemoryMB: 256, DiskGB: 1}, Network: NetworkAllowList("example.com")},
+		{Secrets: map[string]string{"PLAIN": "x"}, BoundSecrets: map[string]BoundSecret{"GH": {Value: "v", Hosts: []string{"api.github.com", "*.github.com"}}}},
 	}
 	for i, o := range good {
 		if err := o.Validate(); err != nil {

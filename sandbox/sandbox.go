@@ -176,6 +176,7 @@ func Create(ctx context.Context, p provider.Provider, opts CreateOptions) (*Sand
 		Volumes:     append([]provider.VolumeMount(nil), opts.Volumes...),
 	}
 	spec.Network = spec.Network.Normalized()
+	spec.BoundSecrets = maps.Clone(opts.BoundSecrets)
 
 	inst, created, err := getOrCreate(ctx, p, opts, spec)
 	if err != nil {
@@ -200,6 +201,7 @@ func Create(ctx context.Context, p provider.Provider, opts CreateOptions) (*Sand
 	b := newHandle(p, inst, info, created)
 	b.previewURL = opts.PreviewURL
 	b.red.add(opts.Secrets)
+	b.red.add(boundValues(opts.BoundSecrets))
 	if created {
 		if err := b.initialize(ctx, opts); err != nil {
 			destroyQuietly(p, inst)
@@ -212,6 +214,16 @@ func Create(ctx context.Context, p provider.Provider, opts CreateOptions) (*Sand
 		b.secPending = true
 	}
 	return b, nil
+}
+
+// boundValues are the values of bound secrets, to redact: the sandbox never holds them, but
+// a server that echoes a request could send one back.
+func boundValues(bound map[string]BoundSecret) map[string]string {
+	m := make(map[string]string, len(bound))
+	for k, s := range bound {
+		m[k] = s.Value
+	}
+	return m
 }
 
 // initialize does the SDK's own setup of a new sandbox: the secret names file and the
@@ -270,6 +282,11 @@ func failClosed(p provider.Provider, opts CreateOptions) error {
 	}
 	if opts.From != "" {
 		if err := need(provider.CapSnapshot, "starting from a snapshot"); err != nil {
+			return err
+		}
+	}
+	if len(opts.BoundSecrets) > 0 {
+		if err := need(provider.CapBoundSecrets, "bound secrets (an egress proxy that keeps them outside the sandbox)"); err != nil {
 			return err
 		}
 	}

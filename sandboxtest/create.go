@@ -30,6 +30,7 @@ func createCases() []testCase {
 		{"InvalidOptions", createInvalid},
 		{"NetworkNone", createNetworkNone},
 		{"NetworkAllow", createNetworkAllow},
+		{"BoundSecrets", createBoundSecrets},
 		{"Size", createSize},
 		{"Timeout", createTimeout},
 		{"IdleTimeout", createIdleTimeout},
@@ -383,6 +384,34 @@ func createNetworkAllow(c *C) {
 	}
 	b := c.Create(opts)
 	c.MustRun(b, "true")
+}
+
+// createBoundSecrets: a provider with bound-secrets gives the sandbox a placeholder, never
+// the value; one without refuses them, through the SDK and when asked directly.
+func createBoundSecrets(c *C) {
+	const value = "sandboxtest-bound-value"
+	opts := sandbox.CreateOptions{BoundSecrets: map[string]sandbox.BoundSecret{"BOUND": {Value: value, Hosts: []string{"api.example.com"}}}}
+	if !c.Has(provider.CapBoundSecrets) {
+		failClosed(c, "bound secrets", opts)
+		inst, err := c.P().Create(c.Ctx, provider.CreateSpec{BoundSecrets: opts.BoundSecrets})
+		if err == nil {
+			inst.Close()
+			c.Errorf("provider.Create with bound secrets succeeded without the bound-secrets capability")
+		} else if !errors.Is(err, provider.CodeUnsupported) {
+			c.Errorf("provider.Create with bound secrets: %v, want unsupported", err)
+		}
+		c.nothingCreated("bound secrets, directly")
+		return
+	}
+	b := c.Create(opts)
+	if !c.Has(provider.CapShell) {
+		c.MustRun(b, "true")
+		return
+	}
+	// The SDK redacts the value: were it in the sandbox, this would read "***".
+	if got := strings.TrimSpace(c.Out(b, "printenv BOUND")); !strings.HasPrefix(got, "tupper_secret_") {
+		c.Errorf("BOUND in the sandbox is %q, want a placeholder", got)
+	}
 }
 
 func createSize(c *C) {

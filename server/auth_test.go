@@ -113,6 +113,11 @@ func TestNoCredentialsInLogs(t *testing.T) {
 	e.do("GET", "/v1/sandboxes/"+sb.ID, "ak_wrong0000000000000000000000000000000000", nil)
 	e.do("GET", "/v1/sandboxes/"+sb.ID+"?token="+sb.Token, "", nil)
 	e.do("POST", "/v1/sandboxes/"+sb.ID+"/git/clone", sb.Token, map[string]any{"url": "https://x:" + e.key + "@example.invalid/r.git"})
+	// A bound secret, which this server's provider (memory) refuses: nor in the answer.
+	resp2, body := e.do("POST", "/v1/sandboxes", e.key, map[string]any{"secrets": map[string]any{"GH": map[string]any{"value": "b0und-value-456", "hosts": []string{"api.example.com"}}}})
+	if resp2.StatusCode != http.StatusNotImplemented || !strings.Contains(string(body), "bound secrets") || strings.Contains(string(body), "b0und-value-456") {
+		t.Errorf("create with a bound secret on memory: %d %s, want 501 naming bound secrets, without the value", resp2.StatusCode, body)
+	}
 	logs := e.logs.String()
 	if !strings.Contains(logs, "route=") {
 		t.Fatalf("no request lines logged: %q", logs)
@@ -121,6 +126,7 @@ func TestNoCredentialsInLogs(t *testing.T) {
 	for what, secret := range map[string]string{
 		"api key": e.key, "sandbox token": sb.Token, "webhook secret": wh.Secret,
 		"url signature": sig, "sandbox secret": "s3cr3t-value-123", "wrong key": "ak_wrong00000000",
+		"bound secret": "b0und-value-456",
 	} {
 		if strings.Contains(logs, secret) {
 			t.Errorf("the log holds the %s", what)

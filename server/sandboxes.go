@@ -82,7 +82,7 @@ func recordLabels(req api.CreateRequest) map[string]string {
 func createOptions(req api.CreateRequest) (sandbox.CreateOptions, error) {
 	opts := sandbox.CreateOptions{
 		Key: req.Key, KeyMode: sandbox.KeyMode(req.KeyMode), Labels: req.Labels, Env: req.Env,
-		Secrets: req.Secrets, Ports: req.Ports, From: req.From, Template: req.Template,
+		Secrets: req.Secrets.Plain, BoundSecrets: req.Secrets.Bound, Ports: req.Ports, From: req.From, Template: req.Template,
 		Runtime: req.Runtime, TrackChanges: req.TrackChanges, Volumes: req.Volumes,
 	}
 	if req.Size != nil {

@@ -91,6 +91,7 @@ type createFlags struct {
 	allow, deny  []string
 	learn        bool
 	env          []string
+	secrets      []string
 	labels       []string
 	size         string
 	allowPrivate []string
@@ -123,6 +124,7 @@ func (f *createFlags) register(cmd *cobra.Command) {
 	fl.StringArrayVar(&f.deny, "deny", nil, "deny egress to DEST: a domain, *.domain, an IP address or a CIDR (repeatable; wins over --allow)")
 	fl.BoolVar(&f.learn, "learn", false, "learn mode: record every destination the sandbox reaches (through the egress policy, refusing nothing unless --allow/--deny say so); run prints the allow list that would permit it, tupper network ID --learned prints it later")
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "environment variable K=V for every command (repeatable)")
+	fl.StringArrayVar(&f.secrets, "secret", nil, "secret NAME=VALUE, or NAME alone to take $NAME from this environment (repeatable): set in the sandbox's environment, redacted from output; NAME@HOST,HOST…[=VALUE] binds it to hosts (names or *.domain): the sandbox sees only a placeholder, which the egress proxy replaces in HTTP(S) requests to those hosts (see docs/network.md)")
 	fl.StringArrayVar(&f.labels, "label", nil, "label K=V (repeatable)")
 	fl.StringVar(&f.size, "size", "", "machine size: small, medium or large")
 	fl.StringArrayVar(&f.allowPrivate, "allow-private", nil, allowPrivateUsage)
@@ -148,6 +150,9 @@ func (f *createFlags) options() (sandbox.CreateOptions, error) {
 		return opts, err
 	}
 	if opts.Labels, err = parsePairs("--label", f.labels); err != nil {
+		return opts, err
+	}
+	if opts.Secrets, opts.BoundSecrets, err = parseSecrets(f.secrets, os.LookupEnv); err != nil {
 		return opts, err
 	}
 	for _, v := range f.volumes {
@@ -184,4 +189,41 @@ func parsePairs(flag string, pairs []string) (map[string]string, error) {
 		m[k] = v
 	}
 	return m, nil
+}
+
+// parseSecrets parses --secret values: NAME=VALUE, NAME (the value is $NAME, looked up with
+// env), and NAME@HOST,HOST…=VALUE or NAME@HOST,HOST… for a bound secret. A name has no @ or
+// =, and hosts no =, so the first = always starts the value, whatever it holds.
+func parseSecrets(vals []string, env func(string) (string, bool)) (plain map[string]string, bound map[string]sandbox.BoundSecret, err error) {
+	for _, v := range vals {
+		spec, value, hasValue := strings.Cut(v, "=")
+		name, hosts, isBound := strings.Cut(spec, "@")
+		if name == "" {
+			return nil, nil, fmt.Errorf("--secret %q: want NAME=VALUE, NAME, or NAME@HOST,…[=VALUE]", v)
+		}
+		if !hasValue {
+			var ok bool
+			if value, ok = env(name); !ok {
+				return nil, nil, fmt.Errorf("--secret %s: no =VALUE and no $%s in this environment", spec, name)
+			}
+		}
+		if !isBound {
+			if plain == nil {
+				plain = map[string]string{}
+			}
+			plain[name] = value
+			continue
+		}
+		if bound == nil {
+			bound = map[string]sandbox.BoundSecret{}
+		}
+		var hs []string
+		for _, h := range strings.Split(hosts, ",") {
+			if h = strings.TrimSpace(h); h != "" {
+				hs = append(hs, h)
+			}
+		}
+		bound[name] = sandbox.BoundSecret{Value: value, Hosts: hs}
+	}
+	return plain, bound, nil
 }

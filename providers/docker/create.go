@@ -37,6 +37,9 @@ const (
 // Create makes and starts a container whose init is the agent, in named, undoable steps:
 // image, container, files, start, agent ready. A failure or a done ctx removes the container.
 func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provider.Instance, error) {
+	if len(spec.BoundSecrets) > 0 {
+		return nil, provider.Errorf(provider.CodeUnsupported, "docker: bound secrets need an egress proxy outside the sandbox, which this provider has not (the local provider, on Linux, has one)")
+	}
 	switch spec.Network.Mode {
 	case "", provider.NetworkAll:
 	case provider.NetworkNone:

@@ -261,6 +261,9 @@ func seconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.
 // Create makes a sandbox with POST /v2/sandboxes. The core has checked spec against the
 // capabilities: sizes, idle timeouts, allow-lists and snapshots never get here.
 func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provider.Instance, error) {
+	if len(spec.BoundSecrets) > 0 {
+		return nil, provider.Errorf(provider.CodeUnsupported, "e2b: bound secrets are not passed to E2B (its own secrets are set on its side)")
+	}
 	tmpl := spec.Template
 	if tmpl == "" {
 		tmpl = p.cfg.Template

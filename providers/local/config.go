@@ -41,6 +41,10 @@ type Config struct {
 	// stays out of reach whatever is listed. Each sandbox keeps its own provider's list, also
 	// when providers with different lists share a bridge.
 	AllowPrivate []netip.Prefix
+	// EgressRoots are CA certificates (PEM) the egress proxy trusts, besides the host's
+	// roots, when it verifies the servers of bound secrets' hosts (a company CA, or a
+	// test's). The host's roots are those of the host, never the sandbox's.
+	EgressRoots []byte
 	// UIDBase is the first host uid (and gid) of the sandboxes' user namespaces: sandbox n
 	// maps 0..65535 inside to UIDBase+n*65536 on. 0 means 0x70000000. Nothing else on the
 	// host should own ids in that range.

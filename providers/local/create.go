@@ -170,6 +170,21 @@ func (p *Provider) createFrom(ctx context.Context, spec provider.CreateSpec, poo
 	default:
 		return nil, provider.Errorf(provider.CodeInvalidArgument, "unknown network mode %q", netMode)
 	}
+	bound, err := newBoundSecrets(spec) // egress.go
+	if err != nil {
+		return nil, err
+	}
+	if bound != nil {
+		switch {
+		case netMode == provider.NetworkNone:
+			return nil, provider.Errorf(provider.CodeInvalidArgument, "bound secrets need a network: their proxy is the sandbox's way out, and network none has none")
+		case full:
+			return nil, provider.Errorf(provider.CodeUnsupported, "bound secrets on a full snapshot's restore: its processes hold the parent's environment")
+		case netMode == provider.NetworkAll:
+			netMode, pol = provider.NetworkAllow, &egress.Policy{} // the proxy, refusing nothing
+		}
+		spec.Env = bound.env(spec.Env)
+	}
 	size, err := p.size(spec.Size)
 	if err != nil {
 		return nil, err
@@ -308,6 +323,7 @@ func (p *Provider) createFrom(ctx context.Context, spec provider.CreateSpec, poo
 			}
 			plan := rootfsPlan{
 				usernsFD: -1, uidBase: rec.UIDBase, diskGB: size.DiskGB, hostTmp: rtName == RuntimeRunsc,
+				trust: bound.bundle(),
 			}
 			if tp.image == nil {
 				lower, err := buildTemplate(ctx, p.lay.templates(), TemplateHost)
@@ -541,7 +557,7 @@ func (p *Provider) createFrom(ctx context.Context, spec provider.CreateSpec, poo
 				return nil
 			}
 			// Started like the holder, into the sandbox's cgroups (holder.go).
-			pid, start, serve, done, err := p.startEgress(ctx, rec, egressSocks, agentPath)
+			pid, start, serve, done, err := p.startEgress(ctx, rec, egressSocks, agentPath, bound)
 			if err != nil {
 				return err
 			}

@@ -7,10 +7,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -46,6 +48,87 @@ import (
 // proxy serves, connections wait in its backlog; if it dies, nothing leaves. The policy is
 // a file in the sandbox's directory (never mounted into it); SetNetwork rewrites it and
 // signals the proxy (SIGHUP), which cuts connections the new policy refuses.
+
+// Bound secrets (CreateSpec.BoundSecrets) ride on the same proxy. Create makes, per
+// sandbox, a placeholder for each secret (egress.NewPlaceholder) and a CA (egress.NewCA,
+// name-constrained to the secrets' hosts); the placeholders are the sandbox's environment
+// under the secrets' names, the CA's certificate is appended to the system roots in the
+// sandbox's /etc/ssl/certs/ca-certificates.crt (which SSL_CERT_FILE, NODE_EXTRA_CA_CERTS,
+// REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE and GIT_SSL_CAINFO name), and the values and the CA's
+// key go only into the proxy's configuration, egress.json in the sandbox's directory (mode
+// 0600, host root's, never mounted). A sandbox with bound secrets and network "all" gets
+// the proxy with an open policy: network "allow" with empty lists.
+
+// trustBundle is the sandbox's CA bundle, and the variables that point programs at it.
+const trustBundle = "/etc/ssl/certs/ca-certificates.crt"
+
+var trustEnv = []string{"SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO"}
+
+// boundSecrets are a new sandbox's bound secrets, placeholders and CA.
+type boundSecrets struct {
+	secrets       []egress.Secret
+	caCert, caKey []byte
+}
+
+// newBoundSecrets makes the placeholders and the CA of spec's bound secrets; nil when it
+// has none.
+func newBoundSecrets(spec provider.CreateSpec) (*boundSecrets, error) {
+	if len(spec.BoundSecrets) == 0 {
+		return nil, nil
+	}
+	b := &boundSecrets{}
+	var hosts []string
+	for _, name := range slices.Sorted(maps.Keys(spec.BoundSecrets)) {
+		s := spec.BoundSecrets[name]
+		if err := egress.CheckSecretHosts(s.Hosts); err != nil {
+			return nil, provider.Errorf(provider.CodeInvalidArgument, "bound secret %s: %v", name, err)
+		}
+		ph, err := egress.NewPlaceholder()
+		if err != nil {
+			return nil, err
+		}
+		b.secrets = append(b.secrets, egress.Secret{Name: name, Placeholder: ph, Value: s.Value, Hosts: s.Hosts})
+		hosts = append(hosts, s.Hosts...)
+	}
+	var err error
+	if b.caCert, b.caKey, err = egress.NewCA(hosts); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// env returns env with the placeholders under the secrets' names, and the trust variables
+// unless env sets them.
+func (b *boundSecrets) env(env map[string]string) map[string]string {
+	if b == nil {
+		return env
+	}
+	out := maps.Clone(env)
+	if out == nil {
+		out = map[string]string{}
+	}
+	for _, k := range trustEnv {
+		if _, ok := out[k]; !ok {
+			out[k] = trustBundle
+		}
+	}
+	for _, s := range b.secrets {
+		out[s.Name] = s.Placeholder
+	}
+	return out
+}
+
+// bundle is the host's roots followed by the sandbox's CA; "" without bound secrets.
+func (b *boundSecrets) bundle() string {
+	if b == nil {
+		return ""
+	}
+	roots, _ := os.ReadFile(filepath.Join(hostEtcDir, "ssl/certs/ca-certificates.crt"))
+	if len(roots) > 0 && roots[len(roots)-1] != '\n' {
+		roots = append(roots, '\n')
+	}
+	return string(roots) + string(b.caCert)
+}
 
 // egressFile is what the firewall needs of a sandbox with a policy: n.dir/egress/ADDRESS,
 // its first line the lease holder, as for allowances.
@@ -194,7 +277,7 @@ func (p *Provider) writeEgressPolicy(id string, n provider.Network) error {
 // startEgress starts the proxy of sandbox rec on socks. Like startHolder, the proxy waits
 // for serve before it does anything, and exits if this process dies first; whether or not
 // serve is called, call done.
-func (p *Provider) startEgress(ctx context.Context, rec *record, socks *egressSockets, agentPath string) (pid int, start uint64, serve func() error, done func(), err error) {
+func (p *Provider) startEgress(ctx context.Context, rec *record, socks *egressSockets, agentPath string, bound *boundSecrets) (pid int, start uint64, serve func() error, done func(), err error) {
 	a, err := netip.ParseAddr(rec.IP)
 	if err != nil {
 		return 0, 0, nil, nil, err
@@ -202,6 +285,10 @@ func (p *Provider) startEgress(ctx context.Context, rec *record, socks *egressSo
 	cfg := egress.ProcessConfig{
 		Config: egress.Config{Sandbox: a, Upstream: hostNameservers(), AllowPrivate: p.net.allow, Log: p.lay.egressLog(rec.ID)},
 		Policy: p.lay.egressPolicy(rec.ID),
+	}
+	if bound != nil {
+		cfg.Secrets, cfg.CACert, cfg.CAKey = bound.secrets, string(bound.caCert), string(bound.caKey)
+		cfg.ExtraRoots = string(p.cfg.EgressRoots)
 	}
 	b, err := json.Marshal(cfg)
 	if err != nil {

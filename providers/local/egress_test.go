@@ -11,6 +11,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
@@ -275,12 +276,13 @@ type egressLab struct {
 	p      *Provider
 	caPEM  []byte
 	seen   *tally // names served upstream, by "proto address"
+	auth   *tally // Authorization headers served upstream, by "proto address host"
 	udp    *tally
 	helper []byte
 }
 
 func testEgress(t *testing.T, rt string) {
-	l := &egressLab{ctx: context.Background(), seen: &tally{}, udp: &tally{}, helper: buildHelper(t, egressHelperSource)}
+	l := &egressLab{ctx: context.Background(), seen: &tally{}, auth: &tally{}, udp: &tally{}, helper: buildHelper(t, egressHelperSource)}
 	labIP(t, "", "link set lo up")
 	up := filepath.Join(t.TempDir(), "upstream")
 	if err := newNetns(l.ctx, up); err != nil {
@@ -310,7 +312,7 @@ func testEgress(t *testing.T, rt string) {
 	}
 	t.Cleanup(func() { unix.Unmount("/etc/resolv.conf", unix.MNT_DETACH) })
 
-	l.p = newTestProviderConfig(t, Config{Runtime: rt, Subnet: "10.216.201.0/24", Bridge: "tpeg" + rt})
+	l.p = newTestProviderConfig(t, Config{Runtime: rt, Subnet: "10.216.201.0/24", Bridge: "tpeg" + rt, EgressRoots: l.caPEM})
 	// The sandbox is made, changed and destroyed through a real server on loopback: its REST
 	// API and its E2B API.
 	api := l.startServer(t)
@@ -518,7 +520,8 @@ func testEgress(t *testing.T, rt string) {
 			t.Errorf("egress/learned denied %q, want %q (with b.test)", learned.Denied, want)
 		}
 	})
-	t.Run("cli", func(t *testing.T) { testEgressCLI(t, rt) })
+	t.Run("bound secrets", func(t *testing.T) { l.boundSecrets(t, api) })
+	t.Run("cli", func(t *testing.T) { testEgressCLI(t, l, rt) })
 	t.Run("measure", func(t *testing.T) { l.measure(t, api, inst) })
 	t.Run("set network", func(t *testing.T) {
 		// A connection to a.test stays open across the change that denies a.test.
@@ -636,7 +639,7 @@ func (l *egressLab) startServer(t *testing.T) *labAPI {
 // testEgressCLI runs the tupper binary against the lab: run and create with --allow and
 // --learn, and tupper network on a running sandbox. Its sandboxes are on the default
 // bridge of this test's own network namespace.
-func testEgressCLI(t *testing.T, rt string) {
+func testEgressCLI(t *testing.T, l *egressLab, rt string) {
 	home, err := os.MkdirTemp("/tmp", "tce")
 	if err != nil {
 		t.Fatal(err)
@@ -673,6 +676,20 @@ func testEgressCLI(t *testing.T, rt string) {
 	}
 	if want := "tupper: learned: --allow " + egByAddr.String() + " --allow a.test --allow b.test\n"; !strings.Contains(errOut, want) || strings.Contains(errOut, "egress denied") {
 		t.Errorf("run --learn: stderr %q, want %q", errOut, want)
+	}
+
+	// run --secret NAME@HOST=VALUE: the command sees the placeholder, a.test the value.
+	const cliValue = "cliBoundValue-0123456789"
+	key := "http " + egShared.String() + " a.test"
+	before := slices.Index(l.auth.peers(key), "Bearer "+cliValue)
+	out, errOut, code = tupper("run", "--runtime", rt, "--secret", "TOK@a.test="+cliValue, "--",
+		"sh", "-c", `curl -sS --max-time 10 -H "Authorization: Bearer $TOK" http://a.test/ && printenv TOK`)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 2 || lines[0] != "http a.test" || !strings.HasPrefix(lines[1], "tupper_secret_") {
+		t.Errorf("run --secret TOK@a.test: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if before != -1 || !slices.Contains(l.auth.peers(key), "Bearer "+cliValue) {
+		t.Errorf("a.test's Authorization headers %q, want the value from the CLI's sandbox", l.auth.peers(key))
 	}
 
 	// create --allow --deny, then tupper network while it runs.
@@ -803,6 +820,7 @@ func (l *egressLab) serve(t *testing.T, cert tls.Certificate) {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			local := r.Context().Value(http.LocalAddrContextKey).(net.Addr).(*net.TCPAddr).IP.String()
 			l.seen.add(proto+" "+local, r.Host)
+			l.auth.add(proto+" "+local+" "+r.Host, r.Header.Get("Authorization"))
 			fmt.Fprintf(w, "%s %s\n", proto, r.Host)
 		})
 	}
@@ -894,4 +912,139 @@ func (l *egressLab) measure(t *testing.T, api *labAPI, inst *Instance) {
 			t.Logf("egress proxy (pid %d) %s", rec.Egress.PID, strings.Join(strings.Fields(line), " "))
 		}
 	}
+}
+
+// boundSecrets is a sandbox created over REST with network all and a secret bound to
+// a.test, used by curl with the sandbox's own trust store, and attacked by its root.
+func (l *egressLab) boundSecrets(t *testing.T, api *labAPI) {
+	const value = "ghp_boundSecretValue0123456789"
+	const plain = "plainSecretValue9876543210"
+	var made struct{ ID string }
+	api.want(t, 201, &made, "POST", "/v1/sandboxes", map[string]any{"network": "all",
+		"secrets": map[string]any{"TOKEN": map[string]any{"value": value, "hosts": []string{"a.test"}}, "PLAIN": plain}})
+	defer api.want(t, 204, nil, "DELETE", "/v1/sandboxes/"+made.ID, nil)
+	pi, err := l.p.Connect(l.ctx, made.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst := pi.(*Instance)
+	if err := inst.WriteFile(l.ctx, "/tmp/ca.pem", bytes.NewReader(l.caPEM), nil); err != nil {
+		t.Fatal(err)
+	}
+	ph := run(t, inst, "printenv TOKEN")
+	if !strings.HasPrefix(ph, "tupper_secret_") || len(ph) != len("tupper_secret_")+32 {
+		t.Fatalf("TOKEN in the sandbox is %q, want a placeholder", ph)
+	}
+	// The Authorization headers a server got (the other subtests' curls send none).
+	auth := func(proto string, a netip.Addr, host string) []string {
+		var got []string
+		for _, h := range l.auth.peers(proto + " " + a.String() + " " + host) {
+			if h != "" {
+				got = append(got, h)
+			}
+		}
+		return got
+	}
+	curl := func(args string) (string, int) {
+		out, errOut, code := runCode(t, inst, `curl -sS --max-time 10 -H "Authorization: Bearer $TOKEN" `+args)
+		return out + errOut, code
+	}
+	t.Run("used", func(t *testing.T) {
+		// curl trusts the sandbox's CA through the system bundle; b.test's TLS is the lab
+		// server's own, end to end (hence its CA).
+		for _, c := range []struct{ args, want string }{
+			{"https://a.test/", "tls a.test"}, {"http://a.test/", "http a.test"},
+			{"http://b.test/", "http b.test"}, {"--cacert /tmp/ca.pem https://b.test/", "tls b.test"},
+		} {
+			if out, code := curl(c.args); code != 0 || out != c.want {
+				t.Errorf("curl %s: exit %d, %q, want %q", c.args, code, out, c.want)
+			}
+		}
+		for _, c := range []struct {
+			proto, host, want string
+		}{{"tls", "a.test", value}, {"http", "a.test", value}, {"http", "b.test", ph}, {"tls", "b.test", ph}} {
+			if got := auth(c.proto, egShared, c.host); !slices.Equal(got, []string{"Bearer " + c.want}) {
+				t.Errorf("%s %s saw Authorization %q, want the %s", c.proto, c.host, got, map[bool]string{true: "value", false: "placeholder"}[c.want == value])
+			}
+		}
+		// Other clients find the bundle through the variables.
+		env := run(t, inst, "echo $SSL_CERT_FILE $NODE_EXTRA_CA_CERTS $REQUESTS_CA_BUNDLE $CURL_CA_BUNDLE $GIT_SSL_CAINFO")
+		if env != strings.TrimSpace(strings.Repeat(trustBundle+" ", 5)) {
+			t.Errorf("trust variables: %q", env)
+		}
+	})
+	t.Run("never readable", func(t *testing.T) {
+		// Everything the sandbox can read where a value could sit: its environment (every
+		// process's), /etc with the trust bundle, homes, /tmp, /run and the agent's
+		// directory. The needle is decoded in the shell, so no command line holds it; the
+		// plain secret, which is in the environment, shows the search finds what is there.
+		key := l.hostFileChunk(t, inst.ID(), "EC PRIVATE KEY")
+		grep := func(needle string) string {
+			b64 := base64.StdEncoding.EncodeToString([]byte(needle))
+			out, _, _ := runCode(t, inst, `v=$(echo `+b64+` | base64 -d); { env; cat /proc/self/environ; } | grep -cF -e "$v"; `+
+				`grep -rlsF -e "$v" /etc /root /home /tmp /run /.tupper /workspace /proc/[0-9]*/environ 2>/dev/null; true`)
+			return out
+		}
+		if out := grep(plain); !strings.HasPrefix(out, "2\n") || !strings.Contains(out, "/environ") {
+			t.Fatalf("the search does not find the plain secret in the environment: %q", out)
+		}
+		for what, needle := range map[string]string{"the value": value, "the CA key": key} {
+			if out := grep(needle); out != "0" {
+				t.Errorf("%s is readable in the sandbox: %q", what, out)
+			}
+		}
+		if !strings.Contains(run(t, inst, "cat "+trustBundle), "-----BEGIN CERTIFICATE-----") {
+			t.Errorf("%s holds no certificate", trustBundle)
+		}
+		fi, err := os.Stat(l.p.lay.egressConfig(inst.ID()))
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("the proxy's configuration: %v, mode %v, want 0600", err, fi.Mode())
+		}
+	})
+	t.Run("bound name at the sandbox's address", func(t *testing.T) {
+		// Root points a.test at an address of its choosing: the proxy goes to a.test's
+		// address from the resolver, not there.
+		run(t, inst, "echo '"+egNoName.String()+" a.test' >> /etc/hosts")
+		defer run(t, inst, "sed -i '/ a.test$/d' /etc/hosts")
+		for _, c := range []struct{ args, want string }{{"http://a.test/", "http a.test"}, {"https://a.test/", "tls a.test"}} {
+			if out, code := curl(c.args); code != 0 || out != c.want {
+				t.Errorf("curl %s with a.test at %s: exit %d, %q", c.args, egNoName, code, out)
+			}
+		}
+		for _, proto := range []string{"http", "tls"} {
+			if got := auth(proto, egNoName, "a.test"); len(got) > 0 {
+				t.Errorf("%s at %s (the sandbox's choice) got Authorization %q", proto, egNoName, got)
+			}
+			if got := auth(proto, egShared, "a.test"); len(got) != 2 {
+				t.Errorf("%s at a.test's address: %q, want a second request with the value", proto, got)
+			}
+		}
+	})
+	t.Run("SNI and Host differ", func(t *testing.T) {
+		before := len(auth("tls", egShared, "b.test"))
+		if out, code := curl(`-H "Host: b.test" https://a.test/`); code == 0 {
+			t.Errorf("SNI a.test with Host b.test was answered: %q", out)
+		}
+		if got := auth("tls", egShared, "b.test"); len(got) != before {
+			t.Errorf("Host b.test behind SNI a.test reached the server: %q", got)
+		}
+	})
+}
+
+// hostFileChunk returns a line of the sandbox's proxy configuration from the one after the
+// line containing marker: a piece of the CA key, to look for in the sandbox.
+func (l *egressLab) hostFileChunk(t *testing.T, id, marker string) string {
+	var cfg struct{ CAKey string }
+	b, err := os.ReadFile(l.p.lay.egressConfig(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(cfg.CAKey, "\n")
+	if len(lines) < 2 || !strings.Contains(lines[0], marker) {
+		t.Fatalf("the proxy's configuration has no %s", marker)
+	}
+	return lines[1]
 }

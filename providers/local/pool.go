@@ -102,7 +102,7 @@ func (p *Provider) fillPool(ctx context.Context, pl *pool) {
 
 // poolable reports whether a pooled sandbox can serve spec.
 func (p *Provider) poolable(spec provider.CreateSpec) bool {
-	if spec.From != "" || len(spec.Env) > 0 || len(spec.Secrets) > 0 || len(spec.Volumes) > 0 {
+	if spec.From != "" || len(spec.Env) > 0 || len(spec.Secrets) > 0 || len(spec.BoundSecrets) > 0 || len(spec.Volumes) > 0 {
 		return false
 	}
 	if spec.Runtime != "" && spec.Runtime != p.cfg.Runtime {

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"net/netip"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -317,6 +318,9 @@ type rootfsPlan struct {
 	// hostTmp also makes disk/tmp, the directory runsc binds at /tmp (see layout.tmp).
 	hostTmp bool
 	etc     map[string]string // files written into the upper layer's /etc
+	// trust, when not "", is the CA bundle written at trustBundle, after fill (bound
+	// secrets: the sandbox's own CA).
+	trust string
 	// fill, when not nil, adds to the upper layer (and disk/tmp) before the overlay is
 	// mounted (a snapshot's files).
 	fill func(upper string) error
@@ -382,6 +386,11 @@ func mountRootfs(disk, rootfs string, plan rootfsPlan) error {
 		}
 		if plan.fill != nil {
 			if err := plan.fill(upper); err != nil {
+				return err
+			}
+		}
+		if plan.trust != "" {
+			if err := writeOwned(upper, trustBundle, plan.trust, base); err != nil {
 				return err
 			}
 		}
@@ -501,4 +510,27 @@ func unmountRootfs(disk, rootfs string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// writeOwned writes content at rel (absolute in the sandbox) under upper, making its
+// missing directories; what it makes is owned by uid (the sandbox's root) and readable by all.
+func writeOwned(upper, rel, content string, uid int) error {
+	dir := upper
+	parts := strings.Split(strings.Trim(path.Dir(rel), "/"), "/")
+	for _, part := range parts {
+		dir = filepath.Join(dir, part)
+		if err := os.Mkdir(dir, 0o755); err == nil {
+			if err := os.Chown(dir, uid, uid); err != nil {
+				return err
+			}
+		} else if !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+	}
+	p := filepath.Join(upper, rel)
+	os.Remove(p) // a snapshot's copy, or a link
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		return err
+	}
+	return os.Chown(p, uid, uid)
 }

@@ -154,6 +154,9 @@ func (p *Provider) createLocked(ctx context.Context, spec provider.CreateSpec) (
 	if err := ctx.Err(); err != nil {
 		return nil, provider.Wrap(err, provider.CodeAborted, "create")
 	}
+	if len(spec.BoundSecrets) > 0 {
+		return nil, provider.Errorf(provider.CodeUnsupported, "memory: bound secrets need an egress proxy outside the sandbox, which an in-memory sandbox has not")
+	}
 	switch spec.Network.Mode {
 	case "", provider.NetworkAll, provider.NetworkNone:
 	default:

@@ -264,7 +264,7 @@ func ceilMS(d time.Duration) int64 {
 
 func createBody(spec provider.CreateSpec) api.CreateRequest {
 	req := api.CreateRequest{
-		Key: spec.Key, Labels: spec.Labels, LabelsExact: true, Env: spec.Env, Secrets: spec.Secrets, Ports: spec.Ports,
+		Key: spec.Key, Labels: spec.Labels, LabelsExact: true, Env: spec.Env, Secrets: api.Secrets{Plain: spec.Secrets, Bound: spec.BoundSecrets}, Ports: spec.Ports,
 		TimeoutMS: ceilMS(spec.Timeout), IdleTimeoutMS: ceilMS(spec.IdleTimeout),
 		From: spec.From, Template: spec.Template, Runtime: spec.Runtime, Volumes: spec.Volumes,
 	}

@@ -79,13 +79,68 @@ func (n *Network) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
+// Secrets are a create request's secrets, one object whose values are either a string (a
+// secret set in the sandbox's environment, readable there, redacted from output) or
+// {"value": "...", "hosts": ["api.example.com", "*.example.com"]} (a bound secret: the
+// sandbox holds a placeholder, replaced with the value outside it in HTTP requests to the
+// hosts; see docs/network.md).
+type Secrets struct {
+	Plain map[string]string
+	Bound map[string]provider.BoundSecret
+}
+
+// IsZero reports whether there are no secrets.
+func (s Secrets) IsZero() bool { return len(s.Plain) == 0 && len(s.Bound) == 0 }
+
+// MarshalJSON writes both kinds in one object.
+func (s Secrets) MarshalJSON() ([]byte, error) {
+	m := make(map[string]any, len(s.Plain)+len(s.Bound))
+	for k, v := range s.Plain {
+		m[k] = v
+	}
+	for k, v := range s.Bound {
+		m[k] = v
+	}
+	return json.Marshal(m)
+}
+
+// UnmarshalJSON reads the object; a bound secret's unknown field is an error.
+func (s *Secrets) UnmarshalJSON(data []byte) error {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return errors.New(`"secrets" is an object of names to a string or {"value": "...", "hosts": [...]}`)
+	}
+	*s = Secrets{}
+	for k, v := range raw {
+		var str string
+		if json.Unmarshal(v, &str) == nil {
+			if s.Plain == nil {
+				s.Plain = map[string]string{}
+			}
+			s.Plain[k] = str
+			continue
+		}
+		var b provider.BoundSecret
+		dec := json.NewDecoder(bytes.NewReader(v))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&b); err != nil {
+			return fmt.Errorf(`secret %s is a string or {"value": "...", "hosts": [...]}: %s`, k, strings.TrimPrefix(err.Error(), "json: "))
+		}
+		if s.Bound == nil {
+			s.Bound = map[string]provider.BoundSecret{}
+		}
+		s.Bound[k] = b
+	}
+	return nil
+}
+
 // CreateRequest is the body of POST /v1/sandboxes.
 type CreateRequest struct {
 	Key           string            `json:"key,omitempty"`
 	KeyMode       string            `json:"keyMode,omitempty"`
 	Labels        map[string]string `json:"labels,omitempty"`
 	Env           map[string]string `json:"env,omitempty"`
-	Secrets       map[string]string `json:"secrets,omitempty"`
+	Secrets       Secrets           `json:"secrets,omitzero"`
 	Size          *Size             `json:"size,omitempty"`
 	Network       *Network          `json:"network,omitempty"`
 	Ports         []int             `json:"ports,omitempty"`

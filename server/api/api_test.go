@@ -59,3 +59,34 @@ func TestNetworkForms(t *testing.T) {
 		}
 	}
 }
+
+// TestSecretsForms: "secrets" holds plain secrets (strings) and bound ones (objects) side by
+// side, and round-trips.
+func TestSecretsForms(t *testing.T) {
+	var req CreateRequest
+	body := `{"secrets": {"PLAIN": "p", "GITHUB_TOKEN": {"value": "v", "hosts": ["api.github.com", "*.github.com"]}}}`
+	if err := json.Unmarshal([]byte(body), &req); err != nil {
+		t.Fatal(err)
+	}
+	want := Secrets{Plain: map[string]string{"PLAIN": "p"},
+		Bound: map[string]provider.BoundSecret{"GITHUB_TOKEN": {Value: "v", Hosts: []string{"api.github.com", "*.github.com"}}}}
+	if !reflect.DeepEqual(req.Secrets, want) {
+		t.Fatalf("decoded %+v, want %+v", req.Secrets, want)
+	}
+	b, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back CreateRequest
+	if err := json.Unmarshal(b, &back); err != nil || !reflect.DeepEqual(back.Secrets, want) {
+		t.Errorf("round trip: %s → %+v, %v", b, back.Secrets, err)
+	}
+	if b, _ := json.Marshal(CreateRequest{}); strings.Contains(string(b), "secrets") {
+		t.Errorf("no secrets marshals as %s", b)
+	}
+	for _, bad := range []string{`{"secrets": {"A": {"value": "v", "host": ["a.test"]}}}`, `{"secrets": {"A": 7}}`, `{"secrets": []}`} {
+		if err := json.Unmarshal([]byte(bad), &req); err == nil {
+			t.Errorf("%s: no error", bad)
+		}
+	}
+}
