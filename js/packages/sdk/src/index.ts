@@ -68,8 +68,12 @@ export interface CreateOptions {
   key?: string;
   labels?: Record<string, string>;
   env?: Record<string, string>;
-  /** Set as environment variables and redacted from every output. */
-  secrets?: Record<string, string>;
+  /**
+   * Set as environment variables and redacted from every output. A value { value, hosts } is
+   * a bound secret: the sandbox holds only a placeholder, which the server's egress proxy
+   * replaces with the value in HTTP(S) requests to those hosts (docs/network.md).
+   */
+  secrets?: Record<string, string | { value: string; hosts: string[] }>;
   template?: string;
   runtime?: string;
   network?: Network;
