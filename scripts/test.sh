@@ -30,17 +30,10 @@ echo "== static build"
 CGO_ENABLED=0 go build -o bin/tupper ./cmd/tupper
 # The end-to-end groups (the Docker provider against a real dockerd, E2B's SDK, the JavaScript
 # packages, the debian template from the apt mirror) drive real sandboxes through real
-# servers and clients. They run in two lanes in the background, beside the main group, each
-# lane's groups one after another; their output is printed, whole, when all are done. The
-# longest part of the main package set, the local provider's conformance suite under gVisor
-# (minutes of a core mostly waiting on sandboxes), runs in the second lane instead, unless
-# arguments choose tests. Each group uses networks of its own; the lanes that share the local
-# provider's test bridge take its leases under its lock, as concurrent processes do.
-split=1
-[ $# -eq 0 ] || split=0
-runsc_suite='^TestConformance$/^runsc$'
-lane1_log=$(mktemp /tmp/tupper-test-lane1.XXXXXX)
-lane2_log=$(mktemp /tmp/tupper-test-lane2.XXXXXX)
+# servers and clients. They run one after another in the background, beside the main group
+# (whose longest package, providers/local, leaves a core mostly waiting on sandboxes), and
+# their output is printed, whole, when both are done. Each group uses networks of its own.
+later_log=$(mktemp /tmp/tupper-test-later.XXXXXX)
 (
 	set -e
 	echo "== The Docker provider, against a real dockerd"
@@ -58,32 +51,20 @@ lane2_log=$(mktemp /tmp/tupper-test-lane2.XXXXXX)
 	go test -race -count=1 -timeout 10m "$@" ./test/e2b/
 	echo "== JavaScript packages (js/)"
 	go test -race -count=1 -timeout 15m "$@" ./test/js/
-) >"$lane1_log" 2>&1 </dev/null &
-lane1=$!
-(
-	set -e
-	if [ "$split" -eq 1 ]; then
-		echo "== The local provider's conformance suite under runsc"
-		go test -race -count=1 -timeout 40m -run "$runsc_suite" ./providers/local/
-	fi
 	echo "== The debian template, the conformance suite on it, a build on it and base, from this machine's apt mirror"
 	go test -race -count=1 -timeout 40m "$@" ./test/debian/
-) >"$lane2_log" 2>&1 </dev/null &
-lane2=$!
-# Whatever ends this script stops the background lanes too (their own traps clean up).
-trap 'kill $lane1 $lane2 2>/dev/null || true; wait $lane1 $lane2 2>/dev/null || true; rm -f "$lane1_log" "$lane2_log"' EXIT
+) >"$later_log" 2>&1 </dev/null &
+later=$!
+# Whatever ends this script stops the background groups too (their own traps clean up).
+trap 'kill $later 2>/dev/null || true; wait $later 2>/dev/null || true; rm -f "$later_log"' EXIT
 
 echo "== go test -race (the end-to-end groups run beside it; their output follows)"
-skip=()
-[ "$split" -eq 0 ] || skip=(-skip "$runsc_suite")
 main=0
-go test -race -count=1 -timeout 50m "${skip[@]}" "$@" $(go list ./... | grep -v -e '/test/e2b$' -e '/test/js$' -e '/test/debian$' -e '/providers/docker$') || main=$?
-rest1=0
-wait $lane1 || rest1=$?
-rest2=0
-wait $lane2 || rest2=$?
-cat "$lane1_log" "$lane2_log"
-if [ "$main" -ne 0 ] || [ "$rest1" -ne 0 ] || [ "$rest2" -ne 0 ]; then
-	echo "FAILED: main group exit $main, end-to-end lanes exit $rest1 and $rest2" >&2
+go test -race -count=1 -timeout 50m "$@" $(go list ./... | grep -v -e '/test/e2b$' -e '/test/js$' -e '/test/debian$' -e '/providers/docker$') || main=$?
+rest=0
+wait $later || rest=$?
+cat "$later_log"
+if [ "$main" -ne 0 ] || [ "$rest" -ne 0 ]; then
+	echo "FAILED: main group exit $main, end-to-end groups exit $rest" >&2
 	exit 1
 fi
