@@ -65,6 +65,11 @@ type Config struct {
 	// Close, for Create to hand out; 0 (the default) keeps none. For long-lived users
 	// (tupper serve --pool); see pool.go.
 	Pool int
+	// NoBootImages turns boot images off: by default the first runsc create of a shape
+	// (template, size, network "none") saves a checkpoint of its freshly booted sandbox
+	// under Home/bootimages, and later creates of that shape restore it instead of booting
+	// (tupper serve --no-boot-images); see bootimage.go.
+	NoBootImages bool
 }
 
 // Validate reports a configuration New cannot use.

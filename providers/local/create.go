@@ -76,8 +76,18 @@ func (p *Provider) create(ctx context.Context, spec provider.CreateSpec, pooled 
 }
 
 // createFrom is create with the template given (a build step's layers, build.go) rather
-// than named by spec.Template, when tp is not nil.
+// than named by spec.Template, when tp is not nil. A create that fails restoring a boot
+// image (bootimage.go) is made again, cold.
 func (p *Provider) createFrom(ctx context.Context, spec provider.CreateSpec, pooled bool, given *sandboxTemplate) (provider.Instance, error) {
+	inst, err := p.createOnce(ctx, spec, pooled, given, true)
+	if be := (*errBootRestore)(nil); errors.As(err, &be) {
+		return p.createOnce(ctx, spec, pooled, given, false)
+	}
+	return inst, err
+}
+
+// createOnce is createFrom, with a boot image when bootOK and the spec allows one.
+func (p *Provider) createOnce(ctx context.Context, spec provider.CreateSpec, pooled bool, given *sandboxTemplate, bootOK bool) (provider.Instance, error) {
 	rtName := spec.Runtime
 	if err := provider.ValidateVolumeMounts(spec.Volumes); err != nil {
 		return nil, err
@@ -206,6 +216,11 @@ func (p *Provider) createFrom(ctx context.Context, spec provider.CreateSpec, poo
 	if err != nil {
 		return nil, provider.Errorf(provider.CodeUnavailable, "agent binary: %v", err)
 	}
+	var boot *bootImage // restore from it, or save it (bootimage.go)
+	if bootOK && p.bootEligible(spec, rtName, netMode, pooled, given) {
+		boot = p.bootImageFor(ctx, rt, tp, size, agentPath)
+		defer boot.release()
+	}
 
 	now := time.Now()
 	rec := &record{
@@ -214,6 +229,9 @@ func (p *Provider) createFrom(ctx context.Context, spec provider.CreateSpec, poo
 		Runtime: rtName, Template: tmpl, Network: string(netMode), UIDIndex: -1,
 		CPU: size.CPU, MemoryMB: size.MemoryMB, DiskGB: size.DiskGB, Pids: p.cfg.PidsLimit,
 		Caps: withoutCheckpoint(p.capsFor(rtName, tp), rtName, netMode), Volumes: spec.Volumes,
+	}
+	if boot.restoring() {
+		rec.BootImage = boot.key
 	}
 	if pooled {
 		rec.Pooled, rec.PoolOwner, rec.PoolOwnerStart = true, os.Getpid(), procStart(os.Getpid())
@@ -473,6 +491,9 @@ func (p *Provider) createFrom(ctx context.Context, spec provider.CreateSpec, poo
 				if full {
 					return rt.restore(ctx, runscNetwork(rec), id, p.lay.dir(id), p.lay.pidFile(id), p.lay.log(id), filepath.Join(p.lay.snapshot(snap.ID), "image"))
 				}
+				if boot.restoring() {
+					return rt.restore(ctx, runscNetwork(rec), id, p.lay.dir(id), p.lay.pidFile(id), p.lay.log(id), filepath.Join(p.lay.bootImage(boot.key), "image"))
+				}
 				return rt.start(ctx, runscNetwork(rec), id, p.lay.dir(id), p.lay.pidFile(id), p.lay.log(id), plumbAfterCreate)
 			}); err != nil {
 				return err
@@ -580,7 +601,7 @@ func (p *Provider) createFrom(ctx context.Context, spec provider.CreateSpec, poo
 			return nil
 		}},
 		{name: "agent", do: func(ctx context.Context) error {
-			if full {
+			if full || boot.restoring() {
 				// The restored agent waits, its listener closed, for the word to listen
 				// again: in this sandbox's socket directory.
 				if err := rt.kill(ctx, runscNetwork(rec), id, "USR2"); err != nil {
@@ -589,6 +610,12 @@ func (p *Provider) createFrom(ctx context.Context, spec provider.CreateSpec, poo
 			}
 			return p.waitAgent(ctx, rec)
 		}},
+		{name: "boot image", do: func(ctx context.Context) error {
+			if !boot.saving() {
+				return nil
+			}
+			return p.saveBootImage(ctx, rt, rec, boot)
+		}},
 		{name: "start command", do: func(ctx context.Context) error {
 			if full {
 				return nil // its processes are running already
@@ -596,9 +623,9 @@ func (p *Provider) createFrom(ctx context.Context, spec provider.CreateSpec, poo
 			return p.startTemplate(ctx, rec, tc)
 		}},
 		{name: "record", do: func(ctx context.Context) error {
-			if full {
+			if full || boot != nil {
 				// The restored agent remembers the deadlines of the sandbox it was saved
-				// in; this sandbox's are its own.
+				// in (a boot image's: none); this sandbox's are its own.
 				var deadline time.Time
 				if spec.Timeout > 0 {
 					rec.Deadline = time.Now().Add(spec.Timeout).UTC().Truncate(time.Millisecond)
@@ -629,6 +656,10 @@ func (p *Provider) createFrom(ctx context.Context, spec provider.CreateSpec, poo
 		}},
 	}
 	if err := runSteps(ctx, steps); err != nil {
+		if boot.restoring() && ctx.Err() == nil {
+			p.discardBootImage(boot.key)
+			return nil, &errBootRestore{err}
+		}
 		if ctx.Err() != nil {
 			return nil, provider.Wrap(fmt.Errorf("create: %w", errors.Join(ctx.Err(), err)), provider.CodeAborted, "create")
 		}

@@ -429,6 +429,10 @@ func (p *Provider) DeleteTemplate(ctx context.Context, name string, force bool) 
 	if _, err := st.Remove(ctx, name, template.RemoveOptions{InUse: p.TemplateUsers, Force: force}); err != nil {
 		return err
 	}
-	_, err = st.Prune(ctx)
+	if _, err := st.Prune(ctx); err != nil {
+		return err
+	}
+	// The template's boot images with it (bootimage.go).
+	_, err = p.PruneBootImages(ctx)
 	return err
 }

@@ -37,6 +37,8 @@ type Provider struct {
 
 	pool *pool // nil: Config.Pool is 0
 
+	bootRunsc runscIdentity // the runsc of boot images' keys (bootimage.go)
+
 	agent agentState // the agent binary, found on first need (agent.go)
 
 	storeMu sync.Mutex

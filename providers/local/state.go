@@ -137,6 +137,9 @@ type record struct {
 	Pooled         bool   `json:"pooled,omitempty"`
 	PoolOwner      int    `json:"poolOwner,omitempty"`
 	PoolOwnerStart uint64 `json:"poolOwnerStart,omitempty"`
+	// BootImage is the key of the boot image the sandbox was restored from (bootimage.go);
+	// "" for a sandbox that booted.
+	BootImage string `json:"bootImage,omitempty"`
 }
 
 func (l layout) readRecord(id string) (*record, error) {
