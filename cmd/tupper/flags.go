@@ -80,6 +80,7 @@ type localOptions struct {
 	pool         int
 	allowPrivate []netip.Prefix
 	runtime      string
+	noBootImages bool
 }
 
 // createFlags are the sandbox options of run and create.

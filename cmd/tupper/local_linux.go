@@ -20,7 +20,19 @@ func localWith(prov provider.Provider, opts localOptions, flags string) (*local.
 	if _, ok := prov.(*local.Provider); !ok {
 		return nil, fmt.Errorf("%s needs the local provider, not %s", flags, prov.Name())
 	}
-	return local.New(local.Config{Pool: opts.pool, AllowPrivate: opts.allowPrivate, Runtime: opts.runtime})
+	return local.New(local.Config{Pool: opts.pool, AllowPrivate: opts.allowPrivate, Runtime: opts.runtime, NoBootImages: opts.noBootImages})
+}
+
+// pruneBootImages removes the local provider's boot images in home that no create would use
+// again (their template gone, or made from another runsc or agent), after a template's
+// removal or a prune, and returns how many.
+func pruneBootImages(ctx context.Context, home string) (int, error) {
+	p, err := local.New(local.Config{Home: home})
+	if err != nil {
+		return 0, err
+	}
+	defer p.Close()
+	return p.PruneBootImages(ctx)
 }
 
 // announceBuiltin says, before a create that will make a built-in template (debian, base)

@@ -22,6 +22,7 @@ func newServeCmd() *cobra.Command {
 		addr, home, domain, baseURL, provName string
 		runtimeName                           string
 		quiet, allowPrivateWebhooks           bool
+		noBootImages                          bool
 		pool                                  int
 		allowPrivate                          []string
 		snapExpiry                            time.Duration
@@ -74,8 +75,8 @@ func newServeCmd() *cobra.Command {
 			if volumesGiB < 0 {
 				return fmt.Errorf("--volumes-gib must be 0 (no bound) or more")
 			}
-			if pool > 0 || len(allow) > 0 || runtimeName != "" {
-				lp, err := localWith(prov, localOptions{pool: pool, allowPrivate: allow, runtime: runtimeName}, "--pool, --runtime and --allow-private")
+			if pool > 0 || len(allow) > 0 || runtimeName != "" || noBootImages {
+				lp, err := localWith(prov, localOptions{pool: pool, allowPrivate: allow, runtime: runtimeName, noBootImages: noBootImages}, "--pool, --runtime, --allow-private and --no-boot-images")
 				if err != nil {
 					return err
 				}
@@ -165,6 +166,7 @@ func newServeCmd() *cobra.Command {
 	fl.IntVar(&volumesGiB, "volumes-gib", server.DefaultVolumesTotalMB>>10, "the most GiB the server's volumes may declare together, the host disk they can take as they fill (0: no bound)")
 	fl.Int64Var(&buildContextMiB, "build-context-mib", 1024, "largest template build context a request may send, in MiB; it may unpack to four times that")
 	fl.IntVar(&concurrentBuilds, "concurrent-builds", 1, "template builds that run at once; the others wait in a queue")
+	fl.BoolVar(&noBootImages, "no-boot-images", false, "boot every runsc sandbox cold instead of restoring a checkpoint of its template booted once (local provider; see docs/local.md)")
 	fl.IntVar(&pool, "pool", 0, "keep this many sandboxes started for creates of the default shape with network none (local provider; see docs/local.md)")
 	return cmd
 }

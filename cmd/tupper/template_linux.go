@@ -211,6 +211,9 @@ func newTemplateCmd() *cobra.Command {
 			if err != nil {
 				return templateErr(err)
 			}
+			if _, err := pruneBootImages(cmd.Context(), home); err != nil {
+				return templateErr(err)
+			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "tupper: removed %s; freed %s in %d layers\n", t.Name, bytesHuman(p.Bytes), p.Layers)
 			fmt.Fprintln(cmd.OutOrStdout(), t.Name)
 			return nil
@@ -220,7 +223,7 @@ func newTemplateCmd() *cobra.Command {
 
 	prune := &cobra.Command{
 		Use:   "prune",
-		Short: "Remove the layers no template uses, and what failed imports left",
+		Short: "Remove the layers no template uses, what failed imports left, and stale boot images",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			st, err := open()
@@ -232,6 +235,13 @@ func newTemplateCmd() *cobra.Command {
 				return templateErr(err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "freed %s in %d layers\n", bytesHuman(p.Bytes), p.Layers)
+			n, err := pruneBootImages(cmd.Context(), home)
+			if err != nil {
+				return templateErr(err)
+			}
+			if n > 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "removed %d stale boot images\n", n)
+			}
 			return nil
 		},
 	}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -96,9 +97,9 @@ func BenchmarkCheckpoint(b *testing.B) {
 }
 
 // BenchmarkRestoreVsCold: runsc create → first command, from a full snapshot of a freshly
-// booted sandbox against a cold create, side by side.
+// booted sandbox against a cold create (boot images off), side by side.
 func BenchmarkRestoreVsCold(b *testing.B) {
-	p := newTestProvider(b, RuntimeRunsc)
+	p := newTestProviderConfig(b, Config{Runtime: RuntimeRunsc, NoBootImages: true})
 	ctx := context.Background()
 	b.Run("cold", func(b *testing.B) {
 		var durs []time.Duration
@@ -137,4 +138,54 @@ func p50(d []time.Duration) time.Duration {
 	s := slices.Clone(d)
 	slices.Sort(s)
 	return s[len(s)/2]
+}
+
+// BenchmarkBootImage: runsc create → first command (`true`) done, from the boot image
+// (the default) against a cold boot (Config.NoBootImages), alternating in each iteration so
+// that both see the same load; each p50, their ratio, and (logged) the p50 of each step of
+// Create from the image. The image is saved by a create before the timing starts.
+func BenchmarkBootImage(b *testing.B) {
+	warm := newTestProvider(b, RuntimeRunsc)
+	cold := newTestProviderConfig(b, Config{Runtime: RuntimeRunsc, NoBootImages: true})
+	first := create(b, warm, provider.CreateSpec{Network: netNone}) // saves the image
+	warm.Destroy(context.Background(), first.ID())
+	var mu sync.Mutex
+	steps := map[string][]time.Duration{}
+	var order []string
+	timing := false // only the creates from the image
+	stepHook = func(name string, d time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		if timing {
+			if _, ok := steps[name]; !ok {
+				order = append(order, name)
+			}
+			steps[name] = append(steps[name], d)
+		}
+	}
+	defer func() { stepHook = nil }()
+	var fromImage, coldDurs []time.Duration
+	for b.Loop() {
+		coldDurs = append(coldDurs, createFirstCommand(b, cold))
+		mu.Lock()
+		timing = true
+		mu.Unlock()
+		fromImage = append(fromImage, createFirstCommand(b, warm))
+		mu.Lock()
+		timing = false
+		mu.Unlock()
+	}
+	b.StopTimer()
+	// The warm provider's creates restored its image.
+	inst := create(b, warm, provider.CreateSpec{Network: netNone})
+	if rec, err := warm.lay.readRecord(inst.ID()); err != nil || rec.BootImage == "" {
+		b.Fatalf("a create of the warm provider booted cold (%v)", err)
+	}
+	ci, wi := p50(coldDurs), p50(fromImage)
+	b.ReportMetric(float64(ci.Microseconds())/1000, "ms-p50-cold")
+	b.ReportMetric(float64(wi.Microseconds())/1000, "ms-p50-image")
+	b.ReportMetric(float64(ci)/float64(wi), "cold/image")
+	for _, name := range order {
+		b.Logf("from the image: step %-16s p50 %8.1f ms", name, float64(p50(steps[name]).Microseconds())/1000)
+	}
 }
