@@ -43,10 +43,12 @@ func bootKeyOf(t *testing.T, p *Provider, inst *Instance) string {
 	return rec.BootImage
 }
 
-// bootProbe is what a user could see of a new sandbox that a boot image could change.
+// bootProbe is what a user could see of a new sandbox that a boot image could change. The
+// process list is read with shell builtins only, so that the probe's own processes are the
+// same two shells every time.
 const bootProbe = `echo "host=$(hostname)"; echo "tmp=$(ls -A /tmp | tr '\n' ' ')"; ` +
 	`echo "ws=$(ls -A /workspace 2>/dev/null | tr '\n' ' ')"; echo "root=$(ls -A /root 2>/dev/null | tr '\n' ' ')"; ` +
-	`echo "procs=$(for p in /proc/[0-9]*; do cat $p/comm 2>/dev/null; done | sort | tr '\n' ' ')"; ` +
+	`echo "procs=$(for p in /proc/[0-9]*; do read -r c <$p/comm && printf '%s ' "$c"; done 2>/dev/null)"; ` +
 	`echo "machine-id=$(cat /etc/machine-id 2>/dev/null)"; echo "env=$(env | grep -v -e '^PWD=' -e '^SHLVL=' -e '^_=' | sort | tr '\n' ' ')"`
 
 // TestBootImage: the first runsc create saves a boot image of its fresh sandbox, later ones

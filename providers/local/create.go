@@ -217,6 +217,7 @@ func (p *Provider) createOnce(ctx context.Context, spec provider.CreateSpec, poo
 		return nil, provider.Errorf(provider.CodeUnavailable, "agent binary: %v", err)
 	}
 	var boot *bootImage // restore from it, or save it (bootimage.go)
+	bootFailed := false // restoring it failed: the image is removed and the create made cold
 	if bootOK && p.bootEligible(spec, rtName, netMode, pooled, given) {
 		boot = p.bootImageFor(ctx, rt, tp, size, agentPath)
 		defer boot.release()
@@ -492,7 +493,9 @@ func (p *Provider) createOnce(ctx context.Context, spec provider.CreateSpec, poo
 					return rt.restore(ctx, runscNetwork(rec), id, p.lay.dir(id), p.lay.pidFile(id), p.lay.log(id), filepath.Join(p.lay.snapshot(snap.ID), "image"))
 				}
 				if boot.restoring() {
-					return rt.restore(ctx, runscNetwork(rec), id, p.lay.dir(id), p.lay.pidFile(id), p.lay.log(id), filepath.Join(p.lay.bootImage(boot.key), "image"))
+					err := rt.restore(ctx, runscNetwork(rec), id, p.lay.dir(id), p.lay.pidFile(id), p.lay.log(id), filepath.Join(p.lay.bootImage(boot.key), "image"))
+					bootFailed = err != nil
+					return err
 				}
 				return rt.start(ctx, runscNetwork(rec), id, p.lay.dir(id), p.lay.pidFile(id), p.lay.log(id), plumbAfterCreate)
 			}); err != nil {
@@ -608,7 +611,9 @@ func (p *Provider) createOnce(ctx context.Context, spec provider.CreateSpec, poo
 					return err
 				}
 			}
-			return p.waitAgent(ctx, rec)
+			err := p.waitAgent(ctx, rec)
+			bootFailed = err != nil && boot.restoring()
+			return err
 		}},
 		{name: "boot image", do: func(ctx context.Context) error {
 			if !boot.saving() {
@@ -656,7 +661,7 @@ func (p *Provider) createOnce(ctx context.Context, spec provider.CreateSpec, poo
 		}},
 	}
 	if err := runSteps(ctx, steps); err != nil {
-		if boot.restoring() && ctx.Err() == nil {
+		if bootFailed && ctx.Err() == nil {
 			p.discardBootImage(boot.key)
 			return nil, &errBootRestore{err}
 		}

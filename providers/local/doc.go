@@ -270,6 +270,18 @@
 // sandbox's deadlines; another runtime is unsupported. Provider.Snapshots and SnapshotInfo
 // list and inspect snapshots (provider.SnapshotLister).
 //
+// # Warm starts
+//
+// Two mechanisms make a create skip the boot, each for what can be applied to a sandbox that
+// runs already. The warm pool (Config.Pool, pool.go) hands out sandboxes of the default shape
+// booted ahead of time. Boot images (on unless Config.NoBootImages, bootimage.go) restore
+// runsc sandboxes from a checkpoint that the first create of their shape (template, size,
+// network none) took of its own sandbox just booted, before its start command; the restored
+// sandbox gets a new writable layer, its own id, socket, deadlines, labels and key. Both are
+// bypassed, and the create boots as usual, by Env and Secrets (the agent's environment from
+// start), From, Volumes and a network other than none; the pool also by another runtime,
+// template or size, boot images by a runtime other than runsc and by template build steps.
+//
 // # Capabilities
 //
 // network-none (always), network-all (a veth pair and the nat table work), timeout and
