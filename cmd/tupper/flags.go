@@ -80,7 +80,7 @@ type localOptions struct {
 	pool         int
 	allowPrivate []netip.Prefix
 	runtime      string
-	noBootImages bool
+	bootImages   bool
 }
 
 // createFlags are the sandbox options of run and create.

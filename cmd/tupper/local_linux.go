@@ -20,7 +20,7 @@ func localWith(prov provider.Provider, opts localOptions, flags string) (*local.
 	if _, ok := prov.(*local.Provider); !ok {
 		return nil, fmt.Errorf("%s needs the local provider, not %s", flags, prov.Name())
 	}
-	return local.New(local.Config{Pool: opts.pool, AllowPrivate: opts.allowPrivate, Runtime: opts.runtime, NoBootImages: opts.noBootImages})
+	return local.New(local.Config{Pool: opts.pool, AllowPrivate: opts.allowPrivate, Runtime: opts.runtime, BootImages: opts.bootImages})
 }
 
 // pruneBootImages removes the local provider's boot images in home that no create would use

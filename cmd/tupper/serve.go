@@ -22,7 +22,7 @@ func newServeCmd() *cobra.Command {
 		addr, home, domain, baseURL, provName string
 		runtimeName                           string
 		quiet, allowPrivateWebhooks           bool
-		noBootImages                          bool
+		bootImages                            bool
 		pool                                  int
 		allowPrivate                          []string
 		snapExpiry                            time.Duration
@@ -75,8 +75,8 @@ func newServeCmd() *cobra.Command {
 			if volumesGiB < 0 {
 				return fmt.Errorf("--volumes-gib must be 0 (no bound) or more")
 			}
-			if pool > 0 || len(allow) > 0 || runtimeName != "" || noBootImages {
-				lp, err := localWith(prov, localOptions{pool: pool, allowPrivate: allow, runtime: runtimeName, noBootImages: noBootImages}, "--pool, --runtime, --allow-private and --no-boot-images")
+			if pool > 0 || len(allow) > 0 || runtimeName != "" || bootImages {
+				lp, err := localWith(prov, localOptions{pool: pool, allowPrivate: allow, runtime: runtimeName, bootImages: bootImages}, "--pool, --runtime, --allow-private and --boot-images")
 				if err != nil {
 					return err
 				}
@@ -166,7 +166,7 @@ func newServeCmd() *cobra.Command {
 	fl.IntVar(&volumesGiB, "volumes-gib", server.DefaultVolumesTotalMB>>10, "the most GiB the server's volumes may declare together, the host disk they can take as they fill (0: no bound)")
 	fl.Int64Var(&buildContextMiB, "build-context-mib", 1024, "largest template build context a request may send, in MiB; it may unpack to four times that")
 	fl.IntVar(&concurrentBuilds, "concurrent-builds", 1, "template builds that run at once; the others wait in a queue")
-	fl.BoolVar(&noBootImages, "no-boot-images", false, "boot every runsc sandbox cold instead of restoring a checkpoint of its template booted once (local provider; see docs/local.md)")
+	fl.BoolVar(&bootImages, "boot-images", false, "restore runsc sandboxes with network none from a checkpoint of their template booted once, instead of booting each (local provider; see docs/local.md)")
 	fl.IntVar(&pool, "pool", 0, "keep this many sandboxes started for creates of the default shape with network none (local provider; see docs/local.md)")
 	return cmd
 }

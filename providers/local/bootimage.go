@@ -21,9 +21,9 @@ import (
 	"github.com/tupper-dev/tupper/template"
 )
 
-// Boot images (on unless Config.NoBootImages). A runsc sandbox takes about two seconds to
-// boot; restoring a checkpoint of one that has just booted takes a fraction of that. So the
-// first create of a shape checkpoints its own sandbox once the agent answers, before its
+// Boot images (Config.BootImages; off by default). A runsc sandbox takes about two seconds
+// to boot; restoring a checkpoint of one that has just booted can take less. So the first
+// create of a shape checkpoints its own sandbox once the agent answers, before its
 // template's start command runs and before it is handed out, and later creates of that shape
 // restore the checkpoint instead of booting:
 //
@@ -139,7 +139,7 @@ func (p *Provider) runscID(rt ociRuntime) string {
 
 // bootEligible reports whether a create of spec may use or save a boot image (see above).
 func (p *Provider) bootEligible(spec provider.CreateSpec, rtName string, netMode provider.NetworkMode, pooled bool, given *sandboxTemplate) bool {
-	return !p.cfg.NoBootImages && !pooled && given == nil && rtName == RuntimeRunsc &&
+	return p.cfg.BootImages && !pooled && given == nil && rtName == RuntimeRunsc &&
 		netMode == provider.NetworkNone && spec.From == "" && len(spec.Env) == 0 &&
 		len(spec.Secrets) == 0 && len(spec.Volumes) == 0 && spec.Timeout >= 0 && spec.IdleTimeout >= 0
 }
@@ -278,7 +278,7 @@ func (p *Provider) writeBootImage(ctx context.Context, rt ociRuntime, rec *recor
 	if err := os.MkdirAll(img, 0o700); err != nil {
 		return err
 	}
-	if err := rt.run(ctx, runscNetwork(rec), "checkpoint", "--image-path", img, "--leave-running", rec.ID); err != nil {
+	if err := rt.run(ctx, runscNetwork(rec), "checkpoint", "--compression=none", "--exclude-committed-zero-pages", "--image-path", img, "--leave-running", rec.ID); err != nil {
 		return err
 	}
 	if h := testHookBootImageWrite; h != nil {

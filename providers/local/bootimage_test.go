@@ -15,6 +15,12 @@ import (
 	"github.com/tupper-dev/tupper/provider"
 )
 
+// newBootProvider is a runsc provider with boot images on.
+func newBootProvider(t testing.TB) *Provider {
+	t.Helper()
+	return newTestProviderConfig(t, Config{Runtime: RuntimeRunsc, BootImages: true})
+}
+
 // bootImageDirs are the complete boot images in p's Home, and whatever else is there.
 func bootImageDirs(t *testing.T, p *Provider) (images, other []string) {
 	t.Helper()
@@ -56,7 +62,7 @@ const bootProbe = `echo "host=$(hostname)"; echo "tmp=$(ls -A /tmp | tr '\n' ' '
 // the first sandbox did (files, processes) leaks, each has its own random state, writable
 // layer, deadline and identity.
 func TestBootImage(t *testing.T) {
-	p := newTestProvider(t, RuntimeRunsc)
+	p := newBootProvider(t)
 	ctx := context.Background()
 	first := create(t, p, provider.CreateSpec{Network: netNone, Timeout: time.Hour})
 	if k := bootKeyOf(t, p, first); k != "" {
@@ -80,7 +86,7 @@ func TestBootImage(t *testing.T) {
 		t.Fatalf("labels of a restored sandbox: %+v %v", rec, err)
 	}
 	// A cold sandbox of the same shape, for comparison.
-	cold := create(t, newTestProviderConfig(t, Config{Runtime: RuntimeRunsc, NoBootImages: true}), provider.CreateSpec{Network: netNone})
+	cold := create(t, newTestProvider(t, RuntimeRunsc), provider.CreateSpec{Network: netNone})
 	want := run(t, cold, bootProbe)
 	if strings.Contains(want, "first") || strings.Contains(want, "sleep") {
 		t.Fatalf("the probe is wrong: %s", want)
@@ -135,7 +141,7 @@ func TestBootImage(t *testing.T) {
 // TestBootImageBypass: a create with what a running sandbox cannot take (env) boots cold,
 // has it, and saves no image.
 func TestBootImageBypass(t *testing.T) {
-	p := newTestProvider(t, RuntimeRunsc)
+	p := newBootProvider(t)
 	inst := create(t, p, provider.CreateSpec{Network: netNone, Env: map[string]string{"BOOT_TEST": "yes"}})
 	if out := run(t, inst, "echo $BOOT_TEST"); out != "yes" {
 		t.Fatalf("env: %q", out)
@@ -160,7 +166,7 @@ func TestBootImageBypass(t *testing.T) {
 // TestBootImageCorrupt: an image whose checkpoint is damaged, or whose metadata names other
 // inputs, is removed, and the create boots cold and succeeds.
 func TestBootImageCorrupt(t *testing.T) {
-	p := newTestProvider(t, RuntimeRunsc)
+	p := newBootProvider(t)
 	create(t, p, provider.CreateSpec{Network: netNone})
 	images, _ := bootImageDirs(t, p)
 	if len(images) != 1 {
@@ -224,7 +230,7 @@ func TestBootImageCorrupt(t *testing.T) {
 // TestBootImageConcurrentFirst: two first creates at once both succeed; one image is
 // written, whole, and no temporary directory is left.
 func TestBootImageConcurrentFirst(t *testing.T) {
-	p := newTestProvider(t, RuntimeRunsc)
+	p := newBootProvider(t)
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	for i := range errs {
@@ -261,7 +267,7 @@ func TestBootImageConcurrentFirst(t *testing.T) {
 // TestBootImageHalfWritten: a save that fails after the checkpoint leaves no image and no
 // temporary directory, and the create that tried succeeds.
 func TestBootImageHalfWritten(t *testing.T) {
-	p := newTestProvider(t, RuntimeRunsc)
+	p := newBootProvider(t)
 	testHookBootImageWrite = func(string) error { return os.ErrDeadlineExceeded }
 	t.Cleanup(func() { testHookBootImageWrite = nil })
 	inst := create(t, p, provider.CreateSpec{Network: netNone})
@@ -274,7 +280,7 @@ func TestBootImageHalfWritten(t *testing.T) {
 // TestPruneBootImages: images of a template the store lacks and of other inputs go; the
 // current one stays.
 func TestPruneBootImages(t *testing.T) {
-	p := newTestProvider(t, RuntimeRunsc)
+	p := newBootProvider(t)
 	create(t, p, provider.CreateSpec{Network: netNone})
 	images, _ := bootImageDirs(t, p)
 	if len(images) != 1 {

@@ -65,11 +65,12 @@ type Config struct {
 	// Close, for Create to hand out; 0 (the default) keeps none. For long-lived users
 	// (tupper serve --pool); see pool.go.
 	Pool int
-	// NoBootImages turns boot images off: by default the first runsc create of a shape
-	// (template, size, network "none") saves a checkpoint of its freshly booted sandbox
-	// under Home/bootimages, and later creates of that shape restore it instead of booting
-	// (tupper serve --no-boot-images); see bootimage.go.
-	NoBootImages bool
+	// BootImages makes the first runsc create of a shape (template, size, network "none")
+	// save a checkpoint of its freshly booted sandbox under Home/bootimages, and later creates
+	// of that shape restore it instead of booting (tupper serve --boot-images); see
+	// bootimage.go. Off by default: with this host's runsc (20240729) a restore starts a new
+	// sandbox process just as a boot does, and measured no faster than a boot (docs/local.md).
+	BootImages bool
 }
 
 // Validate reports a configuration New cannot use.

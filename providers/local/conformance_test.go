@@ -23,6 +23,17 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestConformanceBootImages runs the suite under runsc with boot images on
+// (Config.BootImages): each test's first create of a shape saves a checkpoint of its own
+// sandbox and lets it run on, later ones of the same provider restore it. Like runsc's run of
+// TestConformance, -short skips it outside CI.
+func TestConformanceBootImages(t *testing.T) {
+	if testing.Short() && !testenv.InCI() {
+		t.Skip("-short: the suite under runsc takes minutes")
+	}
+	sandboxtest.Run(t, func(t testing.TB) provider.Provider { return newBootProvider(t) })
+}
+
 // TestConformanceFallbacks runs the suite once more with the provider's fast paths hidden
 // (sandboxtest.Bare), under the default runtime, so the core's shell fallbacks for files,
 // activity, log ranges and get-or-create are proven on a real sandbox too.

@@ -274,7 +274,7 @@
 //
 // Two mechanisms make a create skip the boot, each for what can be applied to a sandbox that
 // runs already. The warm pool (Config.Pool, pool.go) hands out sandboxes of the default shape
-// booted ahead of time. Boot images (on unless Config.NoBootImages, bootimage.go) restore
+// booted ahead of time. Boot images (Config.BootImages, off by default, bootimage.go) restore
 // runsc sandboxes from a checkpoint that the first create of their shape (template, size,
 // network none) took of its own sandbox just booted, before its start command; the restored
 // sandbox gets a new writable layer, its own id, socket, deadlines, labels and key. Both are

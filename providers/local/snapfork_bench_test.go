@@ -97,9 +97,9 @@ func BenchmarkCheckpoint(b *testing.B) {
 }
 
 // BenchmarkRestoreVsCold: runsc create → first command, from a full snapshot of a freshly
-// booted sandbox against a cold create (boot images off), side by side.
+// booted sandbox against a cold create, side by side.
 func BenchmarkRestoreVsCold(b *testing.B) {
-	p := newTestProviderConfig(b, Config{Runtime: RuntimeRunsc, NoBootImages: true})
+	p := newTestProvider(b, RuntimeRunsc)
 	ctx := context.Background()
 	b.Run("cold", func(b *testing.B) {
 		var durs []time.Duration
@@ -141,12 +141,12 @@ func p50(d []time.Duration) time.Duration {
 }
 
 // BenchmarkBootImage: runsc create → first command (`true`) done, from the boot image
-// (the default) against a cold boot (Config.NoBootImages), alternating in each iteration so
+// (Config.BootImages) against a cold boot, alternating in each iteration so
 // that both see the same load; each p50, their ratio, and (logged) the p50 of each step of
 // Create from the image. The image is saved by a create before the timing starts.
 func BenchmarkBootImage(b *testing.B) {
-	warm := newTestProvider(b, RuntimeRunsc)
-	cold := newTestProviderConfig(b, Config{Runtime: RuntimeRunsc, NoBootImages: true})
+	warm := newBootProvider(b)
+	cold := newTestProvider(b, RuntimeRunsc)
 	first := create(b, warm, provider.CreateSpec{Network: netNone}) // saves the image
 	warm.Destroy(context.Background(), first.ID())
 	var mu sync.Mutex
