@@ -29,8 +29,10 @@ import (
 //
 //	bootimages/<key>/meta.json        bootMeta: the key and everything it was made from
 //	bootimages/<key>/image/           runsc's checkpoint of the freshly booted sandbox
-//	bootimages/.tmp-<key>-<pid>/      an image being written; renamed to <key> when complete
-//	bootimages/.lock-<key>            held by the create that writes <key>
+//	bootimages/.tmp-<key>-<n>-<pid>/  an image being written; renamed to <key> when complete
+//	bootimages/.lock-<key>            held by the create that writes <key> (kept: a lock file
+//	                                  removed while another process opens it would let two
+//	                                  writers in)
 //
 // The shape, and the key (a hash of it), is everything that makes a restored sandbox differ
 // from a cold one: the template (name, layers, configuration, creation time), the runsc
@@ -253,8 +255,8 @@ func (p *Provider) saveBootImage(ctx context.Context, rt ociRuntime, rec *record
 		return nil // the agent runs as it was: no image this time
 	}
 	bg := context.WithoutCancel(ctx)
-	tmp := filepath.Join(p.lay.bootImages(), ".tmp-"+b.key+"-"+strconv.Itoa(os.Getpid()))
-	os.RemoveAll(tmp)
+	// Unique, though the lock makes this the only writer of key: the pid last, for prune.
+	tmp := filepath.Join(p.lay.bootImages(), ".tmp-"+b.key+"-"+newID()+"-"+strconv.Itoa(os.Getpid()))
 	net := runscNetwork(rec)
 	if err := rt.run(ctx, net, "pause", rec.ID); err == nil {
 		werr := p.writeBootImage(ctx, rt, rec, b, tmp)
@@ -386,17 +388,7 @@ func (p *Provider) PruneBootImages(ctx context.Context) (int, error) {
 			}
 			continue
 		}
-		if strings.HasPrefix(name, ".lock-") {
-			key := strings.TrimPrefix(name, ".lock-")
-			if _, err := os.Stat(p.lay.bootImage(key)); errors.Is(err, os.ErrNotExist) {
-				if lk, _ := tryLockFile(filepath.Join(dir, name)); lk != nil {
-					os.Remove(filepath.Join(dir, name))
-					lk.unlock()
-				}
-			}
-			continue
-		}
-		if !e.IsDir() {
+		if !e.IsDir() || strings.HasPrefix(name, ".") {
 			continue
 		}
 		stale := true
