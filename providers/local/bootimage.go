@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	agentspec "github.com/tupper-dev/tupper/agent/spec"
+	"github.com/tupper-dev/tupper/internal/flock"
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/template"
 )
@@ -102,8 +103,8 @@ type bootMeta struct {
 type bootImage struct {
 	key    string
 	inputs bootInputs
-	save   bool   // there is none: this create writes it, holding lk
-	lk     *flock // save only
+	save   bool        // there is none: this create writes it, holding lk
+	lk     *flock.Lock // save only
 }
 
 func (b *bootImage) restoring() bool { return b != nil && !b.save }
@@ -112,7 +113,7 @@ func (b *bootImage) saving() bool    { return b != nil && b.save }
 // release gives up the lock of an image being saved.
 func (b *bootImage) release() {
 	if b != nil {
-		b.lk.unlock()
+		b.lk.Unlock()
 	}
 }
 
@@ -192,12 +193,12 @@ func (p *Provider) bootImageFor(ctx context.Context, rt ociRuntime, tp *sandboxT
 	if err := os.MkdirAll(p.lay.bootImages(), 0o700); err != nil {
 		return nil
 	}
-	lk, err := tryLockFile(filepath.Join(p.lay.bootImages(), ".lock-"+key))
+	lk, err := flock.TryAcquire(filepath.Join(p.lay.bootImages(), ".lock-"+key))
 	if err != nil || lk == nil {
 		return nil
 	}
 	if p.bootImageSound(key, &in) { // saved while we looked
-		lk.unlock()
+		lk.Unlock()
 		return &bootImage{key: key, inputs: in}
 	}
 	// What is there (unsound) goes; a crash's leftovers of this key with it.
@@ -335,23 +336,6 @@ func syncDir(dir string) error {
 	return errors.Join(serr, f.Close())
 }
 
-// tryLockFile takes an exclusive lock on path if no one holds it; nil, nil when someone
-// does.
-func tryLockFile(path string) (*flock, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, nil
-		}
-		return nil, err
-	}
-	return &flock{f: f}, nil
-}
-
 // errBootRestore marks a create that failed restoring a boot image (which is removed): the
 // create is made again, cold.
 type errBootRestore struct{ err error }
@@ -399,8 +383,7 @@ func (p *Provider) PruneBootImages(ctx context.Context) (int, error) {
 			tp := &sandboxTemplate{name: m.Inputs.Template}
 			if tp.name != TemplateHost {
 				if store == nil {
-					store, err = template.Open(p.cfg.Home)
-					if err != nil {
+					if store, err = p.templateStore(); err != nil {
 						return n, err
 					}
 				}
