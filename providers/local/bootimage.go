@@ -117,27 +117,32 @@ func (b *bootImage) release() {
 	}
 }
 
-// runscIdentity is the runsc binary's path, file identity and version, found once.
+// runscIdentity is the runsc binary's path, file identity and version, found once (a
+// failure is tried again on next need).
 type runscIdentity struct {
-	once sync.Once
-	id   string
+	mu sync.Mutex
+	id string
 }
 
 func (p *Provider) runscID(rt ociRuntime) string {
-	p.bootRunsc.once.Do(func() {
-		var st unix.Stat_t
-		if unix.Stat(rt.path, &st) != nil {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		out, err := rt.output(ctx, "none", "--version")
-		if err != nil {
-			return
-		}
-		p.bootRunsc.id = rt.path + " " + statKey(&st) + " " + strings.Join(strings.Fields(string(out)), " ")
-	})
-	return p.bootRunsc.id
+	r := &p.bootRunsc
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.id != "" {
+		return r.id
+	}
+	var st unix.Stat_t
+	if unix.Stat(rt.path, &st) != nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := rt.output(ctx, "none", "--version")
+	if err != nil {
+		return ""
+	}
+	r.id = rt.path + " " + statKey(&st) + " " + strings.Join(strings.Fields(string(out)), " ")
+	return r.id
 }
 
 // bootEligible reports whether a create of spec may use or save a boot image (see above).
