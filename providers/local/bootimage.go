@@ -117,31 +117,34 @@ func (b *bootImage) release() {
 	}
 }
 
-// runscIdentity is the runsc binary's path, file identity and version, found once (a
-// failure is tried again on next need).
+// runscIdentity is the runsc binary's path, file identity and version; the version is asked
+// again when the file changes (an upgrade in place).
 type runscIdentity struct {
-	mu sync.Mutex
-	id string
+	mu   sync.Mutex
+	stat string // the file identity id was found for
+	id   string
 }
 
 func (p *Provider) runscID(rt ociRuntime) string {
 	r := &p.bootRunsc
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.id != "" {
-		return r.id
-	}
 	var st unix.Stat_t
 	if unix.Stat(rt.path, &st) != nil {
 		return ""
 	}
+	if r.id != "" && r.stat == statKey(&st) {
+		return r.id
+	}
+	r.id = ""
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	out, err := rt.output(ctx, "none", "--version")
 	if err != nil {
 		return ""
 	}
-	r.id = rt.path + " " + statKey(&st) + " " + strings.Join(strings.Fields(string(out)), " ")
+	r.stat = statKey(&st)
+	r.id = rt.path + " " + r.stat + " " + strings.Join(strings.Fields(string(out)), " ")
 	return r.id
 }
 
