@@ -69,7 +69,8 @@ type Config struct {
 	// save a checkpoint of its freshly booted sandbox under Home/bootimages, and later creates
 	// of that shape restore it instead of booting (tupper serve --boot-images); see
 	// bootimage.go. Off by default: with this host's runsc (20240729) a restore starts a new
-	// sandbox process just as a boot does, and measured no faster than a boot (docs/local.md).
+	// sandbox process just as a boot does, and measured 0.99 to 1.17 times as fast as a boot
+	// under load (docs/local.md).
 	BootImages bool
 }
 
