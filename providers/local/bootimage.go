@@ -53,7 +53,7 @@ import (
 // A create uses a boot image, like the pool (pool.go), only for what can be applied to a
 // running sandbox. It boots cold, and saves no image, when it asks for: a runtime other
 // than runsc, a network other than "none" (gVisor cannot checkpoint the host's network
-// stack), Env or Secrets (the agent holds its environment from boot), Volumes (mounted at
+// stack), Env, Secrets or BoundSecrets (the agent holds its environment from boot), Volumes (mounted at
 // boot), From (a snapshot), a negative Timeout or IdleTimeout, or when it is a template
 // build's step sandbox. Pooled sandboxes boot cold (the pool already hides their boot).
 //
@@ -152,7 +152,8 @@ func (p *Provider) runscID(rt ociRuntime) string {
 func (p *Provider) bootEligible(spec provider.CreateSpec, rtName string, netMode provider.NetworkMode, pooled bool, given *sandboxTemplate) bool {
 	return p.cfg.BootImages && !pooled && given == nil && rtName == RuntimeRunsc &&
 		netMode == provider.NetworkNone && spec.From == "" && len(spec.Env) == 0 &&
-		len(spec.Secrets) == 0 && len(spec.Volumes) == 0 && spec.Timeout >= 0 && spec.IdleTimeout >= 0
+		len(spec.Secrets) == 0 && len(spec.BoundSecrets) == 0 && len(spec.Volumes) == 0 &&
+		spec.Timeout >= 0 && spec.IdleTimeout >= 0
 }
 
 // bootInputsFor are the inputs of the image of a sandbox of template tp and size on rt.
