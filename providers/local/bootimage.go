@@ -53,9 +53,9 @@ import (
 // A create uses a boot image, like the pool (pool.go), only for what can be applied to a
 // running sandbox. It boots cold, and saves no image, when it asks for: a runtime other
 // than runsc, a network other than "none" (gVisor cannot checkpoint the host's network
-// stack), Env, Secrets or BoundSecrets (the agent holds its environment from boot), Volumes (mounted at
-// boot), From (a snapshot), a negative Timeout or IdleTimeout, or when it is a template
-// build's step sandbox. Pooled sandboxes boot cold (the pool already hides their boot).
+// stack), Env, Secrets or BoundSecrets (the agent holds its environment from boot),
+// Volumes (mounted at boot), From (a snapshot), a negative Timeout or IdleTimeout, or when
+// it is a template build's step sandbox. Pooled sandboxes boot cold (the pool already hides their boot).
 //
 // Writing is safe against concurrent creates and crashes: the writer holds .lock-<key>
 // (a second first create that finds it held boots cold and writes nothing), writes into a
