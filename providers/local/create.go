@@ -377,7 +377,7 @@ func (p *Provider) createOnce(ctx context.Context, spec provider.CreateSpec, poo
 					if plan.hostTmp {
 						tmp = p.lay.tmp(id)
 					}
-					return restoreSnapshot(ctx, p.lay.snapshot(snap.ID), snap, upper, tmp, rec.UIDBase)
+					return restoreSnapshot(ctx, p.lay.blocks(), p.lay.snapshot(snap.ID), snap, upper, tmp, rec.UIDBase)
 				}
 			}
 			return ns(func() error { return mountRootfs(p.lay.disk(id), p.lay.rootfs(id), plan) })
@@ -490,7 +490,15 @@ func (p *Provider) createOnce(ctx context.Context, spec provider.CreateSpec, poo
 			// opens the rootfs there), and the log is on the sandbox's disk.
 			if err := ns(func() error {
 				if full {
-					return rt.restore(ctx, runscNetwork(rec), id, p.lay.dir(id), p.lay.pidFile(id), p.lay.log(id), filepath.Join(p.lay.snapshot(snap.ID), "image"))
+					// The image is assembled from the snapshot's blocks for this restore
+					// only (snapshot.go).
+					into := filepath.Join(p.lay.dir(id), "image")
+					defer os.RemoveAll(into)
+					img, err := snapshotImage(ctx, p.lay.blocks(), p.lay.snapshot(snap.ID), into)
+					if err != nil {
+						return err
+					}
+					return rt.restore(ctx, runscNetwork(rec), id, p.lay.dir(id), p.lay.pidFile(id), p.lay.log(id), img)
 				}
 				if boot.restoring() {
 					err := rt.restore(ctx, runscNetwork(rec), id, p.lay.dir(id), p.lay.pidFile(id), p.lay.log(id), filepath.Join(p.lay.bootImage(boot.key), "image"))

@@ -91,13 +91,88 @@ func (p *Provider) readSnapshot(id string) (*snapMeta, error) {
 	return &m, nil
 }
 
-// removeSnapshot deletes a snapshot: it is renamed out of sight first, so a half-removed
-// one is never found.
-func (p *Provider) removeSnapshot(id string) {
-	gone := filepath.Join(p.lay.snapshots(), ".rm-"+id+"-"+strconv.Itoa(os.Getpid()))
-	if os.Rename(p.lay.snapshot(id), gone) == nil {
-		os.RemoveAll(gone)
+// removeSnapshot deletes a snapshot and collects the blocks only it used (blocks.go).
+func (p *Provider) removeSnapshot(id string) { p.lay.removeSnapshot(id) }
+
+func (l layout) removeSnapshot(id string) {
+	if l.unlinkSnapshot(id) {
+		l.blocks().gc()
 	}
+}
+
+// unlinkSnapshot deletes a snapshot's directory, reporting whether there was one: it is
+// renamed out of sight first, so a half-removed one is never found, and its blocks are
+// garbage from that moment.
+func (l layout) unlinkSnapshot(id string) bool {
+	gone := filepath.Join(l.snapshots(), ".rm-"+id+"-"+strconv.Itoa(os.Getpid()))
+	if os.Rename(l.snapshot(id), gone) != nil {
+		return false
+	}
+	blockStep("removed")
+	os.RemoveAll(gone)
+	return true
+}
+
+// writeSnapshot writes snapshot meta.ID, committing it only once it is complete and
+// durable. fill writes its contents into the temporary directory tmp, storing large files
+// through the layerBlocks that blocks gives for a prefix of the manifest's paths (see
+// copyLayerBlocks), and may set meta's sizes. Until the rename that commits it the snapshot
+// is invisible, and its blocks are garbage should this process die (blocks.go).
+func (l layout) writeSnapshot(ctx context.Context, meta *snapMeta, fill func(tmp string, blocks func(prefix string) *layerBlocks) error) error {
+	if err := os.MkdirAll(l.snapshots(), 0o700); err != nil {
+		return err
+	}
+	tmp := filepath.Join(l.snapshots(), ".tmp-"+meta.ID+"-"+strconv.Itoa(os.Getpid()))
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return err
+	}
+	lease, err := l.blocks().use(ctx)
+	if err != nil {
+		os.RemoveAll(tmp)
+		return err
+	}
+	defer lease.release()
+	man := newManifest()
+	err = func() error {
+		err := fill(tmp, func(prefix string) *layerBlocks {
+			return &layerBlocks{lease: lease, man: man, prefix: prefix, store: true}
+		})
+		if err != nil {
+			return err
+		}
+		if h := testHookSnapshotWrite; h != nil {
+			if err := h(tmp); err != nil {
+				return err
+			}
+		}
+		// The blocks are synced, their names next, then the manifest and the metadata
+		// that name them, then the rename.
+		if err := lease.sync(); err != nil {
+			return err
+		}
+		if err := writeManifest(tmp, man); err != nil {
+			return err
+		}
+		b, err := json.MarshalIndent(meta, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := writeSynced(filepath.Join(tmp, "meta.json"), b); err != nil {
+			return err
+		}
+		if err := syncDir(tmp); err != nil {
+			return err
+		}
+		blockStep("commit")
+		if err := os.Rename(tmp, l.snapshot(meta.ID)); err != nil {
+			return err
+		}
+		return syncDir(l.snapshots())
+	}()
+	if err != nil {
+		os.RemoveAll(tmp)
+	}
+	return err
 }
 
 // DeleteSnapshot removes a snapshot now (provider.SnapshotDeleter); CodeNotFound when there
@@ -120,13 +195,14 @@ func (p *Provider) reapSnapshots() {
 		return
 	}
 	now := time.Now()
+	removed := false
 	for _, e := range ents {
 		name := e.Name()
 		if validID(name) {
 			b, err := os.ReadFile(p.lay.snapshotMeta(name))
 			var m snapMeta
 			if err == nil && json.Unmarshal(b, &m) == nil && m.expired(now) {
-				p.removeSnapshot(name)
+				removed = p.lay.unlinkSnapshot(name) || removed
 			}
 			continue
 		}
@@ -135,8 +211,12 @@ func (p *Provider) reapSnapshots() {
 			pid, err := strconv.Atoi(name[i+1:])
 			if err == nil && pid != os.Getpid() && unix.Kill(pid, 0) == unix.ESRCH {
 				os.RemoveAll(filepath.Join(p.lay.snapshots(), name))
+				removed = true
 			}
 		}
+	}
+	if bs := p.lay.blocks(); removed || fileExists(bs.wanted()) {
+		bs.gc()
 	}
 }
 
@@ -255,21 +335,23 @@ func (i *Instance) SnapshotKind(ctx context.Context, req provider.SnapshotReques
 	if expires > 0 {
 		meta.ExpiresAt = time.Now().Add(expires).UTC()
 	}
-	if err := os.MkdirAll(p.lay.snapshots(), 0o700); err != nil {
-		return "", provider.Wrap(err, provider.CodeProvider, "snapshot")
-	}
-	tmp := filepath.Join(p.lay.snapshots(), ".tmp-"+id+"-"+strconv.Itoa(os.Getpid()))
-	err = func() error {
-		if err := os.Mkdir(tmp, 0o700); err != nil {
-			return err
-		}
+	err = p.lay.writeSnapshot(ctx, &meta, func(tmp string, blocks func(string) *layerBlocks) error {
 		if full {
 			// The sandbox is paused: the checkpoint and the copy below are of one moment.
-			img := filepath.Join(tmp, "image")
-			if err := os.Mkdir(img, 0o700); err != nil {
+			// The image is written whole, then its large files (memory) go into blocks.
+			ckpt := filepath.Join(tmp, "checkpoint")
+			if err := os.Mkdir(ckpt, 0o700); err != nil {
 				return err
 			}
-			if err := rt.run(ctx, runscNetwork(rec), "checkpoint", "--image-path", img, "--leave-running", i.id); err != nil {
+			if err := rt.run(ctx, runscNetwork(rec), "checkpoint", "--image-path", ckpt, "--leave-running", i.id); err != nil {
+				return err
+			}
+			st, err := copyLayerBlocks(ctx, ckpt, filepath.Join(tmp, "image"), nil, nil, blocks("image/"))
+			if err != nil {
+				return err
+			}
+			meta.Size += st.bytes
+			if err := os.RemoveAll(ckpt); err != nil {
 				return err
 			}
 		}
@@ -283,12 +365,12 @@ func (i *Instance) SnapshotKind(ctx context.Context, req provider.SnapshotReques
 			// runsc: /tmp is the host-made disk/tmp, not the layer's (empty) tmp.
 			skip = map[string]bool{"tmp": true}
 		}
-		st, err := copyLayer(ctx, filepath.Join(disk, "upper"), filepath.Join(tmp, "upper"), nil, skip)
+		st, err := copyLayerBlocks(ctx, filepath.Join(disk, "upper"), filepath.Join(tmp, "upper"), nil, skip, blocks("upper/"))
 		if err != nil {
 			return err
 		}
 		if hostTmp {
-			tst, err := copyLayer(ctx, diskTmp, filepath.Join(tmp, "upper", "tmp"), nil, nil)
+			tst, err := copyLayerBlocks(ctx, diskTmp, filepath.Join(tmp, "upper", "tmp"), nil, nil, blocks("upper/tmp/"))
 			if err != nil {
 				return err
 			}
@@ -300,26 +382,10 @@ func (i *Instance) SnapshotKind(ctx context.Context, req provider.SnapshotReques
 			_, err := p.nsPath(rec, p.lay.disk(i.id))
 			return err
 		}
-		meta.Size, meta.Inodes = st.bytes, st.inodes
-		if full {
-			meta.Size += dirBytes(filepath.Join(tmp, "image"))
-		}
-		if h := testHookSnapshotWrite; h != nil {
-			if err := h(tmp); err != nil {
-				return err
-			}
-		}
-		b, err := json.MarshalIndent(meta, "", "  ")
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(tmp, "meta.json"), b, 0o600); err != nil {
-			return err
-		}
-		return os.Rename(tmp, p.lay.snapshot(id))
-	}()
+		meta.Size, meta.Inodes = meta.Size+st.bytes, st.inodes
+		return nil
+	})
 	if err != nil {
-		os.RemoveAll(tmp)
 		if ctx.Err() != nil {
 			return "", provider.Wrap(errors.Join(ctx.Err(), err), provider.CodeAborted, "snapshot")
 		}
@@ -384,7 +450,18 @@ func snapshotFits(m *snapMeta, diskGB int) error {
 // /tmp goes there instead of into upper, and only when it is a directory: sandbox code may
 // have made it a symlink, and the host binds tmp, a directory it made, whatever the
 // snapshot holds.
-func restoreSnapshot(ctx context.Context, dir string, m *snapMeta, upper, tmp string, uidBase uint32) error {
+func restoreSnapshot(ctx context.Context, bs blockStore, dir string, m *snapMeta, upper, tmp string, uidBase uint32) error {
+	lease, man, err := useSnapshotBlocks(ctx, bs, dir)
+	if err != nil {
+		return err
+	}
+	defer lease.release()
+	blocks := func(prefix string) *layerBlocks {
+		if man == nil {
+			return nil // a snapshot from before blocks: plain copies
+		}
+		return &layerBlocks{lease: lease, man: man, prefix: prefix}
+	}
 	shift := func(id uint32) uint32 {
 		if id >= m.UIDBase && id-m.UIDBase < idMapSize {
 			return id - m.UIDBase + uidBase
@@ -395,7 +472,7 @@ func restoreSnapshot(ctx context.Context, dir string, m *snapMeta, upper, tmp st
 	if tmp != "" {
 		skip["tmp"] = true
 	}
-	if _, err := copyLayer(ctx, filepath.Join(dir, "upper"), upper, shift, skip); err != nil {
+	if _, err := copyLayerBlocks(ctx, filepath.Join(dir, "upper"), upper, shift, skip, blocks("upper/")); err != nil {
 		return err
 	}
 	if tmp == "" {
@@ -405,8 +482,48 @@ func restoreSnapshot(ctx context.Context, dir string, m *snapMeta, upper, tmp st
 	if fi, err := os.Lstat(src); err != nil || !fi.IsDir() {
 		return nil // no /tmp, or not a directory: the sandbox starts with an empty one
 	}
-	_, err := copyLayer(ctx, src, tmp, shift, nil)
+	_, err = copyLayerBlocks(ctx, src, tmp, shift, nil, blocks("upper/tmp/"))
 	return err
+}
+
+// useSnapshotBlocks takes the block store for reading the snapshot in dir and reads its
+// manifest (nil for a snapshot from before blocks). Read under the lease, a manifest found
+// is one whose blocks stay until the lease is released.
+func useSnapshotBlocks(ctx context.Context, bs blockStore, dir string) (*blockLease, *blockManifest, error) {
+	lease, err := bs.use(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := os.Stat(filepath.Join(dir, "meta.json")); err != nil {
+		lease.release()
+		return nil, nil, provider.Errorf(provider.CodeNotFound, "snapshot %s not found", filepath.Base(dir))
+	}
+	man, err := readManifest(dir)
+	if err != nil {
+		lease.release()
+		return nil, nil, err
+	}
+	return lease, man, nil
+}
+
+// snapshotImage makes the checkpoint image of full snapshot m whole for runsc restore,
+// at into (created): its large files are assembled from blocks, with holes for blocks of
+// zeros. A snapshot from before blocks has its image whole already: its path is returned
+// and into is not made. The caller removes into once the restore is done.
+func snapshotImage(ctx context.Context, bs blockStore, dir, into string) (string, error) {
+	lease, man, err := useSnapshotBlocks(ctx, bs, dir)
+	if err != nil {
+		return "", err
+	}
+	defer lease.release()
+	if man == nil {
+		return filepath.Join(dir, "image"), nil
+	}
+	if _, err := copyLayerBlocks(ctx, filepath.Join(dir, "image"), into, nil, nil, &layerBlocks{lease: lease, man: man, prefix: "image/"}); err != nil {
+		os.RemoveAll(into)
+		return "", err
+	}
+	return into, nil
 }
 
 type copyStats struct{ bytes, inodes int64 }
@@ -421,7 +538,13 @@ type copyStats struct{ bytes, inodes int64 }
 // a tree its owner changes under the copy cannot lead it out of src or dst. A tree deeper
 // than maxCopyDepth is refused (CodeResourceExhausted).
 func copyLayer(ctx context.Context, src, dst string, shift func(uint32) uint32, skip map[string]bool) (copyStats, error) {
-	c := &copier{ctx: ctx, shift: shift, skip: skip, links: map[[2]uint64]string{}}
+	return copyLayerBlocks(ctx, src, dst, shift, skip, nil)
+}
+
+// copyLayerBlocks is copyLayer storing large files as blocks, or filling them from blocks,
+// through b (blocks.go); nil: copyLayer.
+func copyLayerBlocks(ctx context.Context, src, dst string, shift func(uint32) uint32, skip map[string]bool, b *layerBlocks) (copyStats, error) {
+	c := &copier{ctx: ctx, shift: shift, skip: skip, links: map[[2]uint64]string{}, blocks: b, stored: map[[2]uint64]*blockFile{}}
 	sfd, err := unix.Open(src, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return c.st, fmt.Errorf("open %s: %w", src, err)
@@ -459,6 +582,8 @@ type copier struct {
 	links   map[[2]uint64]string // source dev, inode → destination path, for hard links
 	dstRoot string
 	st      copyStats
+	blocks  *layerBlocks             // nil: files are copied whole
+	stored  map[[2]uint64]*blockFile // source dev, inode → its blocks, for hard links
 }
 
 // xattrFile is entry name of the directory open as fd, or with name ".", that directory.
@@ -591,11 +716,20 @@ func (c *copier) entry(sfd, dfd int, name, rel string) error {
 		key := [2]uint64{st.Dev, st.Ino}
 		if st.Nlink > 1 {
 			if first, ok := c.links[key]; ok {
+				if f := c.stored[key]; f != nil {
+					// Every name of a stored file is in the manifest: a restore may meet
+					// any of them first.
+					c.blocks.man.Files[c.blocks.prefix+rel] = f
+				}
 				return unix.Linkat(unix.AT_FDCWD, first, dfd, name, 0)
 			}
 		}
-		if err := c.file(sfd, dfd, name, &st); err != nil {
+		f, err := c.file(sfd, dfd, name, rel, &st)
+		if err != nil {
 			return err
+		}
+		if f != nil && st.Nlink > 1 {
+			c.stored[key] = f
 		}
 		if st.Nlink > 1 {
 			c.links[key] = filepath.Join(c.dstRoot, rel)
@@ -610,29 +744,54 @@ func (c *copier) entry(sfd, dfd int, name, rel string) error {
 	return fmt.Errorf("unknown file type %#o", typ)
 }
 
-// file copies a regular file's data, keeping its holes, then its metadata.
-func (c *copier) file(sfd, dfd int, name string, st *unix.Stat_t) error {
+// file copies a regular file's data, keeping its holes, then its metadata. With c.blocks, a
+// file of at least blockMinFile bytes is stored as blocks and its copy left empty (the
+// blocks it returns), or a file stored so is filled from its blocks.
+func (c *copier) file(sfd, dfd int, name, rel string, st *unix.Stat_t) (*blockFile, error) {
 	// O_NONBLOCK: had the entry become a fifo since the stat, opening it must not hang.
 	in, err := unix.Openat(sfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	inf := os.NewFile(uintptr(in), name)
 	defer inf.Close()
 	var ist unix.Stat_t
 	if err := unix.Fstat(in, &ist); err != nil {
-		return err
+		return nil, err
 	}
 	if ist.Mode&unix.S_IFMT != unix.S_IFREG || ist.Ino != st.Ino {
-		return errors.New("changed during the copy")
+		return nil, errors.New("changed during the copy")
 	}
 	out, err := unix.Openat(dfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	outf := os.NewFile(uintptr(out), name)
 	defer outf.Close()
-	size := ist.Size
+	if b := c.blocks; b != nil {
+		var f *blockFile
+		switch {
+		case b.store && ist.Size >= blockMinFile:
+			if f, err = b.storeFile(inf, rel); err != nil {
+				return nil, err
+			}
+		case !b.store:
+			if f = b.restoreFile(rel); f != nil {
+				if err := b.lease.fill(outf, f); err != nil {
+					return nil, err
+				}
+			}
+		}
+		if f != nil {
+			return f, c.meta(sfd, name, dfd, name, st)
+		}
+	}
+	return nil, c.copyData(in, inf, outf, ist.Size, sfd, dfd, name, st)
+}
+
+// copyData copies size bytes of in (open as inf too) to outf, keeping holes, then the
+// metadata.
+func (c *copier) copyData(in int, inf, outf *os.File, size int64, sfd, dfd int, name string, st *unix.Stat_t) error {
 	for off := int64(0); off < size; {
 		data, err := unix.Seek(in, off, unix.SEEK_DATA)
 		if errors.Is(err, unix.ENXIO) {

@@ -1,0 +1,349 @@
+//go:build linux
+
+package local
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// blockFiles lists the blocks in a store by name.
+func blockFiles(t *testing.T, s blockStore) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	subs, err := os.ReadDir(s.dir)
+	if os.IsNotExist(err) {
+		return out
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sub := range subs {
+		if !sub.IsDir() {
+			continue
+		}
+		ents, err := os.ReadDir(filepath.Join(s.dir, sub.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			out[e.Name()] = true
+		}
+	}
+	return out
+}
+
+func randomBytes(t testing.TB, n int) []byte {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func testStore(t *testing.T) blockStore {
+	home := t.TempDir()
+	return layout{home: home}.blocks()
+}
+
+// putBytes stores b as blocks through a file.
+func putBytes(t *testing.T, l *blockLease, b []byte) *blockFile {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "in")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	bf, err := l.put(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bf
+}
+
+// fillBytes is what bf restores to, or the fill's error.
+func fillBytes(t *testing.T, l *blockLease, bf *blockFile) ([]byte, *unix.Stat_t, error) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "out")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := l.fill(f, bf); err != nil {
+		return nil, nil, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, &st, nil
+}
+
+// Files of every shape around the block size come back byte for byte; blocks of zeros are
+// not stored and come back as holes.
+func TestBlockStoreRoundTrip(t *testing.T) {
+	s := testStore(t)
+	l, err := s.use(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.release()
+	zeros := make([]byte, 4*blockSize)
+	mixed := append(append(randomBytes(t, blockSize), zeros...), randomBytes(t, 1000)...)
+	for _, tc := range []struct {
+		name   string
+		data   []byte
+		blocks int // non-zero blocks
+	}{
+		{"empty", nil, 0},
+		{"one byte", []byte{7}, 1},
+		{"short of a block", randomBytes(t, blockSize-1), 1},
+		{"one block", randomBytes(t, blockSize), 1},
+		{"a block and a byte", randomBytes(t, blockSize+1), 2},
+		{"partial last block", randomBytes(t, 3*blockSize+12345), 4},
+		{"zeros", zeros, 0},
+		{"zeros between data", mixed, 2},
+		{"partial zero block", make([]byte, blockSize+10), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bf := putBytes(t, l, tc.data)
+			if bf.Size != int64(len(tc.data)) || len(bf.Blocks) != (len(tc.data)+blockSize-1)/blockSize {
+				t.Fatalf("size %d, %d blocks for %d bytes", bf.Size, len(bf.Blocks), len(tc.data))
+			}
+			nonzero := 0
+			for _, h := range bf.Blocks {
+				if h != "" {
+					nonzero++
+					if !fileExists(s.path(h)) {
+						t.Errorf("block %s not in the store", h)
+					}
+				}
+			}
+			if nonzero != tc.blocks {
+				t.Errorf("%d stored blocks, want %d", nonzero, tc.blocks)
+			}
+			got, st, err := fillBytes(t, l, bf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, tc.data) {
+				t.Fatalf("restored %d bytes differ from the %d stored", len(got), len(tc.data))
+			}
+			// Zero blocks are holes: the file takes no more than its stored blocks.
+			if max := int64(tc.blocks)*blockSize + 64<<10; st.Blocks*512 > max {
+				t.Errorf("restored file takes %d bytes on disk, more than its %d data blocks", st.Blocks*512, tc.blocks)
+			}
+		})
+	}
+}
+
+// A sparse file's holes are not read, and stay holes.
+func TestBlockStoreSparse(t *testing.T) {
+	s := testStore(t)
+	l, err := s.use(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.release()
+	path := filepath.Join(t.TempDir(), "sparse")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	const at = 256 << 20
+	tail := randomBytes(t, 100)
+	if _, err := f.WriteAt(tail, at); err != nil {
+		t.Fatal(err)
+	}
+	bf, err := l.put(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(blockFiles(t, s)); n != 1 {
+		t.Fatalf("%d blocks stored for a sparse file with one block of data", n)
+	}
+	out, err := os.Create(filepath.Join(t.TempDir(), "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	if err := l.fill(out, bf); err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(out.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 200)
+	n, _ := out.ReadAt(got, at-100)
+	if st.Size != at+100 || n != 200 || !bytes.Equal(got[100:], tail) || !bytes.Equal(got[:100], make([]byte, 100)) || st.Blocks*512 > 1<<20 {
+		t.Fatalf("restored %d bytes taking %d on disk", st.Size, st.Blocks*512)
+	}
+}
+
+// The same content is stored once, within a file and across files.
+func TestBlockStoreDedupe(t *testing.T) {
+	s := testStore(t)
+	l, err := s.use(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.release()
+	a, b := randomBytes(t, blockSize), randomBytes(t, blockSize/2)
+	rep := bytes.Repeat(a, 4) // four equal blocks
+	f1 := putBytes(t, l, append(append([]byte{}, rep...), b...))
+	f2 := putBytes(t, l, append(append([]byte{}, b...), a...)) // b then a: other offsets, other blocks
+	f3 := putBytes(t, l, append(append([]byte{}, rep...), b...))
+	if got := blockFiles(t, s); len(got) != 4 {
+		t.Fatalf("%d blocks stored, want 4 (a; b as a last block; b+a[:half] and a[half:])", len(got))
+	}
+	if strings.Join(f1.Blocks, ",") != strings.Join(f3.Blocks, ",") || f1.Blocks[0] != f1.Blocks[3] {
+		t.Fatalf("equal content, different blocks: %v %v", f1.Blocks, f3.Blocks)
+	}
+	if got, _, err := fillBytes(t, l, f2); err != nil || !bytes.Equal(got, append(append([]byte{}, b...), a...)) {
+		t.Fatalf("f2: %v", err)
+	}
+}
+
+// A damaged or missing block is an error naming it, and its content is never written.
+func TestBlockStoreCorruption(t *testing.T) {
+	s := testStore(t)
+	l, err := s.use(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.release()
+	data := randomBytes(t, 2*blockSize+10)
+	bf := putBytes(t, l, data)
+	damage := func(h string, how func(path string)) {
+		t.Helper()
+		path := s.path(h)
+		good, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.WriteFile(path, good, 0o600)
+		how(path)
+		out := filepath.Join(t.TempDir(), "out")
+		f, err := os.Create(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		err = l.fill(f, bf)
+		if err == nil || !strings.Contains(err.Error(), h) {
+			t.Fatalf("fill of a damaged block: %v", err)
+		}
+		t.Logf("%v", err)
+		got, _ := os.ReadFile(out)
+		for i, want := range [][]byte{data[:blockSize], data[blockSize : 2*blockSize], data[2*blockSize:]} {
+			if bf.Blocks[i] != h {
+				continue
+			}
+			off := i * blockSize
+			if len(got) > off && bytes.Contains(got[off:min(len(got), off+len(want))], []byte{0xff, 0xfe, 0xfd}) {
+				t.Fatalf("the damaged block's content was written")
+			}
+		}
+	}
+	damage(bf.Blocks[1], func(path string) {
+		b, _ := os.ReadFile(path)
+		copy(b[100:], []byte{0xff, 0xfe, 0xfd}) // a few bytes changed
+		os.WriteFile(path, b, 0o600)
+	})
+	damage(bf.Blocks[2], func(path string) { os.Truncate(path, 5) })           // short
+	damage(bf.Blocks[0], func(path string) { os.Remove(path) })                // missing
+	damage(bf.Blocks[0], func(path string) { os.WriteFile(path, nil, 0o600) }) // emptied
+	// Undamaged again: the round trip works.
+	if got, _, err := fillBytes(t, l, bf); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("after repair: %v", err)
+	}
+}
+
+// The collector keeps what committed manifests name, removes the rest, and does not run
+// while the store is in use: it runs when the last user leaves.
+func TestBlockStoreGC(t *testing.T) {
+	lay := layout{home: t.TempDir()}
+	s := lay.blocks()
+	ctx := context.Background()
+	l, err := s.use(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := putBytes(t, l, randomBytes(t, 2*blockSize))
+	shared := randomBytes(t, blockSize)
+	keptShared := putBytes(t, l, shared)
+	orphan := putBytes(t, l, randomBytes(t, blockSize))
+	// A committed snapshot names kept's and keptShared's blocks; one being written (not
+	// committed) names orphan's; one being removed names keptShared's too.
+	committed := newID()
+	for dir, files := range map[string][]*blockFile{committed: {kept, keptShared}, ".tmp-" + newID() + "-1": {orphan}, ".rm-" + newID() + "-1": {keptShared, orphan}} {
+		d := filepath.Join(lay.snapshots(), dir)
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		m := newManifest()
+		for i, f := range files {
+			m.Files["upper/f"+string(rune('0'+i))] = f
+		}
+		if err := writeManifest(d, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(s.dir, ".tmp-crashed"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.gc(); n != 0 || err != nil {
+		t.Fatalf("gc while in use: removed %d, %v", n, err)
+	}
+	if !fileExists(s.wanted()) || !fileExists(s.path(orphan.Blocks[0])) {
+		t.Fatal("gc while in use: no collection owed, or it ran")
+	}
+	l.release() // the last user: collects
+	got := blockFiles(t, s)
+	want := map[string]bool{kept.Blocks[0]: true, kept.Blocks[1]: true, keptShared.Blocks[0]: true}
+	if len(got) != len(want) {
+		t.Fatalf("after gc: %d blocks, want %d", len(got), len(want))
+	}
+	for h := range want {
+		if !got[h] {
+			t.Errorf("referenced block %s removed", h)
+		}
+	}
+	if fileExists(s.wanted()) || fileExists(filepath.Join(s.dir, ".tmp-crashed")) {
+		t.Error("gc left its marker or a crashed writer's temporary file")
+	}
+	// A manifest that cannot be read stops the collection: nothing is removed.
+	if err := os.WriteFile(filepath.Join(lay.snapshots(), committed, manifestName), []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(s.dir, "00"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(s.dir, "00", strings.Repeat("0", 64)), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.gc(); err == nil || n != 0 || len(blockFiles(t, s)) != 4 {
+		t.Fatalf("gc with a bad manifest: removed %d, %v", n, err)
+	}
+	if !fileExists(s.wanted()) {
+		t.Error("a failed gc owes no collection")
+	}
+}
