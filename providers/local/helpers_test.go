@@ -22,6 +22,9 @@ func TestMain(m *testing.M) {
 	if home := os.Getenv(crashEnv); home != "" {
 		os.Exit(crashChild(home))
 	}
+	if home := os.Getenv(blocksCrashEnv); home != "" {
+		os.Exit(blocksCrashChild(home))
+	}
 	os.Exit(testenv.Main(m))
 }
 

@@ -1,0 +1,307 @@
+//go:build linux
+
+package local
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// blocksCrashEnv names the Home of a child process that TestBlocksCrash kills (SIGKILL)
+// while it writes or deletes a snapshot. blocksOpEnv is "write ID SRC" or "delete ID";
+// blocksStopEnv is "STEP:N" (a testHookBlocks step and how many to let pass): there the
+// child prints "at" and waits to be killed. Without it the child prints "started" before
+// the operation and "done" after.
+const (
+	blocksCrashEnv = "TUPPER_TEST_BLOCKS_HOME"
+	blocksOpEnv    = "TUPPER_TEST_BLOCKS_OP"
+	blocksStopEnv  = "TUPPER_TEST_BLOCKS_STOP"
+)
+
+// blocksCrashChild is the child's side of TestBlocksCrash, run from TestMain: the same
+// writeSnapshot and removeSnapshot that Snapshot and DeleteSnapshot use, on a directory
+// standing for a sandbox's writable layer.
+func blocksCrashChild(home string) int {
+	lay := layout{home: home}
+	if stop := os.Getenv(blocksStopEnv); stop != "" {
+		step, n, _ := strings.Cut(stop, ":")
+		left, _ := strconv.Atoi(n)
+		testHookBlocks = func(s string) {
+			if s != step {
+				return
+			}
+			if left--; left <= 0 {
+				fmt.Println("at")
+				select {} // until the parent's SIGKILL
+			}
+		}
+	}
+	op := strings.Fields(os.Getenv(blocksOpEnv))
+	fmt.Println("started")
+	var err error
+	switch op[0] {
+	case "write":
+		meta := snapMeta{ID: op[1], Template: "test", CreatedAt: time.Now().UTC()}
+		err = lay.writeSnapshot(context.Background(), &meta, func(tmp string, blocks func(string) *layerBlocks) error {
+			st, err := copyLayerBlocks(context.Background(), op[2], filepath.Join(tmp, "upper"), nil, nil, blocks("upper/"))
+			meta.Size, meta.Inodes = st.bytes, st.inodes
+			return err
+		})
+	case "delete":
+		lay.removeSnapshot(op[1])
+	}
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	fmt.Println("done")
+	return 0
+}
+
+// runBlocksChild runs the child with op, stopped at stop ("" for none) and killed there,
+// or killed after killAfter once it started (0: never), and reports what it said last.
+func runBlocksChild(t *testing.T, home, op, stop string, killAfter time.Duration) string {
+	t.Helper()
+	child := exec.Command(os.Args[0], "-test.run", "^$")
+	child.Env = append(os.Environ(), blocksCrashEnv+"="+home, blocksOpEnv+"="+op, blocksStopEnv+"="+stop)
+	child.Stderr = os.Stderr
+	stdout, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer child.Wait()
+	defer child.Process.Signal(syscall.SIGKILL)
+	r := bufio.NewReader(stdout)
+	last := ""
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			break
+		}
+		last = strings.TrimSpace(line)
+		switch {
+		case last == "at":
+			child.Process.Signal(syscall.SIGKILL)
+		case last == "started" && killAfter > 0:
+			time.AfterFunc(killAfter, func() { child.Process.Signal(syscall.SIGKILL) })
+		case strings.HasPrefix(last, "error"):
+			t.Fatalf("child %q: %s", op, last)
+		}
+	}
+	if stop != "" && last != "at" {
+		t.Fatalf("child %q never reached %s (said %q)", op, stop, last)
+	}
+	return last
+}
+
+// writeTree makes a directory standing for a writable layer: files are name → content;
+// "a=>b" makes a a hard link to b.
+func writeTree(t *testing.T, files map[string][]byte, links map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, b := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o640); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, target := range links {
+		if err := os.Link(filepath.Join(dir, target), filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// checkBlocks reaps as a provider does, then checks that exactly the snapshots in want are
+// committed, each restores to its tree (contents, modes, hard links), and the store holds
+// exactly the blocks their manifests name: none missing, none leaked, no leftovers.
+func checkBlocks(t *testing.T, lay layout, want map[string]string) {
+	t.Helper()
+	p := &Provider{lay: lay}
+	p.reapSnapshots()
+	ents, err := os.ReadDir(lay.snapshots())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+		if _, ok := want[e.Name()]; !ok {
+			t.Errorf("snapshots/%s: not expected after the reap", e.Name())
+		}
+	}
+	refs := map[string]bool{}
+	for id, src := range want {
+		m, err := p.readSnapshot(id)
+		if err != nil {
+			t.Errorf("snapshot %s: %v (have %v)", id, err, names)
+			continue
+		}
+		man, err := readManifest(lay.snapshot(id))
+		if err != nil || man == nil || len(man.Files) == 0 {
+			t.Fatalf("snapshot %s: manifest %v, %v", id, man, err)
+		}
+		for _, f := range man.Files {
+			for _, h := range f.Blocks {
+				if h != "" {
+					refs[h] = true
+				}
+			}
+		}
+		dst := filepath.Join(t.TempDir(), "upper")
+		if err := restoreSnapshot(context.Background(), lay.blocks(), lay.snapshot(id), m, dst, "", 0); err != nil {
+			t.Errorf("restore %s: %v", id, err)
+			continue
+		}
+		sameTree(t, src, dst)
+	}
+	got := blockFiles(t, lay.blocks())
+	for h := range refs {
+		if !got[h] {
+			t.Errorf("block %s is named by a committed manifest and missing", h)
+		}
+	}
+	for h := range got {
+		if !refs[h] {
+			t.Errorf("block %s leaked: no committed manifest names it", h)
+		}
+	}
+	left, _ := filepath.Glob(filepath.Join(lay.blocks().dir, ".*"))
+	if len(left) > 0 {
+		t.Errorf("left in the block store: %v", left)
+	}
+}
+
+// sameTree compares two trees' regular files (content, mode, hard links).
+func sameTree(t *testing.T, a, b string) {
+	t.Helper()
+	inodes := map[uint64]uint64{}
+	err := filepath.WalkDir(a, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		rel, _ := filepath.Rel(a, path)
+		want, _ := os.ReadFile(path)
+		got, err := os.ReadFile(filepath.Join(b, rel))
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s: %d bytes restored differ from the %d taken", rel, len(got), len(want))
+		}
+		ai, _ := os.Stat(path)
+		bi, _ := os.Stat(filepath.Join(b, rel))
+		if ai.Mode() != bi.Mode() {
+			t.Errorf("%s: mode %v, want %v", rel, bi.Mode(), ai.Mode())
+		}
+		an, bn := ai.Sys().(*syscall.Stat_t).Ino, bi.Sys().(*syscall.Stat_t).Ino
+		if prev, ok := inodes[an]; ok && prev != bn {
+			t.Errorf("%s: a hard link is a copy after the restore", rel)
+		}
+		inodes[an] = bn
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+}
+
+// TestBlocksCrash kills (SIGKILL) a process writing a snapshot and one deleting one, at
+// each step a crash could interrupt and at random moments, and checks after each that the
+// committed snapshots restore whole, the half-written ones are gone with their blocks, and
+// no block a committed snapshot names was removed.
+func TestBlocksCrash(t *testing.T) {
+	home := t.TempDir()
+	lay := layout{home: home}
+	big1 := randomBytes(t, 3*blockSize+100)
+	big2 := append(randomBytes(t, blockSize), make([]byte, 2*blockSize)...) // and zeros
+	t1 := writeTree(t, map[string][]byte{"workspace/big1": big1, "workspace/big2": big2, "etc/small": []byte("small\n")},
+		map[string]string{"workspace/big1.link": "workspace/big1"})
+	t2 := writeTree(t, map[string][]byte{"data/big1.copy": big1, "data/big3": randomBytes(t, 4*blockSize)}, nil)
+	want := map[string]string{}
+	write := func(src, stop string) string {
+		t.Helper()
+		id := newID()
+		runBlocksChild(t, home, "write "+id+" "+src, stop, 0)
+		return id
+	}
+
+	s1 := write(t1, "")
+	want[s1] = t1
+	checkBlocks(t, lay, want)
+
+	t.Run("killed mid-write", func(t *testing.T) {
+		write(t2, "block:2")
+		checkBlocks(t, lay, want)
+	})
+	t.Run("killed before the commit", func(t *testing.T) {
+		// Every block is on disk, the manifest too; the rename is not done.
+		write(t2, "commit:1")
+		checkBlocks(t, lay, want)
+	})
+	s4 := write(t2, "")
+	want[s4] = t2
+	checkBlocks(t, lay, want)
+	t.Run("killed mid-delete", func(t *testing.T) {
+		// Renamed out of sight, not yet removed: gone, and so are the blocks only it used.
+		runBlocksChild(t, home, "delete "+s1, "removed:1", 0)
+		delete(want, s1)
+		checkBlocks(t, lay, want)
+	})
+	t.Run("killed mid-collection", func(t *testing.T) {
+		// Two snapshots share blocks; the collection after one's delete is killed after
+		// removing a block: the other keeps all of its own.
+		t3 := writeTree(t, map[string][]byte{"workspace/big1": big1, "own": randomBytes(t, 3*blockSize)}, nil)
+		s5, s6 := write(t3, ""), write(t1, "")
+		runBlocksChild(t, home, "delete "+s5, "sweep:1", 0)
+		if !fileExists(lay.blocks().wanted()) {
+			t.Error("a collection killed midway is not owed")
+		}
+		want[s6] = t1
+		checkBlocks(t, lay, want)
+	})
+	t.Run("killed at random moments", func(t *testing.T) {
+		big := writeTree(t, map[string][]byte{"a": randomBytes(t, 24<<20), "b": big1}, nil)
+		for i := range 4 {
+			id := newID()
+			last := runBlocksChild(t, home, "write "+id+" "+big, "", time.Duration(rand.IntN(500)+700*i)*time.Millisecond)
+			if last == "done" {
+				want[id] = big
+			}
+			t.Logf("write %d: %s", i, last)
+			checkBlocks(t, lay, want)
+			if len(want) > 1 {
+				for other := range want {
+					if other != id {
+						last := runBlocksChild(t, home, "delete "+other, "", time.Duration(rand.IntN(20))*time.Millisecond)
+						if last == "done" || !fileExists(lay.snapshot(other)) {
+							delete(want, other)
+						}
+						t.Logf("delete: %s", last)
+						checkBlocks(t, lay, want)
+						break
+					}
+				}
+			}
+		}
+	})
+}
