@@ -157,8 +157,11 @@ func checkBlocks(t *testing.T, lay layout, want map[string]string) {
 			continue
 		}
 		man, err := readManifest(lay.snapshot(id))
-		if err != nil || man == nil || len(man.Files) == 0 {
-			t.Fatalf("snapshot %s: manifest %v, %v", id, man, err)
+		if err != nil {
+			t.Fatalf("snapshot %s: manifest: %v", id, err)
+		}
+		if man == nil {
+			man = newManifest() // from before blocks
 		}
 		for _, f := range man.Files {
 			for _, h := range f.Blocks {
@@ -304,4 +307,50 @@ func TestBlocksCrash(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A snapshot written before blocks (plain copies, no blocks.json) restores as it did, and
+// the collector keeps the blocks of the newer ones beside it.
+func TestSnapshotOldFormat(t *testing.T) {
+	lay := layout{home: t.TempDir()}
+	src := writeTree(t, map[string][]byte{"workspace/big": randomBytes(t, 2*blockSize), "small": []byte("x")},
+		map[string]string{"workspace/big.link": "workspace/big"})
+	old := newID()
+	dir := lay.snapshot(old)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := copyLayer(context.Background(), src, filepath.Join(dir, "upper"), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "image"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "meta.json"), []byte(`{"id":"`+old+`","template":"test"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	newer := newID()
+	runBlocksChild(t, lay.home, "write "+newer+" "+src, "", 0)
+	checkOld := func() {
+		t.Helper()
+		m, err := (&Provider{lay: lay}).readSnapshot(old)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := filepath.Join(t.TempDir(), "upper")
+		if err := restoreSnapshot(context.Background(), lay.blocks(), dir, m, dst, "", 0); err != nil {
+			t.Fatal(err)
+		}
+		sameTree(t, src, dst)
+		img, err := snapshotImage(context.Background(), lay.blocks(), dir, filepath.Join(t.TempDir(), "image"))
+		if err != nil || img != filepath.Join(dir, "image") {
+			t.Fatalf("image of an old snapshot: %s, %v", img, err)
+		}
+	}
+	checkOld()
+	if _, err := lay.blocks().gc(); err != nil {
+		t.Fatal(err)
+	}
+	checkOld()
+	checkBlocks(t, lay, map[string]string{newer: src, old: src})
 }

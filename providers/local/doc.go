@@ -259,9 +259,22 @@
 // destroy, reap or snapshot. runsc runs with --overlay2=none, so its writes are in the
 // same host layer; named pipes made inside gVisor are not (they live in the sentry).
 //
+// Snapshot contents are stored by content (blocks.go): each regular file of 64 KiB or more,
+// in the copy and in a full snapshot's checkpoint image, goes into Home/blocks as 512 KiB
+// blocks named by their SHA-256, stored once however many snapshots hold them, blocks of
+// zeros not at all; the snapshot keeps an empty placeholder with the file's metadata and
+// lists the blocks in its blocks.json. Ten snapshots of one sandbox take about one copy. A
+// block's hash is checked when it is read. Which blocks are in use is derived from the
+// committed manifests by a collector that runs when snapshots are deleted, expire or are
+// reaped, under an exclusive lock that snapshot writers and restores hold shared; a crash
+// at any point loses no committed snapshot and leaks nothing past the next reap.
+// Snapshots from before blocks (no blocks.json) restore as plain copies.
+//
 // A full snapshot (SnapshotKind with provider.SnapshotFull; runsc only, capability
 // snapshot-full) adds a gVisor checkpoint of the sandbox's memory and processes, taken while
-// the sandbox is paused for the copy, in Home/snapshots/ID/image: the agent first closes its
+// the sandbox is paused for the copy, in Home/snapshots/ID/image (its large files in
+// blocks, assembled into the new sandbox's directory for the restore and removed after
+// it): the agent first closes its
 // host socket (POST /tupper/quiesce, package agent), which gVisor cannot save; after the
 // checkpoint the host resumes the sandbox and signals its init (runsc kill ID USR2) to listen
 // again. A create From a full snapshot fills the upper layer from the copy, then runs

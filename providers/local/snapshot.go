@@ -27,7 +27,12 @@ import (
 //
 //	snapshots/<id>/meta.json   snapMeta
 //	snapshots/<id>/upper/      the copy: modes, owners, symlinks, hard links, device nodes,
-//	                           overlay whiteouts and xattrs (opaque directories) as they were
+//	                           overlay whiteouts and xattrs (opaque directories) as they were;
+//	                           files of blockMinFile bytes or more are empty placeholders,
+//	                           their contents in the block store (blocks.go)
+//	snapshots/<id>/image/      a full snapshot's checkpoint image, its large files likewise
+//	snapshots/<id>/blocks.json which blocks make each placeholder (none: an older snapshot,
+//	                           all of whose files are copies)
 //	snapshots/.tmp-<id>-<pid>/ a snapshot being written; renamed to <id> when complete
 //
 // Processes and memory are not captured. The files keep the host uids they had in the
@@ -339,11 +344,14 @@ func (i *Instance) SnapshotKind(ctx context.Context, req provider.SnapshotReques
 		if full {
 			// The sandbox is paused: the checkpoint and the copy below are of one moment.
 			// The image is written whole, then its large files (memory) go into blocks.
+			// Uncompressed: a compressed image of the same memory differs from one
+			// checkpoint to the next, an uncompressed one only where memory changed,
+			// and its zeros become holes in blocks anyway.
 			ckpt := filepath.Join(tmp, "checkpoint")
 			if err := os.Mkdir(ckpt, 0o700); err != nil {
 				return err
 			}
-			if err := rt.run(ctx, runscNetwork(rec), "checkpoint", "--image-path", ckpt, "--leave-running", i.id); err != nil {
+			if err := rt.run(ctx, runscNetwork(rec), "checkpoint", "--image-path", ckpt, "--compression=none", "--leave-running", i.id); err != nil {
 				return err
 			}
 			st, err := copyLayerBlocks(ctx, ckpt, filepath.Join(tmp, "image"), nil, nil, blocks("image/"))

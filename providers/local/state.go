@@ -54,7 +54,10 @@ import (
 //	                                mount point used to inspect it (never in the host's
 //	                                namespace); volumes/.<name>.lock its lock
 //	snapshots/<id>/meta.json        a snapshot's metadata; upper/ is its copy of the writable
-//	                                layer (see snapshot.go)
+//	                                layer (see snapshot.go), image/ a full one's checkpoint,
+//	                                blocks.json the manifest of its files kept in blocks/
+//	blocks/<h[:2]>/<h>              512 KiB of a snapshot's file, named by its SHA-256; with
+//	                                locks/blocks.lock (flock), see blocks.go
 //
 // and, shared by every Home that uses the same bridge (see network):
 //
