@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
@@ -23,13 +24,14 @@ import (
 // Snapshot contents are stored by content, so that ten snapshots (or the snapshots that
 // carry ten forks) of one sandbox cost about one copy on disk. Under Home:
 //
-//	blocks/<h[:2]>/<h>       a block: up to 512 KiB of a file, named by its SHA-256 (hex)
+//	blocks/<h[:2]>/<h>       a block: up to 512 KiB of a file, named by its SHA-256 (hex);
+//	                         where blocks are cut is chosen by content (see put)
 //	blocks/.tmp-*            a block being written (renamed to its name once on disk)
 //	blocks/.gc-wanted        a collection was asked for while the store was in use
 //	locks/blocks.lock        shared by whoever writes or reads blocks, exclusive for the
 //	                         collector (flock)
 //	snapshots/<id>/blocks.json  the snapshot's manifest: for each of its files stored as
-//	                         blocks, the file's size and its blocks' hashes in order
+//	                         blocks, the file's size and its blocks' hashes and lengths
 //
 // What goes into blocks: every regular file of at least blockMinFile bytes of a snapshot's
 // writable layer and of its checkpoint image (runsc's memory and state files). The snapshot's
@@ -39,8 +41,10 @@ import (
 // (an inode and a 4 KiB page either way) and a tree of many small files would cost a
 // manifest entry each.
 //
-// A block of zeros is not stored: the manifest names it "", and a restore leaves a hole
-// there (memory images and sparse files are mostly zeros). A block is written once: to a
+// Blocks end at page boundaries chosen by the content (put), not every 512 KiB: the same
+// data at another offset, as runsc's memory image is from one checkpoint to the next, then
+// makes the same blocks. A run of zero pages is not stored: the manifest names it "", and
+// a restore leaves a hole there (memory images and sparse files are mostly zeros). A block is written once: to a
 // temporary file, synced, renamed to its hash; a block already there is not written again.
 // Reading a block checks its hash: a damaged block is an error, never wrong data.
 //
@@ -63,9 +67,10 @@ import (
 //
 // The collector runs when a snapshot is deleted or expires, and when a reap (at every
 // Snapshot, listing and provider reap) removed what a crash left or finds blocks/.gc-wanted.
-// That marker is made when a collection starts and removed when one completes: if the store
-// is in use the collector does not wait, and whoever releases the lock next runs it; if a
-// crash stops it, the next reap runs it.
+// That marker is made before a snapshot is unlinked or a failed write abandoned, and when a
+// collection starts, and removed when one completes: if the store is in use the collector
+// does not wait, and whoever releases the lock next runs it; if a crash stops it (or the
+// delete before it), the next reap runs it.
 
 const (
 	blockSize    = 512 << 10
@@ -73,10 +78,11 @@ const (
 	manifestName = "blocks.json"
 )
 
-// blockFile is one file stored as blocks.
+// blockFile is one file stored as blocks (see put for where blocks are cut).
 type blockFile struct {
-	Size   int64    `json:"size"`
-	Blocks []string `json:"blocks"` // SHA-256 in hex of each block in order; "": all zeros
+	Size    int64    `json:"size"`
+	Blocks  []string `json:"blocks"`  // SHA-256 in hex of each block in order; "": all zeros
+	Lengths []int64  `json:"lengths"` // each block's length
 }
 
 // blockManifest is a snapshot's blocks.json: its files stored as blocks, by path relative
@@ -108,8 +114,19 @@ func readManifest(dir string) (*blockManifest, error) {
 		return nil, fmt.Errorf("%s: block size %d, not %d", filepath.Join(dir, manifestName), m.BlockSize, blockSize)
 	}
 	for name, f := range m.Files {
-		if f == nil || f.Size < 0 || int64(len(f.Blocks)) != (f.Size+blockSize-1)/blockSize {
-			return nil, fmt.Errorf("%s: %s: %d blocks for %d bytes", filepath.Join(dir, manifestName), name, len(f.Blocks), f.Size)
+		if f == nil {
+			return nil, fmt.Errorf("%s: %s: no blocks", filepath.Join(dir, manifestName), name)
+		}
+		var sum int64
+		for _, n := range f.Lengths {
+			if n <= 0 || n > blockSize {
+				sum = -1
+				break
+			}
+			sum += n
+		}
+		if len(f.Lengths) != len(f.Blocks) || sum != f.Size {
+			return nil, fmt.Errorf("%s: %s: blocks do not make its %d bytes", filepath.Join(dir, manifestName), name, f.Size)
 		}
 		for _, h := range f.Blocks {
 			if h != "" && !validHash(h) {
@@ -174,8 +191,8 @@ func (s blockStore) path(h string) string { return filepath.Join(s.dir, h[:2], h
 
 // testHookBlocks, when set by a test, is called at each step that a crash could interrupt:
 // "block" (a block is on disk), "commit" (a snapshot is complete, not yet renamed into
-// place), "removed" (a snapshot was renamed out of sight, not yet removed), "sweep" (the
-// collector removed a block).
+// place), "removed" (a snapshot was renamed out of sight, not yet removed), "unlinked" (it
+// was removed, its blocks not yet collected), "sweep" (the collector removed a block).
 var testHookBlocks func(step string)
 
 func blockStep(step string) {
@@ -218,9 +235,17 @@ func (l *blockLease) release() {
 	}
 }
 
-// put stores the file's content as blocks and returns the file they make; a block within
-// a hole of a sparse file is not read. The blocks are on disk (each synced) but their
-// directories' entries are durable only after sync.
+// put stores the file's content as blocks and returns the file they make; a hole of a
+// sparse file is not read. The blocks are on disk (each synced) but their directories'
+// entries are durable only after sync.
+//
+// Blocks are cut at page (4 KiB) boundaries chosen by content, not at fixed offsets, so
+// that the same data shifted by whole pages makes the same blocks: runsc's memory image
+// (pages.img) of one sandbox moves most of its pages by a few pages from one checkpoint
+// to the next. A block ends after a page whose checksum has its low six bits zero (one page
+// in 64, once the block has blockMinCut bytes), at blockSize bytes, or where a run of zero
+// pages starts; a run of zero pages is a block of its own (up to blockSize), stored as a
+// hole.
 func (l *blockLease) put(f *os.File) (*blockFile, error) {
 	if l.buf == nil {
 		l.buf, l.zero = make([]byte, blockSize), make([]byte, blockSize)
@@ -230,10 +255,35 @@ func (l *blockLease) put(f *os.File) (*blockFile, error) {
 		return nil, err
 	}
 	size := fi.Size()
-	out := &blockFile{Size: size, Blocks: make([]string, 0, (size+blockSize-1)/blockSize)}
+	out := &blockFile{Size: size, Blocks: []string{}, Lengths: []int64{}}
+	cur, zeros := 0, int64(0) // bytes of data in l.buf; bytes of zeros pending
+	flush := func() error {
+		if cur > 0 {
+			h, err := l.putBlock(l.buf[:cur])
+			if err != nil {
+				return err
+			}
+			out.Blocks, out.Lengths = append(out.Blocks, h), append(out.Lengths, int64(cur))
+			cur = 0
+		}
+		for zeros > 0 {
+			n := min(zeros, blockSize)
+			out.Blocks, out.Lengths = append(out.Blocks, ""), append(out.Lengths, n)
+			zeros -= n
+		}
+		return nil
+	}
+	addZeros := func(n int64) error {
+		if cur > 0 {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		zeros += n
+		return nil
+	}
 	data := int64(-1) // the next offset with data at or after off, once known
-	for off := int64(0); off < size; off += blockSize {
-		n := min(blockSize, size-off)
+	for off := int64(0); off < size; {
 		if data < off {
 			d, err := unix.Seek(int(f.Fd()), off, unix.SEEK_DATA)
 			switch {
@@ -244,24 +294,54 @@ func (l *blockLease) put(f *os.File) (*blockFile, error) {
 			}
 			data = d
 		}
-		if data >= off+n {
-			out.Blocks = append(out.Blocks, "")
+		if data > off {
+			// A hole: zeros, not read.
+			if err := addZeros(min(data, size) - off); err != nil {
+				return nil, err
+			}
+			off = min(data, size)
 			continue
 		}
-		if _, err := f.ReadAt(l.buf[:n], off); err != nil {
+		n := int(min(pageSize, size-off))
+		page := l.buf[cur : cur+n]
+		if _, err := f.ReadAt(page, off); err != nil {
 			if err == io.EOF {
 				return nil, errors.New("changed during the copy")
 			}
 			return nil, err
 		}
-		h, err := l.putBlock(l.buf[:n])
-		if err != nil {
-			return nil, err
+		off += int64(n)
+		if bytes.Equal(page, l.zero[:n]) {
+			if err := addZeros(int64(n)); err != nil {
+				return nil, err
+			}
+			continue
 		}
-		out.Blocks = append(out.Blocks, h)
+		if zeros > 0 {
+			// The zeros before it are a block (cur is 0: they ended the one before).
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		}
+		cur += n
+		if cur+pageSize > blockSize || cur >= blockMinCut && crc32.Checksum(l.buf[cur-n:cur], castagnoli)&63 == 0 {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
+
+const (
+	pageSize    = 4096
+	blockMinCut = 64 << 10 // a block cut by content has at least this many bytes
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 func (l *blockLease) putBlock(b []byte) (string, error) {
 	if bytes.Equal(b, l.zero[:len(b)]) {
@@ -317,12 +397,14 @@ func (l *blockLease) fill(dst *os.File, f *blockFile) error {
 	if l.buf == nil {
 		l.buf, l.zero = make([]byte, blockSize), make([]byte, blockSize)
 	}
+	var off int64
 	for i, h := range f.Blocks {
-		off := int64(i) * blockSize
-		want := min(blockSize, f.Size-off)
+		want := f.Lengths[i]
+		off += want
 		if h == "" {
 			continue
 		}
+		off := off - want
 		b, err := l.readBlock(h, l.buf)
 		if err != nil {
 			return err
@@ -376,12 +458,10 @@ func (s blockStore) gc() (int, error) {
 	// The marker says a collection is owed until one completes: one that cannot run now
 	// (the store is in use) runs when the last lease is released, and one a crash
 	// interrupted runs at the next reap.
-	wanted := s.wanted()
-	f, err := os.OpenFile(wanted, os.O_WRONLY|os.O_CREATE, 0o600)
-	if err != nil {
+	if err := s.owe(); err != nil {
 		return 0, err
 	}
-	f.Close()
+	wanted := s.wanted()
 	lk, err := flock.TryAcquire(s.lock)
 	if err != nil || lk == nil {
 		return 0, err
@@ -427,6 +507,20 @@ func (s blockStore) gc() (int, error) {
 
 // wanted is the marker of a collection owed.
 func (s blockStore) wanted() string { return filepath.Join(s.dir, ".gc-wanted") }
+
+// owe records that a collection is owed: made before anything turns blocks into garbage
+// (a snapshot unlinked, a write abandoned), so that a crash right after leaves the marker
+// for the next reap.
+func (s blockStore) owe() error {
+	if err := os.MkdirAll(s.dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(s.wanted(), os.O_WRONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
 
 // live is the set of blocks the committed snapshots' manifests name.
 func (s blockStore) live() (map[string]bool, error) {

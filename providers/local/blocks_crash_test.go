@@ -270,6 +270,12 @@ func TestBlocksCrash(t *testing.T) {
 		delete(want, s1)
 		checkBlocks(t, lay, want)
 	})
+	t.Run("killed before the collection", func(t *testing.T) {
+		// Removed entirely, its blocks not yet collected: the collection is owed.
+		s := write(t1, "")
+		runBlocksChild(t, home, "delete "+s, "unlinked:1", 0)
+		checkBlocks(t, lay, want)
+	})
 	t.Run("killed mid-collection", func(t *testing.T) {
 		// Two snapshots share blocks; the collection after one's delete is killed after
 		// removing a block: the other keeps all of its own.
@@ -353,4 +359,28 @@ func TestSnapshotOldFormat(t *testing.T) {
 	}
 	checkOld()
 	checkBlocks(t, lay, map[string]string{newer: src, old: src})
+}
+
+// A snapshot whose write fails after storing blocks leaves none behind once it gives the
+// store back.
+func TestBlocksFailedWrite(t *testing.T) {
+	lay := layout{home: t.TempDir()}
+	src := writeTree(t, map[string][]byte{"big": randomBytes(t, 3*blockSize)}, nil)
+	meta := snapMeta{ID: newID(), Template: "test"}
+	err := lay.writeSnapshot(context.Background(), &meta, func(tmp string, blocks func(string) *layerBlocks) error {
+		if _, err := copyLayerBlocks(context.Background(), src, filepath.Join(tmp, "upper"), nil, nil, blocks("upper/")); err != nil {
+			return err
+		}
+		if n := len(blockFiles(t, lay.blocks())); n == 0 {
+			t.Error("no block stored")
+		}
+		return fmt.Errorf("the disk is full")
+	})
+	if err == nil {
+		t.Fatal("the write did not fail")
+	}
+	if n := len(blockFiles(t, lay.blocks())); n != 0 || fileExists(lay.blocks().wanted()) {
+		t.Errorf("a failed write left %d blocks (collection owed: %v)", n, fileExists(lay.blocks().wanted()))
+	}
+	checkBlocks(t, lay, map[string]string{})
 }

@@ -260,9 +260,10 @@
 // same host layer; named pipes made inside gVisor are not (they live in the sentry).
 //
 // Snapshot contents are stored by content (blocks.go): each regular file of 64 KiB or more,
-// in the copy and in a full snapshot's checkpoint image, goes into Home/blocks as 512 KiB
-// blocks named by their SHA-256, stored once however many snapshots hold them, blocks of
-// zeros not at all; the snapshot keeps an empty placeholder with the file's metadata and
+// in the copy and in a full snapshot's checkpoint image, goes into Home/blocks as blocks of
+// up to 512 KiB named by their SHA-256 and cut at page boundaries chosen by content (so that
+// a memory image whose pages moved still makes the same blocks), stored once however many
+// snapshots hold them, runs of zeros not at all; the snapshot keeps an empty placeholder with the file's metadata and
 // lists the blocks in its blocks.json. Ten snapshots of one sandbox take about one copy. A
 // block's hash is checked when it is read. Which blocks are in use is derived from the
 // committed manifests by a collector that runs when snapshots are deleted, expire or are

@@ -109,12 +109,18 @@ func (l layout) removeSnapshot(id string) {
 // renamed out of sight first, so a half-removed one is never found, and its blocks are
 // garbage from that moment.
 func (l layout) unlinkSnapshot(id string) bool {
+	if !fileExists(l.snapshot(id)) {
+		return false
+	}
+	// Owed from before the rename: a crash just after it must not leave the blocks.
+	l.blocks().owe()
 	gone := filepath.Join(l.snapshots(), ".rm-"+id+"-"+strconv.Itoa(os.Getpid()))
 	if os.Rename(l.snapshot(id), gone) != nil {
 		return false
 	}
 	blockStep("removed")
 	os.RemoveAll(gone)
+	blockStep("unlinked")
 	return true
 }
 
@@ -175,6 +181,9 @@ func (l layout) writeSnapshot(ctx context.Context, meta *snapMeta, fill func(tmp
 		return syncDir(l.snapshots())
 	}()
 	if err != nil {
+		// Its blocks are garbage now: collected once the lease is released (or at the
+		// next reap, should this process die first).
+		lease.s.owe()
 		os.RemoveAll(tmp)
 	}
 	return err
@@ -351,7 +360,12 @@ func (i *Instance) SnapshotKind(ctx context.Context, req provider.SnapshotReques
 			if err := os.Mkdir(ckpt, 0o700); err != nil {
 				return err
 			}
-			if err := rt.run(ctx, runscNetwork(rec), "checkpoint", "--image-path", ckpt, "--compression=none", "--leave-running", i.id); err != nil {
+			err := rt.run(ctx, runscNetwork(rec), "checkpoint", "--image-path", ckpt, "--compression=none", "--leave-running", i.id)
+			if err != nil && strings.Contains(err.Error(), "flag provided but not defined") {
+				// A runsc older than the flag: its image, compressed, dedupes less.
+				err = rt.run(ctx, runscNetwork(rec), "checkpoint", "--image-path", ckpt, "--leave-running", i.id)
+			}
+			if err != nil {
 				return err
 			}
 			st, err := copyLayerBlocks(ctx, ckpt, filepath.Join(tmp, "image"), nil, nil, blocks("image/"))
