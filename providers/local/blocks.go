@@ -27,7 +27,7 @@ import (
 //	blocks/<h[:2]>/<h>       a block: up to 512 KiB of a file, named by its SHA-256 (hex);
 //	                         where blocks are cut is chosen by content (see put)
 //	blocks/.tmp-*            a block being written (renamed to its name once on disk)
-//	blocks/.gc-wanted        a collection was asked for while the store was in use
+//	blocks/.gc-wanted        a collection is owed (see below)
 //	locks/blocks.lock        shared by whoever writes or reads blocks, exclusive for the
 //	                         collector (flock)
 //	snapshots/<id>/blocks.json  the snapshot's manifest: for each of its files stored as
@@ -44,9 +44,10 @@ import (
 // Blocks end at page boundaries chosen by the content (put), not every 512 KiB: the same
 // data at another offset, as runsc's memory image is from one checkpoint to the next, then
 // makes the same blocks. A run of zero pages is not stored: the manifest names it "", and
-// a restore leaves a hole there (memory images and sparse files are mostly zeros). A block is written once: to a
-// temporary file, synced, renamed to its hash; a block already there is not written again.
-// Reading a block checks its hash: a damaged block is an error, never wrong data.
+// a restore leaves a hole there (memory images and sparse files are mostly zeros). A block
+// is written once: to a temporary file, synced, renamed to its hash; a block already there
+// is not written again (nor read to check it). Reading a block checks its hash: a damaged
+// block is an error, never wrong data.
 //
 // Nothing counts references: what a block is used by is derived from the committed
 // manifests each time the collector runs, so no count can drift. The rules that make this

@@ -56,7 +56,7 @@ import (
 //	snapshots/<id>/meta.json        a snapshot's metadata; upper/ is its copy of the writable
 //	                                layer (see snapshot.go), image/ a full one's checkpoint,
 //	                                blocks.json the manifest of its files kept in blocks/
-//	blocks/<h[:2]>/<h>              512 KiB of a snapshot's file, named by its SHA-256; with
+//	blocks/<h[:2]>/<h>              up to 512 KiB of a snapshot's file, named by its SHA-256; with
 //	                                locks/blocks.lock (flock), see blocks.go
 //
 // and, shared by every Home that uses the same bridge (see network):
