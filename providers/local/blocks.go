@@ -160,15 +160,6 @@ func writeSynced(path string, b []byte) error {
 	return errors.Join(err, f.Close())
 }
 
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	return errors.Join(err, f.Close())
-}
-
 func validHash(h string) bool {
 	if len(h) != 2*sha256.Size {
 		return false
