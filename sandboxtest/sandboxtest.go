@@ -36,6 +36,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -59,6 +60,9 @@ type Config struct {
 	Grace time.Duration
 	// Serial runs the cases one at a time instead of in parallel.
 	Serial bool
+	// Groups, when set, runs only the groups of cases it names ("Create", "Run", …): for a
+	// second pass over a variant of a provider whose difference only some groups reach.
+	Groups []string
 }
 
 // Labels every sandbox of a run carries.
@@ -105,7 +109,16 @@ func RunWith(t *testing.T, cfg Config) {
 	// After every case and its cleanups: nothing of this run may be left behind.
 	t.Cleanup(func() { s.checkLeaks(t) })
 
-	for _, g := range groups() {
+	all := groups()
+	for _, name := range cfg.Groups {
+		if !slices.ContainsFunc(all, func(g group) bool { return g.name == name }) {
+			t.Fatalf("sandboxtest: Config.Groups names %q, which is no group of the suite", name)
+		}
+	}
+	for _, g := range all {
+		if len(cfg.Groups) > 0 && !slices.Contains(cfg.Groups, g.name) {
+			continue
+		}
 		t.Run(g.name, func(t *testing.T) {
 			for _, c := range g.cases {
 				t.Run(c.name, func(t *testing.T) { s.runCase(t, c.fn) })

@@ -3,6 +3,7 @@
 package local
 
 import (
+	"os"
 	"testing"
 
 	"github.com/tupper-dev/tupper/internal/testenv"
@@ -23,15 +24,22 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-// TestConformanceBootImages runs the suite under runsc with boot images on
-// (Config.BootImages): each test's first create of a shape saves a checkpoint of its own
-// sandbox and lets it run on, later ones of the same provider restore it. Like runsc's run of
+// TestConformanceBootImages runs the suite's groups that a restored sandbox's start reaches
+// (create, connect, run, lifecycle: snapshots, pause, fork) under runsc with boot images on
+// (Config.BootImages): the first create of a shape saves a checkpoint of its own sandbox and
+// lets it run on, later ones of the same provider restore it. The rest of the suite is the
+// same code after the start; TestBootImage compares a restored sandbox with a cold one. The
+// whole suite with images on: TUPPER_TEST_BOOTIMAGE_GROUPS=all. Like runsc's run of
 // TestConformance, -short skips it outside CI.
 func TestConformanceBootImages(t *testing.T) {
 	if testing.Short() && !testenv.InCI() {
 		t.Skip("-short: the suite under runsc takes minutes")
 	}
-	sandboxtest.Run(t, func(t testing.TB) provider.Provider { return newBootProvider(t) })
+	groups := []string{"Create", "Connect", "Run", "Lifecycle"}
+	if os.Getenv("TUPPER_TEST_BOOTIMAGE_GROUPS") == "all" {
+		groups = nil
+	}
+	sandboxtest.RunWith(t, sandboxtest.Config{Factory: func(t testing.TB) provider.Provider { return newBootProvider(t) }, Groups: groups})
 }
 
 // TestConformanceFallbacks runs the suite once more with the provider's fast paths hidden
