@@ -290,7 +290,7 @@ func (p *Provider) writeBootImage(ctx context.Context, rt ociRuntime, rec *recor
 	if err := os.MkdirAll(img, 0o700); err != nil {
 		return err
 	}
-	if err := rt.run(ctx, runscNetwork(rec), "checkpoint", "--compression=none", "--exclude-committed-zero-pages", "--image-path", img, "--leave-running", rec.ID); err != nil {
+	if err := checkpointRunning(ctx, rt, rec, img, "--exclude-committed-zero-pages"); err != nil {
 		return err
 	}
 	if h := testHookBootImageWrite; h != nil {

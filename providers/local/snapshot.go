@@ -360,12 +360,7 @@ func (i *Instance) SnapshotKind(ctx context.Context, req provider.SnapshotReques
 			if err := os.Mkdir(ckpt, 0o700); err != nil {
 				return err
 			}
-			err := rt.run(ctx, runscNetwork(rec), "checkpoint", "--image-path", ckpt, "--compression=none", "--leave-running", i.id)
-			if err != nil && strings.Contains(err.Error(), "flag provided but not defined") {
-				// A runsc older than the flag: its image, compressed, dedupes less.
-				err = rt.run(ctx, runscNetwork(rec), "checkpoint", "--image-path", ckpt, "--leave-running", i.id)
-			}
-			if err != nil {
+			if err := checkpointRunning(ctx, rt, rec, ckpt); err != nil {
 				return err
 			}
 			st, err := copyLayerBlocks(ctx, ckpt, filepath.Join(tmp, "image"), nil, nil, blocks("image/"))
@@ -419,6 +414,20 @@ func (i *Instance) SnapshotKind(ctx context.Context, req provider.SnapshotReques
 // testHookSnapshotWrite, when set by a test, runs once a snapshot's contents are written to
 // its temporary directory and before its metadata is: an error fails the snapshot there.
 var testHookSnapshotWrite func(tmp string) error
+
+// checkpointRunning writes runsc's checkpoint of the sandbox rec into dir and leaves it
+// running: uncompressed (a compressed image of the same memory differs from one checkpoint
+// to the next, an uncompressed one only where memory changed), or compressed by a runsc
+// older than the flag. extra flags go before the sandbox's id.
+func checkpointRunning(ctx context.Context, rt ociRuntime, rec *record, dir string, extra ...string) error {
+	args := append([]string{"checkpoint", "--image-path", dir, "--compression=none"}, extra...)
+	err := rt.run(ctx, runscNetwork(rec), append(args, "--leave-running", rec.ID)...)
+	if err != nil && strings.Contains(err.Error(), "flag provided but not defined") {
+		args = slices.DeleteFunc(args, func(a string) bool { return a == "--compression=none" })
+		err = rt.run(ctx, runscNetwork(rec), append(args, "--leave-running", rec.ID)...)
+	}
+	return err
+}
 
 // relisten tells the agent of a sandbox that runs again after a checkpoint (the one it was
 // taken from, or one restored from it) to listen on its socket again, waits until it
