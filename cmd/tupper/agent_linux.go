@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strings"
@@ -38,7 +39,22 @@ func newAgentCmd() *cobra.Command {
 				return nil
 			}
 			var cfg agent.Config
-			if configPath != "" {
+			if configPath == "-" {
+				// The config on standard input, up to its end (the Docker provider's way:
+				// no file in the container holds it).
+				b, err := io.ReadAll(io.LimitReader(os.Stdin, maxStdinConfig+1))
+				if err != nil {
+					return fmt.Errorf("agent config: standard input: %w", err)
+				}
+				if len(b) > maxStdinConfig {
+					return fmt.Errorf("agent config: standard input holds more than %d bytes", maxStdinConfig)
+				}
+				c, err := agent.ParseConfig(b)
+				if err != nil {
+					return err
+				}
+				cfg = c
+			} else if configPath != "" {
 				c, err := agent.LoadConfig(configPath)
 				if err != nil {
 					return err
@@ -59,11 +75,14 @@ func newAgentCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&listen, "listen", "", "address to serve on: unix:PATH or tcp:HOST:PORT")
 	cmd.Flags().IntVar(&listenFD, "listen-fd", -1, "serve on this inherited listening socket instead of --listen")
-	cmd.Flags().StringVar(&configPath, "config", "", "JSON config file")
+	cmd.Flags().StringVar(&configPath, "config", "", "JSON config file (- for standard input)")
 	cmd.Flags().BoolVar(&protocol, strings.TrimPrefix(spec.ProbeFlag, "--"), false, "print the agent protocol version and exit")
 	cmd.Flags().MarkHidden(strings.TrimPrefix(spec.ProbeFlag, "--"))
 	return cmd
 }
+
+// maxStdinConfig bounds a config read from standard input (--config -).
+const maxStdinConfig = 16 << 20
 
 func agentListener(listen string, fd int) (net.Listener, error) {
 	switch {

@@ -110,3 +110,26 @@ func TestDoctorSaysEachThingOnce(t *testing.T) {
 }
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// A config on standard input (--config -, how the Docker provider hands it over so that no
+// file in the container holds it) is read to its end and parsed as a file's would be: one
+// whose deadline has passed is obeyed, and malformed or oversized input stops the agent
+// with the reason.
+func TestAgentConfigOnStdin(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the agent runs on Linux only")
+	}
+	args := []string{"agent", "--listen", "tcp:127.0.0.1:0", "--config", "-"}
+	if r := tupper(t, t.TempDir(), `{"deadlineUnix": 1}`, args...); r.code != 0 || !strings.Contains(r.stderr, "deadline") {
+		t.Errorf("a config whose deadline has passed: %+v", r)
+	}
+	for _, c := range []struct{ name, stdin, want string }{
+		{"malformed", "{not json", "agent config"},
+		{"unknown field", `{"nope": 1}`, `unknown field "nope"`},
+		{"too large", `{"env": {"A": "` + strings.Repeat("x", 16<<20) + `"}}`, "more than 16777216 bytes"},
+	} {
+		if r := tupper(t, t.TempDir(), c.stdin, args...); r.code == 0 || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("%s: %+v, want a failure saying %q", c.name, r, c.want)
+		}
+	}
+}

@@ -30,7 +30,6 @@ import (
 const (
 	agentPort    = 49983 // the agent's TCP port, envd's
 	agentBinPath = "/.tupper/bin/tupper"
-	agentConfig  = "/.tupper/config.json"
 	workspace    = "/workspace"
 )
 
@@ -49,11 +48,11 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 		return nil, provider.Errorf(provider.CodeUnsupported, "docker: network %q is not supported (only \"all\")", spec.Network.Mode)
 	}
 	p.reapSome(ctx)
-	info, err := p.cli.Info(ctx, client.InfoOptions{})
+	arch, err := p.engineArch(ctx)
 	if err != nil {
-		return nil, p.err(err, "create")
+		return nil, err
 	}
-	agentPath, err := p.agentBinary(info.Info.Architecture)
+	agentPath, err := p.agentBinary(arch)
 	if err != nil {
 		return nil, err
 	}
@@ -195,10 +194,13 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 		Name: namePrefix + id,
 		Config: &container.Config{
 			Image:        image,
-			Entrypoint:   []string{agentBinPath, "agent", "--listen", fmt.Sprintf("tcp:0.0.0.0:%d", agentPort), "--config", agentConfig},
+			Entrypoint:   []string{agentBinPath, "agent", "--listen", fmt.Sprintf("tcp:0.0.0.0:%d", agentPort), "--config", "-"},
 			Cmd:          nil,
 			User:         "0:0",
-			WorkingDir:   "/",
+			WorkingDir:   workspace, // made by the engine where the image has none
+			OpenStdin:    true,
+			StdinOnce:    true,
+			AttachStdin:  true,
 			Hostname:     id[:12],
 			Labels:       labels,
 			ExposedPorts: network.PortSet{port: struct{}{}},
@@ -218,29 +220,52 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 		}
 	}()
 
-	// Step: the agent's files.
-	files := []tarFile{
-		{name: ".tupper/", mode: 0o711 | dirBit},
-		{name: ".tupper/bin/", mode: 0o755 | dirBit},
-		{name: "workspace/", mode: 0o755 | dirBit},
-		{name: ".tupper/config.json", mode: 0o600, data: cfgJSON},
-	}
+	// Step: the agent binary, where the engine cannot bind-mount it.
 	if *p.cfg.CopyAgent {
 		b, err := os.ReadFile(agentPath)
 		if err != nil {
 			return nil, provider.Errorf(provider.CodeUnavailable, "docker: reading the agent: %v", err)
 		}
-		files = append(files, tarFile{name: ".tupper/bin/tupper", mode: 0o755, data: b})
-	}
-	if _, err := p.cli.CopyToContainer(ctx, created.ID, client.CopyToContainerOptions{
-		DestinationPath: "/", Content: bytes.NewReader(makeTar(files)),
-	}); err != nil {
-		return nil, p.err(err, "create: copying the agent's files")
+		files := []tarFile{
+			{name: ".tupper/", mode: 0o711 | dirBit},
+			{name: ".tupper/bin/", mode: 0o755 | dirBit},
+			{name: ".tupper/bin/tupper", mode: 0o755, data: b},
+		}
+		if _, err := p.cli.CopyToContainer(ctx, created.ID, client.CopyToContainerOptions{
+			DestinationPath: "/", Content: bytes.NewReader(makeTar(files)),
+		}); err != nil {
+			return nil, p.err(err, "create: copying the agent")
+		}
 	}
 
-	// Step: start, and wait for the agent.
-	if _, err := p.cli.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
+	// Step: start, handing the agent its config on its standard input (attached before the
+	// start, closed once written), and wait for the agent. The config (token, environment,
+	// secrets) is never a file in the container, so no snapshot (docker commit) keeps it.
+	att, err := p.cli.ContainerAttach(ctx, created.ID, client.ContainerAttachOptions{Stream: true, Stdin: true})
+	if err != nil {
+		return nil, p.err(err, "create: attach")
+	}
+	sent := make(chan error, 1)
+	go func() {
+		_, err := att.Conn.Write(cfgJSON)
+		if err == nil {
+			err = att.CloseWrite()
+		}
+		sent <- err
+	}()
+	_, err = p.cli.ContainerStart(ctx, created.ID, client.ContainerStartOptions{})
+	if err != nil {
+		att.Close()
 		return nil, p.err(err, "create: start")
+	}
+	select {
+	case err = <-sent:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	att.Close()
+	if err != nil {
+		return nil, provider.Errorf(provider.CodeProvider, "docker: handing the agent its config: %v", err)
 	}
 	in, err := p.inspectID(ctx, created.ID)
 	if err != nil {
@@ -259,6 +284,23 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 	}
 	ok = true
 	return inst, nil
+}
+
+// engineArch is the engine's architecture (x86_64, aarch64, ...), asked once: an engine
+// does not change it while it answers on the same address, and Info is the slowest call of
+// a create after the container's start.
+func (p *Provider) engineArch(ctx context.Context) (string, error) {
+	p.archMu.Lock()
+	defer p.archMu.Unlock()
+	if p.arch != "" {
+		return p.arch, nil
+	}
+	info, err := p.cli.Info(ctx, client.InfoOptions{})
+	if err != nil {
+		return "", p.err(err, "create")
+	}
+	p.arch = info.Info.Architecture
+	return p.arch, nil
 }
 
 // waitAgent polls the agent until it answers /health, the container stops, or the ready

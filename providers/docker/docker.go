@@ -45,6 +45,9 @@ type Config struct {
 	PidsLimit int64
 }
 
+// DefaultNetwork is the Docker network of sandboxes when Config.Network is "".
+const DefaultNetwork = "tupper"
+
 // DefaultImage is the default template where the host template is not available.
 const DefaultImage = "debian:bookworm-slim"
 
@@ -86,6 +89,9 @@ type Provider struct {
 
 	agent agentState
 
+	archMu sync.Mutex
+	arch   string // the engine's architecture, once asked (Info costs tens of ms)
+
 	mu       sync.Mutex
 	previews agentinst.Previews
 	paused   map[string]bool // sandboxes paused through this provider
@@ -121,7 +127,7 @@ func New(cfg Config) (*Provider, error) {
 		cfg.PidsLimit = 1024
 	}
 	if cfg.Network == "" {
-		cfg.Network = "tupper"
+		cfg.Network = DefaultNetwork
 	}
 	opts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
 	if cfg.Host != "" {

@@ -32,12 +32,13 @@ func TestCreateExecDestroy(t *testing.T) {
 	id := inst.(*Instance).id
 	var out strings.Builder
 	start = time.Now()
-	res, err := inst.Exec(ctx, provider.ExecRequest{Command: "echo hi; id -u; cat /proc/1/cmdline | tr '\\0' ' '", Cwd: "/", Stdout: &out})
+	// The agent got its config on its standard input: no file in the container holds it.
+	res, err := inst.Exec(ctx, provider.ExecRequest{Command: "echo hi; id -u; cat /proc/1/cmdline | tr '\\0' ' '; ! test -e /.tupper/config.json || echo a config file", Cwd: "/", Stdout: &out})
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("exec: %v %+v", err, res)
 	}
 	t.Logf("exec: %v", time.Since(start))
-	if got := out.String(); !strings.HasPrefix(got, "hi\n0\n/.tupper/bin/tupper agent") {
+	if got := out.String(); !strings.HasPrefix(got, "hi\n0\n/.tupper/bin/tupper agent") || strings.Contains(got, "a config file") {
 		t.Fatalf("output %q", got)
 	}
 	infos, err := p.List(ctx, provider.ListFilter{Labels: map[string]string{"team": "a"}})
