@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -74,16 +73,7 @@ func blocksCrashChild(home string) int {
 // or killed after killAfter once it started (0: never), and reports what it said last.
 func runBlocksChild(t *testing.T, home, op, stop string, killAfter time.Duration) string {
 	t.Helper()
-	child := exec.Command(os.Args[0], "-test.run", "^$")
-	child.Env = append(os.Environ(), blocksCrashEnv+"="+home, blocksOpEnv+"="+op, blocksStopEnv+"="+stop)
-	child.Stderr = os.Stderr
-	stdout, err := child.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
+	child, stdout := startChild(t, blocksCrashEnv+"="+home, blocksOpEnv+"="+op, blocksStopEnv+"="+stop)
 	defer child.Wait()
 	defer child.Process.Signal(syscall.SIGKILL)
 	r := bufio.NewReader(stdout)

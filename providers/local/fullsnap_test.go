@@ -7,8 +7,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -32,17 +30,9 @@ func TestFullSnapshot(t *testing.T) {
 	// The secret exists only in the shell's memory once its file is gone; the loop writes
 	// it, with a count, every 50 ms.
 	run(t, a, `set -e; echo kept > /workspace/file; echo s3cr3t-in-memory > /workspace/secret
-(v=$(cat /workspace/secret); i=0; while :; do i=$((i+1)); echo "$v $i" > /workspace/count.tmp; mv /workspace/count.tmp /workspace/count; sleep 0.05; done) >/dev/null 2>&1 &
+`+counterLoop+`
 sleep 0.3; rm /workspace/secret`)
-	count := func(inst provider.Instance) (string, int) {
-		t.Helper()
-		f := strings.Fields(run(t, inst, "cat /workspace/count"))
-		if len(f) != 2 {
-			t.Fatalf("count file: %q", f)
-		}
-		n, _ := strconv.Atoi(f[1])
-		return f[0], n
-	}
+	count := func(inst provider.Instance) (string, int) { return readCounter(t, inst) }
 	_, before := count(a)
 	t.Logf("created at %v", time.Since(t0))
 	start := time.Now()

@@ -5,8 +5,11 @@ package local
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +29,40 @@ func TestMain(m *testing.M) {
 		os.Exit(blocksCrashChild(home))
 	}
 	os.Exit(testenv.Main(m))
+}
+
+// startChild starts this test binary again as a child that TestMain sends to one of the
+// crash and stress children above (env names which, and with what), and returns it with its
+// standard output; its standard error is the test's.
+func startChild(t testing.TB, env ...string) (*exec.Cmd, io.Reader) {
+	t.Helper()
+	child := exec.Command(os.Args[0], "-test.run", "^$")
+	child.Env = append(os.Environ(), env...)
+	child.Stderr = os.Stderr
+	stdout, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return child, stdout
+}
+
+// counterLoop starts a shell in the background that reads /workspace/secret once, holds it
+// in memory only, and writes it with a count to /workspace/count every 50 ms: a process
+// whose memory and progress a pause, a snapshot or a restore must keep (readCounter reads it).
+const counterLoop = `(v=$(cat /workspace/secret); i=0; while :; do i=$((i+1)); echo "$v $i" > /workspace/count.tmp; mv /workspace/count.tmp /workspace/count; sleep 0.05; done) >/dev/null 2>&1 &`
+
+// readCounter reads what counterLoop last wrote in inst: the value and the count.
+func readCounter(t testing.TB, inst provider.Instance) (string, int) {
+	t.Helper()
+	f := strings.Fields(run(t, inst, "cat /workspace/count"))
+	if len(f) != 2 {
+		t.Fatalf("count file: %q", f)
+	}
+	n, _ := strconv.Atoi(f[1])
+	return f[0], n
 }
 
 // buildAgent is the agent: the tupper binary itself, built from this checkout (or

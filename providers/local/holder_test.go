@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -188,17 +187,8 @@ func TestCreatorKilled(t *testing.T) {
 		}
 		for _, stage := range []string{"runtime", "started", "held"} {
 			t.Run(stage, func(t *testing.T) {
-				child := exec.Command(os.Args[0], "-test.run", "^$")
-				child.Env = append(os.Environ(), crashEnv+"="+p.cfg.Home, crashStageEnv+"="+stage,
+				child, stdout := startChild(t, crashEnv+"="+p.cfg.Home, crashStageEnv+"="+stage,
 					crashRTEnv+"="+rt, "TUPPER_AGENT="+p.cfg.AgentPath)
-				child.Stderr = os.Stderr
-				stdout, err := child.StdoutPipe()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := child.Start(); err != nil {
-					t.Fatal(err)
-				}
 				line, err := bufio.NewReader(stdout).ReadString('\n')
 				child.Process.Kill()
 				child.Wait()

@@ -69,18 +69,10 @@ func TestPauseFreesMemory(t *testing.T) {
 	// is gone, and a counter that shell writes every 50 ms.
 	run(t, a, `set -e; echo kept > /workspace/file; echo s3cr3t-in-memory > /workspace/secret
 perl -e '$x = "m" x (96 << 20); open(F, ">/workspace/held"); close F; sleep 1 while 1' >/dev/null 2>&1 &
-(v=$(cat /workspace/secret); i=0; while :; do i=$((i+1)); echo "$v $i" > /workspace/count.tmp; mv /workspace/count.tmp /workspace/count; sleep 0.05; done) >/dev/null 2>&1 &
+`+counterLoop+`
 sleep 0.5; rm /workspace/secret
 i=0; until [ -e /workspace/held ]; do i=$((i+1)); [ $i -lt 300 ] || exit 1; sleep 0.1; done`)
-	count := func(inst provider.Instance) (string, int) {
-		t.Helper()
-		f := strings.Fields(run(t, inst, "cat /workspace/count"))
-		if len(f) != 2 {
-			t.Fatalf("count file: %q", f)
-		}
-		n, _ := strconv.Atoi(f[1])
-		return f[0], n
-	}
+	count := func(inst provider.Instance) (string, int) { return readCounter(t, inst) }
 	_, before := count(a)
 	rec, err := p.lay.readRecord(a.id)
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -131,16 +130,7 @@ func TestConcurrentCreateDestroy(t *testing.T) {
 		testenv.Skip(t, fmt.Sprintf("network all is unavailable: %v", p.netErr))
 	}
 
-	child := exec.Command(os.Args[0], "-test.run", "^$")
-	child.Env = append(os.Environ(), stressEnv+"="+p.cfg.Home, "TUPPER_AGENT="+p.cfg.AgentPath)
-	child.Stderr = os.Stderr
-	stdout, err := child.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
+	child, stdout := startChild(t, stressEnv+"="+p.cfg.Home, "TUPPER_AGENT="+p.cfg.AgentPath)
 
 	var (
 		mu       sync.Mutex
