@@ -151,6 +151,12 @@ func measure(n int, f func() error) (stats, error) {
 	return s[0], err
 }
 
+// settle is the untimed pause after each call when measureEach alternates several
+// operations: what one leaves running when it returns (Docker's shim and runc exiting after
+// an exec, a destroy's teardown) would otherwise be timed as part of the next one, on a
+// 2-core machine most of it.
+var settle = 50 * time.Millisecond
+
 // measureEach times n rounds of fs after one warm-up round, each round calling every f in
 // turn, so that a shared host's drift from minute to minute weighs on all of them alike.
 func measureEach(n int, fs ...func() error) ([]stats, error) {
@@ -163,6 +169,9 @@ func measureEach(n int, fs ...func() error) ([]stats, error) {
 			}
 			if timed {
 				ds[i] = append(ds[i], time.Since(start))
+			}
+			if len(fs) > 1 {
+				time.Sleep(settle)
 			}
 		}
 		return nil
