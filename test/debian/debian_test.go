@@ -18,7 +18,9 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	osexec "os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -131,7 +133,8 @@ func TestDebianTemplate(t *testing.T) {
 	if err != nil {
 		t.Fatalf("build: %v", err)
 	}
-	t.Logf("FROM debian + RUN apt-get install -y python3 built in %v", time.Since(start).Round(time.Second))
+	buildTime := time.Since(start)
+	t.Logf("FROM debian + RUN apt-get install -y python3 built in %v", buildTime.Round(time.Second))
 	if len(built.Layers) != 2 {
 		t.Errorf("built layers %v: want debian's and the RUN's", built.Layers)
 	}
@@ -144,7 +147,128 @@ func TestDebianTemplate(t *testing.T) {
 		t.Errorf("python3 in the built template: %q", got)
 	}
 
+	t.Run("measure", func(t *testing.T) { measure(ctx, t, p, st, ctxDir, buildTime) })
 	t.Run("base", func(t *testing.T) { testBase(ctx, t, p) })
+}
+
+// measure gives issue 13's figures, each side by side with its alternative in one run: a
+// fully cached rebuild of the python3 template against its first build (built, passed
+// in), the disk of two templates sharing debian against two copies, create → first command
+// on the debian image template against host, and the first build against `docker build` of
+// the same Dockerfile on a base imported from the same debian layer, where a Docker engine
+// answers (scripts/test.sh starts one for the group before this). What can be checked is:
+// every step of the rebuild comes from the cache and gives the same layers, and the shared
+// base is stored once.
+func measure(ctx context.Context, t *testing.T, p *local.Provider, st *template.Store, ctxDir string, built time.Duration) {
+	// A fully cached rebuild.
+	var ran, cached int // layer steps run, and taken from the cache
+	start := time.Now()
+	again, err := st.Build(ctx, template.BuildOptions{Name: "py-again", Context: ctxDir, Runner: p.BuildRunner(),
+		Progress: func(ev template.BuildEvent) {
+			switch {
+			case ev.Kind == "done" && ev.Layer != "":
+				ran++
+			case ev.Kind == "cached":
+				cached++
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rebuilt := time.Since(start)
+	py, err := st.Get("py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ran != 0 || cached != 1 || !slices.Equal(again.Layers, py.Layers) {
+		t.Errorf("the rebuild: %d layer steps run, %d from the cache (want 0 and the RUN), layers %v (first build's %v)", ran, cached, again.Layers, py.Layers)
+	}
+	t.Logf("figure: FROM debian + RUN apt-get install python3: first build %v, fully cached rebuild %v", built.Round(time.Millisecond), rebuilt.Round(time.Millisecond))
+
+	// Two templates on one base.
+	other := t.TempDir()
+	if err := os.WriteFile(filepath.Join(other, "Dockerfile"), []byte("FROM debian\nRUN echo two > /two\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Build(ctx, template.BuildOptions{Name: "two", Context: other, Runner: p.BuildRunner()}); err != nil {
+		t.Fatal(err)
+	}
+	u, err := st.Usage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	copies := u.Templates["py"] + u.Templates["two"]
+	deb := u.Templates[template.Debian]
+	if deb == 0 || u.Bytes >= copies || copies-u.Bytes < deb/2 {
+		t.Errorf("store %d bytes for py (%d) and two (%d) on debian (%d): the base is not stored once", u.Bytes, u.Templates["py"], u.Templates["two"], deb)
+	}
+	t.Logf("figure: py and two share debian (%.0f MiB): the store holds %.0f MiB in all, two copies would be %.0f MiB",
+		float64(deb)/(1<<20), float64(u.Bytes)/(1<<20), float64(copies)/(1<<20))
+
+	// Create → first command: the debian image template against host, alternated.
+	var img, host []time.Duration
+	for i := range 11 {
+		for _, tmpl := range []string{template.Debian, ""} {
+			start := time.Now()
+			inst, err := p.Create(ctx, provider.CreateSpec{Template: tmpl, Network: provider.Network{Mode: provider.NetworkNone}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			exec(t, inst, "true")
+			d := time.Since(start)
+			p.Destroy(context.Background(), mustID(t, inst))
+			if i == 0 {
+				continue // warm-up
+			}
+			if tmpl == "" {
+				host = append(host, d)
+			} else {
+				img = append(img, d)
+			}
+		}
+	}
+	t.Logf("figure: create → first command, p50 of 10: debian image template %v, host %v (%.2fx)",
+		median(img).Round(time.Millisecond), median(host).Round(time.Millisecond), float64(median(img))/float64(median(host)))
+
+	dockerBuild(ctx, t, st, built)
+}
+
+// dockerBuild times `docker build` (the classic builder, host network, no cache) of the
+// python3 Dockerfile on an image imported from the debian template's layer, when an engine
+// answers.
+func dockerBuild(ctx context.Context, t *testing.T, st *template.Store, built time.Duration) {
+	if err := osexec.CommandContext(ctx, "docker", "version").Run(); err != nil {
+		t.Logf("figure: no Docker engine answers (%v): no docker build to compare with", err)
+		return
+	}
+	deb, err := st.Get(template.Debian)
+	if err != nil || len(deb.Layers) != 1 {
+		t.Fatalf("debian: %+v %v", deb, err)
+	}
+	const base = "tupper-debian-measure:1"
+	imp := osexec.CommandContext(ctx, "sh", "-c", `tar --numeric-owner -C "$1" -c . | docker import - "$2" >/dev/null`, "sh", st.LayerFS(deb.Layers[0]), base)
+	if out, err := imp.CombinedOutput(); err != nil {
+		t.Fatalf("docker import: %v: %s", err, out)
+	}
+	defer osexec.Command("docker", "rmi", "-f", base, "tupper-py-measure:1").Run()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte("FROM "+base+"\nRUN apt-get install -y -qq python3 >/dev/null\nCMD [\"python3\"]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	build := osexec.CommandContext(ctx, "docker", "build", "-q", "--no-cache", "--network", "host", "-t", "tupper-py-measure:1", dir)
+	build.Env = append(os.Environ(), "DOCKER_BUILDKIT=0")
+	start := time.Now()
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("docker build: %v: %s", err, out)
+	}
+	d := time.Since(start)
+	t.Logf("figure: the same Dockerfile: tupper %v, docker build %v (%.2fx)", built.Round(time.Millisecond), d.Round(time.Millisecond), float64(built)/float64(d))
+}
+
+func median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 // imageProvider is the provider with every create that names no template (and no snapshot)
