@@ -23,6 +23,7 @@ func newAgentCmd() *cobra.Command {
 		listenFD   int
 		configPath string
 		protocol   bool
+		relay      string
 	)
 	cmd := &cobra.Command{
 		Use:   "agent [--listen unix:PATH | --listen-fd N] [--config PATH]",
@@ -37,6 +38,9 @@ func newAgentCmd() *cobra.Command {
 				// A host checks a binary with this before running it as an agent.
 				fmt.Fprintln(cmd.OutOrStdout(), spec.ProbeReply, spec.Version)
 				return nil
+			}
+			if relay != "" {
+				return relayStdio(relay)
 			}
 			var cfg agent.Config
 			if configPath == "-" {
@@ -76,9 +80,28 @@ func newAgentCmd() *cobra.Command {
 	cmd.Flags().StringVar(&listen, "listen", "", "address to serve on: unix:PATH or tcp:HOST:PORT")
 	cmd.Flags().IntVar(&listenFD, "listen-fd", -1, "serve on this inherited listening socket instead of --listen")
 	cmd.Flags().StringVar(&configPath, "config", "", "JSON config file (- for standard input)")
+	cmd.Flags().StringVar(&relay, "relay", "", "relay standard input and output to and from the agent's unix socket at this path, then exit")
+	cmd.Flags().MarkHidden("relay")
 	cmd.Flags().BoolVar(&protocol, strings.TrimPrefix(spec.ProbeFlag, "--"), false, "print the agent protocol version and exit")
 	cmd.Flags().MarkHidden(strings.TrimPrefix(spec.ProbeFlag, "--"))
 	return cmd
+}
+
+// relayStdio connects standard input and output to the agent's unix socket at path until
+// both directions end: how the Docker provider reaches the agent of a container with no
+// network, one engine exec of this per connection.
+func relayStdio(path string) error {
+	conn, err := net.Dial("unix", path)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	go func() {
+		io.Copy(conn, os.Stdin)
+		conn.(*net.UnixConn).CloseWrite()
+	}()
+	_, err = io.Copy(os.Stdout, conn)
+	return err
 }
 
 // maxStdinConfig bounds a config read from standard input (--config -).

@@ -30,6 +30,7 @@ import (
 const (
 	agentPort    = 49983 // the agent's TCP port, envd's
 	agentBinPath = "/.tupper/bin/tupper"
+	agentSocket  = "/.tupper/agent.sock" // the agent's, in a container with no network
 	workspace    = "/workspace"
 )
 
@@ -39,13 +40,13 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 	if len(spec.BoundSecrets) > 0 {
 		return nil, provider.Errorf(provider.CodeUnsupported, "docker: bound secrets need an egress proxy outside the sandbox, which this provider has not (the local provider, on Linux, has one)")
 	}
+	none := false
 	switch spec.Network.Mode {
 	case "", provider.NetworkAll:
 	case provider.NetworkNone:
-		// See docs/docker.md, "Network none": refused rather than given a network after all.
-		return nil, provider.Errorf(provider.CodeUnsupported, "docker: network none is not supported: the agent is reached through a port the engine publishes, which a container without a network cannot have (the local provider, on Linux, has network none)")
+		none = true
 	default:
-		return nil, provider.Errorf(provider.CodeUnsupported, "docker: network %q is not supported (only \"all\")", spec.Network.Mode)
+		return nil, provider.Errorf(provider.CodeUnsupported, "docker: network %q is not supported (\"all\" or \"none\")", spec.Network.Mode)
 	}
 	p.reapSome(ctx)
 	arch, err := p.engineArch(ctx)
@@ -128,6 +129,10 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 	} else {
 		labels[labelHostTmpl] = "1"
 	}
+	labels[labelNet] = string(provider.NetworkAll)
+	if none {
+		labels[labelNet] = string(provider.NetworkNone)
+	}
 	labels[labelCaps] = caps.String()
 	if !deadline.IsZero() {
 		labels[labelDeadline] = strconv.FormatInt(deadline.Unix(), 10)
@@ -161,14 +166,20 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 		return nil, provider.Wrap(err, provider.CodeInternal, "create")
 	}
 
+	// With a network, the agent listens on a TCP port published on the host's loopback; with
+	// none, on a unix socket in the container, reached through the engine's exec (relay).
 	port := network.MustParsePort(fmt.Sprintf("%d/tcp", agentPort))
+	listen, exposed := fmt.Sprintf("tcp:0.0.0.0:%d", agentPort), network.PortSet{port: struct{}{}}
+	netMode := container.NetworkMode(p.cfg.Network)
+	bindings := network.PortMap{port: []network.PortBinding{{HostIP: netip.MustParseAddr("127.0.0.1")}}}
+	if none {
+		listen, exposed, netMode, bindings = "unix:"+agentSocket, nil, "none", nil
+	}
 	size := spec.Size.Resolved()
 	hc := &container.HostConfig{
-		NetworkMode: container.NetworkMode(p.cfg.Network),
-		PortBindings: network.PortMap{port: []network.PortBinding{
-			{HostIP: netip.MustParseAddr("127.0.0.1")},
-		}},
-		Runtime: rt,
+		NetworkMode:  netMode,
+		PortBindings: bindings,
+		Runtime:      rt,
 		Resources: container.Resources{
 			PidsLimit: &p.cfg.PidsLimit,
 		},
@@ -187,14 +198,16 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 	if hostBased {
 		hc.Mounts = append(hc.Mounts, hostMounts()...)
 	}
-	if err := p.ensureNetwork(ctx); err != nil {
-		return nil, err
+	if !none {
+		if err := p.ensureNetwork(ctx); err != nil {
+			return nil, err
+		}
 	}
 	created, err := p.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: namePrefix + id,
 		Config: &container.Config{
 			Image:        image,
-			Entrypoint:   []string{agentBinPath, "agent", "--listen", fmt.Sprintf("tcp:0.0.0.0:%d", agentPort), "--config", "-"},
+			Entrypoint:   []string{agentBinPath, "agent", "--listen", listen, "--config", "-"},
 			Cmd:          nil,
 			User:         "0:0",
 			WorkingDir:   workspace, // made by the engine where the image has none
@@ -203,7 +216,7 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 			AttachStdin:  true,
 			Hostname:     id[:12],
 			Labels:       labels,
-			ExposedPorts: network.PortSet{port: struct{}{}},
+			ExposedPorts: exposed,
 			StopSignal:   "SIGKILL",
 		},
 		HostConfig: hc,

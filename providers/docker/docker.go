@@ -70,6 +70,7 @@ const (
 	labelNetwork  = labelPrefix + "network"  // on the provider's networks
 	labelHostTmpl = labelPrefix + "host-template"
 	labelCaps     = labelPrefix + "caps" // the sandbox's capabilities, comma-separated
+	labelNet      = labelPrefix + "net"  // the sandbox's network mode: all or none
 	namePrefix    = "tupper-"
 	snapshotRepo  = "tupper-snapshot"
 	hostImageRepo = "tupper-host"
@@ -170,15 +171,16 @@ func (p *Provider) Close() error {
 
 // Capabilities are Docker's: pause (docker pause), filesystem snapshots (docker commit),
 // terminals, sizes (CPU and memory limits), network all, lifetime and idle
-// deadlines, previews through the agent's tunnel, persistence. Not declared: network none
-// (the agent is reached through a published port, which a container without a network has
-// not; see docs/docker.md for the plan), an allow list (Docker has no egress policy), exact keys (no atomic get-or-create), bounded disk
+// deadlines, previews through the agent's tunnel, persistence, and network none (Docker's
+// none network: the agent then listens on a unix socket in the container, reached through
+// the engine's exec of a relay). Not declared: an allow list (Docker has no egress policy),
+// exact keys (no atomic get-or-create), bounded disk
 // (only some storage drivers can) and, on templates other than host, shell, git and users,
 // which depend on the image (see Instance.Capabilities).
 func (p *Provider) Capabilities() provider.Capabilities {
 	caps := provider.NewCapabilities(
 		provider.CapPause, provider.CapSnapshot, provider.CapTerminal, provider.CapSize,
-		provider.CapNetworkAll, provider.CapTimeout, provider.CapIdleTimeout,
+		provider.CapNetworkAll, provider.CapNetworkNone, provider.CapTimeout, provider.CapIdleTimeout,
 		provider.CapPreview, provider.CapPersistent,
 	)
 	if p.cfg.Template == HostTemplate {

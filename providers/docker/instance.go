@@ -45,16 +45,17 @@ var (
 func (p *Provider) instance(in container.InspectResponse) *Instance {
 	i := &Instance{p: p, id: in.Config.Labels[labelSandbox], cid: in.ID, in: in}
 	addr := agentAddr(in)
-	c := agentclient.NewWithOptions(agentclient.Options{
-		Dial: func(ctx context.Context) (net.Conn, error) {
-			if addr == "" {
-				return nil, fmt.Errorf("the agent's port is not published (the container is not running)")
-			}
-			var d net.Dialer
-			return d.DialContext(ctx, "tcp", addr)
-		},
-		AccessToken: in.Config.Labels[labelToken],
-	})
+	dial := func(ctx context.Context) (net.Conn, error) {
+		if addr == "" {
+			return nil, fmt.Errorf("the agent's port is not published (the container is not running)")
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", addr)
+	}
+	if in.Config.Labels[labelNet] == string(provider.NetworkNone) {
+		dial = p.relayDial(in.ID)
+	}
+	c := agentclient.NewWithOptions(agentclient.Options{Dial: dial, AccessToken: in.Config.Labels[labelToken]})
 	i.Agent = agentinst.NewAgent(agentinst.Config{ID: i.id, Client: c, Check: i.check, Gone: i.gone})
 	if in.State != nil {
 		p.setPaused(i.id, in.State.Paused)
