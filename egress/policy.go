@@ -22,6 +22,7 @@ package egress
 
 import (
 	"fmt"
+	"math"
 	"net/netip"
 	"slices"
 	"strings"
@@ -54,6 +55,21 @@ func (r rules) matchName(name string) bool {
 		}
 	}
 	return false
+}
+
+// specificity is how closely r's names match name: math.MaxInt for an exact name, the
+// length of the longest wildcard's domain that matches, -1 when none does.
+func (r rules) specificity(name string) int {
+	if slices.Contains(r.names, name) {
+		return math.MaxInt
+	}
+	best := -1
+	for _, s := range r.suffixes {
+		if strings.HasSuffix(name, s) {
+			best = max(best, len(s))
+		}
+	}
+	return best
 }
 
 func (r rules) matchAddr(a netip.Addr) bool {

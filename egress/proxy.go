@@ -539,7 +539,7 @@ func (p *Proxy) relay(c net.Conn) {
 		}
 		dst = real
 		hc.bound = name
-		hc.header, hc.query = p.secrets.replacers(name)
+		hc.rewrite = p.secrets.rewrite(name, !httpMode) // TLS, terminated below
 	}
 	dial := p.Dial
 	if dial == nil {
@@ -630,9 +630,9 @@ type httpCheck struct {
 	policy bool // each Host is checked against the policy
 	// bound is the name the connection was opened for, whose secrets are written into
 	// requests for it (header, query); "" when none.
-	bound         string
-	header, query *strings.Replacer
-	only          bool // a request for any other Host cuts the connection (terminated TLS)
+	bound   string
+	rewrite *rewrite
+	only    bool // a request for any other Host cuts the connection (terminated TLS)
 }
 
 // relayHTTP writes requests from br to up, each after checking its Host against the policy
@@ -659,8 +659,8 @@ func (p *Proxy) relayHTTP(pc *proxied, br *bufio.Reader, req *http.Request, up i
 			}
 			p.log(Entry{Kind: "connect", Name: name, Dest: pc.dst.String(), Allowed: true})
 		}
-		if hc.header != nil && name == hc.bound {
-			substitute(hc.header, hc.query, req)
+		if hc.rewrite != nil && name == hc.bound {
+			hc.rewrite.apply(req)
 		}
 		if _, ok := req.Header["User-Agent"]; !ok {
 			req.Header["User-Agent"] = []string{""} // Write adds none then

@@ -37,6 +37,15 @@ import (
 // replaced in every header value (an Authorization: Basic value is decoded, replaced and
 // encoded again) and in the query of the request line; never in a body, and never in
 // anything sent back to the sandbox.
+//
+// A secret with a Header has no placeholder: the proxy sets that header to the value in
+// every HTTPS request to the secret's hosts, replacing any the sandbox sent (after the
+// placeholders are replaced, so the value is written as it is). Never in plain HTTP: the
+// sandbox did not choose to send the value, and there anything on the way would read it.
+// Such secrets are not
+// merged across hosts: for a request, only those whose host matches it most specifically
+// (an exact name, else the longest wildcard) are set, and where two of them set one header
+// the later in the list wins. They ride on the same termination of TLS, for the same hosts.
 
 // PlaceholderPrefix begins every placeholder.
 const PlaceholderPrefix = "tupper_secret_"
@@ -45,9 +54,36 @@ const PlaceholderPrefix = "tupper_secret_"
 // sandbox).
 type Secret struct {
 	Name        string   `json:"name"`
-	Placeholder string   `json:"placeholder"`
+	Placeholder string   `json:"placeholder,omitempty"` // "" when Header is set
 	Value       string   `json:"value"`
 	Hosts       []string `json:"hosts"`
+	Header      string   `json:"header,omitempty"` // the header set to Value, instead of a placeholder
+}
+
+// CheckHeader checks the name of a header a bound secret sets: an HTTP field name, and not
+// one that frames the request or names its destination (Host, Content-Length,
+// Transfer-Encoding, and the hop-by-hop headers), which the proxy must keep as the
+// sandbox sent them.
+func CheckHeader(name string) error {
+	if name == "" {
+		return errors.New("empty header name")
+	}
+	for _, c := range []byte(name) {
+		if !isTokenByte(c) {
+			return fmt.Errorf("header name %q is not an HTTP field name", name)
+		}
+	}
+	switch http.CanonicalHeaderKey(name) {
+	case "Host", "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Proxy-Connection",
+		"Te", "Trailer", "Upgrade", "Proxy-Authorization", "Proxy-Authenticate":
+		return fmt.Errorf("header %s frames the request or is hop-by-hop: a bound secret cannot set it", http.CanonicalHeaderKey(name))
+	}
+	return nil
+}
+
+// isTokenByte reports whether c may be in an HTTP token (RFC 9110, 5.6.2).
+func isTokenByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
 
 // NewPlaceholder returns a fresh random placeholder.
@@ -91,6 +127,7 @@ func parseHosts(hosts []string) (rules, error) {
 // secret is a Secret with its hosts parsed.
 type secret struct {
 	placeholder, value string
+	header             string // canonical; "" for a placeholder's secret
 	hosts              rules
 }
 
@@ -100,14 +137,24 @@ type secrets []secret
 func parseSecrets(list []Secret) (secrets, error) {
 	var out secrets
 	for _, s := range list {
-		if !strings.HasPrefix(s.Placeholder, PlaceholderPrefix) || len(s.Placeholder) < len(PlaceholderPrefix)+32 {
+		if s.Header != "" {
+			if s.Placeholder != "" {
+				return nil, fmt.Errorf("secret %s: a secret that sets a header has no placeholder", s.Name)
+			}
+			if err := CheckHeader(s.Header); err != nil {
+				return nil, fmt.Errorf("secret %s: %v", s.Name, err)
+			}
+			if strings.ContainsAny(s.Value, "\x00\r\n") {
+				return nil, fmt.Errorf("secret %s: a header value holds no NUL or line break", s.Name)
+			}
+		} else if !strings.HasPrefix(s.Placeholder, PlaceholderPrefix) || len(s.Placeholder) < len(PlaceholderPrefix)+32 {
 			return nil, fmt.Errorf("secret %s: placeholder is not one NewPlaceholder made", s.Name)
 		}
 		h, err := parseHosts(s.Hosts)
 		if err != nil {
 			return nil, fmt.Errorf("secret %s: %v", s.Name, err)
 		}
-		out = append(out, secret{placeholder: s.Placeholder, value: s.Value, hosts: h})
+		out = append(out, secret{placeholder: s.Placeholder, value: s.Value, header: http.CanonicalHeaderKey(s.Header), hosts: h})
 	}
 	return out, nil
 }
@@ -122,20 +169,57 @@ func (ss secrets) binds(name string) bool {
 	return false
 }
 
-// replacers return the replacements for a request to name, in header values and in a query
-// (where the value is percent-encoded), or nils when no secret is bound to name.
-func (ss secrets) replacers(name string) (header, query *strings.Replacer) {
+// rewrite is what the proxy changes in the requests to one bound name.
+type rewrite struct {
+	header, query *strings.Replacer // placeholders to values; nil when no placeholder is bound
+	set           [][2]string       // headers set (canonical name, value), in order
+}
+
+// rewrite returns the changes for a request to name, or nil when there are none. Headers
+// are set over TLS only, by the secrets whose hosts match name most specifically; where two
+// of those set one header, the later in the list wins.
+func (ss secrets) rewrite(name string, overTLS bool) *rewrite {
 	var hp, qp []string
+	best := -1
 	for _, s := range ss {
-		if s.hosts.matchName(name) {
-			hp = append(hp, s.placeholder, s.value)
-			qp = append(qp, s.placeholder, url.QueryEscape(s.value))
+		if s.header != "" && overTLS {
+			best = max(best, s.hosts.specificity(name))
 		}
 	}
-	if hp == nil {
-		return nil, nil
+	var set [][2]string
+	for _, s := range ss {
+		if !s.hosts.matchName(name) {
+			continue
+		}
+		if s.header != "" {
+			if overTLS && s.hosts.specificity(name) == best {
+				set = append(set, [2]string{s.header, s.value})
+			}
+			continue
+		}
+		hp = append(hp, s.placeholder, s.value)
+		qp = append(qp, s.placeholder, url.QueryEscape(s.value))
 	}
-	return strings.NewReplacer(hp...), strings.NewReplacer(qp...)
+	if hp == nil && set == nil {
+		return nil
+	}
+	rw := &rewrite{set: set}
+	if hp != nil {
+		rw.header, rw.query = strings.NewReplacer(hp...), strings.NewReplacer(qp...)
+	}
+	return rw
+}
+
+// apply writes the secrets into req: the placeholders' values in every header value
+// (inside an Authorization Basic value too) and in the query of the request line, then the
+// headers set, each replacing every value the request had under that name.
+func (rw *rewrite) apply(req *http.Request) {
+	if rw.header != nil {
+		substitute(rw.header, rw.query, req)
+	}
+	for _, h := range rw.set {
+		req.Header[h[0]] = []string{h[1]}
+	}
 }
 
 // substitute writes the secrets bound to the request's host in place of their

@@ -38,6 +38,7 @@ const slValue = "ghp_real-value/with+chars&more"
 // seenReq is what an upstream server got.
 type seenReq struct {
 	server, host, auth, query, custom string
+	set                               []string // the values of X-Set
 }
 
 type secretLab struct {
@@ -73,7 +74,7 @@ func labCert(t testing.TB, names ...string) (tls.Certificate, []byte) {
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
 }
 
-func newSecretLab(t testing.TB, pol *Policy) *secretLab {
+func newSecretLab(t testing.TB, pol *Policy, extra ...Secret) *secretLab {
 	l := &secretLab{t: t, backends: map[netip.AddrPort]string{}, lns: map[netip.AddrPort]net.Listener{}, dst: map[string]netip.AddrPort{}}
 	cert, labCA := labCert(t, "a.test", "b.test", "c.test")
 	forgedCert, _ := labCert(t, "forged.test") // signed by a CA nobody trusts
@@ -89,7 +90,7 @@ func newSecretLab(t testing.TB, pol *Policy) *secretLab {
 		}
 		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			l.mu.Lock()
-			l.seen = append(l.seen, seenReq{server: name, host: r.Host, auth: r.Header.Get("Authorization"), query: r.URL.Query().Get("token"), custom: r.Header.Get("X-Api-Key")})
+			l.seen = append(l.seen, seenReq{server: name, host: r.Host, auth: r.Header.Get("Authorization"), query: r.URL.Query().Get("token"), custom: r.Header.Get("X-Api-Key"), set: r.Header.Values("X-Set")})
 			l.mu.Unlock()
 			fmt.Fprintf(w, "%s %s\n", name, r.Host)
 		})}
@@ -117,7 +118,7 @@ func newSecretLab(t testing.TB, pol *Policy) *secretLab {
 	l.caPool.AppendCertsFromPEM(caPEM)
 	l.proxy, err = NewProxy(Config{
 		Sandbox: netip.MustParseAddr("127.0.0.1"),
-		Secrets: []Secret{{Name: "TOKEN", Placeholder: l.ph, Value: slValue, Hosts: hosts}},
+		Secrets: append([]Secret{{Name: "TOKEN", Placeholder: l.ph, Value: slValue, Hosts: hosts}}, extra...),
 		CACert:  string(caPEM), CAKey: string(keyPEM), ExtraRoots: string(labCA),
 	}, pol)
 	if err != nil {
@@ -334,6 +335,110 @@ func TestBoundSecretsAttacks(t *testing.T) {
 	}
 	if s := l.taken(); len(s) != 0 {
 		t.Errorf("forged.test's server got %+v", s)
+	}
+}
+
+// TestBoundHeaders: a secret with a Header sets that header in every HTTPS request to its
+// hosts (terminated), replacing what the sandbox sent (however many times, in whatever
+// case), after the placeholders are replaced; a later secret setting the same header wins;
+// plain HTTP, and requests to other hosts (on the same connection too), get nothing; and
+// nothing is sent back.
+func TestBoundHeaders(t *testing.T) {
+	const setValue = "Bearer set-value-0123"
+	l := newSecretLab(t, &Policy{},
+		Secret{Name: "E2B_RULE_0000", Value: "overridden", Hosts: []string{"a.test"}, Header: "x-set"},
+		Secret{Name: "E2B_RULE_0001", Value: setValue, Hosts: []string{"a.test"}, Header: "X-Set"})
+	l.proxy.learned[slShared] = map[string]bool{"a.test": true, "b.test": true}
+	forged := "GET / HTTP/1.1\r\nHost: %s\r\nx-set: forged1\r\nX-SET: forged2\r\nAuthorization: Bearer " + l.ph + "\r\n\r\n"
+	plain := "GET / HTTP/1.1\r\nHost: %s\r\n\r\n"
+	for _, c := range []struct {
+		what string
+		dst  netip.AddrPort
+		cfg  *tls.Config
+	}{{"http", netip.AddrPortFrom(slShared, 80), nil}, {"tls", netip.AddrPortFrom(slShared, 443), &tls.Config{ServerName: "a.test", RootCAs: l.caPool}}} {
+		reqs := []string{fmt.Sprintf(plain, "a.test"), fmt.Sprintf(forged, "a.test")}
+		if c.cfg == nil {
+			reqs = append(reqs, fmt.Sprintf(forged, "b.test"))
+		}
+		bodies, err := l.get(c.dst, c.cfg, reqs...)
+		if err != nil {
+			t.Fatalf("%s: %v", c.what, err)
+		}
+		for _, b := range bodies {
+			if strings.Contains(b, "set-value") {
+				t.Errorf("%s: a response holds the value: %q", c.what, b)
+			}
+		}
+		seen := l.taken()
+		if len(seen) != len(reqs) {
+			t.Fatalf("%s: upstream saw %+v", c.what, seen)
+		}
+		for i, s := range seen[:2] {
+			want := []string{setValue} // over TLS only: in plain HTTP, what the sandbox sent
+			if c.cfg == nil {
+				want = map[int][]string{0: nil, 1: {"forged1", "forged2"}}[i]
+			}
+			if s.host != "a.test" || fmt.Sprint(s.set) != fmt.Sprint(want) {
+				t.Errorf("%s request %d to a.test: X-Set %q, want %q", c.what, i, s.set, want)
+			}
+		}
+		if seen[1].auth != "Bearer "+slValue {
+			t.Errorf("%s: the placeholder beside a set header: Authorization %q", c.what, seen[1].auth)
+		}
+		if c.cfg == nil {
+			if s := seen[2]; s.host != "b.test" || len(s.set) != 2 || s.set[0] != "forged1" || s.auth != "Bearer "+l.ph {
+				t.Errorf("b.test (not bound) after a.test on one connection: %+v, want what the sandbox sent", s)
+			}
+		}
+	}
+	// A header secret alone terminates TLS for its hosts, as a placeholder's does.
+	only, err := NewProxy(Config{Secrets: []Secret{{Name: "H", Value: "v", Hosts: []string{"c.test"}, Header: "X-Set"}},
+		CACert: l.proxy.cfg.CACert, CAKey: l.proxy.cfg.CAKey}, &Policy{})
+	if err != nil || !only.secrets.binds("c.test") || only.secrets.binds("b.test") {
+		t.Errorf("a proxy with a header secret only: %v, binds c.test %v", err, err == nil && only.secrets.binds("c.test"))
+	}
+	for _, bad := range []Secret{
+		{Name: "H", Value: "v", Hosts: []string{"a.test"}, Header: "Host"},
+		{Name: "H", Value: "v", Hosts: []string{"a.test"}, Header: "transfer-encoding"},
+		{Name: "H", Value: "v", Hosts: []string{"a.test"}, Header: "X Bad"},
+		{Name: "H", Value: "v\r\nX-Injected: 1", Hosts: []string{"a.test"}, Header: "X-Set"},
+		{Name: "H", Value: "v", Hosts: []string{"a.test"}, Header: "X-Set", Placeholder: l.ph},
+	} {
+		if _, err := NewProxy(Config{Secrets: []Secret{bad}, CACert: l.proxy.cfg.CACert, CAKey: l.proxy.cfg.CAKey}, &Policy{}); err == nil {
+			t.Errorf("a proxy with %+v started", bad)
+		}
+	}
+}
+
+// TestBoundHeaderPrecedence: headers are set by the secrets of the most specific host
+// that matches (an exact name, else the longest wildcard) only, not merged with the others'.
+func TestBoundHeaderPrecedence(t *testing.T) {
+	ss, err := parseSecrets([]Secret{
+		{Name: "1", Value: "wide", Hosts: []string{"*.example.com"}, Header: "X-A"},
+		{Name: "2", Value: "narrow", Hosts: []string{"*.api.example.com"}, Header: "X-B"},
+		{Name: "3", Value: "exact", Hosts: []string{"v1.api.example.com"}, Header: "X-C"},
+		{Name: "4", Value: "exact2", Hosts: []string{"V1.api.example.com"}, Header: "x-d"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string][][2]string{
+		"v1.api.example.com": {{"X-C", "exact"}, {"X-D", "exact2"}},
+		"v2.api.example.com": {{"X-B", "narrow"}},
+		"www.example.com":    {{"X-A", "wide"}},
+		"example.com":        nil,
+	} {
+		if rw := ss.rewrite(name, false); rw != nil {
+			t.Errorf("%s in plain HTTP: headers set %q", name, rw.set)
+		}
+		rw := ss.rewrite(name, true)
+		var got [][2]string
+		if rw != nil {
+			got = rw.set
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: headers set %q, want %q", name, got, want)
+		}
 	}
 }
 

@@ -165,9 +165,17 @@ type CreateSpec struct {
 // place of a placeholder the sandbox holds, into the headers (and query) of HTTP and HTTPS
 // requests to Hosts, exact names or wildcards as in an allow list (*.example.com). See
 // package egress and docs/network.md.
+//
+// With Header set there is no placeholder and the sandbox's variable is not set: the proxy
+// sets that HTTP header to Value in every HTTPS request to Hosts (never in plain HTTP), replacing any the sandbox sent
+// (how E2B's network rules inject headers). They are not merged across hosts: a request
+// gets the headers of the secrets whose host matches it most specifically (an exact name,
+// else the longest wildcard) only; where two of those set one header, the later in name
+// order wins.
 type BoundSecret struct {
-	Value string   `json:"value"`
-	Hosts []string `json:"hosts"`
+	Value  string   `json:"value"`
+	Hosts  []string `json:"hosts"`
+	Header string   `json:"header,omitempty"`
 }
 
 // Size is a machine size: a named preset or custom figures.

@@ -131,7 +131,9 @@ type CreateOptions struct {
 	// the sandbox's own, which the sandbox's trust bundle holds. They need a network: with
 	// NetworkAll the sandbox gets the proxy with an open policy (Network.Learn with no
 	// lists: nothing refused that all would allow); NetworkNone is invalid. Unsupported
-	// without the "bound-secrets" capability. Values are redacted too. See docs/network.md.
+	// without the "bound-secrets" capability. Values are redacted too. A BoundSecret with a
+	// Header has no placeholder and sets no variable: the proxy sets that header to Value
+	// in every HTTPS request to Hosts. See docs/network.md.
 	BoundSecrets map[string]BoundSecret
 	// IdleTimeout stops the sandbox after this long idle; unsupported where the provider has
 	// no idle timer.
@@ -231,10 +233,14 @@ func validateBoundSecrets(op string, o CreateOptions) error {
 		if !shellName.MatchString(k) {
 			return errorf(CodeInvalidArgument, op, "bound secret name %q is not a valid shell variable name", k)
 		}
-		if _, ok := o.Secrets[k]; ok {
+		if s.Header != "" {
+			// No variable: the proxy sets the header.
+			if err := egress.CheckHeader(s.Header); err != nil {
+				return errorf(CodeInvalidArgument, op, "bound secret %s: %v", k, err)
+			}
+		} else if _, ok := o.Secrets[k]; ok {
 			return errorf(CodeInvalidArgument, op, "%s is both a secret and a bound secret", k)
-		}
-		if _, ok := o.Env[k]; ok {
+		} else if _, ok := o.Env[k]; ok {
 			return errorf(CodeInvalidArgument, op, "%s is both an environment variable and a bound secret", k)
 		}
 		if s.Value == "" {

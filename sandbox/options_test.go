@@ -34,6 +34,10 @@ func TestCreateOptionsValidate(t *testing.T) {
 		"boundAlsoSecret": {Secrets: map[string]string{"A": "x"}, BoundSecrets: map[string]BoundSecret{"A": {Value: "v", Hosts: []string{"a.test"}}}},
 		"boundAlsoEnv":    {Env: map[string]string{"A": "x"}, BoundSecrets: map[string]BoundSecret{"A": {Value: "v", Hosts: []string{"a.test"}}}},
 		"boundNoNetwork":  {Network: NetworkNone, BoundSecrets: map[string]BoundSecret{"A": {Value: "v", Hosts: []string{"a.test"}}}},
+		"headerHost":      {BoundSecrets: map[string]BoundSecret{"A": {Value: "v", Hosts: []string{"a.test"}, Header: "Host"}}},
+		"headerLength":    {BoundSecrets: map[string]BoundSecret{"A": {Value: "v", Hosts: []string{"a.test"}, Header: "content-length"}}},
+		"headerName":      {BoundSecrets: map[string]BoundSecret{"A": {Value: "v", Hosts: []string{"a.test"}, Header: "X:Y"}}},
+		"headerNewline":   {BoundSecrets: map[string]BoundSecret{"A": {Value: "v\nX: 1", Hosts: []string{"a.test"}, Header: "X-Key"}}},
 	}
 	for name, o := range bad {
 		if err := o.Validate(); !errors.Is(err, CodeInvalidArgument) {
@@ -46,6 +50,8 @@ func TestCreateOptionsValidate(t *testing.T) {
 			Labels: map[string]string{"team": "a"}, Env: map[string]string{"A": "1"}, Secrets: map[string]string{"TOKEN": "x"}},
 		{Size: Size{CPU: 0.5, MemoryMB: 256, DiskGB: 1}, Network: NetworkAllowList("example.com")},
 		{Secrets: map[string]string{"PLAIN": "x"}, BoundSecrets: map[string]BoundSecret{"GH": {Value: "v", Hosts: []string{"api.github.com", "*.github.com"}}}},
+		// A header's secret sets no variable: its name may be an environment variable's.
+		{Env: map[string]string{"GH": "x"}, BoundSecrets: map[string]BoundSecret{"GH": {Value: "Bearer v", Hosts: []string{"api.github.com"}, Header: "Authorization"}}},
 	}
 	for i, o := range good {
 		if err := o.Validate(); err != nil {

@@ -56,8 +56,10 @@ import (
 // sandbox's /etc/ssl/certs/ca-certificates.crt (which SSL_CERT_FILE, NODE_EXTRA_CA_CERTS,
 // REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE and GIT_SSL_CAINFO name), and the values and the CA's
 // key go only into the proxy's configuration, egress.json in the sandbox's directory (mode
-// 0600, host root's, never mounted). A sandbox with bound secrets and network "all" gets
-// the proxy with an open policy: network "allow" with empty lists.
+// 0600, host root's, never mounted). A secret that sets a header (BoundSecret.Header) has
+// no placeholder and no variable: the sandbox holds nothing of it. A sandbox with bound
+// secrets and network "all" gets the proxy with an open policy: network "allow" with empty
+// lists.
 
 // trustBundle is the sandbox's CA bundle, and the variables that point programs at it.
 const trustBundle = "/etc/ssl/certs/ca-certificates.crt"
@@ -83,11 +85,15 @@ func newBoundSecrets(spec provider.CreateSpec) (*boundSecrets, error) {
 		if err := egress.CheckSecretHosts(s.Hosts); err != nil {
 			return nil, provider.Errorf(provider.CodeInvalidArgument, "bound secret %s: %v", name, err)
 		}
-		ph, err := egress.NewPlaceholder()
-		if err != nil {
-			return nil, err
+		es := egress.Secret{Name: name, Value: s.Value, Hosts: s.Hosts, Header: s.Header}
+		if s.Header == "" { // else the proxy sets the header: the sandbox holds nothing
+			ph, err := egress.NewPlaceholder()
+			if err != nil {
+				return nil, err
+			}
+			es.Placeholder = ph
 		}
-		b.secrets = append(b.secrets, egress.Secret{Name: name, Placeholder: ph, Value: s.Value, Hosts: s.Hosts})
+		b.secrets = append(b.secrets, es)
 		hosts = append(hosts, s.Hosts...)
 	}
 	var err error
@@ -113,7 +119,9 @@ func (b *boundSecrets) env(env map[string]string) map[string]string {
 		}
 	}
 	for _, s := range b.secrets {
-		out[s.Name] = s.Placeholder
+		if s.Placeholder != "" {
+			out[s.Name] = s.Placeholder
+		}
 	}
 	return out
 }
