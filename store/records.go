@@ -99,8 +99,19 @@ func (s *Store) RevokeKey(ctx context.Context, idOrPrefix string) (APIKey, error
 		return k, nil
 	}
 	k.RevokedAt = time.Now().UTC().Truncate(time.Millisecond)
-	_, err = s.db.ExecContext(ctx, `UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL`, unixMilli(k.RevokedAt), k.ID)
-	return k, dbErr(err)
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return APIKey{}, dbErr(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL`, unixMilli(k.RevokedAt), k.ID); err != nil {
+		return APIKey{}, dbErr(err)
+	}
+	// Nobody can use the key's stored secrets any more: their values go with it.
+	if _, err := tx.ExecContext(ctx, `DELETE FROM secrets WHERE api_key_id = ?`, k.ID); err != nil {
+		return APIKey{}, dbErr(err)
+	}
+	return k, dbErr(tx.Commit())
 }
 
 // AuthenticateKey returns the live key whose hash is that of secret. A missing or revoked key

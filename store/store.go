@@ -11,7 +11,8 @@
 //
 // Credentials are stored only as SHA-256 hashes (API keys, sandbox tokens). Webhook secrets
 // and the server's own secrets (Setting) are stored as they are, since the server needs
-// them to sign; the database's files are readable by their owner only.
+// them to sign, and so are stored secrets (secrets.go), whose values the server writes into
+// sandboxes' egress; the database's files are readable by their owner only.
 //
 // A *Store may be used from many goroutines at once.
 package store
@@ -153,6 +154,22 @@ CREATE INDEX snapshots_expiry ON snapshots(expires_at) WHERE expires_at != 0;
 ALTER TABLE sandboxes ADD COLUMN on_timeout TEXT NOT NULL DEFAULT '';
 ALTER TABLE sandboxes ADD COLUMN auto_resume INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE sandboxes ADD COLUMN timeout_ms INTEGER NOT NULL DEFAULT 0;
+`,
+	// 6: stored secrets (E2B's /secrets), each an API key's own, its value written into
+	// sandboxes' egress and never returned.
+	`
+CREATE TABLE secrets (
+	seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+	id         TEXT NOT NULL UNIQUE,
+	api_key_id TEXT NOT NULL,
+	name       TEXT NOT NULL,
+	value      TEXT NOT NULL,
+	version    INTEGER NOT NULL DEFAULT 1,
+	metadata   TEXT NOT NULL DEFAULT '{}',
+	created_at INTEGER NOT NULL,
+	updated_at INTEGER NOT NULL,
+	UNIQUE (api_key_id, name)
+);
 `,
 }
 
