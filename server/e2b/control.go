@@ -91,6 +91,7 @@ func (s *Server) controlMux() *router {
 	h("GET /templates/aliases/{alias}", s.templateAlias)
 	s.templateRoutes(m, h)
 	s.volumeRoutes(m, h)
+	s.secretRoutes(h)
 	for _, op := range notServed {
 		h(op.pattern, func(w http.ResponseWriter, r *http.Request, _ string) {
 			writeError(w, unsupported("%s is not supported by tupper%s", r.Pattern, op.why))
@@ -102,7 +103,6 @@ func (s *Server) controlMux() *router {
 // Why the server does not serve parts of E2B's API.
 const (
 	whyTemplates = ": a sandbox's templateID names a template of the server's provider (\"base\" is its default); templates are built with the Template SDK (v2 and v3 builds) and listed and deleted with the native API (/v1/templates)"
-	whySecrets   = ": stored secrets are not supported; pass envVars when creating a sandbox"
 	whyAccount   = ": manage the server's API keys with `tupper keys`"
 	whyAdmin     = ": E2B's admin API is not served"
 )
@@ -121,12 +121,6 @@ var notServed = []struct{ pattern, why string }{
 	{"PATCH /templates/{templateID}", whyTemplates},
 	{"PATCH /v2/templates/{templateID}", whyTemplates},
 	{"POST /templates/{templateID}/builds/{buildID}", whyTemplates},
-
-	{"GET /secrets", whySecrets},
-	{"POST /secrets", whySecrets},
-	{"GET /secrets/{secretID}", whySecrets},
-	{"POST /secrets/{secretID}", whySecrets},
-	{"DELETE /secrets/{secretID}", whySecrets},
 
 	{"GET /teams", whyAccount},
 	{"GET /teams/{teamID}/metrics", whyAccount},
@@ -190,8 +184,8 @@ func unsupported(format string, args ...any) error {
 	return provider.Errorf(provider.CodeUnsupported, format, args...)
 }
 
-// options turns a create request into sandbox options.
-func (s *Server) options(ctx context.Context, req newSandbox, defTimeout int64) (sandbox.CreateOptions, error) {
+// options turns a create request of API key keyID into sandbox options.
+func (s *Server) options(ctx context.Context, req newSandbox, defTimeout int64, keyID string) (sandbox.CreateOptions, error) {
 	var opts sandbox.CreateOptions
 	switch {
 	case isSet(req.IAM):
@@ -234,10 +228,15 @@ func (s *Server) options(ctx context.Context, req newSandbox, defTimeout int64) 
 	opts.Timeout = d
 	var allowOut, denyOut []string
 	if n := req.Network; n != nil {
-		if isSet(n.Rules) || isSet(n.EgressProxy) {
-			return opts, unsupported("network rules and egress proxies are not supported")
+		if isSet(n.EgressProxy) {
+			return opts, unsupported("egress proxies are not supported")
 		}
 		allowOut, denyOut = n.AllowOut, n.DenyOut
+		// Header transforms: bound secrets that set headers, outside the sandbox.
+		var err error
+		if opts.BoundSecrets, err = s.ruleHeaders(ctx, keyID, n.Rules); err != nil {
+			return opts, err
+		}
 	}
 	if req.AllowInternetAccess != nil && !*req.AllowInternetAccess {
 		// The same as denyOut 0.0.0.0/0, E2B says.
@@ -341,7 +340,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, keyID string, de
 		writeError(w, provider.Errorf(provider.CodeInvalidArgument, "templateID is required"))
 		return
 	}
-	opts, err := s.options(r.Context(), req, defTimeout)
+	opts, err := s.options(r.Context(), req, defTimeout, keyID)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -479,8 +478,12 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request, _ string)
 		writeError(w, err)
 		return
 	}
-	if isSet(req.Rules) || isSet(req.EgressProxy) {
-		writeError(w, unsupported("network rules and egress proxies are not supported"))
+	if isSet(req.Rules) {
+		writeError(w, unsupported("network rules are set when a sandbox is created; changing them on a running sandbox is not supported"))
+		return
+	}
+	if isSet(req.EgressProxy) {
+		writeError(w, unsupported("egress proxies are not supported"))
 		return
 	}
 	deny := req.DenyOut

@@ -28,8 +28,11 @@
 // /v2/templates, file uploads by hash to signed URLs of this server, POST
 // /v2/templates/{id}/builds/{buildID}, build status and logs, tags) go through the server's
 // builds.Service (Config.Builds), as the native API's builds do: the steps become a
-// Dockerfile for template.Store.Build (templates.go). Every other operation of
-// E2B's API — network updates, fork, volumes, secrets, listing and deleting templates, teams,
+// Dockerfile for template.Store.Build (templates.go). E2B's secrets (/secrets) are the
+// store's secrets of the request's API key, values never returned; a create's network.rules
+// (headers set per host, naming ${e2b.secrets.NAME}) become bound secrets that set those
+// headers at the egress proxy, outside the sandbox (secrets.go). Every other operation of
+// E2B's API — network updates, fork, volumes, listing and deleting templates, teams,
 // MCP, auto-pause, listing and deleting snapshots — answers 501 with E2B's error body {"code": status,
 // "message": text}, naming E2B's path pattern; other paths under E2B's API answer 404 (405
 // for another method) with the same body.

@@ -299,8 +299,6 @@ func TestRouteTable(t *testing.T) {
 		{"GET", "/volumes", 501, "provider memory has no volumes"},
 		{"POST", "/volumes", 400, "volume name \"\" must be 1 to 63 characters"},
 		{"GET", "/volumecontent/v1/dir", 501, "provider memory has no volumes"},
-		{"GET", "/secrets", 501, "GET /secrets is not supported"},
-		{"DELETE", "/secrets/s1", 501, "DELETE /secrets/{secretID} is not supported"},
 		{"GET", "/teams", 501, "GET /teams is not supported"},
 		{"GET", "/api-keys", 501, "GET /api-keys is not supported"},
 		{"GET", "/admin/sandboxes/running-counts", 501, "GET /admin/sandboxes/running-counts is not supported"},

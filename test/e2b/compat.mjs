@@ -616,6 +616,49 @@ export async function run(sdk, sdkVersion) {
     }
   })
 
+  await step('secrets: create, getInfo, update, list, exists, destroy; network.rules naming one', async () => {
+    const { Secret, SecretNotFoundError } = sdk
+    const name = `compat-${process.pid}`
+    const value = `compat-secret-value-${process.pid}`
+    const info = await Secret.create(name, value, { metadata: { suite: 'tupper-compat' } })
+    assert.match(info.secretId, /^sec_/)
+    assert.equal(info.name, name)
+    assert.equal(info.version, 1)
+    assert.deepEqual(info.metadata, { suite: 'tupper-compat' })
+    assert.ok(info.createdAt instanceof Date && !Number.isNaN(info.createdAt.getTime()))
+    assert.equal((await Secret.getInfo(name.toUpperCase())).secretId, info.secretId)
+    const updated = await Secret.update(info.secretId, value + '-2')
+    assert.equal(updated.version, 2)
+    assert.deepEqual(updated.metadata, { suite: 'tupper-compat' }, 'an update without metadata keeps it')
+    await assert.rejects(Secret.create(name, 'again'), 'a second secret of one name')
+    await assert.rejects(Secret.getInfo('compat-missing'), SecretNotFoundError)
+    const all = []
+    const pages = Secret.list({ limit: 1 })
+    while (pages.hasNext) all.push(...(await pages.nextItems()))
+    assert.ok(all.some((s) => s.secretId === info.secretId), 'list, a page of one at a time')
+    assert.ok(all.every((s) => !('value' in s)))
+    // A rule naming it: the egress proxy sets the header outside the sandbox, so nothing in
+    // the sandbox holds the value.
+    const sb = await Sandbox.create('base', {
+      network: { rules: { 'api.compat.test': [{ transform: { headers: { Authorization: `Bearer ${Secret.fill(name)}` } } }] } },
+      metadata: { suite: 'tupper-compat-secrets' }, timeoutMs: 60_000,
+    })
+    try {
+      const r = await sb.commands.run(`env; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'`, { user: 'root' })
+      assert.ok(!r.stdout.includes(value), 'the value is in the sandbox\'s environment')
+    } finally {
+      await sb.kill()
+    }
+    await assert.rejects(Sandbox.create('base', {
+      network: { rules: { 'api.compat.test': [{ transform: { headers: { Authorization: Secret.fill('compat-missing') } } }] } },
+      metadata: { suite: 'tupper-compat-secrets' }, timeoutMs: 60_000,
+    }), /compat-missing/, 'a rule naming a missing secret')
+    assert.equal(await Secret.exists(name), true)
+    assert.equal(await Secret.destroy(name), true)
+    assert.equal(await Secret.exists(name), false)
+    assert.equal(await Secret.destroy(name), false)
+  })
+
   await step('mcp: {} gives the sandbox an MCP endpoint with Tupper\'s tools for it alone', async () => {
     await assert.rejects(Sandbox.create({ mcp: { github: { githubPersonalAccessToken: 'x' } }, timeoutMs: 60_000, metadata: { suite: 'tupper-compat-mcp-refused' } }),
       (err) => { assert.match(String(err.message), /Failed to start MCP gateway: .*MCP servers from E2B's catalog \(github\) are not available/); return true })
