@@ -521,6 +521,7 @@ func testEgress(t *testing.T, rt string) {
 		}
 	})
 	t.Run("bound secrets", func(t *testing.T) { l.boundSecrets(t, api) })
+	t.Run("e2b secrets", func(t *testing.T) { l.e2bSecrets(t, api) })
 	t.Run("cli", func(t *testing.T) { testEgressCLI(t, l, rt) })
 	t.Run("measure", func(t *testing.T) { l.measure(t, api, inst) })
 	t.Run("set network", func(t *testing.T) {
@@ -1029,6 +1030,66 @@ func (l *egressLab) boundSecrets(t *testing.T, api *labAPI) {
 			t.Errorf("Host b.test behind SNI a.test reached the server: %q", got)
 		}
 	})
+}
+
+// e2bSecrets is E2B's stored secrets and network rules through the lab's server: a secret
+// made over /secrets, a sandbox created over E2B's API with a rule that sets Authorization
+// for a.test from it. a.test's server gets the value over HTTPS whatever the sandbox sends,
+// and what the sandbox sent over plain HTTP; b.test gets what the sandbox sent; the sandbox
+// holds nothing of it.
+func (l *egressLab) e2bSecrets(t *testing.T, api *labAPI) {
+	const value = "e2bStoredSecretValue-0123456789"
+	e2b := []string{"X-API-Key", api.key}
+	api.want(t, 201, nil, "POST", "/secrets", map[string]any{"name": "Lab-Token", "value": value}, e2b...)
+	defer api.want(t, 204, nil, "DELETE", "/secrets/lab-token", nil, e2b...)
+	rule := func(hdr string) []any {
+		return []any{map[string]any{"transform": map[string]any{"headers": map[string]string{"Authorization": hdr}}}}
+	}
+	var made struct{ SandboxID string }
+	api.want(t, 201, &made, "POST", "/v2/sandboxes", map[string]any{"templateID": "base", "network": map[string]any{
+		"rules": map[string]any{"a.test": rule("Bearer ${e2b.secrets.lab-token}")}}}, e2b...)
+	defer api.want(t, 204, nil, "DELETE", "/sandboxes/"+made.SandboxID, nil, e2b...)
+	// A rule naming a secret the key does not have: refused at create, naming it.
+	api.want(t, 400, nil, "POST", "/v2/sandboxes", map[string]any{"templateID": "base", "network": map[string]any{
+		"rules": map[string]any{"a.test": rule("Bearer ${e2b.secrets.nope}")}}}, e2b...)
+	pi, err := l.p.Connect(l.ctx, made.SandboxID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst := pi.(*Instance)
+	if err := inst.WriteFile(l.ctx, "/tmp/ca.pem", bytes.NewReader(l.caPEM), nil); err != nil {
+		t.Fatal(err)
+	}
+	want := "Bearer " + value
+	for _, c := range []struct{ args, out string }{
+		{"https://a.test/", "tls a.test"},
+		{`-H "Authorization: Bearer forged" https://a.test/`, "tls a.test"},
+		{`-H "Authorization: Bearer mine" http://a.test/`, "http a.test"},
+		{`-H "Authorization: Bearer mine" --cacert /tmp/ca.pem https://b.test/`, "tls b.test"},
+		{`-H "Authorization: Bearer mine" http://b.test/`, "http b.test"},
+	} {
+		out, errOut, code := runCode(t, inst, "curl -sS --max-time 10 "+c.args)
+		if code != 0 || strings.TrimSpace(out) != c.out {
+			t.Errorf("curl %s: exit %d, %q %q", c.args, code, out, errOut)
+		}
+	}
+	if a := l.auth.peers("tls " + egShared.String() + " a.test"); !slices.Contains(a, want) || slices.Contains(a, "Bearer forged") || slices.Contains(a, "Bearer mine") {
+		t.Errorf("tls a.test saw Authorization %q: want the stored value, never the sandbox's", a)
+	}
+	for _, k := range []string{"http " + egShared.String() + " a.test", "tls " + egShared.String() + " b.test", "http " + egShared.String() + " b.test"} {
+		if got := l.auth.peers(k); slices.Contains(got, want) || !slices.Contains(got, "Bearer mine") {
+			t.Errorf("%s saw Authorization %q: want the sandbox's own, never the stored value", k, got)
+		}
+	}
+	// Nowhere in the sandbox: the environment of every process, its files, the agent's
+	// directory. The needle is decoded in the shell, so no command line holds it.
+	b64 := base64.StdEncoding.EncodeToString([]byte(value))
+	out, _, _ := runCode(t, inst, `v=$(echo `+b64+` | base64 -d); { env; cat /proc/self/environ; } | grep -cF -e "$v"; `+
+		`grep -rlsF -e "$v" /etc /root /home /tmp /run /.tupper /workspace /proc/[0-9]*/environ 2>/dev/null; `+
+		`env | grep -c E2B_RULE; true`)
+	if out != "0\n0\n" {
+		t.Errorf("the sandbox holds the value or a variable for it: %q", out)
+	}
 }
 
 // hostFileChunk returns a line of the sandbox's proxy configuration from the one after the
