@@ -44,10 +44,7 @@ func ReadPolicy(path string) (*Policy, int64, error) {
 	if err := json.Unmarshal(b, &f); err != nil {
 		return nil, 0, fmt.Errorf("%s: %w", path, err)
 	}
-	if f.Nothing {
-		return Nothing(), f.Generation, nil
-	}
-	p, err := Parse(f.Allow, f.Deny)
+	p, err := f.Policy()
 	return p, f.Generation, err
 }
 

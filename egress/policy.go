@@ -240,6 +240,14 @@ type File struct {
 	Generation int64    `json:"generation,omitempty"`
 }
 
+// Policy is the policy f says.
+func (f File) Policy() (*Policy, error) {
+	if f.Nothing {
+		return Nothing(), nil
+	}
+	return Parse(f.Allow, f.Deny)
+}
+
 // Applied is the file next to a policy file at path where the proxy writes the generation
 // it enforces.
 func Applied(path string) string { return path + ".applied" }

@@ -25,7 +25,8 @@ func newNetworkCmd() *cobra.Command {
 			"a domain, *.domain, an IP address or a CIDR (each repeatable); --allow denies whatever it\n" +
 			"does not name and --deny wins over --allow. --mode all opens everything public, --mode\n" +
 			"none closes everything. Connections the new policy refuses are cut. The local provider\n" +
-			"changes only sandboxes created with a policy (tupper create --allow/--deny).",
+			"gives a sandbox created with network all its egress proxy at the first policy (its open\n" +
+			"connections are cut); one created with --network none has no interface and cannot change.",
 		Example: "  tupper network $id --allow pypi.org --allow files.pythonhosted.org\n  tupper network $id --mode none\n" +
 			"  tupper network $id --learned   # the allow list of what a --learn sandbox reached",
 		Args: cobra.ExactArgs(1),

@@ -143,7 +143,8 @@ func (p *Provider) createOnce(ctx context.Context, spec provider.CreateSpec, poo
 		tmpl = tp.name
 	}
 	netMode := spec.Network.Normalized().Mode
-	var pol *egress.Policy // network "allow"
+	var pol *egress.Policy  // network "allow"
+	var polFile egress.File // pol's file
 	full := snap != nil && snap.kind() == provider.SnapshotFull
 	if full {
 		// The saved kernel's network stack is the one it had: netstack for none, the host's
@@ -174,15 +175,31 @@ func (p *Provider) createOnce(ctx context.Context, spec provider.CreateSpec, poo
 			return nil, provider.Errorf(provider.CodeUnsupported, "a network policy needs network all, unavailable here: %v", p.netErr)
 		}
 		var err error
-		if pol, err = egress.Parse(spec.Network.Allow, spec.Network.Deny); err != nil {
-			return nil, provider.Errorf(provider.CodeInvalidArgument, "%v", err)
+		if pol, polFile, err = policyFile(spec.Network); err != nil {
+			return nil, err
 		}
 	default:
 		return nil, provider.Errorf(provider.CodeInvalidArgument, "unknown network mode %q", netMode)
 	}
+	if snap != nil && snap.Policy != nil && netMode == provider.NetworkAllow &&
+		len(spec.Network.Allow) == 0 && len(spec.Network.Deny) == 0 && !spec.Network.Learn {
+		// A policy without lists, from a snapshot of a sandbox that had one (what a fork
+		// asks for its children): the policy in force when the snapshot was taken.
+		polFile = *snap.Policy
+		var err error
+		if pol, err = polFile.Policy(); err != nil {
+			return nil, provider.Errorf(provider.CodeInvalidArgument, "snapshot %s's policy: %v", snap.ID, err)
+		}
+	}
 	bound, err := newBoundSecrets(spec) // egress.go
 	if err != nil {
 		return nil, err
+	}
+	if bound == nil && snap != nil && !full {
+		// Given none, a sandbox from a snapshot of one with bound secrets keeps them.
+		if bound, err = p.snapshotBoundSecrets(snap); err != nil {
+			return nil, provider.Wrap(err, provider.CodeProvider, "create")
+		}
 	}
 	if bound != nil {
 		switch {
@@ -435,18 +452,10 @@ func (p *Provider) createOnce(ctx context.Context, spec provider.CreateSpec, poo
 			if pol != nil {
 				// The policy's rules before the interface: the sandbox never has a
 				// moment of network "all".
-				var ports egressFile
-				if egressSocks, ports, err = p.net.listenEgress(); err != nil {
+				if err := p.writeEgressPolicy(id, polFile); err != nil {
 					return err
 				}
-				rec.Egress = &egressProc{Ports: ports}
-				if err := p.writeEgressPolicy(id, spec.Network); err != nil {
-					return err
-				}
-				if err := p.lay.writeRecord(rec); err != nil {
-					return err
-				}
-				if err := p.applyEgress(ctx, rec, ports, pol); err != nil {
+				if egressSocks, err = p.bindEgress(ctx, rec, pol); err != nil {
 					return err
 				}
 			}
@@ -588,25 +597,10 @@ func (p *Provider) createOnce(ctx context.Context, spec provider.CreateSpec, poo
 			if pol == nil {
 				return nil
 			}
-			// Started like the holder, into the sandbox's cgroups (holder.go).
-			pid, start, serve, done, err := p.startEgress(ctx, rec, egressSocks, agentPath, bound)
-			if err != nil {
-				return err
-			}
-			defer done()
-			rec.Egress.PID, rec.Egress.Start = pid, start
-			if err := p.lay.writeRecord(rec); err != nil {
-				return err
-			}
-			if err := serve(); err != nil {
-				return err
-			}
+			err := p.runEgress(ctx, rec, egressSocks, agentPath, bound)
 			egressSocks.close()
 			egressSocks = nil
-			if err := protectFromOOM(pid); err != nil {
-				return err
-			}
-			return joinCgroups(id, pid)
+			return err
 		}, undo: func() error {
 			stopEgress(rec, holderExitTimeout)
 			return nil

@@ -7,6 +7,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"maps"
 	"net"
 	"net/netip"
@@ -37,7 +39,8 @@ import (
 //	                   -s SANDBOX -p tcp --dport 53 -j DNAT --to GATEWAY:DNS-TCP
 //	                   -s SANDBOX -p tcp -j DNAT --to GATEWAY:PROXY
 //	filter TUPPER-IN-B -s SANDBOX -d GATEWAY -p udp|tcp --dport <each port> -j RETURN
-//	filter TUPPER-FWD-B -s SANDBOX -d DENIED -j REJECT; -s SANDBOX -d ALLOWED -p udp -j RETURN;
+//	filter TUPPER-FWD-B -s SANDBOX -p tcp -j REJECT --reject-with tcp-reset;
+//	                   -s SANDBOX -d DENIED -j REJECT; -s SANDBOX -d ALLOWED -p udp -j RETURN;
 //	                   -s SANDBOX -j REJECT
 //
 // So every DNS query, to whichever server, over UDP or TCP, reaches the proxy's resolver;
@@ -101,6 +104,49 @@ func newBoundSecrets(spec provider.CreateSpec) (*boundSecrets, error) {
 		return nil, err
 	}
 	return b, nil
+}
+
+// readBoundSecrets reads the bound secrets of sandbox id from its proxy's configuration;
+// none without a proxy or bound secrets.
+func (p *Provider) readBoundSecrets(id string) ([]egress.Secret, error) {
+	b, err := os.ReadFile(p.lay.egressConfig(id))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var cfg egress.ProcessConfig
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		return nil, fmt.Errorf("%s: %w", p.lay.egressConfig(id), err)
+	}
+	return cfg.Secrets, nil
+}
+
+// snapshotBoundSecrets are the bound secrets of a sandbox made from snapshot snap: the
+// snapshot's (secrets.json: the same names, placeholders, values and hosts, so that files
+// holding a placeholder keep working) with a CA of the new sandbox's own; nil when it has
+// none.
+func (p *Provider) snapshotBoundSecrets(snap *snapMeta) (*boundSecrets, error) {
+	if !snap.BoundSecrets {
+		return nil, nil
+	}
+	b, err := os.ReadFile(p.lay.snapshotSecrets(snap.ID))
+	if err != nil {
+		return nil, err
+	}
+	bs := &boundSecrets{}
+	if err := json.Unmarshal(b, &bs.secrets); err != nil || len(bs.secrets) == 0 {
+		return nil, fmt.Errorf("snapshot %s: bad secrets.json", snap.ID)
+	}
+	var hosts []string
+	for _, s := range bs.secrets {
+		hosts = append(hosts, s.Hosts...)
+	}
+	if bs.caCert, bs.caKey, err = egress.NewCA(hosts); err != nil {
+		return nil, err
+	}
+	return bs, nil
 }
 
 // env returns env with the placeholders under the secrets' names, and the trust variables
@@ -273,13 +319,91 @@ func (l layout) egressPolicy(id string) string { return filepath.Join(l.dir(id),
 func (l layout) egressLog(id string) string    { return filepath.Join(l.dir(id), "egress.log") }
 func (l layout) egressErr(id string) string    { return filepath.Join(l.dir(id), "egress.err") }
 
+// policyFile is the policy file of network n, and the policy it says: all is an empty
+// policy, none one that allows nothing.
+func policyFile(n provider.Network) (*egress.Policy, egress.File, error) {
+	var f egress.File
+	switch n = n.Normalized(); n.Mode {
+	case provider.NetworkAll:
+	case provider.NetworkNone:
+		f.Nothing = true
+	case provider.NetworkAllow:
+		f.Allow, f.Deny = n.Allow, n.Deny
+	default:
+		return nil, f, provider.Errorf(provider.CodeInvalidArgument, "unknown network mode %q", n.Mode)
+	}
+	pol, err := f.Policy()
+	if err != nil {
+		return nil, f, provider.Errorf(provider.CodeInvalidArgument, "%v", err)
+	}
+	return pol, f, nil
+}
+
 // writeEgressPolicy writes the policy file the proxy reads.
-func (p *Provider) writeEgressPolicy(id string, n provider.Network) error {
-	b, err := json.Marshal(egress.File{Allow: n.Allow, Deny: n.Deny})
+func (p *Provider) writeEgressPolicy(id string, f egress.File) error {
+	b, err := json.Marshal(f)
 	if err != nil {
 		return err
 	}
 	return writeFileAtomic(p.lay.egressPolicy(id), b)
+}
+
+// readEgressPolicy reads the policy file of sandbox id (its generation cleared).
+func (p *Provider) readEgressPolicy(id string) (egress.File, error) {
+	var f egress.File
+	b, err := os.ReadFile(p.lay.egressPolicy(id))
+	if err != nil {
+		return f, err
+	}
+	if err := json.Unmarshal(b, &f); err != nil {
+		return f, fmt.Errorf("%s: %w", p.lay.egressPolicy(id), err)
+	}
+	f.Generation = 0
+	return f, nil
+}
+
+// bindEgress binds the proxy's sockets of sandbox rec, records their ports (rec.Egress,
+// written) and puts pol's rules in place: from then on the sandbox's DNS and TCP wait in
+// the proxy's backlog, and nothing else but UDP pol allows leaves. The policy file must be
+// written. Call with the network lock held, the bridge made. Undo: network.detach (or
+// dropEgress).
+func (p *Provider) bindEgress(ctx context.Context, rec *record, pol *egress.Policy) (*egressSockets, error) {
+	socks, ports, err := p.net.listenEgress()
+	if err != nil {
+		return nil, err
+	}
+	rec.Egress = &egressProc{Ports: ports}
+	if err := p.lay.writeRecord(rec); err != nil {
+		socks.close()
+		return nil, err
+	}
+	if err := p.applyEgress(ctx, rec, ports, pol); err != nil {
+		socks.close()
+		return nil, err
+	}
+	return socks, nil
+}
+
+// runEgress starts the proxy of sandbox rec on socks (bindEgress), records it, lets it serve
+// and moves it into the sandbox's cgroups. The caller closes socks. Undo: stopEgress.
+func (p *Provider) runEgress(ctx context.Context, rec *record, socks *egressSockets, agentPath string, bound *boundSecrets) error {
+	// Started like the holder, into the sandbox's cgroups (holder.go).
+	pid, start, serve, done, err := p.startEgress(ctx, rec, socks, agentPath, bound)
+	if err != nil {
+		return err
+	}
+	defer done()
+	rec.Egress.PID, rec.Egress.Start = pid, start
+	if err := p.lay.writeRecord(rec); err != nil {
+		return err
+	}
+	if err := serve(); err != nil {
+		return err
+	}
+	if err := protectFromOOM(pid); err != nil {
+		return err
+	}
+	return joinCgroups(rec.ID, pid)
 }
 
 // startEgress starts the proxy of sandbox rec on socks. Like startHolder, the proxy waits
@@ -372,29 +496,20 @@ func (p *Provider) applyEgress(ctx context.Context, rec *record, ports egressFil
 
 var _ provider.NetworkSetter = (*Instance)(nil)
 
-// SetNetwork replaces the policy of a sandbox created with one (network "allow"): all is an
-// empty policy, none one that allows nothing. The proxy has cut what the new policy refuses
-// when it returns (unless the sandbox is paused: its proxy, in its cgroups, is frozen with
-// it and takes the policy on resume, before any process of the sandbox runs again).
-// Sandboxes created with network "all" or "none" have no proxy: unsupported.
+// SetNetwork replaces the policy of a sandbox: all is an empty policy, none one that allows
+// nothing. The proxy has cut what the new policy refuses when it returns (unless the sandbox
+// is paused: its proxy, in its cgroups, is frozen with it and takes the policy on resume,
+// before any process of the sandbox runs again).
+//
+// A sandbox created with network "all" has no proxy until it is given a policy other than
+// all: then it gets one as Create gives it (attachEgress), and is from then on a sandbox with
+// network "allow". A sandbox created with network "none" has no interface: unsupported.
 func (i *Instance) SetNetwork(ctx context.Context, n provider.Network) error {
-	n = n.Normalized()
-	var pol *egress.Policy
-	file := egress.File{Generation: time.Now().UnixNano()}
-	switch n.Mode {
-	case provider.NetworkAll:
-		pol = &egress.Policy{}
-	case provider.NetworkNone:
-		pol, file.Nothing = egress.Nothing(), true
-	case provider.NetworkAllow:
-		var err error
-		if pol, err = egress.Parse(n.Allow, n.Deny); err != nil {
-			return provider.Errorf(provider.CodeInvalidArgument, "%v", err)
-		}
-		file.Allow, file.Deny = n.Allow, n.Deny
-	default:
-		return provider.Errorf(provider.CodeInvalidArgument, "unknown network mode %q", n.Mode)
+	pol, file, err := policyFile(n)
+	if err != nil {
+		return err
 	}
+	file.Generation = time.Now().UnixNano()
 	i.p.probed() // the bridge (p.net), in a process that only connected to the sandbox
 	lk, err := i.p.lockSandbox(ctx, i.id)
 	if err != nil {
@@ -405,15 +520,19 @@ func (i *Instance) SetNetwork(ctx context.Context, n provider.Network) error {
 	if err != nil {
 		return err
 	}
-	if rec.Network != string(provider.NetworkAllow) || rec.Egress == nil || i.p.net == nil {
+	switch {
+	case rec.Network == string(provider.NetworkNone) || rec.IP == "" || i.p.net == nil:
 		return provider.Errorf(provider.CodeUnsupported,
-			"sandbox %s was created with network %q: only a sandbox created with a policy (allow or deny lists) can change its network while it runs", i.id, rec.Network)
+			"sandbox %s was created with network %q: it has no network interface, and none is added while it runs; create it with a policy that allows nothing (deny 0.0.0.0/0) to open it later", i.id, rec.Network)
+	case rec.Egress == nil && n.Normalized().Mode == provider.NetworkAll:
+		return nil // network "all" already
+	case rec.Egress == nil:
+		if err := i.p.attachEgress(ctx, rec, pol, file); err != nil {
+			return provider.Wrap(err, provider.CodeProvider, "set_network")
+		}
+		return nil
 	}
-	b, err := json.Marshal(file)
-	if err != nil {
-		return err
-	}
-	if err := writeFileAtomic(i.p.lay.egressPolicy(i.id), b); err != nil {
+	if err := i.p.writeEgressPolicy(i.id, file); err != nil {
 		return provider.Wrap(err, provider.CodeProvider, "set_network")
 	}
 	// UDP first: the firewall's part is in force when applyFirewall returns.
@@ -449,6 +568,81 @@ func (i *Instance) SetNetwork(ctx context.Context, n provider.Network) error {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+}
+
+// attachEgress gives running sandbox rec, of network "all", the proxy and policy pol (file
+// says it), with Create's steps (bindEgress, runEgress) in Create's order, and records it as
+// a sandbox of network "allow". The connections it had open went straight out, past any
+// proxy: they are cut (cutConnections), and the firewall resets any it missed. A failure
+// leaves it as it was. Call with the sandbox locked.
+func (p *Provider) attachEgress(ctx context.Context, rec *record, pol *egress.Policy, file egress.File) error {
+	agentPath, err := p.agentPath()
+	if err != nil {
+		return err
+	}
+	nsPath, err := p.netnsPath(rec)
+	if err != nil {
+		return err
+	}
+	var socks *egressSockets
+	defer func() { socks.close() }()
+	var open []tcpConn // the sandbox's connections before its rules
+	steps := []step{
+		{name: "policy file", do: func(ctx context.Context) error {
+			return p.writeEgressPolicy(rec.ID, file)
+		}, undo: func() error {
+			os.Remove(p.lay.egressPolicy(rec.ID))
+			return nil
+		}},
+		{name: "connections", do: func(ctx context.Context) error {
+			var err error
+			open, err = p.net.connections(ctx, nsPath, rec.IP)
+			return err
+		}},
+		{name: "network", do: func(ctx context.Context) error {
+			lk, err := p.net.lock(ctx)
+			if err != nil {
+				return err
+			}
+			defer lk.Unlock()
+			socks, err = p.bindEgress(ctx, rec, pol)
+			return err
+		}, undo: func() error {
+			rec.Egress = nil
+			return errors.Join(p.lay.writeRecord(rec), p.dropEgress(rec))
+		}},
+		{name: "egress proxy", do: func(ctx context.Context) error {
+			return p.runEgress(ctx, rec, socks, agentPath, nil)
+		}, undo: func() error {
+			stopEgress(rec, holderExitTimeout)
+			return nil
+		}},
+		{name: "record", do: func(ctx context.Context) error {
+			rec.Network = string(provider.NetworkAllow)
+			return p.lay.writeRecord(rec)
+		}},
+	}
+	if err := runSteps(ctx, steps); err != nil {
+		return err
+	}
+	// The policy is in force: a failure to cut leaves connections the firewall resets at
+	// their next packet out, so it is not undone.
+	return p.net.cutConnections(context.WithoutCancel(ctx), nsPath, open)
+}
+
+// dropEgress removes the egress record of sandbox rec's address and rewrites the bridge's
+// rules without it (network.detach does it at teardown).
+func (p *Provider) dropEgress(rec *record) error {
+	ctx := context.Background()
+	lk, err := p.net.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer lk.Unlock()
+	if !p.net.clearRecord(recEgress, rec.IP, leaseHolder(p.lay, rec.ID)) {
+		return nil
+	}
+	return p.net.applyFirewall(ctx)
 }
 
 var _ provider.EgressReporter = (*Instance)(nil)

@@ -543,6 +543,7 @@ func testEgress(t *testing.T, rt string) {
 		want("b.test after E2B's update", h("dns "+gw+" udp b.test"), "err ")
 		api.want(t, 400, nil, "PUT", "/v1/sandboxes/"+inst.ID()+"/network", map[string]any{"allow": []string{"*"}})
 	})
+	t.Run("policy given live", func(t *testing.T) { l.liveNetwork(t, api) })
 	t.Run("paused stays paused", func(t *testing.T) {
 		// The server's egress loop reads every sandbox's record each interval (100 ms
 		// here); reading one is not a use, so it must not resume an auto-resume sandbox.
@@ -725,6 +726,29 @@ func testEgressCLI(t *testing.T, l *egressLab, rt string) {
 	}
 	if _, errOut, code := tupper("network", id, "--allow", "*"); code == 0 || !strings.Contains(errOut, `"*"`) {
 		t.Errorf("network --allow '*': exit %d, %q: want a refusal naming the entry", code, errOut)
+	}
+
+	// tupper network on a sandbox created with network all: it takes the policy live.
+	out, errOut, code = tupper("create", "--runtime", rt)
+	id = strings.TrimSpace(out)
+	if code != 0 || id == "" {
+		t.Fatalf("create: exit %d, %q %q", code, out, errOut)
+	}
+	made = append(made, id)
+	if a, b := curl("a.test"), curl("b.test"); a != "http a.test" || b != "http b.test" {
+		t.Errorf("created with network all: a.test %q, b.test %q", a, b)
+	}
+	if _, errOut, code := tupper("network", id, "--allow", "b.test"); code != 0 {
+		t.Fatalf("network --allow b.test on a sandbox of network all: exit %d: %s", code, errOut)
+	}
+	if a, b := curl("a.test"), curl("b.test"); a != "refused" || b != "http b.test" {
+		t.Errorf("network all, then network --allow b.test: a.test %q, b.test %q", a, b)
+	}
+	if _, errOut, code := tupper("network", id, "--mode", "all"); code != 0 {
+		t.Fatalf("network --mode all: exit %d: %s", code, errOut)
+	}
+	if a := curl("a.test"); a != "http a.test" {
+		t.Errorf("after network --mode all: a.test %q", a)
 	}
 }
 
@@ -1030,6 +1054,190 @@ func (l *egressLab) boundSecrets(t *testing.T, api *labAPI) {
 			t.Errorf("Host b.test behind SNI a.test reached the server: %q", got)
 		}
 	})
+	t.Run("fork and snapshot keep them", func(t *testing.T) {
+		// A file of the parent's holds the placeholder: it works in the children as well.
+		run(t, inst, `echo "$TOKEN" > /root/token`)
+		parentCA := l.hostCA(t, inst.ID())
+		var forked struct{ Sandboxes []struct{ ID string } }
+		api.want(t, 201, &forked, "POST", "/v1/sandboxes/"+inst.ID()+"/fork", map[string]any{"n": 1})
+		if len(forked.Sandboxes) != 1 {
+			t.Fatalf("fork: %+v", forked)
+		}
+		var snap struct{ ID string }
+		api.want(t, 201, &snap, "POST", "/v1/sandboxes/"+inst.ID()+"/snapshot", map[string]any{})
+		defer api.want(t, 204, nil, "DELETE", "/v1/snapshots/"+snap.ID, nil)
+		// The snapshot holds the values beside its files, host root's, mode 0600; never in
+		// the files a sandbox made from it reads.
+		fi, err := os.Stat(l.p.lay.snapshotSecrets(snap.ID))
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("the snapshot's secrets.json: %v, mode %v, want 0600", err, fi.Mode())
+		}
+		if out, err := exec.Command("grep", "-rlF", "--exclude=secrets.json", value, l.p.lay.snapshot(snap.ID), l.p.lay.blocks().dir).CombinedOutput(); len(out) > 0 {
+			t.Errorf("the value is in the snapshot's files: %s %v", out, err)
+		}
+		var restored struct{ ID string }
+		api.want(t, 201, &restored, "POST", "/v1/sandboxes", map[string]any{"from": snap.ID})
+		for _, id := range []string{forked.Sandboxes[0].ID, restored.ID} {
+			func() {
+				defer api.want(t, 204, nil, "DELETE", "/v1/sandboxes/"+id, nil)
+				pi, err := l.p.Connect(l.ctx, id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c := pi.(*Instance)
+				if got := run(t, c, "printenv TOKEN; cat /root/token"); got != ph+"\n"+ph {
+					t.Errorf("%s: TOKEN and the parent's file: %q, want the parent's placeholder twice", id, got)
+				}
+				n := len(auth("tls", egShared, "a.test"))
+				if out, _, code := runCode(t, c, `curl -sS --max-time 10 -H "Authorization: Bearer $(cat /root/token)" https://a.test/`); code != 0 || out != "tls a.test" {
+					t.Errorf("%s: curl https://a.test/: exit %d, %q", id, code, out)
+				}
+				if got := auth("tls", egShared, "a.test"); len(got) != n+1 || got[n] != "Bearer "+value {
+					t.Errorf("%s: a.test saw Authorization %q, want the value last", id, got)
+				}
+				// A CA of its own: the parent's is not in its bundle, its own is.
+				bundle := run(t, c, "cat "+trustBundle)
+				if strings.Contains(bundle, strings.TrimSpace(parentCA)) || !strings.Contains(bundle, strings.TrimSpace(l.hostCA(t, id))) {
+					t.Errorf("%s: its bundle holds the parent's CA, or not its own", id)
+				}
+			}()
+		}
+	})
+}
+
+// hostCA returns the certificate of sandbox id's CA, from its proxy's configuration.
+func (l *egressLab) hostCA(t *testing.T, id string) string {
+	var cfg struct{ CACert string }
+	b, err := os.ReadFile(l.p.lay.egressConfig(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &cfg); err != nil || cfg.CACert == "" {
+		t.Fatalf("%s's proxy configuration has no CA: %v", id, err)
+	}
+	return cfg.CACert
+}
+
+// liveNetwork gives a policy to a sandbox created with network "all" while it runs, over the
+// REST API: its direct connections are cut, the policy holds across pause and resume and in
+// a fork's child, it goes back to all and to none, and its teardown leaves nothing. Then
+// E2B's updateNetwork on a sandbox E2B created with the default network, and network
+// "none", which cannot take one.
+func (l *egressLab) liveNetwork(t *testing.T, api *labAPI) {
+	var sb struct{ ID string }
+	api.want(t, 201, &sb, "POST", "/v1/sandboxes", map[string]any{"network": "all"})
+	gone := false
+	defer func() {
+		if !gone {
+			api.want(t, 204, nil, "DELETE", "/v1/sandboxes/"+sb.ID, nil)
+		}
+	}()
+	connect := func(id string) *Instance {
+		t.Helper()
+		pi, err := l.p.Connect(l.ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inst := pi.(*Instance)
+		m := uint32(0o755)
+		if err := inst.WriteFile(l.ctx, egHelperIn, bytes.NewReader(l.helper), &m); err != nil {
+			t.Fatal(err)
+		}
+		return inst
+	}
+	inst := connect(sb.ID)
+	want := func(inst *Instance, what, args, prefix string) {
+		t.Helper()
+		if got := strings.TrimSpace(run(t, inst, egHelperIn+" "+args)); !strings.HasPrefix(got, prefix) {
+			t.Errorf("%s: %q, want %q…", what, got, prefix)
+		}
+	}
+	// The resolver the sandbox's resolv.conf names: asked directly under network all, the
+	// proxy's under a policy.
+	ns := labResolver.String() + ":53"
+	want(inst, "all: an address no name has", "connect "+egNoName.String()+":7000", "ok hello")
+	want(inst, "all: a.test", "dns "+ns+" udp a.test", "ok "+egShared.String())
+	run(t, inst, "rm -f /tmp/hold; "+egHelperIn+" hold "+egShared.String()+":80 a.test /tmp/hold >/dev/null 2>&1 &")
+	waitFile(t, inst, "/tmp/hold", "held")
+
+	api.want(t, 204, nil, "PUT", "/v1/sandboxes/"+sb.ID+"/network", map[string]any{"allow": []string{"b.test"}})
+	// The connection went straight out, past any proxy: it is cut by the time SetNetwork
+	// returns.
+	waitFile(t, inst, "/tmp/hold", "cut")
+	rec, err := l.p.lay.readRecord(sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Network != "allow" || rec.Egress == nil || procStart(rec.Egress.PID) != rec.Egress.Start {
+		t.Fatalf("the record after a policy was given: network %q, proxy %+v", rec.Network, rec.Egress)
+	}
+	policy := func(inst *Instance, when string) {
+		t.Helper()
+		want(inst, when+": a.test", "dns "+ns+" udp a.test", "err ")
+		want(inst, when+": b.test", "dns "+ns+" udp b.test", "ok "+egShared.String())
+		want(inst, when+": http b.test", "http "+egShared.String()+":80 b.test", "ok http b.test")
+		want(inst, when+": http a.test", "http "+egShared.String()+":80 a.test", "err ")
+		want(inst, when+": an address no name has", "connect "+egNoName.String()+":7000", "err ")
+	}
+	policy(inst, "policy given")
+	if _, err := inst.Egress(l.ctx, ""); err != nil {
+		t.Errorf("the egress record of a sandbox given a policy: %v", err)
+	}
+
+	api.want(t, 204, nil, "POST", "/v1/sandboxes/"+sb.ID+"/pause", nil)
+	api.want(t, 204, nil, "POST", "/v1/sandboxes/"+sb.ID+"/resume", nil)
+	policy(inst, "after pause and resume")
+
+	var forked struct{ Sandboxes []struct{ ID string } }
+	api.want(t, 201, &forked, "POST", "/v1/sandboxes/"+sb.ID+"/fork", map[string]any{"n": 1})
+	if len(forked.Sandboxes) != 1 {
+		t.Fatalf("fork: %+v", forked)
+	}
+	func() {
+		defer api.want(t, 204, nil, "DELETE", "/v1/sandboxes/"+forked.Sandboxes[0].ID, nil)
+		policy(connect(forked.Sandboxes[0].ID), "the fork's child")
+	}()
+
+	api.want(t, 204, nil, "PUT", "/v1/sandboxes/"+sb.ID+"/network", map[string]any{"mode": "all"})
+	want(inst, "back to all: an address no name has", "connect "+egNoName.String()+":7000", "ok hello")
+	want(inst, "back to all: a.test", "dns "+ns+" udp a.test", "ok "+egShared.String())
+	api.want(t, 204, nil, "PUT", "/v1/sandboxes/"+sb.ID+"/network", map[string]any{"mode": "none"})
+	want(inst, "none: b.test", "dns "+ns+" udp b.test", "err ")
+	want(inst, "none: an address no name has", "connect "+egNoName.String()+":7000", "err ")
+
+	// Teardown: the proxy, the firewall's rules for the address and the files go.
+	api.want(t, 204, nil, "DELETE", "/v1/sandboxes/"+sb.ID, nil)
+	gone = true
+	if procStart(rec.Egress.PID) == rec.Egress.Start {
+		t.Errorf("the egress proxy (pid %d) outlived its sandbox", rec.Egress.PID)
+	}
+	if fileExists(l.p.lay.dir(sb.ID)) || fileExists(filepath.Join(l.p.net.dir, recEgress, rec.IP)) {
+		t.Errorf("the sandbox's directory or egress record is left")
+	}
+	for _, table := range []string{"filter", "nat"} {
+		out, _ := exec.Command(l.p.net.iptPath, "-w", "5", "-t", table, "-S").CombinedOutput()
+		if strings.Contains(string(out), rec.IP+"/32") {
+			t.Errorf("iptables %s still names %s:\n%s", table, rec.IP, out)
+		}
+	}
+
+	// E2B: a sandbox created with the default network takes updateNetwork.
+	var e2b struct{ SandboxID string }
+	api.want(t, 201, &e2b, "POST", "/sandboxes", map[string]any{"templateID": "base"}, "X-API-Key", api.key)
+	func() {
+		defer api.want(t, 204, nil, "DELETE", "/sandboxes/"+e2b.SandboxID, nil, "X-API-Key", api.key)
+		inst := connect(e2b.SandboxID)
+		api.want(t, 204, nil, "PUT", "/sandboxes/"+e2b.SandboxID+"/network", map[string]any{"allowOut": []string{"a.test"}, "denyOut": []string{"0.0.0.0/0"}}, "X-API-Key", api.key)
+		want(inst, "E2B: http a.test", "http "+egShared.String()+":80 a.test", "ok http a.test")
+		want(inst, "E2B: b.test", "dns "+ns+" udp b.test", "err ")
+		api.want(t, 204, nil, "PUT", "/sandboxes/"+e2b.SandboxID+"/network", map[string]any{}, "X-API-Key", api.key)
+		want(inst, "E2B: open again", "connect "+egNoName.String()+":7000", "ok hello")
+	}()
+
+	// Network none has no interface to give a policy to.
+	api.want(t, 201, &sb, "POST", "/v1/sandboxes", map[string]any{"network": "none"})
+	defer api.want(t, 204, nil, "DELETE", "/v1/sandboxes/"+sb.ID, nil)
+	api.want(t, 501, nil, "PUT", "/v1/sandboxes/"+sb.ID+"/network", map[string]any{"allow": []string{"a.test"}})
 }
 
 // e2bSecrets is E2B's stored secrets and network rules through the lab's server: a secret

@@ -142,6 +142,9 @@ func (n *network) families(nameservers []netip.Addr, allowed []allowance, polici
 			rule{"nat", pre, []string{"-s", src, "-p", "tcp", "--dport", "53", "-j", "DNAT", "--to-destination", gw + ":" + strconv.Itoa(e.DNSTCP)}},
 			rule{"nat", pre, []string{"-s", src, "-p", "tcp", "-j", "DNAT", "--to-destination", gw + ":" + strconv.Itoa(e.Proxy)}},
 		)
+		// TCP is forwarded only on a connection opened before the policy (given while the
+		// sandbox ran: attachEgress), past the proxy: reset, so the sandbox sees it end.
+		v4.chains = append(v4.chains, rule{"filter", fwd, []string{"-s", src, "-p", "tcp", "-j", "REJECT", "--reject-with", "tcp-reset"}})
 		for _, d := range e.UDPDeny {
 			v4.chains = append(v4.chains, rule{"filter", fwd, append([]string{"-s", src, "-d", d.String()}, reject4...)})
 		}

@@ -125,3 +125,23 @@ func stringsOf(as []netip.Addr) string {
 	}
 	return strings.Join(s, " ")
 }
+
+// TestParseConnections reads `ss -Htn state established` as iproute2 prints it: only the
+// sandbox's own address's connections (not loopback's, not another address's), IPv6 and
+// interface-scoped addresses skipped.
+func TestParseConnections(t *testing.T) {
+	out := "0      0      10.216.201.5:45678 11.22.34.1:80\n" +
+		"0      0      127.0.0.1:39122 127.0.0.1:57343\n" +
+		"0      12     10.216.201.5:45680   11.22.34.6:7000   \n" +
+		"0      0      10.216.201.50:1000 11.22.34.1:80\n" +
+		"0      0      [::1]:5000 [::1]:6000\n" +
+		"0      0      10.216.201.5%eth0:22 1.2.3.4:5\n\n"
+	got := parseConnections(out, "10.216.201.5")
+	want := []tcpConn{
+		{netip.MustParseAddrPort("10.216.201.5:45678"), netip.MustParseAddrPort("11.22.34.1:80")},
+		{netip.MustParseAddrPort("10.216.201.5:45680"), netip.MustParseAddrPort("11.22.34.6:7000")},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("parseConnections: %v, want %v", got, want)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -40,6 +41,7 @@ type network struct {
 	// every Home that uses the bridge: /run/tupper/net-BRIDGE.
 	dir     string
 	ipPath  string
+	ssPath  string // ss (iproute2): the connections of a sandbox given a policy live
 	nsenter string
 	// iptables and iptables-restore; ip6tables and ip6tables-restore, "" on a host without
 	// IPv6.
@@ -66,6 +68,9 @@ func (n *network) findTools() error {
 	var err error
 	if n.ipPath, err = findBinary("ip"); err != nil {
 		return errors.New("ip (iproute2) not found")
+	}
+	if n.ssPath, err = findBinary("ss"); err != nil {
+		return errors.New("ss (iproute2) not found")
 	}
 	for _, t := range []struct {
 		path *string
@@ -373,6 +378,75 @@ func removeNetns(path string) error {
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
+	}
+	return nil
+}
+
+// netnsPath is where the host enters the network namespace of running sandbox rec: under
+// runsc the namespace bound in its directory, which only its mount namespace shows (reached
+// through the holder's root); under runc and crun the container's, its init's.
+func (p *Provider) netnsPath(rec *record) (string, error) {
+	if rec.Runtime == RuntimeRunsc {
+		if !holderAlive(rec) {
+			return "", fmt.Errorf("sandbox %s's holder is gone: its network namespace is out of reach", rec.ID)
+		}
+		return fmt.Sprintf("/proc/%d/root%s", rec.HolderPID, p.lay.netns(rec.ID)), nil
+	}
+	if rec.InitPID <= 0 || procStart(rec.InitPID) != rec.InitStart {
+		return "", fmt.Errorf("sandbox %s's init process is gone", rec.ID)
+	}
+	return fmt.Sprintf("/proc/%d/ns/net", rec.InitPID), nil
+}
+
+// tcpConn is one TCP connection of a sandbox: its local and peer addresses.
+type tcpConn struct{ local, peer netip.AddrPort }
+
+// connections lists the established TCP connections from local address a in the network
+// namespace at nsPath (loopback's are not).
+func (n *network) connections(ctx context.Context, nsPath, a string) ([]tcpConn, error) {
+	out, err := exec.CommandContext(ctx, n.nsenter, "--net="+nsPath, n.ssPath, "-Htn", "state", "established").CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("ss: %w: %s", err, bytes.TrimSpace(out))
+	}
+	return parseConnections(string(out), a), nil
+}
+
+// parseConnections reads `ss -Htn state established`: per line the queues, then the local
+// and the peer address.
+func parseConnections(out, a string) []tcpConn {
+	var conns []tcpConn
+	for _, line := range strings.Split(out, "\n") {
+		var addrs []netip.AddrPort
+		for _, f := range strings.Fields(line) {
+			if ap, err := netip.ParseAddrPort(f); err == nil {
+				addrs = append(addrs, ap)
+			}
+		}
+		if len(addrs) == 2 && addrs[0].Addr().String() == a {
+			conns = append(conns, tcpConn{addrs[0], addrs[1]})
+		}
+	}
+	return conns
+}
+
+// cutConnections destroys the connections conns in the network namespace at nsPath (ss -K,
+// the kernel's SOCK_DESTROY: the sandbox's socket fails with ECONNABORTED and the peer gets
+// a reset). Those that are gone already are skipped.
+func (n *network) cutConnections(ctx context.Context, nsPath string, conns []tcpConn) error {
+	if len(conns) == 0 {
+		return nil
+	}
+	args := []string{"--net=" + nsPath, n.ssPath, "-HtnK", "state", "established"}
+	for i, c := range conns {
+		if i > 0 {
+			args = append(args, "or")
+		}
+		args = append(args, "(", "sport", "=", ":"+strconv.Itoa(int(c.local.Port())),
+			"and", "dst", c.peer.Addr().String(), "and", "dport", "=", ":"+strconv.Itoa(int(c.peer.Port())), ")")
+	}
+	out, err := exec.CommandContext(ctx, n.nsenter, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ss -K: %w: %s", err, bytes.TrimSpace(out))
 	}
 	return nil
 }

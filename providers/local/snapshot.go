@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tupper-dev/tupper/egress"
 	"github.com/tupper-dev/tupper/provider"
 )
 
@@ -42,6 +43,9 @@ import (
 func (l layout) snapshots() string             { return filepath.Join(l.home, "snapshots") }
 func (l layout) snapshot(id string) string     { return filepath.Join(l.snapshots(), id) }
 func (l layout) snapshotMeta(id string) string { return filepath.Join(l.snapshot(id), "meta.json") }
+func (l layout) snapshotSecrets(id string) string {
+	return filepath.Join(l.snapshot(id), "secrets.json")
+}
 
 // snapMeta describes a snapshot.
 type snapMeta struct {
@@ -49,6 +53,12 @@ type snapMeta struct {
 	Name    string                `json:"name,omitempty"`
 	Kind    provider.SnapshotKind `json:"kind,omitempty"` // "": filesystem (older snapshots)
 	Network string                `json:"network,omitempty"`
+	// Policy is the egress policy in force when it was taken (network "allow"), which a
+	// create from it asking for network "allow" without lists keeps (a fork's children).
+	Policy *egress.File `json:"policy,omitempty"`
+	// BoundSecrets says the sandbox had bound secrets: their names, placeholders, values
+	// and hosts are in secrets.json beside (mode 0600, never in the snapshot's files).
+	BoundSecrets bool `json:"boundSecrets,omitempty"`
 	// CPU, MemoryMB and DiskGB are the size of the sandbox of a full snapshot, which
 	// every sandbox restored from it has.
 	CPU       float64   `json:"cpu,omitempty"`
@@ -346,10 +356,31 @@ func (i *Instance) SnapshotKind(ctx context.Context, req provider.SnapshotReques
 	if full {
 		meta.CPU, meta.MemoryMB, meta.DiskGB = rec.CPU, rec.MemoryMB, rec.DiskGB
 	}
+	var bound []egress.Secret
+	if rec.Egress != nil {
+		f, err := p.readEgressPolicy(i.id)
+		if err != nil {
+			return "", provider.Wrap(err, provider.CodeProvider, "snapshot")
+		}
+		meta.Policy = &f
+		if bound, err = p.readBoundSecrets(i.id); err != nil {
+			return "", provider.Wrap(err, provider.CodeProvider, "snapshot")
+		}
+		meta.BoundSecrets = len(bound) > 0
+	}
 	if expires > 0 {
 		meta.ExpiresAt = time.Now().Add(expires).UTC()
 	}
 	err = p.lay.writeSnapshot(ctx, &meta, func(tmp string, blocks func(string) *layerBlocks) error {
+		if len(bound) > 0 {
+			b, err := json.Marshal(bound)
+			if err != nil {
+				return err
+			}
+			if err := writeSynced(filepath.Join(tmp, "secrets.json"), b); err != nil {
+				return err
+			}
+		}
 		if full {
 			// The sandbox is paused: the checkpoint and the copy below are of one moment.
 			// The image is written whole, then its large files (memory) go into blocks.

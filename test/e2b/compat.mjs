@@ -584,7 +584,7 @@ export async function run(sdk, sdkVersion) {
     return (await box.commands.run(`python3 /tmp/egress-probe.py ${args}`)).stdout.trim()
   }
 
-  await step('egress: allowInternetAccess false, network.allowOut/denyOut on create, updateNetwork', async () => {
+  await step('egress: allowInternetAccess false, network.allowOut/denyOut on create, updateNetwork (on the default network too)', async () => {
     const off = await Sandbox.create('base', { allowInternetAccess: false, metadata: { suite: 'tupper-compat-egress' }, timeoutMs: 120_000 })
     try {
       assert.equal((await off.commands.run('ls /sys/class/net')).stdout.trim(), 'lo', 'allowInternetAccess false: loopback only')
@@ -605,6 +605,17 @@ export async function run(sdk, sdkVersion) {
       assert.equal(await probe(pol, 'connect 11.22.33.44 7000'), 'ConnectionResetError', 'a denied address')
     } finally {
       await pol.kill()
+    }
+    // The default network (all): updateNetwork gives it the proxy while it runs.
+    const open = await Sandbox.create('base', { metadata: { suite: 'tupper-compat-egress' }, timeoutMs: 120_000 })
+    try {
+      await open.updateNetwork({ allowOut: ['allowed.test'], denyOut: ['0.0.0.0/0'] })
+      assert.equal(await probe(open, 'rcode allowed.test denied.test'), '0 3', 'a sandbox of the default network after updateNetwork')
+      assert.equal(await probe(open, 'connect 11.22.33.44 7000'), 'ConnectionResetError', 'an address no allowed name gave')
+      await open.updateNetwork({ allowInternetAccess: false })
+      assert.equal(await probe(open, 'rcode allowed.test denied.test'), '3 3', 'then updateNetwork({allowInternetAccess: false})')
+    } finally {
+      await open.kill()
     }
     // denyOut alone: everything but it.
     const deny = await Sandbox.create('base', { network: { denyOut: ['11.22.33.44'] }, metadata: { suite: 'tupper-compat-egress' }, timeoutMs: 120_000 })
