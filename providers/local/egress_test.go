@@ -1072,7 +1072,10 @@ func (l *egressLab) boundSecrets(t *testing.T, api *labAPI) {
 		if err != nil || fi.Mode().Perm() != 0o600 {
 			t.Errorf("the snapshot's secrets.json: %v, mode %v, want 0600", err, fi.Mode())
 		}
-		if out, err := exec.Command("grep", "-rlF", "--exclude=secrets.json", value, l.p.lay.snapshot(snap.ID), l.p.lay.blocks().dir).CombinedOutput(); len(out) > 0 {
+		if out, _ := exec.Command("grep", "-rlsF", value, l.p.lay.snapshot(snap.ID)).Output(); !strings.HasSuffix(strings.TrimSpace(string(out)), "/secrets.json") {
+			t.Errorf("the search does not find the value in secrets.json: %q", out)
+		}
+		if out, err := exec.Command("grep", "-rlsF", "--exclude=secrets.json", value, l.p.lay.snapshot(snap.ID), l.p.lay.blocks().dir).Output(); len(out) > 0 {
 			t.Errorf("the value is in the snapshot's files: %s %v", out, err)
 		}
 		var restored struct{ ID string }
@@ -1228,6 +1231,7 @@ func (l *egressLab) liveNetwork(t *testing.T, api *labAPI) {
 		defer api.want(t, 204, nil, "DELETE", "/sandboxes/"+e2b.SandboxID, nil, "X-API-Key", api.key)
 		inst := connect(e2b.SandboxID)
 		api.want(t, 204, nil, "PUT", "/sandboxes/"+e2b.SandboxID+"/network", map[string]any{"allowOut": []string{"a.test"}, "denyOut": []string{"0.0.0.0/0"}}, "X-API-Key", api.key)
+		want(inst, "E2B: a.test", "dns "+ns+" udp a.test", "ok "+egShared.String())
 		want(inst, "E2B: http a.test", "http "+egShared.String()+":80 a.test", "ok http a.test")
 		want(inst, "E2B: b.test", "dns "+ns+" udp b.test", "err ")
 		api.want(t, 204, nil, "PUT", "/sandboxes/"+e2b.SandboxID+"/network", map[string]any{}, "X-API-Key", api.key)

@@ -34,6 +34,8 @@ import (
 //	snapshots/<id>/image/      a full snapshot's checkpoint image, its large files likewise
 //	snapshots/<id>/blocks.json which blocks make each placeholder (none: an older snapshot,
 //	                           all of whose files are copies)
+//	snapshots/<id>/secrets.json the sandbox's bound secrets (egress.Secret, values included),
+//	                           mode 0600: only ever read by Create, into a proxy's config
 //	snapshots/.tmp-<id>-<pid>/ a snapshot being written; renamed to <id> when complete
 //
 // Processes and memory are not captured. The files keep the host uids they had in the
