@@ -21,7 +21,8 @@ type ForkOptions struct {
 	// Timeout is each child's hard lifetime; 0: none.
 	Timeout time.Duration
 	// Network is each child's network where the fork boots children afresh (a filesystem
-	// fork); zero: the parent's when the provider can say, else none. A full fork's children
+	// fork); zero: the parent's when the provider can say (its policy too, where the
+	// provider keeps it: SnapshotInfo.Policy), else none. A full fork's children
 	// keep the parent's network mode, and asking for none when the parent had all is
 	// invalid_argument.
 	Network Network
@@ -106,9 +107,11 @@ func (b *Sandbox) Fork(ctx context.Context, opts ForkOptions) ([]*Sandbox, error
 		}
 	}()
 	network := opts.Network
-	if network.Mode == "" {
+	if network.Mode == "" && len(network.Allow) == 0 && len(network.Deny) == 0 && !network.Learn {
 		network.Mode = provider.NetworkNone
-		if si, err := InspectSnapshot(ctx, b.prov, snap); err == nil && si.Network != "" {
+		if si, err := InspectSnapshot(ctx, b.prov, snap); err == nil && si.Policy != nil {
+			network = *si.Policy // the parent's policy, lists and all
+		} else if err == nil && si.Network != "" {
 			network.Mode = si.Network
 		}
 	}

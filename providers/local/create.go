@@ -181,16 +181,6 @@ func (p *Provider) createOnce(ctx context.Context, spec provider.CreateSpec, poo
 	default:
 		return nil, provider.Errorf(provider.CodeInvalidArgument, "unknown network mode %q", netMode)
 	}
-	if snap != nil && snap.Policy != nil && netMode == provider.NetworkAllow &&
-		len(spec.Network.Allow) == 0 && len(spec.Network.Deny) == 0 && !spec.Network.Learn {
-		// A policy without lists, from a snapshot of a sandbox that had one (what a fork
-		// asks for its children): the policy in force when the snapshot was taken.
-		polFile = *snap.Policy
-		var err error
-		if pol, err = polFile.Policy(); err != nil {
-			return nil, provider.Errorf(provider.CodeInvalidArgument, "snapshot %s's policy: %v", snap.ID, err)
-		}
-	}
 	bound, err := newBoundSecrets(spec) // egress.go
 	if err != nil {
 		return nil, err

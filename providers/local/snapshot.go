@@ -55,8 +55,8 @@ type snapMeta struct {
 	Name    string                `json:"name,omitempty"`
 	Kind    provider.SnapshotKind `json:"kind,omitempty"` // "": filesystem (older snapshots)
 	Network string                `json:"network,omitempty"`
-	// Policy is the egress policy in force when it was taken (network "allow"), which a
-	// create from it asking for network "allow" without lists keeps (a fork's children).
+	// Policy is the egress policy in force when it was taken (network "allow"), which
+	// SnapshotInfo reports and a fork gives its children.
 	Policy *egress.File `json:"policy,omitempty"`
 	// BoundSecrets says the sandbox had bound secrets: their names, placeholders, values
 	// and hosts are in secrets.json beside (mode 0600, never in the snapshot's files).
@@ -979,11 +979,22 @@ func (m *snapMeta) kind() provider.SnapshotKind {
 }
 
 func (m *snapMeta) info() provider.SnapshotInfo {
-	return provider.SnapshotInfo{
+	info := provider.SnapshotInfo{
 		ID: m.ID, Name: m.Name, Kind: m.kind(), Template: m.Template, Runtime: m.Runtime,
 		Network: provider.NetworkMode(m.Network), Source: m.Source, CreatedAt: m.CreatedAt,
 		ExpiresAt: m.ExpiresAt, Size: m.Size,
 	}
+	if f := m.Policy; f != nil {
+		n := provider.Network{Mode: provider.NetworkAllow, Allow: f.Allow, Deny: f.Deny}
+		switch {
+		case f.Nothing:
+			n = provider.Network{Mode: provider.NetworkNone}
+		case len(f.Allow) == 0 && len(f.Deny) == 0:
+			n.Learn = true // open, and recorded: what an empty policy is
+		}
+		info.Policy = &n
+	}
+	return info
 }
 
 // Snapshots lists the snapshots in Home, oldest first (provider.SnapshotLister). Expired
