@@ -570,6 +570,9 @@ func testEgress(t *testing.T, rt string) {
 		if procStart(rec.Egress.PID) == rec.Egress.Start {
 			t.Errorf("the egress proxy (pid %d) outlived its sandbox", rec.Egress.PID)
 		}
+		// Every sandbox of the lab's provider is gone now (those given a policy while they
+		// ran among them): nothing of theirs is left, the bridge and its rules included.
+		assertNoLeftovers(t, l.p)
 	})
 }
 
