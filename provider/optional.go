@@ -210,15 +210,15 @@ type SnapshotInfo struct {
 	Template  string // the template of the sandbox it was taken from, which From starts
 	Runtime   string // that sandbox's runtime; a full snapshot restores only on it
 	Network   NetworkMode
-	// Policy is that sandbox's network when it was taken, where the provider keeps it (a
-	// sandbox with an egress policy: its lists, Learn for an open one, NetworkNone for one
-	// that allowed nothing); nil: Network says all that is known. Fork gives it to the
-	// children.
-	Policy    *Network
 	Source    string // that sandbox's id
 	CreatedAt time.Time
 	ExpiresAt time.Time // zero: kept until deleted
 	Size      int64     // bytes on the host's disk
+	// Policy is that sandbox's network when it was taken, where the provider keeps it (a
+	// sandbox with an egress policy: its lists, Learn for an open one, NetworkNone for one
+	// that allowed nothing); nil: Network says all that is known. Fork gives it to the
+	// children.
+	Policy *Network
 }
 
 // KindSnapshotter is optional beside Snapshotter: a snapshot of a given kind, with a name.
