@@ -101,6 +101,7 @@ func TestTextUtilities(t *testing.T) {
 	runCases(t, []shellCase{
 		{"head -n 2 d/words.txt; head -c 3 d/words.txt; echo; head -2 d/words.txt", "alpha\nbeta\nalp\nalpha\nbeta\n", 0},
 		{"head -n -3 d/words.txt", "alpha\n", 0},
+		{"printf 'a\\nb\\nc' | head -n -1; echo; printf '' | head -n -1 | wc -c", "a\nb\n\n0\n", 0},
 		{"head -n1 d/words.txt d/sub/nums.md", "==> d/words.txt <==\nalpha\n\n==> d/sub/nums.md <==\none two three\n", 0},
 		{"wc -l d/words.txt; wc -l < d/words.txt; wc -w d/sub/nums.md; wc -c d/words.txt", "4 d/words.txt\n4\n5 d/sub/nums.md\n22 d/words.txt\n", 0},
 		{"printf 'a b\\n' | wc", "      1       2       4\n", 0},
