@@ -88,6 +88,68 @@ func (p *Provider) createFrom(ctx context.Context, spec provider.CreateSpec, poo
 
 // createOnce is createFrom, with a boot image when bootOK and the spec allows one.
 func (p *Provider) createOnce(ctx context.Context, spec provider.CreateSpec, pooled bool, given *sandboxTemplate, bootOK bool) (provider.Instance, error) {
+	c, err := p.newCreation(ctx, spec, pooled, given, bootOK)
+	if err != nil {
+		return nil, err
+	}
+	defer c.close()
+	if err := runSteps(ctx, c.steps()); err != nil {
+		if c.bootFailed && ctx.Err() == nil {
+			p.discardBootImage(c.boot.key)
+			return nil, &errBootRestore{err}
+		}
+		if ctx.Err() != nil {
+			return nil, provider.Wrap(fmt.Errorf("create: %w", errors.Join(ctx.Err(), err)), provider.CodeAborted, "create")
+		}
+		return nil, provider.Wrap(err, provider.CodeProvider, "create")
+	}
+	return p.instance(c.rec), nil
+}
+
+// creation is one Create under way: what its spec resolved to (newCreation), and what its
+// steps made so far, which the later steps and the undos read.
+type creation struct {
+	p         *Provider
+	spec      provider.CreateSpec // its Env with the bound secrets' placeholders
+	rec       *record             // written at every step that adds to it
+	id        string
+	rt        ociRuntime
+	rtName    string
+	tp        *sandboxTemplate
+	tc        template.Config // the template image's, if any
+	snap      *snapMeta       // the snapshot restored (From), if any
+	full      bool            // snap is a full snapshot: memory and processes
+	netMode   provider.NetworkMode
+	pol       *egress.Policy // network "allow"
+	polFile   egress.File    // pol's file
+	bound     *boundSecrets
+	size      provider.Size
+	agentPath string
+	boot      *bootImage // restore from it, or save it (bootimage.go)
+	// runc and crun share the host kernel: a user namespace maps the sandbox's root to an
+	// unprivileged uid. gVisor's sentry is its own boundary.
+	userns bool
+	// veth: the sandbox has an interface on the bridge (network all or allow). runc or crun
+	// with a user namespace cannot mount sysfs in a network namespace it does not own, so
+	// its namespace is the one the runtime creates, plumbed between create and start
+	// (plumbAfterCreate). runsc wants its interfaces in place before it starts, in a
+	// namespace we make.
+	veth, plumbAfterCreate bool
+
+	// Made by the steps.
+	bootFailed  bool           // restoring boot failed: the image is removed, the create made cold
+	egressSocks *egressSockets // network "allow": the proxy's, until it has them
+	netnsPath   string
+	madeDir     bool
+	agentUser   string // the default user of commands: the template's, else root
+	// The sandbox's mounts are made in a mount namespace of its own (nsworker.go); ns runs
+	// a step's work there.
+	w *nsWorker
+}
+
+// newCreation resolves a create's spec (runtime, template, snapshot, network, size, boot
+// image) and makes its record, still unwritten.
+func (p *Provider) newCreation(ctx context.Context, spec provider.CreateSpec, pooled bool, given *sandboxTemplate, bootOK bool) (*creation, error) {
 	rtName := spec.Runtime
 	if err := provider.ValidateVolumeMounts(spec.Volumes); err != nil {
 		return nil, err
@@ -224,10 +286,8 @@ func (p *Provider) createOnce(ctx context.Context, spec provider.CreateSpec, poo
 		return nil, provider.Errorf(provider.CodeUnavailable, "agent binary: %v", err)
 	}
 	var boot *bootImage // restore from it, or save it (bootimage.go)
-	bootFailed := false // restoring it failed: the image is removed and the create made cold
 	if bootOK && p.bootEligible(spec, rtName, netMode, pooled, given) {
 		boot = p.bootImageFor(ctx, rt, tp, size, agentPath)
-		defer boot.release()
 	}
 
 	now := time.Now()
@@ -250,419 +310,452 @@ func (p *Provider) createOnce(ctx context.Context, spec provider.CreateSpec, poo
 		// before it has answered.
 		rec.Deadline = now.Add(spec.Timeout + p.cfg.ReadyTimeout).UTC().Truncate(time.Millisecond)
 	}
-	id := rec.ID
-	// runc and crun share the host kernel: a user namespace maps the sandbox's root to an
-	// unprivileged uid. gVisor's sentry is its own boundary.
-	userns := p.userns && rtName != RuntimeRunsc
-	// runc or crun with a user namespace cannot mount sysfs in a network namespace it does
-	// not own, so its namespace is the one the runtime creates, plumbed between create and
-	// start. runsc wants its interfaces in place before it starts, in a namespace we make.
 	veth := netMode == provider.NetworkAll || netMode == provider.NetworkAllow
-	plumbAfterCreate := veth && rtName != RuntimeRunsc
-	var egressSocks *egressSockets // network "allow": the proxy's, until it has them
-	defer func() { egressSocks.close() }()
-	netnsPath := ""
-	madeDir := false
-	agentUser := "root" // the default user of commands: the template's, else root
-	// The sandbox's mounts are made in a mount namespace of its own (nsworker.go); ns runs
-	// a step's work there.
-	var w *nsWorker
+	return &creation{
+		p: p, spec: spec, rec: rec, id: rec.ID, rt: rt, rtName: rtName, tp: tp, tc: tc,
+		snap: snap, full: full, netMode: netMode, pol: pol, polFile: polFile, bound: bound, size: size,
+		agentPath: agentPath, boot: boot, agentUser: "root",
+		userns: p.userns && rtName != RuntimeRunsc, veth: veth, plumbAfterCreate: veth && rtName != RuntimeRunsc,
+	}, nil
+}
+
+// close lets go of what the creation holds, whether it made a sandbox or not: its mount
+// namespace, the proxy's sockets if the proxy never took them, the boot image's lock.
+func (c *creation) close() {
+	if c.w != nil {
+		c.w.close()
+	}
+	c.egressSocks.close()
+	c.boot.release()
+}
+
+// ns runs fn in the sandbox's mount namespace.
+func (c *creation) ns(fn func() error) error {
+	if c.w == nil {
+		return errors.New("no mount namespace")
+	}
+	return c.w.do(fn)
+}
+
+// steps are the creation's steps, in order, each with its undo.
+func (c *creation) steps() []step {
+	return []step{
+		{name: "state directory", do: c.stateDir, undo: c.undoStateDir},
+		{name: "user namespace", do: c.userNamespace, undo: c.undoUserNamespace},
+		{name: "mount namespace", do: c.mountNamespace},
+		{name: "root file system", do: c.rootFS, undo: c.undoRootFS},
+		{name: "volumes", do: c.volumes},
+		{name: "agent directory", do: c.agentDir},
+		{name: "network", do: c.network, undo: c.undoNetwork},
+		{name: "bundle", do: c.bundle},
+		{name: "runtime", do: c.runtime, undo: c.undoRuntime},
+		{name: "holder", do: c.holder, undo: c.undoHolder},
+		{name: "egress proxy", do: c.egressProxy, undo: c.undoEgressProxy},
+		{name: "agent", do: c.agent},
+		{name: "boot image", do: c.saveBoot},
+		{name: "start command", do: c.startCommand},
+		{name: "record", do: c.record},
+	}
+}
+
+func (c *creation) stateDir(ctx context.Context) error {
+	for _, d := range []string{c.p.lay.locks(), c.p.lay.runtimeRoot(c.rtName)} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+	}
+	// sandboxes/ lets every user through (a sandbox's root, an unprivileged uid with a
+	// user namespace, must reach its own directory); a sandbox's directory is host
+	// root's alone (0700) until the user-namespace step lets the sandbox's root group
+	// through. No other host user can list, read or run anything in it.
+	if err := os.MkdirAll(c.p.lay.sandboxes(), 0o711); err != nil {
+		return err
+	}
+	if err := os.Mkdir(c.p.lay.dir(c.id), 0o700); err != nil {
+		return err
+	}
+	c.madeDir = true
+	if err := os.Chmod(c.p.lay.dir(c.id), 0o700); err != nil {
+		return err
+	}
+	return c.p.lay.writeRecord(c.rec)
+}
+
+func (c *creation) undoStateDir() error {
+	if !c.madeDir {
+		return nil
+	}
+	return os.RemoveAll(c.p.lay.dir(c.id))
+}
+
+func (c *creation) userNamespace(ctx context.Context) error {
+	if !c.userns {
+		return nil
+	}
+	idx, err := c.p.allocUIDs(ctx, c.id)
+	if err != nil {
+		return err
+	}
+	c.rec.UIDIndex, c.rec.UIDBase = idx, c.p.cfg.UIDBase+uint32(idx)*idMapSize
+	if err := c.p.lay.writeRecord(c.rec); err != nil {
+		return err
+	}
+	// runc's and crun's init run as the sandbox's root (host uid and gid UIDBase) when
+	// they mount the rootfs and the socket directory: its group may pass (0710), no
+	// one else.
+	if err := os.Chown(c.p.lay.dir(c.id), 0, int(c.rec.UIDBase)); err != nil {
+		return err
+	}
+	return os.Chmod(c.p.lay.dir(c.id), 0o710)
+}
+
+func (c *creation) undoUserNamespace() error {
+	if c.rec.UIDIndex < 0 {
+		return nil
+	}
+	return release(c.p.uidLeases(), strconv.Itoa(c.rec.UIDIndex), leaseHolder(c.p.lay, c.id))
+}
+
+func (c *creation) mountNamespace(ctx context.Context) error {
+	var err error
+	c.w, err = newNSWorker()
+	return err
+}
+
+func (c *creation) rootFS(ctx context.Context) error {
+	var err error
+	var nameservers []netip.Addr
+	switch c.netMode {
+	case provider.NetworkAll:
+		nameservers = hostNameservers()
+	case provider.NetworkAllow:
+		// Any server will do: the firewall sends every query to the proxy.
+		nameservers = []netip.Addr{c.p.net.gateway}
+	}
+	plan := rootfsPlan{
+		usernsFD: -1, uidBase: c.rec.UIDBase, diskGB: c.size.DiskGB, hostTmp: c.rtName == RuntimeRunsc,
+		trust: c.bound.bundle(),
+	}
+	if c.tp.image == nil {
+		lower, err := buildTemplate(ctx, c.p.lay.templates(), TemplateHost)
+		if err != nil {
+			return err
+		}
+		plan.lowers, plan.hostDirs = []string{lower}, realHostDirs()
+		plan.etc = etcFiles(sandboxHostname, nameservers)
+	} else {
+		plan.lowers, plan.image, plan.workdir, plan.build = c.tp.lowers, true, c.tc.WorkingDir, c.tp.build
+		if plan.etc, err = imageEtc(c.tp.lowers, sandboxHostname, nameservers, !c.tp.build); err != nil {
+			return err
+		}
+		if c.tc.User != "" {
+			if c.agentUser, err = userName(c.tc.User, plan.etc["passwd"]); err != nil {
+				return err
+			}
+		}
+	}
+	if c.userns {
+		// The layers are idmapped into the sandbox's range (idmap.go).
+		fd, err := c.p.idmapNS.fd(c.rec.UIDBase)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		plan.usernsFD = fd
+	}
+	if c.snap != nil {
+		plan.fill = func(upper string) error {
+			tmp := ""
+			if plan.hostTmp {
+				tmp = c.p.lay.tmp(c.id)
+			}
+			return restoreSnapshot(ctx, c.p.lay.blocks(), c.p.lay.snapshot(c.snap.ID), c.snap, upper, tmp, c.rec.UIDBase)
+		}
+	}
+	return c.ns(func() error { return mountRootfs(c.p.lay.disk(c.id), c.p.lay.rootfs(c.id), plan) })
+}
+
+func (c *creation) undoRootFS() error {
+	return c.ns(func() error { return unmountRootfs(c.p.lay.disk(c.id), c.p.lay.rootfs(c.id)) })
+}
+
+func (c *creation) volumes(ctx context.Context) error {
+	if len(c.spec.Volumes) == 0 {
+		return nil
+	}
+	// The record names the volumes already: once their locks are taken and they
+	// exist, a delete waits for the lock and then sees this sandbox.
+	locks, err := c.p.lockVolumes(ctx, c.spec.Volumes)
 	defer func() {
-		if w != nil {
-			w.close()
+		for _, lk := range locks {
+			lk.Unlock()
 		}
 	}()
-	ns := func(fn func() error) error {
-		if w == nil {
-			return errors.New("no mount namespace")
-		}
-		return w.do(fn)
+	if err != nil {
+		return err
 	}
+	fd := -1
+	if c.userns {
+		if fd, err = c.p.idmapNS.fd(c.rec.UIDBase); err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+	}
+	return c.ns(func() error { return mountSandboxVolumes(c.p.lay, c.p.lay.dir(c.id), c.spec.Volumes, fd) })
+}
 
-	steps := []step{
-		{name: "state directory", do: func(ctx context.Context) error {
-			for _, d := range []string{p.lay.locks(), p.lay.runtimeRoot(rtName)} {
-				if err := os.MkdirAll(d, 0o700); err != nil {
-					return err
-				}
-			}
-			// sandboxes/ lets every user through (a sandbox's root, an unprivileged uid with a
-			// user namespace, must reach its own directory); a sandbox's directory is host
-			// root's alone (0700) until the user-namespace step lets the sandbox's root group
-			// through. No other host user can list, read or run anything in it.
-			if err := os.MkdirAll(p.lay.sandboxes(), 0o711); err != nil {
-				return err
-			}
-			if err := os.Mkdir(p.lay.dir(id), 0o700); err != nil {
-				return err
-			}
-			madeDir = true
-			if err := os.Chmod(p.lay.dir(id), 0o700); err != nil {
-				return err
-			}
-			return p.lay.writeRecord(rec)
-		}, undo: func() error {
-			if !madeDir {
-				return nil
-			}
-			return os.RemoveAll(p.lay.dir(id))
-		}},
-		{name: "user namespace", do: func(ctx context.Context) error {
-			if !userns {
-				return nil
-			}
-			idx, err := p.allocUIDs(ctx, id)
-			if err != nil {
-				return err
-			}
-			rec.UIDIndex, rec.UIDBase = idx, p.cfg.UIDBase+uint32(idx)*idMapSize
-			if err := p.lay.writeRecord(rec); err != nil {
-				return err
-			}
-			// runc's and crun's init run as the sandbox's root (host uid and gid UIDBase) when
-			// they mount the rootfs and the socket directory: its group may pass (0710), no
-			// one else.
-			if err := os.Chown(p.lay.dir(id), 0, int(rec.UIDBase)); err != nil {
-				return err
-			}
-			return os.Chmod(p.lay.dir(id), 0o710)
-		}, undo: func() error {
-			if rec.UIDIndex < 0 {
-				return nil
-			}
-			return release(p.uidLeases(), strconv.Itoa(rec.UIDIndex), leaseHolder(p.lay, id))
-		}},
-		{name: "mount namespace", do: func(ctx context.Context) error {
-			var err error
-			w, err = newNSWorker()
-			return err
-		}},
-		{name: "root file system", do: func(ctx context.Context) error {
-			var err error
-			var nameservers []netip.Addr
-			switch netMode {
-			case provider.NetworkAll:
-				nameservers = hostNameservers()
-			case provider.NetworkAllow:
-				// Any server will do: the firewall sends every query to the proxy.
-				nameservers = []netip.Addr{p.net.gateway}
-			}
-			plan := rootfsPlan{
-				usernsFD: -1, uidBase: rec.UIDBase, diskGB: size.DiskGB, hostTmp: rtName == RuntimeRunsc,
-				trust: bound.bundle(),
-			}
-			if tp.image == nil {
-				lower, err := buildTemplate(ctx, p.lay.templates(), TemplateHost)
-				if err != nil {
-					return err
-				}
-				plan.lowers, plan.hostDirs = []string{lower}, realHostDirs()
-				plan.etc = etcFiles(sandboxHostname, nameservers)
-			} else {
-				plan.lowers, plan.image, plan.workdir, plan.build = tp.lowers, true, tc.WorkingDir, tp.build
-				if plan.etc, err = imageEtc(tp.lowers, sandboxHostname, nameservers, !tp.build); err != nil {
-					return err
-				}
-				if tc.User != "" {
-					if agentUser, err = userName(tc.User, plan.etc["passwd"]); err != nil {
-						return err
-					}
-				}
-			}
-			if userns {
-				// The layers are idmapped into the sandbox's range (idmap.go).
-				fd, err := p.idmapNS.fd(rec.UIDBase)
-				if err != nil {
-					return err
-				}
-				defer unix.Close(fd)
-				plan.usernsFD = fd
-			}
-			if snap != nil {
-				plan.fill = func(upper string) error {
-					tmp := ""
-					if plan.hostTmp {
-						tmp = p.lay.tmp(id)
-					}
-					return restoreSnapshot(ctx, p.lay.blocks(), p.lay.snapshot(snap.ID), snap, upper, tmp, rec.UIDBase)
-				}
-			}
-			return ns(func() error { return mountRootfs(p.lay.disk(id), p.lay.rootfs(id), plan) })
-		}, undo: func() error {
-			return ns(func() error { return unmountRootfs(p.lay.disk(id), p.lay.rootfs(id)) })
-		}},
-		{name: "volumes", do: func(ctx context.Context) error {
-			if len(spec.Volumes) == 0 {
-				return nil
-			}
-			// The record names the volumes already: once their locks are taken and they
-			// exist, a delete waits for the lock and then sees this sandbox.
-			locks, err := p.lockVolumes(ctx, spec.Volumes)
-			defer func() {
-				for _, lk := range locks {
-					lk.Unlock()
-				}
-			}()
-			if err != nil {
-				return err
-			}
-			fd := -1
-			if userns {
-				if fd, err = p.idmapNS.fd(rec.UIDBase); err != nil {
-					return err
-				}
-				defer unix.Close(fd)
-			}
-			return ns(func() error { return mountSandboxVolumes(p.lay, p.lay.dir(id), spec.Volumes, fd) })
-		}},
-		{name: "agent directory", do: func(ctx context.Context) error {
-			return p.writeAgentDir(rec, spec, tc, agentUser)
-		}},
-		{name: "network", do: func(ctx context.Context) error {
-			if !veth {
-				return nil
-			}
-			lk, err := p.net.lock(ctx)
-			if err != nil {
-				return err
-			}
-			defer lk.Unlock()
-			a, err := p.net.allocate(id)
-			if err != nil {
-				return err
-			}
-			rec.IP = a.String()
-			rec.HostVeth, _ = vethNames(id)
-			if err := p.lay.writeRecord(rec); err != nil {
-				return err
-			}
-			if err := p.net.ensureBridge(ctx); err != nil {
-				return err
-			}
-			if pol != nil {
-				// The policy's rules before the interface: the sandbox never has a
-				// moment of network "all".
-				if err := p.writeEgressPolicy(id, polFile); err != nil {
-					return err
-				}
-				if egressSocks, err = p.bindEgress(ctx, rec, pol); err != nil {
-					return err
-				}
-			}
-			if plumbAfterCreate {
-				return nil
-			}
-			// The namespace is bound at netnsPath in the sandbox's mount namespace, where
-			// runsc, started there, opens it.
-			netnsPath = p.lay.netns(id)
-			return ns(func() error {
-				if err := newNetns(ctx, netnsPath); err != nil {
-					return err
-				}
-				return p.net.attach(ctx, id, netnsPath, a)
-			})
-		}, undo: func() error {
-			var errs []error
-			if rec.IP != "" {
-				errs = append(errs, p.net.detach(context.Background(), id, rec.IP))
-			}
-			if netnsPath != "" {
-				errs = append(errs, ns(func() error { return removeNetns(netnsPath) }))
-			}
-			return errors.Join(errs...)
-		}},
-		{name: "bundle", do: func(ctx context.Context) error {
-			s := buildSpec(bundleSpec{
-				id: id, runtime: rtName, rootfs: p.lay.rootfs(id), agentPath: agentPath,
-				runDir: p.lay.run(id), tmpDir: p.lay.tmp(id), userns: userns, uidBase: rec.UIDBase, netnsPath: netnsPath,
-				cpu: size.CPU, memoryMB: size.MemoryMB, limitSwap: swapAccounted(), pids: p.cfg.PidsLimit,
-				volumes: volumeBinds(p.lay.dir(id), spec.Volumes),
-			})
-			b, err := json.Marshal(s)
-			if err != nil {
-				return err
-			}
-			return os.WriteFile(bundleConfigPath(p.lay.dir(id)), b, 0o600)
-		}},
-		{name: "runtime", do: func(ctx context.Context) error {
-			// In the sandbox's namespace: the container copies it (and runsc's gofer
-			// opens the rootfs there), and the log is on the sandbox's disk.
-			if err := ns(func() error {
-				if full {
-					// The image is assembled from the snapshot's blocks for this restore
-					// only (snapshot.go).
-					into := filepath.Join(p.lay.dir(id), "image")
-					defer os.RemoveAll(into)
-					img, err := snapshotImage(ctx, p.lay.blocks(), p.lay.snapshot(snap.ID), into)
-					if err != nil {
-						return err
-					}
-					return rt.restore(ctx, runscNetwork(rec), id, p.lay.dir(id), p.lay.pidFile(id), p.lay.log(id), img)
-				}
-				if boot.restoring() {
-					err := rt.restore(ctx, runscNetwork(rec), id, p.lay.dir(id), p.lay.pidFile(id), p.lay.log(id), filepath.Join(p.lay.bootImage(boot.key), "image"))
-					bootFailed = err != nil
-					return err
-				}
-				return rt.start(ctx, runscNetwork(rec), id, p.lay.dir(id), p.lay.pidFile(id), p.lay.log(id), plumbAfterCreate)
-			}); err != nil {
-				return err
-			}
-			if h := testHookCreated; h != nil {
-				if err := h(id); err != nil {
-					return err
-				}
-			}
-			if plumbAfterCreate {
-				pid, err := readPidFile(p.lay.pidFile(id))
-				if err != nil {
-					return err
-				}
-				a, err := netip.ParseAddr(rec.IP)
-				if err != nil {
-					return err
-				}
-				if err := p.net.attach(ctx, id, fmt.Sprintf("/proc/%d/ns/net", pid), a); err != nil {
-					return err
-				}
-				if err := ns(func() error { return rt.run(ctx, "", "start", id) }); err != nil {
-					return err
-				}
-			}
-			pid, err := readPidFile(p.lay.pidFile(id))
-			if err != nil {
-				return err
-			}
-			if rtName != RuntimeRunsc {
-				if err := protectFromOOM(pid); err != nil {
-					return err
-				}
-			}
-			rec.InitPID, rec.InitStart = pid, procStart(pid)
-			return p.lay.writeRecord(rec)
-		}, undo: func() error {
-			// A cancelled ctx must not stop the undo.
-			err := rt.remove(context.Background(), runscNetwork(rec), id)
-			removeCgroups(id)
-			return err
-		}},
-		{name: "holder", do: func(ctx context.Context) error {
-			// Keeps the namespace after Create (holder.go); in the sandbox's cgroups, which
-			// the runtime has made by now.
-			var pid int
-			var start uint64
-			var hold func() error
-			var done func()
-			if err := ns(func() (err error) {
-				pid, start, hold, done, err = startHolder(ctx)
-				return err
-			}); err != nil {
-				return err
-			}
-			defer done()
-			if h := testHookHolder; h != nil {
-				h(id, "started", pid)
-			}
-			// Recorded before it holds: a Create killed before this point leaves a holder
-			// that exits by itself, one killed after it a holder that teardown finds.
-			rec.HolderPID, rec.HolderStart = pid, start
-			if err := p.lay.writeRecord(rec); err != nil {
-				return err
-			}
-			if err := hold(); err != nil {
-				return err
-			}
-			if h := testHookHolder; h != nil {
-				h(id, "held", pid)
-			}
-			if err := protectFromOOM(pid); err != nil {
-				return err
-			}
-			return joinCgroups(id, pid)
-		}, undo: func() error {
-			stopHolder(rec)(holderExitTimeout)
-			return nil
-		}},
-		{name: "egress proxy", do: func(ctx context.Context) error {
-			if pol == nil {
-				return nil
-			}
-			err := p.runEgress(ctx, rec, egressSocks, agentPath, bound)
-			egressSocks.close()
-			egressSocks = nil
-			return err
-		}, undo: func() error {
-			stopEgress(rec, holderExitTimeout)
-			return nil
-		}},
-		{name: "agent", do: func(ctx context.Context) error {
-			if full || boot.restoring() {
-				// The restored agent waits, its listener closed, for the word to listen
-				// again: in this sandbox's socket directory.
-				if err := rt.kill(ctx, runscNetwork(rec), id, "USR2"); err != nil {
-					return err
-				}
-			}
-			err := p.waitAgent(ctx, rec)
-			bootFailed = err != nil && boot.restoring()
-			return err
-		}},
-		{name: "boot image", do: func(ctx context.Context) error {
-			if !boot.saving() {
-				return nil
-			}
-			return p.saveBootImage(ctx, rt, rec, boot)
-		}},
-		{name: "start command", do: func(ctx context.Context) error {
-			if full {
-				return nil // its processes are running already
-			}
-			return p.startTemplate(ctx, rec, tc)
-		}},
-		{name: "record", do: func(ctx context.Context) error {
-			if full || boot != nil {
-				// The restored agent remembers the deadlines of the sandbox it was saved
-				// in (a boot image's: none); this sandbox's are its own.
-				var deadline time.Time
-				if spec.Timeout > 0 {
-					rec.Deadline = time.Now().Add(spec.Timeout).UTC().Truncate(time.Millisecond)
-					deadline = rec.Deadline.Add(999 * time.Millisecond)
-				}
-				c := agentClient(p.lay.socket(id))
-				err := c.SetLimits(ctx, deadline, spec.IdleTimeout)
-				c.Close()
-				if err != nil {
-					return err
-				}
-			} else if spec.Timeout > 0 {
-				rec.Deadline = time.Now().Add(spec.Timeout).UTC().Truncate(time.Millisecond)
-				c := agentClient(p.lay.socket(id))
-				err := c.SetDeadline(ctx, rec.Deadline.Add(999*time.Millisecond))
-				c.Close()
-				if err != nil {
-					return err
-				}
-			}
-			// A sandbox's age counts from when it is ready too.
-			rec.CreatedAt = time.Now().UTC().Truncate(time.Millisecond)
-			rec.Status = statusReady
-			if err := p.lay.writeRecord(rec); err != nil {
-				return err
-			}
-			return p.indexKey(rec)
-		}},
+func (c *creation) agentDir(ctx context.Context) error {
+	return c.p.writeAgentDir(c.rec, c.spec, c.tc, c.agentUser)
+}
+
+func (c *creation) network(ctx context.Context) error {
+	if !c.veth {
+		return nil
 	}
-	if err := runSteps(ctx, steps); err != nil {
-		if bootFailed && ctx.Err() == nil {
-			p.discardBootImage(boot.key)
-			return nil, &errBootRestore{err}
-		}
-		if ctx.Err() != nil {
-			return nil, provider.Wrap(fmt.Errorf("create: %w", errors.Join(ctx.Err(), err)), provider.CodeAborted, "create")
-		}
-		return nil, provider.Wrap(err, provider.CodeProvider, "create")
+	lk, err := c.p.net.lock(ctx)
+	if err != nil {
+		return err
 	}
-	return p.instance(rec), nil
+	defer lk.Unlock()
+	a, err := c.p.net.allocate(c.id)
+	if err != nil {
+		return err
+	}
+	c.rec.IP = a.String()
+	c.rec.HostVeth, _ = vethNames(c.id)
+	if err := c.p.lay.writeRecord(c.rec); err != nil {
+		return err
+	}
+	if err := c.p.net.ensureBridge(ctx); err != nil {
+		return err
+	}
+	if c.pol != nil {
+		// The policy's rules before the interface: the sandbox never has a
+		// moment of network "all".
+		if err := c.p.writeEgressPolicy(c.id, c.polFile); err != nil {
+			return err
+		}
+		if c.egressSocks, err = c.p.bindEgress(ctx, c.rec, c.pol); err != nil {
+			return err
+		}
+	}
+	if c.plumbAfterCreate {
+		return nil
+	}
+	// The namespace is bound at netnsPath in the sandbox's mount namespace, where
+	// runsc, started there, opens it.
+	c.netnsPath = c.p.lay.netns(c.id)
+	return c.ns(func() error {
+		if err := newNetns(ctx, c.netnsPath); err != nil {
+			return err
+		}
+		return c.p.net.attach(ctx, c.id, c.netnsPath, a)
+	})
+}
+
+func (c *creation) undoNetwork() error {
+	var errs []error
+	if c.rec.IP != "" {
+		errs = append(errs, c.p.net.detach(context.Background(), c.id, c.rec.IP))
+	}
+	if c.netnsPath != "" {
+		errs = append(errs, c.ns(func() error { return removeNetns(c.netnsPath) }))
+	}
+	return errors.Join(errs...)
+}
+
+func (c *creation) bundle(ctx context.Context) error {
+	s := buildSpec(bundleSpec{
+		id: c.id, runtime: c.rtName, rootfs: c.p.lay.rootfs(c.id), agentPath: c.agentPath,
+		runDir: c.p.lay.run(c.id), tmpDir: c.p.lay.tmp(c.id), userns: c.userns, uidBase: c.rec.UIDBase, netnsPath: c.netnsPath,
+		cpu: c.size.CPU, memoryMB: c.size.MemoryMB, limitSwap: swapAccounted(), pids: c.p.cfg.PidsLimit,
+		volumes: volumeBinds(c.p.lay.dir(c.id), c.spec.Volumes),
+	})
+	b, err := json.Marshal(s)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(bundleConfigPath(c.p.lay.dir(c.id)), b, 0o600)
+}
+
+func (c *creation) runtime(ctx context.Context) error {
+	// In the sandbox's namespace: the container copies it (and runsc's gofer
+	// opens the rootfs there), and the log is on the sandbox's disk.
+	if err := c.ns(func() error {
+		if c.full {
+			// The image is assembled from the snapshot's blocks for this restore
+			// only (snapshot.go).
+			into := filepath.Join(c.p.lay.dir(c.id), "image")
+			defer os.RemoveAll(into)
+			img, err := snapshotImage(ctx, c.p.lay.blocks(), c.p.lay.snapshot(c.snap.ID), into)
+			if err != nil {
+				return err
+			}
+			return c.rt.restore(ctx, runscNetwork(c.rec), c.id, c.p.lay.dir(c.id), c.p.lay.pidFile(c.id), c.p.lay.log(c.id), img)
+		}
+		if c.boot.restoring() {
+			err := c.rt.restore(ctx, runscNetwork(c.rec), c.id, c.p.lay.dir(c.id), c.p.lay.pidFile(c.id), c.p.lay.log(c.id), filepath.Join(c.p.lay.bootImage(c.boot.key), "image"))
+			c.bootFailed = err != nil
+			return err
+		}
+		return c.rt.start(ctx, runscNetwork(c.rec), c.id, c.p.lay.dir(c.id), c.p.lay.pidFile(c.id), c.p.lay.log(c.id), c.plumbAfterCreate)
+	}); err != nil {
+		return err
+	}
+	if h := testHookCreated; h != nil {
+		if err := h(c.id); err != nil {
+			return err
+		}
+	}
+	if c.plumbAfterCreate {
+		pid, err := readPidFile(c.p.lay.pidFile(c.id))
+		if err != nil {
+			return err
+		}
+		a, err := netip.ParseAddr(c.rec.IP)
+		if err != nil {
+			return err
+		}
+		if err := c.p.net.attach(ctx, c.id, fmt.Sprintf("/proc/%d/ns/net", pid), a); err != nil {
+			return err
+		}
+		if err := c.ns(func() error { return c.rt.run(ctx, "", "start", c.id) }); err != nil {
+			return err
+		}
+	}
+	pid, err := readPidFile(c.p.lay.pidFile(c.id))
+	if err != nil {
+		return err
+	}
+	if c.rtName != RuntimeRunsc {
+		if err := protectFromOOM(pid); err != nil {
+			return err
+		}
+	}
+	c.rec.InitPID, c.rec.InitStart = pid, procStart(pid)
+	return c.p.lay.writeRecord(c.rec)
+}
+
+func (c *creation) undoRuntime() error {
+	// A cancelled ctx must not stop the undo.
+	err := c.rt.remove(context.Background(), runscNetwork(c.rec), c.id)
+	removeCgroups(c.id)
+	return err
+}
+
+func (c *creation) holder(ctx context.Context) error {
+	// Keeps the namespace after Create (holder.go); in the sandbox's cgroups, which
+	// the runtime has made by now.
+	var pid int
+	var start uint64
+	var hold func() error
+	var done func()
+	if err := c.ns(func() (err error) {
+		pid, start, hold, done, err = startHolder(ctx)
+		return err
+	}); err != nil {
+		return err
+	}
+	defer done()
+	if h := testHookHolder; h != nil {
+		h(c.id, "started", pid)
+	}
+	// Recorded before it holds: a Create killed before this point leaves a holder
+	// that exits by itself, one killed after it a holder that teardown finds.
+	c.rec.HolderPID, c.rec.HolderStart = pid, start
+	if err := c.p.lay.writeRecord(c.rec); err != nil {
+		return err
+	}
+	if err := hold(); err != nil {
+		return err
+	}
+	if h := testHookHolder; h != nil {
+		h(c.id, "held", pid)
+	}
+	if err := protectFromOOM(pid); err != nil {
+		return err
+	}
+	return joinCgroups(c.id, pid)
+}
+
+func (c *creation) undoHolder() error {
+	stopHolder(c.rec)(holderExitTimeout)
+	return nil
+}
+
+func (c *creation) egressProxy(ctx context.Context) error {
+	if c.pol == nil {
+		return nil
+	}
+	err := c.p.runEgress(ctx, c.rec, c.egressSocks, c.agentPath, c.bound)
+	c.egressSocks.close()
+	c.egressSocks = nil
+	return err
+}
+
+func (c *creation) undoEgressProxy() error {
+	stopEgress(c.rec, holderExitTimeout)
+	return nil
+}
+
+func (c *creation) agent(ctx context.Context) error {
+	if c.full || c.boot.restoring() {
+		// The restored agent waits, its listener closed, for the word to listen
+		// again: in this sandbox's socket directory.
+		if err := c.rt.kill(ctx, runscNetwork(c.rec), c.id, "USR2"); err != nil {
+			return err
+		}
+	}
+	err := c.p.waitAgent(ctx, c.rec)
+	c.bootFailed = err != nil && c.boot.restoring()
+	return err
+}
+
+func (c *creation) saveBoot(ctx context.Context) error {
+	if !c.boot.saving() {
+		return nil
+	}
+	return c.p.saveBootImage(ctx, c.rt, c.rec, c.boot)
+}
+
+func (c *creation) startCommand(ctx context.Context) error {
+	if c.full {
+		return nil // its processes are running already
+	}
+	return c.p.startTemplate(ctx, c.rec, c.tc)
+}
+
+func (c *creation) record(ctx context.Context) error {
+	if c.full || c.boot != nil {
+		// The restored agent remembers the deadlines of the sandbox it was saved
+		// in (a boot image's: none); this sandbox's are its own.
+		var deadline time.Time
+		if c.spec.Timeout > 0 {
+			c.rec.Deadline = time.Now().Add(c.spec.Timeout).UTC().Truncate(time.Millisecond)
+			deadline = c.rec.Deadline.Add(999 * time.Millisecond)
+		}
+		ac := agentClient(c.p.lay.socket(c.id))
+		err := ac.SetLimits(ctx, deadline, c.spec.IdleTimeout)
+		ac.Close()
+		if err != nil {
+			return err
+		}
+	} else if c.spec.Timeout > 0 {
+		c.rec.Deadline = time.Now().Add(c.spec.Timeout).UTC().Truncate(time.Millisecond)
+		ac := agentClient(c.p.lay.socket(c.id))
+		err := ac.SetDeadline(ctx, c.rec.Deadline.Add(999*time.Millisecond))
+		ac.Close()
+		if err != nil {
+			return err
+		}
+	}
+	// A sandbox's age counts from when it is ready too.
+	c.rec.CreatedAt = time.Now().UTC().Truncate(time.Millisecond)
+	c.rec.Status = statusReady
+	if err := c.p.lay.writeRecord(c.rec); err != nil {
+		return err
+	}
+	return c.p.indexKey(c.rec)
 }
 
 // readyPoll is how often a template's ready command is run until it succeeds.

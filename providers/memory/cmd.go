@@ -1,41 +1,36 @@
 package memory
 
 import (
-	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"mvdan.cc/sh/v3/expand"
 	"mvdan.cc/sh/v3/interp"
 	"mvdan.cc/sh/v3/syntax"
+
+	"github.com/tupper-dev/tupper/providers/memory/internal/coreutils"
 )
 
-// cmd is one running utility: its arguments' context, streams and environment.
+// cmd is one running command of the shell's: a utility (package coreutils, or one of the
+// shell's own) or a builtin the call handler took over. Its Cmd's FS is the sandbox's.
 type cmd struct {
-	ctx    context.Context
-	sh     *shell
-	name   string // for messages
-	dir    string
-	env    expand.Environ
-	stdin  io.Reader // nil: empty
-	stdout io.Writer
-	stderr io.Writer
+	coreutils.Cmd
+	sh  *shell
+	env expand.Environ
 }
 
-// utilFunc is a utility: it gets the arguments after the name and returns the exit status.
+// utilFunc is one of the shell's own utilities or builtins: it gets the arguments after the
+// name and returns the exit status.
 type utilFunc func(c *cmd, args []string) int
 
-// utilities are the commands implemented in Go over the memory file system. Filled in init,
-// since some of them (sh, env) start others.
+// utilities are the shell's own utilities (utilities.go); the others are package
+// coreutils'. Filled in init, since they start commands of the shell.
 var utilities map[string]utilFunc
 
 // externalBuiltins are interpreter builtins that also exist as programs on a Linux system,
@@ -43,218 +38,12 @@ var utilities map[string]utilFunc
 var externalBuiltins = []string{"echo", "printf", "test", "[", "true", "false", "pwd", "kill"}
 
 func isExternal(name string) bool {
-	return utilities[name] != nil || slices.Contains(externalBuiltins, name)
+	return utilities[name] != nil || coreutils.Has(name) || slices.Contains(externalBuiltins, name)
 }
 
 func (c *cmd) fs() *memFS { return c.sh.sb.fs }
 
-func (c *cmd) errorf(format string, args ...any) {
-	fmt.Fprintf(c.stderr, c.name+": "+format+"\n", args...)
-}
-
-func (c *cmd) out() io.Writer {
-	if c.stdout == nil {
-		return io.Discard
-	}
-	return c.stdout
-}
-
-func (c *cmd) errw() io.Writer {
-	if c.stderr == nil {
-		return io.Discard
-	}
-	return c.stderr
-}
-
 func (c *cmd) getenv(name string) string { return c.env.Get(name).String() }
-
-func (c *cmd) abs(p string) string { return absIn(c.dir, p) }
-
-// failf prints "NAME: PATH: reason" for a file system error and returns 1.
-func (c *cmd) fsFail(p string, err error) int {
-	c.errorf("%s: %s", displayName(p), fsErrText(err))
-	return 1
-}
-
-func displayName(p string) string {
-	return "'" + p + "'"
-}
-
-// usage reports a bad invocation and returns 2 (1 for utilities that use 1 for everything).
-func (c *cmd) usage(code int, format string, args ...any) int {
-	c.errorf(format, args...)
-	return code
-}
-
-// stdinReader returns stdin as a reader that stops when the command is cancelled.
-func (c *cmd) stdinReader() io.Reader {
-	if c.stdin == nil {
-		return strings.NewReader("")
-	}
-	return ctxReader{c.ctx, c.stdin}
-}
-
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (r ctxReader) Read(p []byte) (int, error) {
-	if err := r.ctx.Err(); err != nil {
-		return 0, err
-	}
-	if f, ok := r.r.(*os.File); ok {
-		// A pipe read blocks; a deadline set when the context ends unblocks it.
-		stop := context.AfterFunc(r.ctx, func() { f.SetReadDeadline(time.Unix(1, 0)) })
-		defer stop()
-	}
-	n, err := r.r.Read(p)
-	if err != nil && r.ctx.Err() != nil {
-		return n, r.ctx.Err()
-	}
-	return n, err
-}
-
-// open opens an input operand: "-" is stdin, anything else a file in the memory file system.
-func (c *cmd) open(name string) (io.Reader, error) {
-	if name == "-" {
-		return c.stdinReader(), nil
-	}
-	switch p := c.abs(name); p {
-	case "/dev/stdin", "/dev/fd/0":
-		return c.stdinReader(), nil
-	default:
-		fi, err := c.fs().Stat(p, true)
-		if err != nil {
-			return nil, err
-		}
-		if fi.IsDir() {
-			return nil, pathErr("read", name, errIsDir)
-		}
-		if fi.kind == kindDevice {
-			h, err := c.fs().Open(p, os.O_RDONLY, 0)
-			if err != nil {
-				return nil, err
-			}
-			return ctxReader{c.ctx, h}, nil
-		}
-		data, err := c.fs().ReadFile(p)
-		if err != nil {
-			return nil, err
-		}
-		return strings.NewReader(string(data)), nil
-	}
-}
-
-// readAll reads an input operand whole.
-func (c *cmd) readAll(name string) ([]byte, error) {
-	if name != "-" {
-		p := c.abs(name)
-		if fi, err := c.fs().Stat(p, true); err == nil && fi.kind == kindFile {
-			return c.fs().ReadFile(p)
-		}
-	}
-	r, err := c.open(name)
-	if err != nil {
-		return nil, err
-	}
-	return io.ReadAll(r)
-}
-
-// writeError turns an output error into an exit status: 141 for a closed pipe (what SIGPIPE
-// would give), else 1.
-func writeError(err error) int {
-	if errors.Is(err, syscall.EPIPE) || errors.Is(err, os.ErrClosed) || errors.Is(err, io.ErrClosedPipe) {
-		return 128 + 13
-	}
-	return 1
-}
-
-// opts is the result of parsing a utility's options.
-type opts struct {
-	flags map[byte]int
-	vals  map[byte][]string
-	long  map[string][]string // "--name" or "--name=value": name → values ("" when none)
-	args  []string
-}
-
-func (o *opts) has(f byte) bool { return o.flags[f] > 0 }
-
-func (o *opts) val(f byte) (string, bool) {
-	v := o.vals[f]
-	if len(v) == 0 {
-		return "", false
-	}
-	return v[len(v)-1], true
-}
-
-func (o *opts) hasLong(name string) bool { _, ok := o.long[name]; return ok }
-
-func (o *opts) longVal(name string) (string, bool) {
-	v, ok := o.long[name]
-	if !ok || len(v) == 0 {
-		return "", ok
-	}
-	return v[len(v)-1], true
-}
-
-// getopt parses args GNU-style: spec lists the short options, a ':' after a letter meaning it
-// takes a value; longVal names the long options that take a value as the next argument.
-// Options and operands may mix (unless stopAtOperand); "--" ends the options.
-func getopt(args []string, spec string, stopAtOperand bool, longVal ...string) (*opts, error) {
-	o := &opts{flags: map[byte]int{}, vals: map[byte][]string{}, long: map[string][]string{}}
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		switch {
-		case a == "--":
-			o.args = append(o.args, args[i+1:]...)
-			return o, nil
-		case strings.HasPrefix(a, "--"):
-			name, val, hasVal := strings.Cut(a[2:], "=")
-			if !hasVal && slices.Contains(longVal, name) {
-				if i+1 >= len(args) {
-					return nil, fmt.Errorf("option '--%s' requires an argument", name)
-				}
-				i++
-				val, hasVal = args[i], true
-			}
-			if hasVal {
-				o.long[name] = append(o.long[name], val)
-			} else {
-				o.long[name] = append(o.long[name], "")
-			}
-		case len(a) > 1 && a[0] == '-':
-			for j := 1; j < len(a); j++ {
-				f := a[j]
-				k := strings.IndexByte(spec, f)
-				if k < 0 || f == ':' {
-					return nil, fmt.Errorf("invalid option -- '%c'", f)
-				}
-				if k+1 < len(spec) && spec[k+1] == ':' {
-					v := a[j+1:]
-					if v == "" {
-						if i+1 >= len(args) {
-							return nil, fmt.Errorf("option requires an argument -- '%c'", f)
-						}
-						i++
-						v = args[i]
-					}
-					o.vals[f] = append(o.vals[f], v)
-					o.flags[f]++
-					break
-				}
-				o.flags[f]++
-			}
-		default:
-			if stopAtOperand {
-				o.args = append(o.args, args[i:]...)
-				return o, nil
-			}
-			o.args = append(o.args, a)
-		}
-	}
-	return o, nil
-}
 
 // Signals, by number and name.
 const (
@@ -319,8 +108,8 @@ var builtinOverrides = map[string]utilFunc{
 	"command": utilCommandV,
 	"pwd":     utilPwdP,
 	"fail": func(c *cmd, args []string) int {
-		c.name = "sh"
-		c.errorf("%s", strings.Join(args, " "))
+		c.Name = "sh"
+		c.Errorf("%s", strings.Join(args, " "))
 		return 1
 	},
 }
@@ -330,7 +119,7 @@ var builtinOverrides = map[string]utilFunc{
 func utilKill(c *cmd, args []string) int {
 	sig := sigTERM
 	if len(args) == 0 {
-		return c.usage(2, "usage: kill [-s sigspec | -n signum | -sigspec] pid ... or kill -l [sigspec]")
+		return c.Usage(2, "usage: kill [-s sigspec | -n signum | -sigspec] pid ... or kill -l [sigspec]")
 	}
 	switch a := args[0]; {
 	case a == "-l" || a == "-L":
@@ -340,11 +129,11 @@ func utilKill(c *cmd, args []string) int {
 					if n > 128 {
 						n -= 128
 					}
-					fmt.Fprintln(c.out(), strings.TrimPrefix(signalName(n), "SIG"))
+					fmt.Fprintln(c.Out(), strings.TrimPrefix(signalName(n), "SIG"))
 				} else if n, ok := parseSignal(s); ok {
-					fmt.Fprintln(c.out(), n)
+					fmt.Fprintln(c.Out(), n)
 				} else {
-					return c.usage(1, "%s: invalid signal specification", s)
+					return c.Usage(1, "%s: invalid signal specification", s)
 				}
 			}
 			return 0
@@ -353,15 +142,15 @@ func utilKill(c *cmd, args []string) int {
 		for _, s := range signals {
 			names = append(names, s.name)
 		}
-		fmt.Fprintln(c.out(), strings.Join(names, " "))
+		fmt.Fprintln(c.Out(), strings.Join(names, " "))
 		return 0
 	case a == "-s" || a == "-n":
 		if len(args) < 2 {
-			return c.usage(2, "%s: option requires an argument", a)
+			return c.Usage(2, "%s: option requires an argument", a)
 		}
 		n, ok := parseSignal(args[1])
 		if !ok {
-			return c.usage(1, "%s: invalid signal specification", args[1])
+			return c.Usage(1, "%s: invalid signal specification", args[1])
 		}
 		sig, args = n, args[2:]
 	case a == "--":
@@ -369,7 +158,7 @@ func utilKill(c *cmd, args []string) int {
 	case strings.HasPrefix(a, "-") && len(a) > 1:
 		n, ok := parseSignal(a[1:])
 		if !ok {
-			return c.usage(1, "%s: invalid signal specification", a[1:])
+			return c.Usage(1, "%s: invalid signal specification", a[1:])
 		}
 		sig, args = n, args[1:]
 	}
@@ -377,13 +166,13 @@ func utilKill(c *cmd, args []string) int {
 		args = args[1:]
 	}
 	if len(args) == 0 {
-		return c.usage(2, "usage: kill [-s sigspec | -n signum | -sigspec] pid ...")
+		return c.Usage(2, "usage: kill [-s sigspec | -n signum | -sigspec] pid ...")
 	}
 	status := 0
 	for _, a := range args {
 		pid, err := strconv.Atoi(a)
 		if err != nil {
-			c.errorf("%s: arguments must be process or job IDs", a)
+			c.Errorf("%s: arguments must be process or job IDs", a)
 			status = 1
 			continue
 		}
@@ -392,7 +181,7 @@ func utilKill(c *cmd, args []string) int {
 		}
 		j := c.sh.sb.lookupJob(pid)
 		if j == nil || pid == 0 {
-			c.errorf("(%s) - No such process", a)
+			c.Errorf("(%s) - No such process", a)
 			status = 1
 			continue
 		}
@@ -413,7 +202,7 @@ func (c *cmd) resolveCommand(name string) (kind, path string) {
 	case c.sh.isFunc(name):
 		return "function", ""
 	case strings.Contains(name, "/"):
-		p := c.abs(name)
+		p := c.Abs(name)
 		if fi, err := c.fs().Stat(p, true); err == nil && fi.kind == kindFile && fi.mode.Perm()&0o111 != 0 {
 			return "file", name
 		}
@@ -454,7 +243,7 @@ func utilType(c *cmd, args []string) int {
 			args = args[1:]
 			goto names
 		default:
-			return c.usage(2, "%s: invalid option", args[0])
+			return c.Usage(2, "%s: invalid option", args[0])
 		}
 		args = args[1:]
 	}
@@ -469,14 +258,14 @@ names:
 			if p == "" {
 				status = 1
 			} else if kind == "file" || mode == "-P" {
-				fmt.Fprintln(c.out(), p)
+				fmt.Fprintln(c.Out(), p)
 			}
 			continue
 		}
 		switch kind {
 		case "":
 			if mode != "-t" {
-				c.errorf("%s: not found", name)
+				c.Errorf("%s: not found", name)
 			}
 			status = 1
 		case "keyword":
@@ -494,10 +283,10 @@ names:
 
 func (c *cmd) typeLine(mode, name, kind, long string) {
 	if mode == "-t" {
-		fmt.Fprintln(c.out(), kind)
+		fmt.Fprintln(c.Out(), kind)
 		return
 	}
-	fmt.Fprintln(c.out(), long)
+	fmt.Fprintln(c.Out(), long)
 }
 
 func utilCommandV(c *cmd, args []string) int {
@@ -512,13 +301,13 @@ func utilCommandV(c *cmd, args []string) int {
 			args = args[1:]
 			goto names
 		default:
-			return c.usage(2, "%s: invalid option", args[0])
+			return c.Usage(2, "%s: invalid option", args[0])
 		}
 		args = args[1:]
 	}
 names:
 	if verbose {
-		c.name = "command"
+		c.Name = "command"
 		return utilType(c, args)
 	}
 	status := 0
@@ -527,9 +316,9 @@ names:
 		case "":
 			status = 1
 		case "file":
-			fmt.Fprintln(c.out(), p)
+			fmt.Fprintln(c.Out(), p)
 		default:
-			fmt.Fprintln(c.out(), name)
+			fmt.Fprintln(c.Out(), name)
 		}
 	}
 	return status
@@ -560,7 +349,7 @@ func utilWhich(c *cmd, args []string) int {
 				if dir == "" {
 					continue
 				}
-				p := c.abs(dir + "/" + name)
+				p := c.Abs(dir + "/" + name)
 				if fi, err := c.fs().Stat(p, true); err == nil && fi.kind == kindFile && fi.mode.Perm()&0o111 != 0 {
 					found = append(found, dir+"/"+name)
 				}
@@ -577,18 +366,18 @@ func utilWhich(c *cmd, args []string) int {
 			found = found[:1]
 		}
 		for _, p := range found {
-			fmt.Fprintln(c.out(), p)
+			fmt.Fprintln(c.Out(), p)
 		}
 	}
 	return status
 }
 
 func utilPwdP(c *cmd, args []string) int {
-	p, err := c.fs().RealPath(c.dir, true)
+	p, err := c.fs().RealPath(c.Dir, true)
 	if err != nil {
-		return c.fsFail(c.dir, err)
+		return c.FSFail(c.Dir, err)
 	}
-	fmt.Fprintln(c.out(), p)
+	fmt.Fprintln(c.Out(), p)
 	return 0
 }
 
@@ -596,17 +385,5 @@ func utilPwdP(c *cmd, args []string) int {
 func cryptoRead(p []byte) (int, error) { return rand.Read(p) }
 
 func isNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }
-
-// readLines reads r into lines (without newlines) and reports whether the last line ended
-// with a newline.
-func readLines(data []byte) ([]string, bool) {
-	if len(data) == 0 {
-		return nil, true
-	}
-	s := string(data)
-	nl := strings.HasSuffix(s, "\n")
-	s = strings.TrimSuffix(s, "\n")
-	return strings.Split(s, "\n"), nl
-}
 
 func nowTime() time.Time { return time.Now() }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -27,7 +28,7 @@ var (
 	errExist    = &errno{"File exists", fs.ErrExist}
 	errNotDir   = &errno{"Not a directory", nil}
 	errIsDir    = &errno{"Is a directory", nil}
-	errNotEmpty = &errno{"Directory not empty", nil}
+	errNotEmpty = &errno{"Directory not empty", syscall.ENOTEMPTY}
 	errLoop     = &errno{"Too many levels of symbolic links", nil}
 	errInval    = &errno{"Invalid argument", fs.ErrInvalid}
 	errBusy     = &errno{"Device or resource busy", nil}
@@ -574,23 +575,6 @@ func (f *memFS) Link(oldp, newp string) error {
 	dst.parent.children[dst.name] = src.n
 	dst.parent.mtime = now()
 	return nil
-}
-
-// Readlink returns the target of the symbolic link p.
-func (f *memFS) Readlink(p string) (string, error) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	r, err := f.resolve(p, false)
-	if err != nil {
-		return "", pathErr("readlink", p, err)
-	}
-	if r.n == nil {
-		return "", pathErr("readlink", p, errNotExist)
-	}
-	if r.n.kind != kindSymlink {
-		return "", pathErr("readlink", p, errInval)
-	}
-	return r.n.target, nil
 }
 
 // Chmod sets the permission bits of p (following links).

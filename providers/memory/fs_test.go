@@ -2,8 +2,13 @@ package memory
 
 import (
 	"errors"
+	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"slices"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/tupper-dev/tupper/provider"
@@ -154,4 +159,45 @@ func TestFSCloneIsDeep(t *testing.T) {
 func TestDevices(t *testing.T) {
 	in := newInstance(t, provider.CreateSpec{})
 	expect(t, in, "head -c 4 /dev/zero | wc -c; head -c 16 /dev/urandom | wc -c; cat /dev/null; echo x > /dev/null", "4\n16\n", 0)
+}
+
+// TestUtilFS checks the file system package coreutils gets against the contract of its FS
+// interface: the errors it matches and the descriptions it converts.
+func TestUtilFS(t *testing.T) {
+	f := utilFS{newMemFS()}
+	mustNil(t, f.MkdirAll("/full/x", 0o755))
+	if err := f.Remove("/full"); !errors.Is(err, syscall.ENOTEMPTY) {
+		t.Errorf("removing a directory that is not empty: %v, want one matching ENOTEMPTY", err)
+	}
+	if _, err := f.Stat("/nope", true); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("stat of nothing: %v", err)
+	}
+	mustNil(t, f.WriteFile("/full/f", []byte("abc"), nil, false))
+	mustNil(t, f.Chmod("/full/f", 0o4750))
+	mustNil(t, f.Symlink("f", "/full/l"))
+	fi, err := f.Stat("/full/f", true)
+	mustNil(t, err)
+	if fi.Name != "f" || fi.Size != 3 || fi.Perm != 0o4750 || !fi.Mode.IsRegular() || fi.Nlink != 1 {
+		t.Errorf("stat of a file: %+v", fi)
+	}
+	walk, err := f.Walk("/full", false)
+	mustNil(t, err)
+	var got []string
+	for _, e := range walk {
+		got = append(got, fmt.Sprintf("%s %s %d %s %v %s", e.Path, e.Rel, e.Depth, e.Info.Name, e.Info.Mode.Type(), e.Info.Target))
+	}
+	want := []string{
+		"/full  0 full d--------- ",
+		"/full/f f 1 f ---------- ",
+		"/full/l l 1 l L--------- f",
+		"/full/x x 1 x d--------- ",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("walk:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	list, err := f.ReadDir("/full")
+	mustNil(t, err)
+	if len(list) != 3 || list[2].Name != "x" || !list[2].IsDir() || list[2].Nlink != 2 {
+		t.Errorf("read dir: %d entries, last %+v", len(list), list[len(list)-1])
+	}
 }

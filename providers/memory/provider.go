@@ -3,9 +3,10 @@
 // Each sandbox is an in-memory POSIX-like file system (directories, regular files, symbolic
 // and hard links, modes, modification times; rooted at "/" with /workspace, /tmp, /home/user,
 // /root and /etc) and a shell: commands are parsed and interpreted by mvdan.cc/sh, and the
-// utilities the SDK and the conformance suite need (ls, cat, grep, find, sort, …) are implemented in Go over that file
-// system. No host process is started and no host file is read or written, so the provider
-// builds and works the same on Linux, macOS and Windows.
+// utilities the SDK and the conformance suite need (ls, cat, grep, find, sort, …) are
+// implemented in Go over that file system (package internal/coreutils; the shell keeps sh,
+// env and printenv, which start its commands). No host process is started and no host file
+// is read or written, so the provider builds and works the same on Linux, macOS and Windows.
 //
 // It isolates nothing: code in a sandbox runs inside the calling process and shares its
 // memory and CPU, so it is registered as "memory" but never picked implicitly (see

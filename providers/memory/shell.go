@@ -18,6 +18,8 @@ import (
 	"mvdan.cc/sh/v3/expand"
 	"mvdan.cc/sh/v3/interp"
 	"mvdan.cc/sh/v3/syntax"
+
+	"github.com/tupper-dev/tupper/providers/memory/internal/coreutils"
 )
 
 // How commands run
@@ -25,9 +27,9 @@ import (
 // Every Exec parses its script with mvdan.cc/sh's parser and interprets it with a fresh
 // interp.Runner whose handlers all point at the sandbox: opening, stat, directory reading and
 // access checks go to the memory file system, and every command that is not a shell builtin
-// goes to the exec handler, which runs a Go implementation of the utility (see utilities) or a
-// script file from the memory file system. The interpreter has a few paths that would touch
-// the host; each is closed here:
+// goes to the exec handler, which runs a Go implementation of the utility (package
+// coreutils, or the shell's own: see utilities) or a script file from the memory file system.
+// The interpreter has a few paths that would touch the host; each is closed here:
 //
 //   - process substitution makes FIFOs in a host temporary directory: scripts using it are
 //     rejected, and the interpreter's temporary directory is set to a path no host call can
@@ -350,32 +352,6 @@ func (sh *shell) isFunc(name string) bool {
 	return sh.funcs[name]
 }
 
-// slashPath converts a path the interpreter built with the host's separator back to a
-// sandbox path (only Windows differs).
-func slashPath(p string) string {
-	if runtime.GOOS == "windows" {
-		p = strings.ReplaceAll(p, `\`, "/")
-		if len(p) >= 2 && p[1] == ':' {
-			p = p[2:]
-		}
-	}
-	return p
-}
-
-// absIn joins p to dir unless it is absolute. It does not clean, so ".." is resolved
-// physically by the file system, as a Unix kernel does.
-func absIn(dir, p string) string {
-	p = slashPath(p)
-	if strings.HasPrefix(p, "/") {
-		return p
-	}
-	dir = slashPath(dir)
-	if dir == "/" {
-		return "/" + p
-	}
-	return dir + "/" + p
-}
-
 // nopCloser adds a no-op Close to a reader or writer for /dev/std*.
 type nopCloser struct {
 	io.Reader
@@ -386,7 +362,7 @@ func (nopCloser) Close() error { return nil }
 
 func (sh *shell) open(ctx context.Context, p string, flag int, perm os.FileMode) (io.ReadWriteCloser, error) {
 	hc := interp.HandlerCtx(ctx)
-	abs := absIn(hc.Dir, p)
+	abs := coreutils.AbsIn(hc.Dir, p)
 	switch abs {
 	case "/dev/stdin", "/dev/fd/0":
 		if hc.Stdin == nil {
@@ -415,7 +391,7 @@ func pathErrAs(p string, err error) error {
 }
 
 func (sh *shell) stat(ctx context.Context, name string, follow bool) (fs.FileInfo, error) {
-	fi, err := sh.sb.fs.Stat(slashPath(name), follow)
+	fi, err := sh.sb.fs.Stat(coreutils.SlashPath(name), follow)
 	if err != nil {
 		return nil, err
 	}
@@ -423,7 +399,7 @@ func (sh *shell) stat(ctx context.Context, name string, follow bool) (fs.FileInf
 }
 
 func (sh *shell) readDir(ctx context.Context, p string) ([]fs.DirEntry, error) {
-	entries, err := sh.sb.fs.ReadDir(slashPath(p))
+	entries, err := sh.sb.fs.ReadDir(coreutils.SlashPath(p))
 	if err != nil {
 		return nil, err
 	}
@@ -435,7 +411,7 @@ func (sh *shell) readDir(ctx context.Context, p string) ([]fs.DirEntry, error) {
 }
 
 func (sh *shell) access(ctx context.Context, p string, mode interp.AccessMode) error {
-	fi, err := sh.sb.fs.Stat(slashPath(p), true)
+	fi, err := sh.sb.fs.Stat(coreutils.SlashPath(p), true)
 	if err != nil {
 		return err
 	}
@@ -480,21 +456,21 @@ func (sh *shell) source(ctx context.Context, args []string) ([]string, error) {
 		return []string{internal + "fail", args[0] + ": filename argument required"}, nil
 	}
 	name := args[1]
-	p := absIn(hc.Dir, name)
+	p := coreutils.AbsIn(hc.Dir, name)
 	if !strings.Contains(name, "/") {
 		for _, dir := range strings.Split(hc.Env.Get("PATH").String(), ":") {
 			if dir == "" {
 				continue
 			}
-			if fi, err := sh.sb.fs.Stat(absIn(hc.Dir, dir+"/"+name), true); err == nil && fi.kind == kindFile {
-				p = absIn(hc.Dir, dir+"/"+name)
+			if fi, err := sh.sb.fs.Stat(coreutils.AbsIn(hc.Dir, dir+"/"+name), true); err == nil && fi.kind == kindFile {
+				p = coreutils.AbsIn(hc.Dir, dir+"/"+name)
 				break
 			}
 		}
 	}
 	data, err := sh.sb.fs.ReadFile(p)
 	if err != nil {
-		return []string{internal + "fail", args[0] + ": " + name + ": " + fsErrText(err)}, nil
+		return []string{internal + "fail", args[0] + ": " + name + ": " + coreutils.ErrText(err)}, nil
 	}
 	file, err := syntax.NewParser().Parse(strings.NewReader(string(data)), name)
 	if err != nil {
@@ -506,27 +482,26 @@ func (sh *shell) source(ctx context.Context, args []string) ([]string, error) {
 	return []string{"eval", string(data)}, nil
 }
 
-// fsErrText is the C library wording of a file system error.
-func fsErrText(err error) string {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err.Error()
-	}
-	return err.Error()
-}
-
 // exec runs every command that is not a function or a builtin.
 func (sh *shell) exec(ctx context.Context, args []string) error {
 	hc := interp.HandlerCtx(ctx)
 	c := &cmd{
-		ctx:    ctx,
-		sh:     sh,
-		name:   args[0],
-		dir:    slashPath(hc.Dir),
-		env:    hc.Env,
-		stdin:  hc.Stdin,
-		stdout: hc.Stdout,
-		stderr: hc.Stderr,
+		Cmd: coreutils.Cmd{
+			Ctx:    ctx,
+			FS:     utilFS{sh.sb.fs},
+			Name:   args[0],
+			Dir:    coreutils.SlashPath(hc.Dir),
+			Stdin:  hc.Stdin,
+			Stdout: hc.Stdout,
+			Stderr: hc.Stderr,
+		},
+		sh:  sh,
+		env: hc.Env,
+	}
+	c.Exec = func(argv []string, dir string) int {
+		s := c.script()
+		s.dir = dir
+		return sh.runArgv(ctx, argv, s)
 	}
 	code := c.dispatch(args)
 	if code != 0 {
@@ -539,11 +514,11 @@ func (sh *shell) exec(ctx context.Context, args []string) error {
 func (c *cmd) dispatch(args []string) int {
 	name := args[0]
 	if strings.HasPrefix(name, internal) {
-		c.name = strings.TrimPrefix(name, internal)
-		return builtinOverrides[c.name](c, args[1:])
+		c.Name = strings.TrimPrefix(name, internal)
+		return builtinOverrides[c.Name](c, args[1:])
 	}
 	if strings.Contains(name, "/") {
-		p := c.abs(name)
+		p := c.Abs(name)
 		fi, err := c.sh.sb.fs.Stat(p, true)
 		if err == nil {
 			return c.runFile(p, fi, args)
@@ -552,8 +527,8 @@ func (c *cmd) dispatch(args []string) int {
 		if dir, base := splitDirBase(name); slices.Contains(strings.Split(defaultPath, ":"), dir) && isExternal(base) {
 			return c.runUtility(base, args[1:])
 		}
-		c.name = "sh"
-		c.errorf("%s: %s", name, fsErrText(err))
+		c.Name = "sh"
+		c.Errorf("%s: %s", name, coreutils.ErrText(err))
 		if errors.Is(err, errNotExist) {
 			return 127
 		}
@@ -565,8 +540,8 @@ func (c *cmd) dispatch(args []string) int {
 	if isExternal(name) {
 		return c.runUtility(name, args[1:])
 	}
-	c.name = "sh"
-	c.errorf("%s: command not found", name)
+	c.Name = "sh"
+	c.Errorf("%s: command not found", name)
 	return 127
 }
 
@@ -574,21 +549,24 @@ func (c *cmd) dispatch(args []string) int {
 // (echo, printf, test, …) reached through env or a path like /bin/echo.
 func (c *cmd) runUtility(name string, args []string) int {
 	if u := utilities[name]; u != nil {
-		c.name = name
+		c.Name = name
 		return u(c, args)
 	}
-	return c.sh.runArgv(c.ctx, append([]string{name}, args...), c.script())
+	if code, ok := coreutils.Run(&c.Cmd, name, args); ok {
+		return code
+	}
+	return c.sh.runArgv(c.Ctx, append([]string{name}, args...), c.script())
 }
 
 // script returns a script template that inherits c's directory, environment and streams.
 func (c *cmd) script() script {
 	return script{
 		name:   "sh",
-		dir:    c.dir,
+		dir:    c.Dir,
 		env:    exported(c.env),
-		stdin:  c.stdin,
-		stdout: c.stdout,
-		stderr: c.stderr,
+		stdin:  c.Stdin,
+		stdout: c.Stdout,
+		stderr: c.Stderr,
 	}
 }
 
@@ -598,7 +576,7 @@ func (c *cmd) lookPath(name string) (string, *fileInfo) {
 		if dir == "" {
 			dir = "."
 		}
-		p := c.abs(dir + "/" + name)
+		p := c.Abs(dir + "/" + name)
 		if fi, err := c.sh.sb.fs.Stat(p, true); err == nil && fi.kind == kindFile && fi.mode.Perm()&0o111 != 0 {
 			return p, fi
 		}
@@ -608,18 +586,18 @@ func (c *cmd) lookPath(name string) (string, *fileInfo) {
 
 // runFile runs a script file: a shell script, with or without a #! line naming a shell.
 func (c *cmd) runFile(p string, fi *fileInfo, args []string) int {
-	c.name = "sh"
+	c.Name = "sh"
 	switch {
 	case fi.IsDir():
-		c.errorf("%s: Is a directory", args[0])
+		c.Errorf("%s: Is a directory", args[0])
 		return 126
 	case fi.kind != kindFile || fi.mode.Perm()&0o111 == 0:
-		c.errorf("%s: Permission denied", args[0])
+		c.Errorf("%s: Permission denied", args[0])
 		return 126
 	}
 	data, err := c.sh.sb.fs.ReadFile(p)
 	if err != nil {
-		c.errorf("%s: %s", args[0], fsErrText(err))
+		c.Errorf("%s: %s", args[0], coreutils.ErrText(err))
 		return 126
 	}
 	src := string(data)
@@ -642,13 +620,13 @@ func (c *cmd) runFile(p string, fi *fileInfo, args []string) int {
 				}
 			}
 		default:
-			c.errorf("%s: %s: bad interpreter: No such file or directory", args[0], strings.TrimSpace(line))
+			c.Errorf("%s: %s: bad interpreter: No such file or directory", args[0], strings.TrimSpace(line))
 			return 126
 		}
 	}
 	s := c.script()
 	s.src, s.name, s.params, s.opts = src, args[0], args[1:], opts
-	return c.sh.run(c.ctx, s)
+	return c.sh.run(c.Ctx, s)
 }
 
 func splitDirBase(p string) (string, string) {

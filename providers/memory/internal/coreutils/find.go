@@ -1,8 +1,9 @@
-package memory
+package coreutils
 
 import (
 	"fmt"
 	"io"
+	"io/fs"
 	"path"
 	"strconv"
 	"strings"
@@ -16,13 +17,13 @@ import (
 // and the operators ( ) ! -not -a -and -o -or.
 
 type findEntry struct {
-	walkEntry
+	WalkEntry
 	display string // the path as find prints it
 	root    string // the starting point as given
 }
 
 type findState struct {
-	c       *cmd
+	c       *Cmd
 	out     strings.Builder
 	status  int
 	quit    bool
@@ -39,7 +40,7 @@ type execBatch struct {
 type findExpr func(st *findState, e *findEntry) bool
 
 type findParser struct {
-	c        *cmd
+	c        *Cmd
 	toks     []string
 	i        int
 	action   bool // an action appears; no implicit -print
@@ -167,7 +168,7 @@ func (p *findParser) primary(t string) findExpr {
 		fold := t == "-iname"
 		return func(st *findState, e *findEntry) bool {
 			name := path.Base(e.display)
-			if e.rel == "" {
+			if e.Rel == "" {
 				name = baseName(e.display, "")
 			}
 			return globMatch(pat, name, fold)
@@ -186,7 +187,7 @@ func (p *findParser) primary(t string) findExpr {
 		}
 		return func(st *findState, e *findEntry) bool {
 			var k string
-			switch e.info.kind {
+			switch e.Info.kind() {
 			case kindFile:
 				k = "f"
 			case kindDir:
@@ -223,26 +224,26 @@ func (p *findParser) primary(t string) findExpr {
 		return func(*findState, *findEntry) bool { return false }
 	case "-empty":
 		return func(st *findState, e *findEntry) bool {
-			switch e.info.kind {
+			switch e.Info.kind() {
 			case kindFile:
-				return e.info.size == 0
+				return e.Info.Size == 0
 			case kindDir:
-				entries, err := c.fs().ReadDir(e.path)
+				entries, err := c.FS.ReadDir(e.Path)
 				return err == nil && len(entries) == 0
 			}
 			return false
 		}
 	case "-executable":
 		return func(st *findState, e *findEntry) bool {
-			return e.info.IsDir() || e.info.mode.Perm()&0o111 != 0
+			return e.Info.IsDir() || e.Info.Mode.Perm()&0o111 != 0
 		}
 	case "-newer":
 		ref := p.arg(t)
-		fi, err := c.fs().Stat(c.abs(ref), true)
+		fi, err := c.FS.Stat(c.Abs(ref), true)
 		if err != nil {
-			return p.fail("'%s': %s", ref, fsErrText(err))
+			return p.fail("'%s': %s", ref, ErrText(err))
 		}
-		return func(st *findState, e *findEntry) bool { return e.info.mtime.After(fi.mtime) }
+		return func(st *findState, e *findEntry) bool { return e.Info.ModTime.After(fi.ModTime) }
 	case "-mtime", "-mmin":
 		arg := p.arg(t)
 		unit := 24 * time.Hour
@@ -250,7 +251,7 @@ func (p *findParser) primary(t string) findExpr {
 			unit = time.Minute
 		}
 		return func(st *findState, e *findEntry) bool {
-			age := int64(st.now.Sub(e.info.mtime) / unit)
+			age := int64(st.now.Sub(e.Info.ModTime) / unit)
 			return cmpNumber(arg, age)
 		}
 	case "-size":
@@ -270,7 +271,7 @@ func (p *findParser) primary(t string) findExpr {
 			unit = 1 << 30
 		}
 		return func(st *findState, e *findEntry) bool {
-			return cmpNumber(num, (e.info.size+unit-1)/unit)
+			return cmpNumber(num, (e.Info.Size+unit-1)/unit)
 		}
 	case "-perm":
 		arg := p.arg(t)
@@ -280,7 +281,7 @@ func (p *findParser) primary(t string) findExpr {
 			return p.fail("invalid mode '%s'", arg)
 		}
 		return func(st *findState, e *findEntry) bool {
-			perm := e.info.perm()
+			perm := e.Info.Perm
 			switch {
 			case strings.HasPrefix(arg, "-"):
 				return perm&m == m
@@ -309,7 +310,7 @@ func (p *findParser) primary(t string) findExpr {
 	case "-ls":
 		p.action = true
 		return func(st *findState, e *findEntry) bool {
-			fmt.Fprintf(&st.out, "%s %d root root %d %s %s\n", modeString(e.info), e.info.nlink, e.info.size, lsTime(e.info.mtime), e.display)
+			fmt.Fprintf(&st.out, "%s %d root root %d %s %s\n", modeString(e.Info), e.Info.Nlink, e.Info.Size, lsTime(e.Info.ModTime), e.display)
 			return true
 		}
 	case "-prune":
@@ -326,11 +327,11 @@ func (p *findParser) primary(t string) findExpr {
 		p.action = true
 		p.depth = true
 		return func(st *findState, e *findEntry) bool {
-			if e.rel == "" && (e.display == "." || e.display == "./") {
+			if e.Rel == "" && (e.display == "." || e.display == "./") {
 				return true
 			}
-			if err := c.fs().Remove(e.path); err != nil {
-				c.errorf("cannot delete '%s': %s", e.display, fsErrText(err))
+			if err := c.FS.Remove(e.Path); err != nil {
+				c.Errorf("cannot delete '%s': %s", e.display, ErrText(err))
 				st.status = 1
 				return false
 			}
@@ -372,17 +373,15 @@ func (p *findParser) primary(t string) findExpr {
 			st.flush()
 			args := make([]string, len(argv))
 			display := e.display
-			dir := c.dir
+			dir := c.Dir
 			if inDir {
-				display = "./" + path.Base(e.path)
-				dir = dirName(e.path)
+				display = "./" + path.Base(e.Path)
+				dir = dirName(e.Path)
 			}
 			for i, a := range argv {
 				args[i] = strings.ReplaceAll(a, "{}", display)
 			}
-			s := c.script()
-			s.dir = dir
-			return c.sh.runArgv(c.ctx, args, s) == 0
+			return c.Exec(args, dir) == 0
 		}
 	}
 	if strings.HasPrefix(t, "-") {
@@ -393,7 +392,7 @@ func (p *findParser) primary(t string) findExpr {
 
 func (st *findState) flush() {
 	if st.out.Len() > 0 {
-		if _, err := io.WriteString(st.c.out(), st.out.String()); err != nil {
+		if _, err := io.WriteString(st.c.Out(), st.out.String()); err != nil {
 			st.status = writeError(err)
 			st.quit = true
 		}
@@ -415,27 +414,27 @@ func findPrintf(format string, e *findEntry) string {
 		case 'f':
 			b.WriteString(path.Base(e.display))
 		case 'P':
-			b.WriteString(e.rel)
+			b.WriteString(e.Rel)
 		case 'h':
 			b.WriteString(dirName(e.display))
 		case 'H':
 			b.WriteString(e.root)
 		case 's':
-			b.WriteString(strconv.FormatInt(e.info.size, 10))
+			b.WriteString(strconv.FormatInt(e.Info.Size, 10))
 		case 'd':
-			b.WriteString(strconv.Itoa(e.depth))
+			b.WriteString(strconv.Itoa(e.Depth))
 		case 'm':
-			b.WriteString(strconv.FormatUint(uint64(e.info.perm()), 8))
+			b.WriteString(strconv.FormatUint(uint64(e.Info.Perm), 8))
 		case 'M':
-			b.WriteString(modeString(e.info))
+			b.WriteString(modeString(e.Info))
 		case 'l':
-			b.WriteString(e.info.target)
+			b.WriteString(e.Info.Target)
 		case 'y':
-			b.WriteString(map[nodeKind]string{kindFile: "f", kindDir: "d", kindSymlink: "l", kindDevice: "c"}[e.info.kind])
+			b.WriteString(map[fs.FileMode]string{kindFile: "f", kindDir: "d", kindSymlink: "l", kindDevice: "c"}[e.Info.kind()])
 		case 'T':
 			if i+1 < len(format) && format[i+1] == '@' {
 				i++
-				fmt.Fprintf(&b, "%d.%010d", e.info.mtime.Unix(), e.info.mtime.Nanosecond()*10)
+				fmt.Fprintf(&b, "%d.%010d", e.Info.ModTime.Unix(), e.Info.ModTime.Nanosecond()*10)
 			}
 		case 'u', 'g':
 			b.WriteString("root")
@@ -450,7 +449,7 @@ func findPrintf(format string, e *findEntry) string {
 }
 
 // utilFind is find [-L|-H|-P] [PATH...] [EXPRESSION].
-func utilFind(c *cmd, args []string) int {
+func utilFind(c *Cmd, args []string) int {
 	follow := false
 	for len(args) > 0 && (args[0] == "-L" || args[0] == "-H" || args[0] == "-P") {
 		follow = args[0] != "-P"
@@ -473,22 +472,22 @@ func utilFind(c *cmd, args []string) int {
 		}
 	}
 	if p.err != nil {
-		c.errorf("%v", p.err)
+		c.Errorf("%v", p.err)
 		return 1
 	}
 	st := &findState{c: c, now: time.Now()}
 	for _, root := range roots {
-		entries, err := c.fs().Walk(c.abs(root), true)
+		entries, err := c.FS.Walk(c.Abs(root), true)
 		if err != nil {
-			c.errorf("'%s': %s", root, fsErrText(err))
+			c.Errorf("'%s': %s", root, ErrText(err))
 			st.status = 1
 			continue
 		}
-		if !follow && entries[0].info.kind != kindDir {
+		if !follow && entries[0].Info.kind() != kindDir {
 			// without -L a starting point that is a link is not followed
-			if lfi, err := c.fs().Stat(c.abs(root), false); err == nil && lfi.kind == kindSymlink {
+			if lfi, err := c.FS.Stat(c.Abs(root), false); err == nil && lfi.kind() == kindSymlink {
 				entries = entries[:1]
-				entries[0].info = lfi
+				entries[0].Info = lfi
 			}
 		}
 		order := entries
@@ -497,15 +496,15 @@ func utilFind(c *cmd, args []string) int {
 		}
 		var pruned []string
 		for _, we := range order {
-			if st.quit || c.ctx.Err() != nil {
+			if st.quit || c.Ctx.Err() != nil {
 				break
 			}
-			if p.maxDepth >= 0 && we.depth > p.maxDepth {
+			if p.maxDepth >= 0 && we.Depth > p.maxDepth {
 				continue
 			}
 			skip := false
 			for _, pr := range pruned {
-				if strings.HasPrefix(we.rel, pr) {
+				if strings.HasPrefix(we.Rel, pr) {
 					skip = true
 					break
 				}
@@ -513,22 +512,22 @@ func utilFind(c *cmd, args []string) int {
 			if skip {
 				continue
 			}
-			e := &findEntry{walkEntry: we, root: root, display: root}
-			if we.rel != "" {
-				e.display = joinPath(root, we.rel)
+			e := &findEntry{WalkEntry: we, root: root, display: root}
+			if we.Rel != "" {
+				e.display = joinPath(root, we.Rel)
 			}
 			st.prune = false
-			if we.depth >= p.minDepth {
+			if we.Depth >= p.minDepth {
 				ok := expr(st, e)
 				if ok && !p.action {
 					st.out.WriteString(e.display + "\n")
 				}
 			}
-			if st.prune && we.info.IsDir() && !p.depth {
-				if we.rel == "" {
+			if st.prune && we.Info.IsDir() && !p.depth {
+				if we.Rel == "" {
 					break
 				}
-				pruned = append(pruned, we.rel+"/")
+				pruned = append(pruned, we.Rel+"/")
 			}
 			if st.out.Len() > 32*1024 {
 				st.flush()
@@ -545,26 +544,26 @@ func utilFind(c *cmd, args []string) int {
 				argv = append(argv, a)
 			}
 		}
-		if c.sh.runArgv(c.ctx, argv, c.script()) != 0 {
+		if c.Exec(argv, c.Dir) != 0 {
 			st.status = 1
 		}
 	}
-	if c.ctx.Err() != nil {
+	if c.Ctx.Err() != nil {
 		return 1
 	}
 	return st.status
 }
 
 // postOrder reorders a pre-order walk so every directory comes after its contents.
-func postOrder(entries []walkEntry) []walkEntry {
-	out := make([]walkEntry, 0, len(entries))
-	var stack []walkEntry
+func postOrder(entries []WalkEntry) []WalkEntry {
+	out := make([]WalkEntry, 0, len(entries))
+	var stack []WalkEntry
 	for _, e := range entries {
-		for len(stack) > 0 && stack[len(stack)-1].depth >= e.depth {
+		for len(stack) > 0 && stack[len(stack)-1].Depth >= e.Depth {
 			out = append(out, stack[len(stack)-1])
 			stack = stack[:len(stack)-1]
 		}
-		if e.info.kind == kindDir {
+		if e.Info.kind() == kindDir {
 			stack = append(stack, e)
 		} else {
 			out = append(out, e)

@@ -1,4 +1,4 @@
-package memory
+package coreutils
 
 import (
 	"bytes"
@@ -64,23 +64,23 @@ func numericShorthand(args []string, allowPlus bool) []string {
 	return out
 }
 
-func (c *cmd) header(i, total int, name string, quiet, verbose bool) {
+func (c *Cmd) header(i, total int, name string, quiet, verbose bool) {
 	if (total > 1 && !quiet) || verbose {
 		if i > 0 {
-			io.WriteString(c.out(), "\n")
+			io.WriteString(c.Out(), "\n")
 		}
 		if name == "-" {
 			name = "standard input"
 		}
-		fmt.Fprintf(c.out(), "==> %s <==\n", name)
+		fmt.Fprintf(c.Out(), "==> %s <==\n", name)
 	}
 }
 
 // utilHead is head [-n [-]N] [-c [-]N] [-q] [-v] [FILE...].
-func utilHead(c *cmd, args []string) int {
+func utilHead(c *Cmd, args []string) int {
 	o, err := getopt(numericShorthand(args, false), "n:c:qv", false, "lines", "bytes", "quiet", "silent", "verbose")
 	if err != nil {
-		return c.usage(1, "%v", err)
+		return c.Usage(1, "%v", err)
 	}
 	nArg, bytesMode := "10", false
 	if v, ok := o.val('n'); ok {
@@ -97,7 +97,7 @@ func utilHead(c *cmd, args []string) int {
 	}
 	n, _, allBut, ok := parseCount(nArg)
 	if !ok {
-		return c.usage(1, "invalid number of lines: '%s'", nArg)
+		return c.Usage(1, "invalid number of lines: '%s'", nArg)
 	}
 	files := o.args
 	if len(files) == 0 {
@@ -109,7 +109,7 @@ func utilHead(c *cmd, args []string) int {
 			// stream: stop reading once enough lines have passed (head of an endless pipe)
 			r, err := c.open(f)
 			if err != nil {
-				c.errorf("cannot open '%s' for reading: %s", f, fsErrText(err))
+				c.Errorf("cannot open '%s' for reading: %s", f, ErrText(err))
 				status = 1
 				continue
 			}
@@ -123,7 +123,7 @@ func utilHead(c *cmd, args []string) int {
 		if bytesMode && !allBut {
 			r, err := c.open(f)
 			if err != nil {
-				c.errorf("cannot open '%s' for reading: %s", f, fsErrText(err))
+				c.Errorf("cannot open '%s' for reading: %s", f, ErrText(err))
 				status = 1
 				continue
 			}
@@ -131,27 +131,27 @@ func utilHead(c *cmd, args []string) int {
 		} else {
 			data, err = c.readAll(f)
 			if err != nil {
-				c.errorf("cannot open '%s' for reading: %s", f, fsErrText(err))
+				c.Errorf("cannot open '%s' for reading: %s", f, ErrText(err))
 				status = 1
 				continue
 			}
 			if bytesMode {
 				data = data[:max(0, int64(len(data))-n)]
 			} else {
-				lines := splitKeepNL(data)
+				lines := slices.Collect(bytes.Lines(data))
 				lines = lines[:max(0, len(lines)-int(n))]
-				data = []byte(strings.Join(lines, ""))
+				data = bytes.Join(lines, nil)
 			}
 		}
 		c.header(i, len(files), f, o.has('q'), o.has('v'))
-		if _, err := c.out().Write(data); err != nil {
+		if _, err := c.Out().Write(data); err != nil {
 			return writeError(err)
 		}
 	}
 	return status
 }
 
-func (c *cmd) headLines(r io.Reader, n int64) int {
+func (c *Cmd) headLines(r io.Reader, n int64) int {
 	if n == 0 {
 		return 0
 	}
@@ -174,23 +174,23 @@ func (c *cmd) headLines(r io.Reader, n int64) int {
 			break
 		}
 		if len(pending) > 64*1024 {
-			if _, err := c.out().Write(pending); err != nil {
+			if _, err := c.Out().Write(pending); err != nil {
 				return writeError(err)
 			}
 			pending = pending[:0]
 		}
 	}
-	if _, err := c.out().Write(pending); err != nil {
+	if _, err := c.Out().Write(pending); err != nil {
 		return writeError(err)
 	}
 	return 0
 }
 
 // utilWc is wc [-l] [-w] [-c] [-m] [-L] [FILE...].
-func utilWc(c *cmd, args []string) int {
+func utilWc(c *Cmd, args []string) int {
 	o, err := getopt(args, "lwcmL", false, "lines", "words", "bytes", "chars")
 	if err != nil {
-		return c.usage(1, "%v", err)
+		return c.Usage(1, "%v", err)
 	}
 	show := []bool{o.has('l') || o.hasLong("lines"), o.has('w') || o.hasLong("words"), o.has('m') || o.hasLong("chars"), o.has('c') || o.hasLong("bytes"), o.has('L')}
 	if !slices.Contains(show, true) {
@@ -209,7 +209,7 @@ func utilWc(c *cmd, args []string) int {
 	for _, f := range files {
 		data, err := c.readAll(f)
 		if err != nil {
-			c.errorf("%s: %s", f, fsErrText(err))
+			c.Errorf("%s: %s", f, ErrText(err))
 			status = 1
 			continue
 		}
@@ -266,7 +266,7 @@ func utilWc(c *cmd, args []string) int {
 		}
 		b.WriteString(line + "\n")
 	}
-	if _, err := io.WriteString(c.out(), b.String()); err != nil {
+	if _, err := io.WriteString(c.Out(), b.String()); err != nil {
 		return writeError(err)
 	}
 	return status
@@ -409,11 +409,11 @@ type grepOpts struct {
 
 // utilGrep is grep with -r -R -n -F -E -G -P -i -v -l -L -c -q -s -w -x -o -h -H -a -m N
 // -A N -B N -C N -e PATTERN -f FILE --include=GLOB --exclude=GLOB --exclude-dir=GLOB.
-func utilGrep(c *cmd, args []string) int {
+func utilGrep(c *Cmd, args []string) int {
 	o, err := getopt(args, "rRnFEGPivlLcqsHhwxoae:f:m:A:B:C:zIU", false,
 		"regexp", "file", "include", "exclude", "exclude-dir", "max-count", "after-context", "before-context", "context", "color", "colour")
 	if err != nil {
-		c.errorf("%v", err)
+		c.Errorf("%v", err)
 		return 2
 	}
 	var patterns []string
@@ -423,7 +423,7 @@ func utilGrep(c *cmd, args []string) int {
 	for _, pf := range pfiles {
 		data, err := c.readAll(pf)
 		if err != nil {
-			c.errorf("%s: %s", pf, fsErrText(err))
+			c.Errorf("%s: %s", pf, ErrText(err))
 			return 2
 		}
 		lines, _ := readLines(data)
@@ -432,7 +432,7 @@ func utilGrep(c *cmd, args []string) int {
 	operands := o.args
 	if len(patterns) == 0 && len(pfiles) == 0 {
 		if len(operands) == 0 {
-			c.errorf("usage: grep [OPTION]... PATTERNS [FILE]...")
+			c.Errorf("usage: grep [OPTION]... PATTERNS [FILE]...")
 			return 2
 		}
 		patterns = strings.Split(operands[0], "\n")
@@ -455,7 +455,7 @@ func utilGrep(c *cmd, args []string) int {
 		}
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
-			c.errorf("invalid %s argument", name)
+			c.Errorf("invalid %s argument", name)
 			return 2
 		}
 		switch f {
@@ -500,7 +500,7 @@ func utilGrep(c *cmd, args []string) int {
 	}
 	g.re, err = regexp.Compile("(?m)" + expr)
 	if err != nil {
-		c.errorf("invalid regular expression: %v", err)
+		c.Errorf("invalid regular expression: %v", err)
 		return 2
 	}
 	recursive := o.has('r') || o.has('R') || o.hasLong("recursive") || o.hasLong("dereference-recursive")
@@ -515,11 +515,11 @@ func utilGrep(c *cmd, args []string) int {
 	g.withName = (len(operands) > 1 || recursive) && !o.has('h') || o.has('H')
 	matched, trouble := false, false
 	for _, op := range operands {
-		if c.ctx.Err() != nil {
+		if c.Ctx.Err() != nil {
 			return 2
 		}
 		if op == "-" {
-			data, err := io.ReadAll(c.stdinReader())
+			data, err := io.ReadAll(c.StdinReader())
 			if err != nil {
 				return 2
 			}
@@ -530,11 +530,11 @@ func utilGrep(c *cmd, args []string) int {
 			}
 			continue
 		}
-		p := c.abs(op)
-		fi, err := c.fs().Stat(p, true)
+		p := c.Abs(op)
+		fi, err := c.FS.Stat(p, true)
 		if err != nil {
 			if !o.has('s') {
-				c.errorf("%s: %s", op, fsErrText(err))
+				c.Errorf("%s: %s", op, ErrText(err))
 			}
 			trouble = true
 			continue
@@ -557,43 +557,43 @@ func utilGrep(c *cmd, args []string) int {
 		}
 		if !recursive {
 			if !o.has('s') {
-				c.errorf("%s: Is a directory", op)
+				c.Errorf("%s: Is a directory", op)
 			}
 			trouble = true
 			continue
 		}
-		entries, err := c.fs().Walk(p, true)
+		entries, err := c.FS.Walk(p, true)
 		if err != nil {
 			trouble = true
 			continue
 		}
 		var skipDirs []string
 		for _, e := range entries {
-			if c.ctx.Err() != nil {
+			if c.Ctx.Err() != nil {
 				return 2
 			}
-			if slices.ContainsFunc(skipDirs, func(d string) bool { return strings.HasPrefix(e.rel, d) }) {
+			if slices.ContainsFunc(skipDirs, func(d string) bool { return strings.HasPrefix(e.Rel, d) }) {
 				continue
 			}
-			if e.info.IsDir() {
-				if e.rel != "" && slices.ContainsFunc(g.excludeDirs, func(gl string) bool { return globMatch(gl, e.info.name, false) }) {
-					skipDirs = append(skipDirs, e.rel+"/")
+			if e.Info.IsDir() {
+				if e.Rel != "" && slices.ContainsFunc(g.excludeDirs, func(gl string) bool { return globMatch(gl, e.Info.Name, false) }) {
+					skipDirs = append(skipDirs, e.Rel+"/")
 				}
 				continue
 			}
-			if e.info.kind == kindSymlink && o.has('R') {
-				if t, err := c.fs().Stat(e.path, true); err == nil && t.kind == kindFile {
-					e.info = t
+			if e.Info.kind() == kindSymlink && o.has('R') {
+				if t, err := c.FS.Stat(e.Path, true); err == nil && t.kind() == kindFile {
+					e.Info = t
 				}
 			}
-			if e.info.kind != kindFile || !g.included(e.info.name) {
+			if e.Info.kind() != kindFile || !g.included(e.Info.Name) {
 				continue
 			}
-			name := joinPath(op, e.rel)
+			name := joinPath(op, e.Rel)
 			if defaulted {
-				name = e.rel
+				name = e.Rel
 			}
-			data, err := c.fs().ReadFile(e.path)
+			data, err := c.FS.ReadFile(e.Path)
 			if err != nil {
 				continue
 			}
@@ -622,7 +622,7 @@ func (g *grepOpts) included(name string) bool {
 
 // grepData searches one file; it reports whether a line was selected and whether to stop
 // everything (-q after a match).
-func (c *cmd) grepData(g *grepOpts, name string, data []byte) (bool, bool) {
+func (c *Cmd) grepData(g *grepOpts, name string, data []byte) (bool, bool) {
 	binary := !g.text && bytes.IndexByte(data, 0) >= 0
 	lines, _ := readLines(data)
 	var b strings.Builder
@@ -683,7 +683,7 @@ func (c *cmd) grepData(g *grepOpts, name string, data []byte) (bool, bool) {
 		lastPrinted = i
 		afterLeft = g.after
 		if b.Len() > 64*1024 {
-			if _, err := io.WriteString(c.out(), b.String()); err != nil {
+			if _, err := io.WriteString(c.Out(), b.String()); err != nil {
 				return count > 0, true
 			}
 			b.Reset()
@@ -706,7 +706,7 @@ func (c *cmd) grepData(g *grepOpts, name string, data []byte) (bool, bool) {
 	case binary && count > 0:
 		fmt.Fprintf(c.errw(), "grep: %s: binary file matches\n", name)
 	}
-	if _, err := io.WriteString(c.out(), b.String()); err != nil {
+	if _, err := io.WriteString(c.Out(), b.String()); err != nil {
 		return count > 0, true
 	}
 	return count > 0, false
@@ -721,10 +721,10 @@ type sortKey struct {
 }
 
 // utilSort is sort [-n] [-g] [-h] [-V] [-r] [-u] [-f] [-b] [-s] [-t SEP] [-k KEY]... [-o FILE] [FILE...].
-func utilSort(c *cmd, args []string) int {
+func utilSort(c *Cmd, args []string) int {
 	o, err := getopt(args, "nrufbst:k:o:ghVcCzmdiM", false, "key", "field-separator", "output", "reverse", "unique", "numeric-sort")
 	if err != nil {
-		return c.usage(2, "%v", err)
+		return c.Usage(2, "%v", err)
 	}
 	global := sortKey{
 		numeric: o.has('n') || o.hasLong("numeric-sort"), reverse: o.has('r') || o.hasLong("reverse"),
@@ -738,7 +738,7 @@ func utilSort(c *cmd, args []string) int {
 	for _, k := range append(slices.Clone(o.vals['k']), o.long["key"]...) {
 		key, ok := parseSortKey(k, global)
 		if !ok {
-			return c.usage(2, "invalid key '%s'", k)
+			return c.Usage(2, "invalid key '%s'", k)
 		}
 		keys = append(keys, key)
 	}
@@ -750,7 +750,7 @@ func utilSort(c *cmd, args []string) int {
 	for _, f := range files {
 		data, err := c.readAll(f)
 		if err != nil {
-			c.errorf("cannot read: %s: %s", f, fsErrText(err))
+			c.Errorf("cannot read: %s: %s", f, ErrText(err))
 			return 2
 		}
 		l, _ := readLines(data)
@@ -784,7 +784,7 @@ func utilSort(c *cmd, args []string) int {
 		for i := 1; i < len(lines); i++ {
 			if full(lines[i-1], lines[i]) > 0 {
 				if o.has('c') {
-					c.errorf("-:%d: disorder: %s", i+1, lines[i])
+					c.Errorf("-:%d: disorder: %s", i+1, lines[i])
 				}
 				return 1
 			}
@@ -804,13 +804,13 @@ func utilSort(c *cmd, args []string) int {
 		out, ok = v, true
 	}
 	if ok {
-		if err := c.fs().WriteFile(c.abs(out), []byte(b.String()), nil, false); err != nil {
-			c.errorf("open failed: %s: %s", out, fsErrText(err))
+		if err := c.FS.WriteFile(c.Abs(out), []byte(b.String()), nil, false); err != nil {
+			c.Errorf("open failed: %s: %s", out, ErrText(err))
 			return 2
 		}
 		return 0
 	}
-	if _, err := io.WriteString(c.out(), b.String()); err != nil {
+	if _, err := io.WriteString(c.Out(), b.String()); err != nil {
 		return writeError(err)
 	}
 	return 0
@@ -1076,25 +1076,25 @@ func expandTrSet(s string) ([]rune, bool) {
 }
 
 // utilTr is tr [-c] [-d] [-s] SET1 [SET2].
-func utilTr(c *cmd, args []string) int {
+func utilTr(c *Cmd, args []string) int {
 	o, err := getopt(args, "cdsCt", false, "delete", "squeeze-repeats", "complement")
 	if err != nil {
-		return c.usage(1, "%v", err)
+		return c.Usage(1, "%v", err)
 	}
 	del := o.has('d') || o.hasLong("delete")
 	squeeze := o.has('s') || o.hasLong("squeeze-repeats")
 	complement := o.has('c') || o.has('C') || o.hasLong("complement")
 	if len(o.args) == 0 || (!del && !squeeze && len(o.args) < 2) {
-		return c.usage(1, "missing operand")
+		return c.Usage(1, "missing operand")
 	}
 	set1, ok := expandTrSet(o.args[0])
 	if !ok {
-		return c.usage(1, "invalid set '%s'", o.args[0])
+		return c.Usage(1, "invalid set '%s'", o.args[0])
 	}
 	var set2 []rune
 	if len(o.args) > 1 {
 		if set2, ok = expandTrSet(o.args[1]); !ok {
-			return c.usage(1, "invalid set '%s'", o.args[1])
+			return c.Usage(1, "invalid set '%s'", o.args[1])
 		}
 	}
 	in1 := map[rune]bool{}
@@ -1116,7 +1116,7 @@ func utilTr(c *cmd, args []string) int {
 	for _, r := range sq {
 		squeezeSet[r] = true
 	}
-	data, err := io.ReadAll(c.stdinReader())
+	data, err := io.ReadAll(c.StdinReader())
 	if err != nil {
 		return 1
 	}
@@ -1143,7 +1143,7 @@ func utilTr(c *cmd, args []string) int {
 		b.WriteRune(r)
 		last = r
 	}
-	if _, err := io.WriteString(c.out(), b.String()); err != nil {
+	if _, err := io.WriteString(c.Out(), b.String()); err != nil {
 		return writeError(err)
 	}
 	return 0

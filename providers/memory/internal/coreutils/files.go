@@ -1,22 +1,24 @@
-package memory
+package coreutils
 
 import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
 // utilCat is cat [-n] [-b] [-A|-E] [FILE...].
-func utilCat(c *cmd, args []string) int {
+func utilCat(c *Cmd, args []string) int {
 	o, err := getopt(args, "nbuAEsTv", false)
 	if err != nil {
-		return c.usage(1, "%v", err)
+		return c.Usage(1, "%v", err)
 	}
 	files := o.args
 	if len(files) == 0 {
@@ -28,19 +30,19 @@ func utilCat(c *cmd, args []string) int {
 	for _, f := range files {
 		r, err := c.open(f)
 		if err != nil {
-			c.errorf("%s: %s", f, fsErrText(err))
+			c.Errorf("%s: %s", f, ErrText(err))
 			status = 1
 			continue
 		}
 		if !number && !o.has('A') && !o.has('E') {
-			if _, err := io.Copy(c.out(), r); err != nil {
-				if c.ctx.Err() != nil {
+			if _, err := io.Copy(c.Out(), r); err != nil {
+				if c.Ctx.Err() != nil {
 					return 1
 				}
 				if isWriteErr(err) {
 					return writeError(err)
 				}
-				c.errorf("%s: %v", f, err)
+				c.Errorf("%s: %v", f, err)
 				status = 1
 			}
 			continue
@@ -64,7 +66,7 @@ func utilCat(c *cmd, args []string) int {
 				b.WriteByte('\n')
 			}
 		}
-		if _, err := io.WriteString(c.out(), b.String()); err != nil {
+		if _, err := io.WriteString(c.Out(), b.String()); err != nil {
 			return writeError(err)
 		}
 	}
@@ -76,9 +78,9 @@ func isWriteErr(err error) bool {
 	return writeError(err) != 1
 }
 
-func modeString(fi *fileInfo) string {
+func modeString(fi *FileInfo) string {
 	var b [10]byte
-	switch fi.kind {
+	switch fi.kind() {
 	case kindDir:
 		b[0] = 'd'
 	case kindSymlink:
@@ -88,7 +90,7 @@ func modeString(fi *fileInfo) string {
 	default:
 		b[0] = '-'
 	}
-	perm := fi.perm()
+	perm := fi.Perm
 	const rwx = "rwxrwxrwx"
 	for i := range 9 {
 		if perm&(1<<(8-i)) != 0 {
@@ -136,14 +138,14 @@ func ceilTenth(f float64) float64 {
 type lsEntry struct {
 	name string // as displayed
 	path string // for stat
-	info *fileInfo
+	info *FileInfo
 }
 
 // utilLs is ls [-a] [-A] [-l] [-1] [-R] [-d] [-h] [-t] [-S] [-r] [-F] [-p] [-L] [FILE...].
-func utilLs(c *cmd, args []string) int {
+func utilLs(c *Cmd, args []string) int {
 	o, err := getopt(args, "aAl1RdhtSrFpLCgoinU", false, "color")
 	if err != nil {
-		return c.usage(2, "%v", err)
+		return c.Usage(2, "%v", err)
 	}
 	long := o.has('l') || o.has('g') || o.has('o') || o.has('n')
 	operands := o.args
@@ -154,15 +156,15 @@ func utilLs(c *cmd, args []string) int {
 	var files []lsEntry
 	var dirs []lsEntry
 	for _, a := range operands {
-		p := c.abs(a)
-		fi, err := c.fs().Stat(p, false)
+		p := c.Abs(a)
+		fi, err := c.FS.Stat(p, false)
 		if err != nil {
-			c.errorf("cannot access '%s': %s", a, fsErrText(err))
+			c.Errorf("cannot access '%s': %s", a, ErrText(err))
 			status = 2
 			continue
 		}
-		if fi.kind == kindSymlink && (o.has('L') || (!long && !o.has('d') && !o.has('F'))) {
-			if t, err := c.fs().Stat(p, true); err == nil {
+		if fi.kind() == kindSymlink && (o.has('L') || (!long && !o.has('d') && !o.has('F'))) {
+			if t, err := c.FS.Stat(p, true); err == nil {
 				if o.has('L') || t.IsDir() {
 					fi = t
 				}
@@ -185,12 +187,12 @@ func utilLs(c *cmd, args []string) int {
 	first := len(files) == 0
 	var listDir func(e lsEntry) bool
 	listDir = func(e lsEntry) bool {
-		if c.ctx.Err() != nil {
+		if c.Ctx.Err() != nil {
 			return false
 		}
-		entries, err := c.fs().ReadDir(e.path)
+		entries, err := c.FS.ReadDir(e.path)
 		if err != nil {
-			c.errorf("cannot open directory '%s': %s", e.name, fsErrText(err))
+			c.Errorf("cannot open directory '%s': %s", e.name, ErrText(err))
 			status = 2
 			return true
 		}
@@ -203,22 +205,22 @@ func utilLs(c *cmd, args []string) int {
 		}
 		var list []lsEntry
 		if o.has('a') {
-			self, _ := c.fs().Stat(e.path, true)
-			parent, err := c.fs().Stat(e.path+"/..", true)
+			self, _ := c.FS.Stat(e.path, true)
+			parent, err := c.FS.Stat(e.path+"/..", true)
 			if err != nil {
 				parent = self
 			}
 			list = append(list, lsEntry{name: ".", info: self}, lsEntry{name: "..", info: parent})
 		}
 		for _, fi := range entries {
-			if strings.HasPrefix(fi.name, ".") && !o.has('a') && !o.has('A') {
+			if strings.HasPrefix(fi.Name, ".") && !o.has('a') && !o.has('A') {
 				continue
 			}
-			list = append(list, lsEntry{name: fi.name, path: joinPath(e.path, fi.name), info: fi})
+			list = append(list, lsEntry{name: fi.Name, path: joinPath(e.path, fi.Name), info: fi})
 		}
 		lsSort(list, o)
 		lsPrint(w, list, o, long, true)
-		if _, err := io.WriteString(c.out(), w.String()); err != nil {
+		if _, err := io.WriteString(c.Out(), w.String()); err != nil {
 			status = writeError(err)
 			return false
 		}
@@ -240,7 +242,7 @@ func utilLs(c *cmd, args []string) int {
 			break
 		}
 	}
-	if _, err := io.WriteString(c.out(), w.String()); err != nil {
+	if _, err := io.WriteString(c.Out(), w.String()); err != nil {
 		return writeError(err)
 	}
 	return status
@@ -260,12 +262,12 @@ func lsSort(list []lsEntry, o *opts) {
 	slices.SortStableFunc(list, func(a, b lsEntry) int {
 		switch {
 		case o.has('t'):
-			if c := b.info.mtime.Compare(a.info.mtime); c != 0 {
+			if c := b.info.ModTime.Compare(a.info.ModTime); c != 0 {
 				return c
 			}
 		case o.has('S'):
-			if a.info.size != b.info.size {
-				if a.info.size > b.info.size {
+			if a.info.Size != b.info.Size {
+				if a.info.Size > b.info.Size {
 					return -1
 				}
 				return 1
@@ -278,13 +280,13 @@ func lsSort(list []lsEntry, o *opts) {
 	}
 }
 
-func lsSuffix(fi *fileInfo, o *opts) string {
+func lsSuffix(fi *FileInfo, o *opts) string {
 	switch {
 	case fi.IsDir() && (o.has('F') || o.has('p')):
 		return "/"
-	case o.has('F') && fi.kind == kindSymlink:
+	case o.has('F') && fi.kind() == kindSymlink:
 		return "@"
-	case o.has('F') && fi.kind == kindFile && fi.mode.Perm()&0o111 != 0:
+	case o.has('F') && fi.kind() == kindFile && fi.Mode.Perm()&0o111 != 0:
 		return "*"
 	}
 	return ""
@@ -308,12 +310,12 @@ func lsPrint(w *strings.Builder, list []lsEntry, o *opts, long, total bool) {
 	sizes := make([]string, len(list))
 	for i, e := range list {
 		if o.has('h') {
-			sizes[i] = humanSize(e.info.size)
+			sizes[i] = humanSize(e.info.Size)
 		} else {
-			sizes[i] = strconv.FormatInt(e.info.size, 10)
+			sizes[i] = strconv.FormatInt(e.info.Size, 10)
 		}
 		sizeW = max(sizeW, len(sizes[i]))
-		linkW = max(linkW, len(strconv.Itoa(e.info.nlink)))
+		linkW = max(linkW, len(strconv.Itoa(e.info.Nlink)))
 	}
 	for i, e := range list {
 		owner := "root root "
@@ -325,22 +327,22 @@ func lsPrint(w *strings.Builder, list []lsEntry, o *opts, long, total bool) {
 		case o.has('g') || o.has('o'):
 			owner = "root "
 		}
-		fmt.Fprintf(w, "%s %*d %s%*s %s %s%s", modeString(e.info), linkW, e.info.nlink, owner, sizeW, sizes[i],
-			lsTime(e.info.mtime), e.name, lsSuffix(e.info, o))
-		if e.info.kind == kindSymlink {
-			w.WriteString(" -> " + e.info.target)
+		fmt.Fprintf(w, "%s %*d %s%*s %s %s%s", modeString(e.info), linkW, e.info.Nlink, owner, sizeW, sizes[i],
+			lsTime(e.info.ModTime), e.name, lsSuffix(e.info, o))
+		if e.info.kind() == kindSymlink {
+			w.WriteString(" -> " + e.info.Target)
 		}
 		w.WriteString("\n")
 	}
 }
 
 // diskBlocks is the space a file takes in 1 KiB blocks, with 4 KiB allocation units.
-func diskBlocks(fi *fileInfo) int64 {
-	switch fi.kind {
+func diskBlocks(fi *FileInfo) int64 {
+	switch fi.kind() {
 	case kindDir:
 		return 4
 	case kindFile:
-		return (fi.size + 4095) / 4096 * 4
+		return (fi.Size + 4095) / 4096 * 4
 	}
 	return 0
 }
@@ -430,7 +432,7 @@ func parseMode(s string, cur uint32, isDir bool) (uint32, bool) {
 }
 
 // utilChmod is chmod [-R] [-v] MODE FILE....
-func utilChmod(c *cmd, args []string) int {
+func utilChmod(c *Cmd, args []string) int {
 	recursive := false
 	var rest []string
 	for i, a := range args {
@@ -448,47 +450,47 @@ func utilChmod(c *cmd, args []string) int {
 		rest = append(rest, a)
 	}
 	if len(rest) < 2 {
-		return c.usage(1, "missing operand")
+		return c.Usage(1, "missing operand")
 	}
 	modeArg, files := rest[0], rest[1:]
 	status := 0
 	apply := func(p, name string) bool {
-		fi, err := c.fs().Stat(p, true)
+		fi, err := c.FS.Stat(p, true)
 		if err != nil {
-			c.errorf("cannot access '%s': %s", name, fsErrText(err))
+			c.Errorf("cannot access '%s': %s", name, ErrText(err))
 			return false
 		}
-		m, ok := parseMode(modeArg, fi.perm(), fi.IsDir())
+		m, ok := parseMode(modeArg, fi.Perm, fi.IsDir())
 		if !ok {
-			c.errorf("invalid mode: '%s'", modeArg)
+			c.Errorf("invalid mode: '%s'", modeArg)
 			status = 1
 			return false
 		}
-		if err := c.fs().Chmod(p, m); err != nil {
-			c.errorf("changing permissions of '%s': %s", name, fsErrText(err))
+		if err := c.FS.Chmod(p, m); err != nil {
+			c.Errorf("changing permissions of '%s': %s", name, ErrText(err))
 			return false
 		}
 		return true
 	}
 	for _, f := range files {
-		p := c.abs(f)
+		p := c.Abs(f)
 		if !recursive {
 			if !apply(p, f) {
 				status = 1
 			}
 			continue
 		}
-		entries, err := c.fs().Walk(p, true)
+		entries, err := c.FS.Walk(p, true)
 		if err != nil {
-			c.errorf("cannot access '%s': %s", f, fsErrText(err))
+			c.Errorf("cannot access '%s': %s", f, ErrText(err))
 			status = 1
 			continue
 		}
 		for _, e := range entries {
-			if e.info.kind == kindSymlink {
+			if e.Info.kind() == kindSymlink {
 				continue
 			}
-			if !apply(e.path, e.path) {
+			if !apply(e.Path, e.Path) {
 				status = 1
 			}
 		}
@@ -497,48 +499,48 @@ func utilChmod(c *cmd, args []string) int {
 }
 
 // utilMkdir is mkdir [-p] [-m MODE] [-v] DIR....
-func utilMkdir(c *cmd, args []string) int {
+func utilMkdir(c *Cmd, args []string) int {
 	o, err := getopt(args, "pm:v", false, "mode")
 	if err != nil {
-		return c.usage(1, "%v", err)
+		return c.Usage(1, "%v", err)
 	}
 	if len(o.args) == 0 {
-		return c.usage(1, "missing operand")
+		return c.Usage(1, "missing operand")
 	}
 	perm := uint32(0o755)
 	if m, ok := o.val('m'); ok {
 		if perm, ok = parseMode(m, 0o777&^0o022, true); !ok {
-			return c.usage(1, "invalid mode '%s'", m)
+			return c.Usage(1, "invalid mode '%s'", m)
 		}
 	}
 	status := 0
 	for _, d := range o.args {
-		p := c.abs(d)
+		p := c.Abs(d)
 		if o.has('p') || o.hasLong("parents") {
-			err = c.fs().MkdirAll(p, 0o755)
+			err = c.FS.MkdirAll(p, 0o755)
 			if err == nil {
-				_ = c.fs().Chmod(p, perm)
+				_ = c.FS.Chmod(p, perm)
 			}
 		} else {
-			err = c.fs().Mkdir(p, perm)
+			err = c.FS.Mkdir(p, perm)
 		}
 		if err != nil {
-			c.errorf("cannot create directory '%s': %s", d, fsErrText(err))
+			c.Errorf("cannot create directory '%s': %s", d, ErrText(err))
 			status = 1
 			continue
 		}
 		if o.has('v') {
-			fmt.Fprintf(c.out(), "mkdir: created directory '%s'\n", d)
+			fmt.Fprintf(c.Out(), "mkdir: created directory '%s'\n", d)
 		}
 	}
 	return status
 }
 
 // utilRm is rm [-r|-R] [-f] [-d] [-v] FILE....
-func utilRm(c *cmd, args []string) int {
+func utilRm(c *Cmd, args []string) int {
 	o, err := getopt(args, "rRfdvi", false, "recursive", "force", "no-preserve-root")
 	if err != nil {
-		return c.usage(1, "%v", err)
+		return c.Usage(1, "%v", err)
 	}
 	recursive := o.has('r') || o.has('R') || o.hasLong("recursive")
 	force := o.has('f') || o.hasLong("force")
@@ -546,62 +548,62 @@ func utilRm(c *cmd, args []string) int {
 		if force {
 			return 0
 		}
-		return c.usage(1, "missing operand")
+		return c.Usage(1, "missing operand")
 	}
 	status := 0
 	for _, f := range o.args {
 		if base := path.Base(f); base == "." || base == ".." {
-			c.errorf("refusing to remove '.' or '..' directory: skipping '%s'", f)
+			c.Errorf("refusing to remove '.' or '..' directory: skipping '%s'", f)
 			status = 1
 			continue
 		}
-		p := c.abs(f)
-		fi, err := c.fs().Stat(p, false)
+		p := c.Abs(f)
+		fi, err := c.FS.Stat(p, false)
 		if err != nil {
-			if !force || !isNotExist(err) {
-				c.errorf("cannot remove '%s': %s", f, fsErrText(err))
+			if !force || !errors.Is(err, fs.ErrNotExist) {
+				c.Errorf("cannot remove '%s': %s", f, ErrText(err))
 				status = 1
 			}
 			continue
 		}
 		if fi.IsDir() {
-			if real, _ := c.fs().RealPath(p, true); real == "/" && !o.hasLong("no-preserve-root") {
-				c.errorf("it is dangerous to operate recursively on '/'")
-				c.errorf("use --no-preserve-root to override this failsafe")
+			if real, _ := c.FS.RealPath(p, true); real == "/" && !o.hasLong("no-preserve-root") {
+				c.Errorf("it is dangerous to operate recursively on '/'")
+				c.Errorf("use --no-preserve-root to override this failsafe")
 				status = 1
 				continue
 			}
 			switch {
 			case recursive:
-				err = c.fs().RemoveAll(p)
+				err = c.FS.RemoveAll(p)
 			case o.has('d'):
-				err = c.fs().Remove(p)
+				err = c.FS.Remove(p)
 			default:
 				err = pathErr("remove", f, errIsDir)
 			}
 		} else {
-			err = c.fs().Remove(p)
+			err = c.FS.Remove(p)
 		}
 		if err != nil {
-			c.errorf("cannot remove '%s': %s", f, fsErrText(err))
+			c.Errorf("cannot remove '%s': %s", f, ErrText(err))
 			status = 1
 			continue
 		}
 		if o.has('v') {
-			fmt.Fprintf(c.out(), "removed '%s'\n", f)
+			fmt.Fprintf(c.Out(), "removed '%s'\n", f)
 		}
 	}
 	return status
 }
 
 // utilRmdir is rmdir [-p] DIR....
-func utilRmdir(c *cmd, args []string) int {
+func utilRmdir(c *Cmd, args []string) int {
 	o, err := getopt(args, "pv", false, "ignore-fail-on-non-empty", "parents")
 	if err != nil {
-		return c.usage(1, "%v", err)
+		return c.Usage(1, "%v", err)
 	}
 	if len(o.args) == 0 {
-		return c.usage(1, "missing operand")
+		return c.Usage(1, "missing operand")
 	}
 	status := 0
 	for _, d := range o.args {
@@ -612,17 +614,17 @@ func utilRmdir(c *cmd, args []string) int {
 			}
 		}
 		for _, t := range targets {
-			p := c.abs(t)
-			fi, err := c.fs().Stat(p, false)
+			p := c.Abs(t)
+			fi, err := c.FS.Stat(p, false)
 			if err == nil && !fi.IsDir() {
 				err = pathErr("rmdir", t, errNotDir)
 			}
 			if err == nil {
-				err = c.fs().Remove(p)
+				err = c.FS.Remove(p)
 			}
 			if err != nil {
-				if !(o.hasLong("ignore-fail-on-non-empty") && errors.Is(err, errNotEmpty)) {
-					c.errorf("failed to remove '%s': %s", t, fsErrText(err))
+				if !(o.hasLong("ignore-fail-on-non-empty") && errors.Is(err, syscall.ENOTEMPTY)) {
+					c.Errorf("failed to remove '%s': %s", t, ErrText(err))
 					status = 1
 				}
 				break
@@ -634,130 +636,130 @@ func utilRmdir(c *cmd, args []string) int {
 
 // destInDir returns where src goes given dest: into dest when it is a directory (unless
 // noTarget).
-func (c *cmd) destFor(src, dest string, noTarget bool) string {
+func (c *Cmd) destFor(src, dest string, noTarget bool) string {
 	if noTarget {
-		return c.abs(dest)
+		return c.Abs(dest)
 	}
-	if fi, err := c.fs().Stat(c.abs(dest), true); err == nil && fi.IsDir() {
-		return joinPath(c.abs(dest), path.Base(strings.TrimRight(src, "/")))
+	if fi, err := c.FS.Stat(c.Abs(dest), true); err == nil && fi.IsDir() {
+		return joinPath(c.Abs(dest), path.Base(strings.TrimRight(src, "/")))
 	}
-	return c.abs(dest)
+	return c.Abs(dest)
 }
 
 // utilMv is mv [-f] [-n] [-v] [-T] SOURCE... DEST.
-func utilMv(c *cmd, args []string) int {
+func utilMv(c *Cmd, args []string) int {
 	o, err := getopt(args, "fnviTu", false, "force", "no-clobber")
 	if err != nil {
-		return c.usage(1, "%v", err)
+		return c.Usage(1, "%v", err)
 	}
 	if len(o.args) < 2 {
-		return c.usage(1, "missing destination file operand")
+		return c.Usage(1, "missing destination file operand")
 	}
 	srcs, dest := o.args[:len(o.args)-1], o.args[len(o.args)-1]
 	if len(srcs) > 1 {
-		if fi, err := c.fs().Stat(c.abs(dest), true); err != nil || !fi.IsDir() {
-			return c.usage(1, "target '%s' is not a directory", dest)
+		if fi, err := c.FS.Stat(c.Abs(dest), true); err != nil || !fi.IsDir() {
+			return c.Usage(1, "target '%s' is not a directory", dest)
 		}
 	}
 	status := 0
 	for _, s := range srcs {
-		sp := c.abs(s)
-		sfi, err := c.fs().Stat(sp, false)
+		sp := c.Abs(s)
+		sfi, err := c.FS.Stat(sp, false)
 		if err != nil {
-			c.errorf("cannot stat '%s': %s", s, fsErrText(err))
+			c.Errorf("cannot stat '%s': %s", s, ErrText(err))
 			status = 1
 			continue
 		}
 		dp := c.destFor(s, dest, o.has('T'))
-		if dfi, err := c.fs().Stat(dp, false); err == nil {
+		if dfi, err := c.FS.Stat(dp, false); err == nil {
 			if o.has('n') || o.hasLong("no-clobber") {
 				continue
 			}
 			if dfi.IsDir() && !sfi.IsDir() {
-				c.errorf("cannot overwrite directory '%s' with non-directory", dp)
+				c.Errorf("cannot overwrite directory '%s' with non-directory", dp)
 				status = 1
 				continue
 			}
 		}
-		srcReal, _ := c.fs().RealPath(sp, false)
-		dstReal, _ := c.fs().RealPath(dp, false)
+		srcReal, _ := c.FS.RealPath(sp, false)
+		dstReal, _ := c.FS.RealPath(dp, false)
 		if sfi.IsDir() && dstReal != "" && strings.HasPrefix(dstReal, srcReal+"/") {
-			c.errorf("cannot move '%s' to a subdirectory of itself, '%s'", s, dp)
+			c.Errorf("cannot move '%s' to a subdirectory of itself, '%s'", s, dp)
 			status = 1
 			continue
 		}
-		if err := c.fs().Rename(sp, dp); err != nil {
-			c.errorf("cannot move '%s' to '%s': %s", s, dest, fsErrText(err))
+		if err := c.FS.Rename(sp, dp); err != nil {
+			c.Errorf("cannot move '%s' to '%s': %s", s, dest, ErrText(err))
 			status = 1
 			continue
 		}
 		if o.has('v') {
-			fmt.Fprintf(c.out(), "renamed '%s' -> '%s'\n", s, dp)
+			fmt.Fprintf(c.Out(), "renamed '%s' -> '%s'\n", s, dp)
 		}
 	}
 	return status
 }
 
 // utilTouch is touch [-c] [-d DATE] [-r FILE] FILE....
-func utilTouch(c *cmd, args []string) int {
+func utilTouch(c *Cmd, args []string) int {
 	o, err := getopt(args, "cd:r:amt:h", false, "no-create", "date", "reference")
 	if err != nil {
-		return c.usage(1, "%v", err)
+		return c.Usage(1, "%v", err)
 	}
 	t := time.Now()
 	if d, ok := o.val('d'); ok {
 		if t, ok = parseDate(d); !ok {
-			return c.usage(1, "invalid date format '%s'", d)
+			return c.Usage(1, "invalid date format '%s'", d)
 		}
 	}
 	if d, ok := o.longVal("date"); ok {
 		if t, ok = parseDate(d); !ok {
-			return c.usage(1, "invalid date format '%s'", d)
+			return c.Usage(1, "invalid date format '%s'", d)
 		}
 	}
 	if r, ok := o.val('r'); ok {
-		fi, err := c.fs().Stat(c.abs(r), true)
+		fi, err := c.FS.Stat(c.Abs(r), true)
 		if err != nil {
-			c.errorf("failed to get attributes of '%s': %s", r, fsErrText(err))
+			c.Errorf("failed to get attributes of '%s': %s", r, ErrText(err))
 			return 1
 		}
-		t = fi.mtime
+		t = fi.ModTime
 	}
 	if ts, ok := o.val('t'); ok {
 		pt, err := time.Parse("200601021504", ts)
 		if err != nil {
-			return c.usage(1, "invalid date format '%s'", ts)
+			return c.Usage(1, "invalid date format '%s'", ts)
 		}
 		t = pt
 	}
 	if len(o.args) == 0 {
-		return c.usage(1, "missing file operand")
+		return c.Usage(1, "missing file operand")
 	}
 	status := 0
 	for _, f := range o.args {
-		p := c.abs(f)
-		if _, err := c.fs().Stat(p, true); isNotExist(err) {
+		p := c.Abs(f)
+		if _, err := c.FS.Stat(p, true); errors.Is(err, fs.ErrNotExist) {
 			if o.has('c') || o.hasLong("no-create") {
 				continue
 			}
-			h, err := c.fs().Open(p, os.O_WRONLY|os.O_CREATE, 0o644)
+			h, err := c.FS.Open(p, os.O_WRONLY|os.O_CREATE, 0o644)
 			if err != nil {
-				c.errorf("cannot touch '%s': %s", f, fsErrText(err))
+				c.Errorf("cannot touch '%s': %s", f, ErrText(err))
 				status = 1
 				continue
 			}
 			h.Close()
 		}
-		if err := c.fs().Chtimes(p, t); err != nil {
-			c.errorf("cannot touch '%s': %s", f, fsErrText(err))
+		if err := c.FS.Chtimes(p, t); err != nil {
+			c.Errorf("cannot touch '%s': %s", f, ErrText(err))
 			status = 1
 		}
 	}
 	return status
 }
 
-func fileTypeName(fi *fileInfo) string {
-	switch fi.kind {
+func fileTypeName(fi *FileInfo) string {
+	switch fi.kind() {
 	case kindDir:
 		return "directory"
 	case kindSymlink:
@@ -765,17 +767,17 @@ func fileTypeName(fi *fileInfo) string {
 	case kindDevice:
 		return "character special file"
 	}
-	if fi.size == 0 {
+	if fi.Size == 0 {
 		return "regular empty file"
 	}
 	return "regular file"
 }
 
 // utilStat is stat [-L] [-c FORMAT | --format=FORMAT | --printf=FORMAT] FILE....
-func utilStat(c *cmd, args []string) int {
+func utilStat(c *Cmd, args []string) int {
 	o, err := getopt(args, "Lc:tf", false, "format", "printf", "dereference")
 	if err != nil {
-		return c.usage(1, "%v", err)
+		return c.Usage(1, "%v", err)
 	}
 	format, hasFormat := o.val('c')
 	if f, ok := o.longVal("format"); ok {
@@ -783,37 +785,37 @@ func utilStat(c *cmd, args []string) int {
 	}
 	printf, isPrintf := o.longVal("printf")
 	if len(o.args) == 0 {
-		return c.usage(1, "missing operand")
+		return c.Usage(1, "missing operand")
 	}
 	status := 0
 	for _, f := range o.args {
-		fi, err := c.fs().Stat(c.abs(f), o.has('L') || o.hasLong("dereference"))
+		fi, err := c.FS.Stat(c.Abs(f), o.has('L') || o.hasLong("dereference"))
 		if err != nil {
-			c.errorf("cannot statx '%s': %s", f, fsErrText(err))
+			c.Errorf("cannot statx '%s': %s", f, ErrText(err))
 			status = 1
 			continue
 		}
 		switch {
 		case isPrintf:
-			io.WriteString(c.out(), statFormat(unescape(printf), f, fi))
+			io.WriteString(c.Out(), statFormat(unescape(printf), f, fi))
 		case hasFormat:
-			io.WriteString(c.out(), statFormat(format, f, fi)+"\n")
+			io.WriteString(c.Out(), statFormat(format, f, fi)+"\n")
 		default:
 			name := f
-			if fi.kind == kindSymlink {
-				name += " -> " + fi.target
+			if fi.kind() == kindSymlink {
+				name += " -> " + fi.Target
 			}
-			fmt.Fprintf(c.out(), "  File: %s\n  Size: %-10d\tBlocks: %-10d IO Block: 4096   %s\n", name, fi.size, diskBlocks(fi)*2, fileTypeName(fi))
-			fmt.Fprintf(c.out(), "Device: 0h/0d\tInode: 0           Links: %d\n", fi.nlink)
-			fmt.Fprintf(c.out(), "Access: (%04o/%s)  Uid: (    0/    root)   Gid: (    0/    root)\n", fi.perm(), modeString(fi))
-			ts := fi.mtime.UTC().Format("2006-01-02 15:04:05.000000000 -0700")
-			fmt.Fprintf(c.out(), "Access: %s\nModify: %s\nChange: %s\n Birth: -\n", ts, ts, ts)
+			fmt.Fprintf(c.Out(), "  File: %s\n  Size: %-10d\tBlocks: %-10d IO Block: 4096   %s\n", name, fi.Size, diskBlocks(fi)*2, fileTypeName(fi))
+			fmt.Fprintf(c.Out(), "Device: 0h/0d\tInode: 0           Links: %d\n", fi.Nlink)
+			fmt.Fprintf(c.Out(), "Access: (%04o/%s)  Uid: (    0/    root)   Gid: (    0/    root)\n", fi.Perm, modeString(fi))
+			ts := fi.ModTime.UTC().Format("2006-01-02 15:04:05.000000000 -0700")
+			fmt.Fprintf(c.Out(), "Access: %s\nModify: %s\nChange: %s\n Birth: -\n", ts, ts, ts)
 		}
 	}
 	return status
 }
 
-func statFormat(format, name string, fi *fileInfo) string {
+func statFormat(format, name string, fi *FileInfo) string {
 	var b strings.Builder
 	for i := 0; i < len(format); i++ {
 		if format[i] != '%' || i+1 == len(format) {
@@ -826,13 +828,13 @@ func statFormat(format, name string, fi *fileInfo) string {
 			b.WriteString(name)
 		case 'N':
 			b.WriteString("'" + name + "'")
-			if fi.kind == kindSymlink {
-				b.WriteString(" -> '" + fi.target + "'")
+			if fi.kind() == kindSymlink {
+				b.WriteString(" -> '" + fi.Target + "'")
 			}
 		case 's':
-			b.WriteString(strconv.FormatInt(fi.size, 10))
+			b.WriteString(strconv.FormatInt(fi.Size, 10))
 		case 'a':
-			b.WriteString(strconv.FormatUint(uint64(fi.perm()), 8))
+			b.WriteString(strconv.FormatUint(uint64(fi.Perm), 8))
 		case 'A':
 			b.WriteString(modeString(fi))
 		case 'F':
@@ -844,7 +846,7 @@ func statFormat(format, name string, fi *fileInfo) string {
 		case 'u', 'g', 'i', 'd', 'D':
 			b.WriteString("0")
 		case 'h':
-			b.WriteString(strconv.Itoa(fi.nlink))
+			b.WriteString(strconv.Itoa(fi.Nlink))
 		case 'b':
 			b.WriteString(strconv.FormatInt(diskBlocks(fi)*2, 10))
 		case 'B':
@@ -852,9 +854,9 @@ func statFormat(format, name string, fi *fileInfo) string {
 		case 'o':
 			b.WriteString("4096")
 		case 'Y', 'X', 'Z', 'W':
-			b.WriteString(strconv.FormatInt(fi.mtime.Unix(), 10))
+			b.WriteString(strconv.FormatInt(fi.ModTime.Unix(), 10))
 		case 'y', 'x', 'z', 'w':
-			b.WriteString(fi.mtime.UTC().Format("2006-01-02 15:04:05.000000000 -0700"))
+			b.WriteString(fi.ModTime.UTC().Format("2006-01-02 15:04:05.000000000 -0700"))
 		case '%':
 			b.WriteByte('%')
 		default:
@@ -865,9 +867,9 @@ func statFormat(format, name string, fi *fileInfo) string {
 	return b.String()
 }
 
-func rawMode(fi *fileInfo) uint32 {
-	m := fi.perm()
-	switch fi.kind {
+func rawMode(fi *FileInfo) uint32 {
+	m := fi.Perm
+	switch fi.kind() {
 	case kindDir:
 		m |= 0o040000
 	case kindSymlink:
@@ -881,14 +883,14 @@ func rawMode(fi *fileInfo) uint32 {
 }
 
 // utilLn is ln [-s] [-f] [-n] [-T] [-v] TARGET [LINK] | TARGET... DIR.
-func utilLn(c *cmd, args []string) int {
+func utilLn(c *Cmd, args []string) int {
 	o, err := getopt(args, "sfnTvr", false, "symbolic", "force")
 	if err != nil {
-		return c.usage(1, "%v", err)
+		return c.Usage(1, "%v", err)
 	}
 	symbolic := o.has('s') || o.hasLong("symbolic")
 	if len(o.args) == 0 {
-		return c.usage(1, "missing file operand")
+		return c.Usage(1, "missing file operand")
 	}
 	targets, link := o.args, "."
 	if len(o.args) > 1 {
@@ -896,34 +898,34 @@ func utilLn(c *cmd, args []string) int {
 	}
 	status := 0
 	for _, t := range targets {
-		dp := c.abs(link)
+		dp := c.Abs(link)
 		isDir := false
 		if !o.has('T') {
-			if fi, err := c.fs().Stat(dp, !o.has('n')); err == nil && fi.IsDir() {
+			if fi, err := c.FS.Stat(dp, !o.has('n')); err == nil && fi.IsDir() {
 				isDir = true
 			}
 		}
 		if isDir {
 			dp = joinPath(dp, path.Base(strings.TrimRight(t, "/")))
 		} else if len(targets) > 1 {
-			return c.usage(1, "target '%s' is not a directory", link)
+			return c.Usage(1, "target '%s' is not a directory", link)
 		}
 		if o.has('f') || o.hasLong("force") {
-			if fi, err := c.fs().Stat(dp, false); err == nil && !fi.IsDir() {
-				_ = c.fs().Remove(dp)
+			if fi, err := c.FS.Stat(dp, false); err == nil && !fi.IsDir() {
+				_ = c.FS.Remove(dp)
 			}
 		}
 		if symbolic {
-			err = c.fs().Symlink(t, dp)
+			err = c.FS.Symlink(t, dp)
 		} else {
-			err = c.fs().Link(c.abs(t), dp)
+			err = c.FS.Link(c.Abs(t), dp)
 		}
 		if err != nil {
 			kind := "hard link"
 			if symbolic {
 				kind = "symbolic link"
 			}
-			c.errorf("failed to create %s '%s': %s", kind, dp, fsErrText(err))
+			c.Errorf("failed to create %s '%s': %s", kind, dp, ErrText(err))
 			status = 1
 		}
 	}
