@@ -77,6 +77,8 @@ func TestFileUtilities(t *testing.T) {
 		{"rm nope; echo $?; rm -f nope; echo $?", "1\n0\n", 0},
 		{"mkdir rd; rm rd; echo $?; rm -r rd; echo $?", "1\n0\n", 0},
 		{"mkdir -p e/f; rmdir e; echo $?; rmdir e/f e; echo $?", "1\n0\n", 0},
+		// The long options take no value: the directory after them is an operand.
+		{"mkdir -p g/h; rmdir --ignore-fail-on-non-empty g; echo $?; rmdir --parents g/h; echo $?; test -e g || echo gone", "0\n0\ngone\n", 0},
 		{"rm -rf /; echo $?; ls / | grep -c workspace", "1\n1\n", 0},
 		{"echo 1 > m1; mv m1 m2; cat m2; mkdir md; mv m2 md; ls md", "1\nm2\n", 0},
 		{"mkdir mv1; mv mv1 mv1/sub; echo $?", "1\n", 0},

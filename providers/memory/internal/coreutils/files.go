@@ -598,7 +598,7 @@ func utilRm(c *Cmd, args []string) int {
 
 // utilRmdir is rmdir [-p] DIR....
 func utilRmdir(c *Cmd, args []string) int {
-	o, err := getopt(args, "pv", false, "ignore-fail-on-non-empty", "parents")
+	o, err := getopt(args, "pv", false)
 	if err != nil {
 		return c.Usage(1, "%v", err)
 	}
