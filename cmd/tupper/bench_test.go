@@ -226,7 +226,12 @@ func TestBenchSmoke(t *testing.T) {
 		t.Errorf("bench left sandboxes: %s %v", ls.stdout, err)
 	}
 	left, _ := os.ReadDir(filepath.Join(home, "sandboxes"))
-	if len(left) != 0 {
-		t.Errorf("bench left %d sandbox directories (a pool not destroyed?)", len(left))
+	for _, d := range left {
+		var files []string
+		filepath.WalkDir(filepath.Join(home, "sandboxes", d.Name()), func(path string, _ os.DirEntry, _ error) error {
+			files = append(files, path)
+			return nil
+		})
+		t.Errorf("bench left the sandbox directory %s: %v", d.Name(), files)
 	}
 }

@@ -27,12 +27,21 @@ func (p *Provider) lockSandbox(ctx context.Context, id string) (*flock.Lock, err
 	if !validID(id) {
 		return nil, errNotFound(id)
 	}
-	lk, err := flock.Acquire(ctx, filepath.Join(p.lay.sandboxes(), "."+id+".lock"))
+	path := filepath.Join(p.lay.sandboxes(), "."+id+".lock")
+	lk, err := flock.Acquire(ctx, path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, errNotFound(id)
 		}
 		return nil, err
+	}
+	// A sandbox torn down meanwhile (or never there): the lock file is this call's own
+	// making, as a teardown removes the sandbox's, so it goes again rather than be left
+	// behind (a reap in another process racing a Destroy left them).
+	if _, err := os.Stat(p.lay.dir(id)); errors.Is(err, os.ErrNotExist) {
+		os.Remove(path)
+		lk.Unlock()
+		return nil, errNotFound(id)
 	}
 	return lk, nil
 }
