@@ -44,6 +44,7 @@ import (
 	"crypto/rand"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -266,19 +267,9 @@ func (p *Provider) List(ctx context.Context, filter provider.ListFilter) ([]prov
 		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
 			return c
 		}
-		return compareStrings(a.ID, b.ID)
+		return strings.Compare(a.ID, b.ID)
 	})
 	return out, nil
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Destroy stops the sandbox id: its commands are cancelled and its files dropped.
