@@ -21,9 +21,15 @@ import (
 	"github.com/tupper-dev/tupper/agent/spec/process"
 )
 
-// drainGrace is how long output is still read after a process exits, for
-// descendants that keep its stdout, stderr or terminal open.
-const drainGrace = 100 * time.Millisecond
+// drainGrace is how long output is still waited for after a process exits, for
+// descendants that keep its stdout, stderr or terminal open. What the pipes
+// already hold when it passes is read all the same (drainReady).
+var drainGrace = 100 * time.Millisecond
+
+// maxDrain bounds what drainReady reads once the grace has passed: a pipe's
+// largest default capacity, so a descendant writing without pause cannot hold
+// the end event.
+const maxDrain = 1 << 20
 
 // maxEnded bounds how many finished processes are remembered for Connect.
 const maxEnded = 256
@@ -408,22 +414,54 @@ func pump(p *proc, f *os.File, kind int) {
 	for {
 		n, err := f.Read(buf)
 		if n > 0 {
-			chunk := slices.Clone(buf[:n])
-			var out process.ProcessEvent_DataEvent
-			switch kind {
-			case 1:
-				out.Output = &process.ProcessEvent_DataEvent_Stdout{Stdout: chunk}
-			case 2:
-				out.Output = &process.ProcessEvent_DataEvent_Stderr{Stderr: chunk}
-			default:
-				out.Output = &process.ProcessEvent_DataEvent_Pty{Pty: chunk}
-			}
-			p.broadcast(&process.ProcessEvent{Event: &process.ProcessEvent_Data{Data: &out}})
+			p.emit(kind, buf[:n])
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			drainReady(p, f, kind, buf)
+			return
 		}
 		if err != nil {
 			return
 		}
 	}
+}
+
+// drainReady reads what f already holds, without waiting for more, once the
+// grace after the process's exit has passed. The poller refuses every read
+// after a deadline, even of bytes already in the pipe: a pump that was not
+// scheduled within the grace (a sandbox throttled by its CPU quota sleeps for
+// up to a CFS period, 100 ms) would otherwise drop output the command wrote
+// before it exited, and report its exit with empty output.
+func drainReady(p *proc, f *os.File, kind int, buf []byte) {
+	rc, err := f.SyscallConn()
+	if err != nil || f.SetReadDeadline(time.Time{}) != nil {
+		return
+	}
+	for total := 0; total < maxDrain; {
+		var n int
+		// Returning true reads once: EAGAIN ends the drain instead of waiting.
+		if rc.Read(func(fd uintptr) bool { n, _ = unix.Read(int(fd), buf); return true }) != nil || n <= 0 {
+			return
+		}
+		p.emit(kind, buf[:n])
+		total += n
+	}
+}
+
+// emit broadcasts b (copied) as a data event of stream kind: 1 stdout, 2
+// stderr, anything else the terminal.
+func (p *proc) emit(kind int, b []byte) {
+	chunk := slices.Clone(b)
+	var out process.ProcessEvent_DataEvent
+	switch kind {
+	case 1:
+		out.Output = &process.ProcessEvent_DataEvent_Stdout{Stdout: chunk}
+	case 2:
+		out.Output = &process.ProcessEvent_DataEvent_Stderr{Stderr: chunk}
+	default:
+		out.Output = &process.ProcessEvent_DataEvent_Pty{Pty: chunk}
+	}
+	p.broadcast(&process.ProcessEvent{Event: &process.ProcessEvent_Data{Data: &out}})
 }
 
 // endEvent describes a wait status the way envd (and os.ProcessState) does:

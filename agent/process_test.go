@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -278,5 +279,41 @@ func TestOutputOfBackgroundChildDoesNotHang(t *testing.T) {
 	}
 	if d := time.Since(start); d > 3*time.Second {
 		t.Errorf("exec waited for the background child: %v", d)
+	}
+}
+
+// TestOutputWrittenBeforeExitIsKept: with no grace at all after the exit (as if the
+// agent were not scheduled for the whole grace, as in a sandbox throttled by its CPU
+// quota), everything a command wrote before it exited still arrives, on a pipe and on a
+// terminal; and a background writer that never stops does not hold the result.
+func TestOutputWrittenBeforeExitIsKept(t *testing.T) {
+	defer agent.SetDrainGrace(0)()
+	ta := startAgent(t, agent.Config{})
+	for i := range 40 {
+		var out, errb bytes.Buffer
+		res, err := ta.c.Exec(ctxT(t), client.ExecRequest{Command: "head -c 60000 /dev/zero; echo err >&2", Stdout: &out, Stderr: &errb})
+		if err != nil || res.ExitCode != 0 || out.Len() != 60000 || errb.String() != "err\n" {
+			t.Fatalf("run %d: %+v %v: %d bytes of stdout, stderr %q", i, res, err, out.Len(), errb.String())
+		}
+	}
+	for i := range 10 {
+		term, err := ta.c.Terminal(ctxT(t), client.TerminalRequest{Argv: []string{"/bin/sh", "-c", "echo hi"}, Cols: 80, Rows: 24})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, _ := io.ReadAll(term)
+		res, err := term.Wait(ctxT(t))
+		if err != nil || res.ExitCode != 0 || !strings.Contains(string(out), "hi") {
+			t.Fatalf("terminal run %d: %+v %v: %q", i, res, err, out)
+		}
+	}
+	start := time.Now()
+	var out syncBuffer
+	res, err := ta.c.Exec(ctxT(t), client.ExecRequest{Command: "(timeout 5 yes &); echo started", Stdout: &out})
+	if err != nil || res.ExitCode != 0 || !strings.Contains(out.String(), "started") {
+		t.Fatal(res, err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("a writer that never stops held the result for %v", d)
 	}
 }
