@@ -23,9 +23,13 @@ const (
 	// releases its memory, and Resume restores them; without it a paused sandbox's memory
 	// stays resident (the freezer).
 	CapPauseFreesMemory Capability = "pause-frees-memory"
-	CapTerminal         Capability = "terminal"       // Terminaler
-	CapNetworkPolicy    Capability = "network-policy" // NetworkAllow is enforced
-	CapSize             Capability = "size"           // CreateSpec.Size is enforced
+	// CapPauseCold: ColdPauser. A pause that keeps the sandbox's files, id, network and ports
+	// but not its memory or processes; Resume boots it again on those files. E2B's pause
+	// with keepMemory false. A provider that declares it declares CapPause too.
+	CapPauseCold     Capability = "pause-cold"
+	CapTerminal      Capability = "terminal"       // Terminaler
+	CapNetworkPolicy Capability = "network-policy" // NetworkAllow is enforced
+	CapSize          Capability = "size"           // CreateSpec.Size is enforced
 
 	CapNetworkNone   Capability = "network-none"   // NetworkNone is enforced
 	CapNetworkAll    Capability = "network-all"    // NetworkAll gives real egress
@@ -172,6 +176,18 @@ type KeyedCreator interface {
 type Pauser interface {
 	Pause(ctx context.Context) error
 	Resume(ctx context.Context) error
+}
+
+// ColdPauser is optional (CapPauseCold): PauseCold ends every process of a sandbox and
+// releases their memory, keeping its files (the writable layer, volumes' mounts), id,
+// labels, token, deadline, network and ports; Info then reports StatePaused. Resume
+// (Pauser) boots a sandbox so paused on the same files: a new init and agent, no process
+// from before. PauseCold of a sandbox already paused either way returns nil and changes
+// nothing. A PauseCold interrupted by a crash leaves the sandbox either running or paused
+// so, never lost. Without it (or without CapPauseCold), a pause without memory fails with
+// CodeUnsupported before anything changes.
+type ColdPauser interface {
+	PauseCold(ctx context.Context) error
 }
 
 // Snapshotter is optional (CapSnapshot): capture a sandbox so CreateSpec.From can start from

@@ -523,13 +523,37 @@ func (b *Sandbox) Info(ctx context.Context) (Info, error) {
 	return InfoOf(in), nil
 }
 
-// Pause freezes every process in the sandbox. CodeUnsupported without the "pause" capability.
+// Pause freezes every process in the sandbox, memory kept: frozen in place, or saved to
+// disk and released where the sandbox has the "pause-frees-memory" capability; Resume
+// continues where it was. CodeUnsupported without the "pause" capability.
 func (b *Sandbox) Pause(ctx context.Context) error {
+	return b.PauseWith(ctx, PauseOptions{})
+}
+
+// PauseOptions configure PauseWith.
+type PauseOptions struct {
+	// DropMemory ends every process and releases its memory, keeping the sandbox's files,
+	// id, labels, deadline, network and ports; Resume boots the sandbox again on those files,
+	// with no process from before (E2B's pause with keepMemory false). It needs the
+	// "pause-cold" capability.
+	DropMemory bool
+}
+
+// PauseWith pauses the sandbox as opts say. CodeUnsupported without the "pause" capability,
+// and with DropMemory without "pause-cold", before anything changes.
+func (b *Sandbox) PauseWith(ctx context.Context, opts PauseOptions) error {
 	p, ok := b.inst.(provider.Pauser)
 	if !ok || !b.Capabilities.Has(provider.CapPause) {
 		return errorf(CodeUnsupported, "pause", "provider %s cannot pause", b.Provider)
 	}
-	return wrapProvider(p.Pause(ctx), "pause")
+	if !opts.DropMemory {
+		return wrapProvider(p.Pause(ctx), "pause")
+	}
+	c, ok := b.inst.(provider.ColdPauser)
+	if !ok || !b.Capabilities.Has(provider.CapPauseCold) {
+		return errorf(CodeUnsupported, "pause", "sandbox %s cannot pause without its memory: it needs the %q capability", b.ID, provider.CapPauseCold)
+	}
+	return wrapProvider(c.PauseCold(ctx), "pause")
 }
 
 // Resume thaws a paused sandbox. CodeUnsupported without the "pause" capability.
