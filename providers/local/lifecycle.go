@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -165,10 +166,53 @@ func (p *Provider) Reap(ctx context.Context) (int, error) {
 	return n, err
 }
 
+// cgroupSweepAge is how long an empty sandbox cgroup stays before sweepCgroups removes it:
+// far longer than a create takes between the runtime's mkdir and its init joining it.
+const cgroupSweepAge = 10 * time.Minute
+
+// lastSweep is when this process last swept cgroups (UnixNano); sweeps are a minute apart.
+var lastSweep atomic.Int64
+
+// maybeSweepCgroups runs sweepCgroups unless this process did in the last minute: every List
+// reaps, and a server lists every few seconds.
+func maybeSweepCgroups(now time.Time) {
+	last := lastSweep.Load()
+	if now.UnixNano()-last < int64(time.Minute) || !lastSweep.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	sweepCgroups(now.Add(-cgroupSweepAge))
+}
+
+// sweepCgroups removes the empty sandbox cgroups (tupper/ID under each hierarchy) made
+// before cutoff. A teardown removes its sandbox's, but gives up after a few seconds while a
+// process still dies in one, and a process killed mid-create or mid-teardown leaves them;
+// no record names them any more, and they are host-wide (every Home's sandboxes share the
+// tupper parents), so they are swept by age, not by record. The kernel refuses to remove a
+// cgroup that has a process or a child (EBUSY), so a live sandbox's is never taken; the age
+// keeps a sweep from racing a create that has just made one. The tupper parents themselves
+// stay (see removeCgroups).
+func sweepCgroups(cutoff time.Time) {
+	for _, parent := range cgroupDirs("") {
+		ents, err := os.ReadDir(parent)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			if !e.IsDir() || !validID(e.Name()) {
+				continue
+			}
+			if fi, err := e.Info(); err == nil && fi.ModTime().Before(cutoff) {
+				unix.Rmdir(filepath.Join(parent, e.Name()))
+			}
+		}
+	}
+}
+
 // reapAll checks every record and every snapshot; see Reap. With wait, it waits for sandbox
 // locks held by others; without, it skips those sandboxes.
 func (p *Provider) reapAll(ctx context.Context, wait bool) (int, error) {
 	p.reapSnapshots()
+	maybeSweepCgroups(time.Now())
 	ids, err := p.lay.ids()
 	if err != nil {
 		return 0, err

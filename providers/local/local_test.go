@@ -24,6 +24,7 @@ import (
 	agentspec "github.com/tupper-dev/tupper/agent/spec"
 	"github.com/tupper-dev/tupper/internal/testenv"
 	"github.com/tupper-dev/tupper/provider"
+	"golang.org/x/sys/unix"
 )
 
 var netNone = provider.Network{Mode: provider.NetworkNone}
@@ -695,5 +696,57 @@ func TestLockOfAGoneSandbox(t *testing.T) {
 	}
 	for _, e := range left {
 		t.Errorf("left in %s: %s", p.lay.sandboxes(), e.Name())
+	}
+}
+
+// TestSweepCgroups: Reap's sweep removes an empty sandbox cgroup older than the cutoff, and
+// neither a younger one (a create may be about to use it) nor one that holds a process (a
+// live sandbox's: the kernel refuses) nor the shared tupper parent.
+func TestSweepCgroups(t *testing.T) {
+	testenv.RequireRoot(t)
+	parent := "/sys/fs/cgroup/pids/tupper"
+	if _, err := os.Stat("/sys/fs/cgroup/pids"); err != nil {
+		testenv.Skip(t, "no cgroup v1 pids hierarchy: "+err.Error())
+	}
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	empty, busy := filepath.Join(parent, newID()), filepath.Join(parent, newID())
+	for _, d := range []string{empty, busy} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sleep := exec.Command("sleep", "60")
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sleep.Process.Kill()
+		sleep.Wait()
+		// Out of the cgroup (to the hierarchy's root), so it can go.
+		os.WriteFile("/sys/fs/cgroup/pids/cgroup.procs", []byte(strconv.Itoa(sleep.Process.Pid)), 0)
+		unix.Rmdir(busy)
+		unix.Rmdir(empty)
+	})
+	if err := os.WriteFile(filepath.Join(busy, "cgroup.procs"), []byte(strconv.Itoa(sleep.Process.Pid)), 0); err != nil {
+		t.Fatal(err)
+	}
+
+	sweepCgroups(time.Now().Add(-time.Hour)) // both are younger than the cutoff
+	for _, d := range []string{empty, busy} {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("a cgroup younger than the cutoff was swept: %v", err)
+		}
+	}
+	sweepCgroups(time.Now().Add(time.Hour)) // both are older
+	if _, err := os.Stat(empty); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the old empty cgroup is still there: %v", err)
+	}
+	if _, err := os.Stat(busy); err != nil {
+		t.Errorf("the cgroup with a process was swept: %v", err)
+	}
+	if _, err := os.Stat(parent); err != nil {
+		t.Errorf("the tupper parent was removed: %v", err)
 	}
 }
