@@ -39,15 +39,17 @@ func newBenchCmd() *cobra.Command {
 			"                 keep-alive HTTP, against Docker Engine's API on its unix socket, and\n" +
 			"                 E2B's JS SDK against the same server (--e2b)\n" +
 			"  --density-max  idle sandboxes created one by one until create latency doubles, host\n" +
-			"                 memory runs short or N are up, with host memory per idle sandbox\n\n" +
+			"                 memory runs short or N are up, with host memory per idle sandbox\n" +
+			"  --park         N idle sandboxes created and paused with the pause that releases\n" +
+			"                 memory, with what a parked one costs and how soon it answers again\n\n" +
 			"See docs/performance.md for figures from this machine.",
-		Example: "  tupper bench\n  tupper bench --api --e2b test/e2b/v251\n  tupper bench --density-max 500 --density-runtimes crun,runc,runsc",
+		Example: "  tupper bench\n  tupper bench --api --e2b test/e2b/v251\n  tupper bench --density-max 500 --density-runtimes crun,runc,runsc\n  tupper bench --park 200 --park-runtimes runsc",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := o.validate(); err != nil {
 				return err
 			}
-			if !o.api && o.densityMax == 0 {
+			if !o.api && o.densityMax == 0 && o.park == 0 {
 				o.cli = true
 			}
 			b := &bencher{cmd: cmd, o: o, self: selfPath()}
@@ -67,6 +69,8 @@ func newBenchCmd() *cobra.Command {
 	fl.StringVar(&o.e2bDir, "e2b", "", "npm project with E2B's JS SDK installed (npm ci) for the API section (default: test/e2b/v251 under the current directory, when installed)")
 	fl.IntVar(&o.densityMax, "density-max", 0, "run the density section with at most this many idle sandboxes per runtime (0: skip)")
 	fl.StringVar(&o.densityRuntimes, "density-runtimes", "", "comma-separated runtimes of the density section (default: the default runtime, runc and runsc)")
+	fl.IntVar(&o.park, "park", 0, "run the park section with this many parked sandboxes per runtime (0: skip)")
+	fl.StringVar(&o.parkRuntimes, "park-runtimes", "", "comma-separated runtimes of the park section (default: runsc and the default runtime)")
 	return cmd
 }
 
@@ -80,11 +84,13 @@ type benchOptions struct {
 	e2bDir          string
 	densityMax      int
 	densityRuntimes string
+	park            int
+	parkRuntimes    string
 }
 
 func (o benchOptions) validate() error {
-	if o.n < 1 || o.execN < 1 || o.idle < 0 || o.pool < 1 || o.densityMax < 0 {
-		return fmt.Errorf("--n, --exec-n and --pool must be at least 1, --idle and --density-max not negative")
+	if o.n < 1 || o.execN < 1 || o.idle < 0 || o.pool < 1 || o.densityMax < 0 || o.park < 0 {
+		return fmt.Errorf("--n, --exec-n and --pool must be at least 1, --idle, --density-max and --park not negative")
 	}
 	if o.provider != "local" && o.provider != "docker" {
 		return fmt.Errorf("--provider %s: bench measures local or docker", o.provider)

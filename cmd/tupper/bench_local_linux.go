@@ -56,6 +56,11 @@ func (b *bencher) localSections(ctx context.Context) error {
 			return err
 		}
 	}
+	if b.o.park > 0 {
+		if err := b.parkSection(ctx, prov, rt); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

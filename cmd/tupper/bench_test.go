@@ -185,7 +185,8 @@ func TestBenchSmoke(t *testing.T) {
 		t.Skip("-short: the bench smoke run takes a minute")
 	}
 	r := tupper(t, home, "", "bench", "--cli", "--api", "--n", "1", "--exec-n", "2", "--idle", "1", "--pool", "1",
-		"--e2b", filepath.Join(t.TempDir(), "none"), "--density-max", "2", "--density-runtimes", "runc")
+		"--e2b", filepath.Join(t.TempDir(), "none"), "--density-max", "2", "--density-runtimes", "runc",
+		"--park", "2", "--park-runtimes", "runsc")
 	t.Logf("stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
 	if r.code != 0 {
 		t.Fatalf("bench failed: exit %d", r.code)
@@ -200,6 +201,12 @@ func TestBenchSmoke(t *testing.T) {
 		`… → destroyed +tupper API, pool of 1: the same +1 +` + dur,
 		`idle density +runc: idle sandboxes live before create got 2x slower +≥ 2 +stopped at 2: --density-max 2 reached`,
 		`memory per idle sandbox +runc, 2 sandboxes \(cgroups [0-9.]+ MiB`,
+		`pause +runsc: saved to disk \(pause-frees-memory\) +2 +` + dur,
+		`resume → first command +runsc +2 +` + dur,
+		`parked sandboxes +runsc +2 +stopped: --park 2 reached`,
+		`host memory per parked sandbox +runsc +-?[0-9.]+ MiB`,
+		`disk per parked sandbox +runsc +[0-9.]+ MiB`,
+		`host CPU busy +runsc, 2 parked +[0-9.]+%`,
 	}
 	if strings.Contains(r.stderr, "reporting tupper alone") {
 		t.Log("docker is not here: its rows are not expected")

@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/providers/local"
+	"github.com/tupper-dev/tupper/sandbox"
+)
+
+// The park section: for each runtime, idle sandboxes (network none) are created and paused
+// one at a time with the pause that releases memory — under runsc gVisor's checkpoint
+// ("pause-frees-memory"), elsewhere the pause that drops memory ("pause-cold") — until
+// --park are parked, the host's available memory falls below a fifth, or a create or pause
+// fails. It reports create and pause times, the host memory, disk and CPU that parked
+// sandboxes cost, and how long a parked sandbox takes to answer a command again.
+
+// parkResumes is how many parked sandboxes the section resumes, each then running `true`.
+const parkResumes = 10
+
+func (b *bencher) parkSection(ctx context.Context, prov *local.Provider, defaultRT string) error {
+	list := b.o.parkRuntimes
+	if list == "" {
+		list = local.RuntimeRunsc + "," + defaultRT
+	}
+	for _, rt := range densityRuntimes(list, defaultRT) {
+		if err := b.park(ctx, prov, rt); err != nil {
+			return err
+		}
+	}
+	return b.flush(fmt.Sprintf("Parked sandboxes (local provider, %d MiB of memory, at most %d per runtime)", meminfo("MemTotal")>>20, b.o.park))
+}
+
+func (b *bencher) park(ctx context.Context, prov *local.Provider, rt string) error {
+	opts := sandbox.CreateOptions{Network: sandbox.NetworkNone, Runtime: rt, Labels: benchLabels}
+	var ids []string
+	defer func() { destroyAll(context.WithoutCancel(ctx), prov, ids) }()
+	total, before := meminfo("MemTotal"), meminfo("MemAvailable")
+	idleBefore := cpuBusy(5 * time.Second)
+	var creates, pauses samples
+	kind := ""
+	stop := fmt.Sprintf("--park %d reached", b.o.park)
+	for len(ids) < b.o.park {
+		if meminfo("MemAvailable") < total/5 {
+			stop = "the host's available memory fell below a fifth"
+			break
+		}
+		start := time.Now()
+		box, err := sandbox.Create(ctx, prov, opts)
+		if err != nil {
+			stop = fmt.Sprintf("create %d failed: %v", len(ids)+1, err)
+			break
+		}
+		creates = append(creates, time.Since(start))
+		ids = append(ids, box.ID)
+		pause := sandbox.PauseOptions{}
+		switch {
+		case box.Capabilities.Has(provider.CapPauseFreesMemory):
+			kind = "saved to disk (pause-frees-memory)"
+		case box.Capabilities.Has(provider.CapPauseCold):
+			kind, pause.DropMemory = "memory dropped (pause-cold)", true
+		default:
+			box.Close()
+			b.note("park %s: no pause that releases memory under this runtime; skipped", rt)
+			return nil
+		}
+		start = time.Now()
+		err = box.PauseWith(ctx, pause)
+		box.Close()
+		if err != nil {
+			stop = fmt.Sprintf("pause %d failed: %v", len(ids), err)
+			break
+		}
+		pauses = append(pauses, time.Since(start))
+		if len(ids)%50 == 0 {
+			b.note("park %s: %d parked", rt, len(ids))
+		}
+	}
+	n := len(pauses)
+	if n == 0 {
+		b.figure("parked sandboxes", rt, "0", stop)
+		return nil
+	}
+	time.Sleep(2 * time.Second) // let the last teardowns settle
+	drop := before - meminfo("MemAvailable")
+	busy := cpuBusy(5 * time.Second)
+	disk := dirBytes(filepath.Join(prov.Home(), "sandboxes"), ids[:n])
+
+	var resumes samples
+	for _, id := range ids[:min(parkResumes, n)] {
+		box, err := sandbox.Connect(ctx, prov, id, sandbox.ConnectOptions{})
+		if err != nil {
+			return fmt.Errorf("park %s: connect %s: %w", rt, id, err)
+		}
+		start := time.Now()
+		err = box.Resume(ctx)
+		if err == nil {
+			var res *sandbox.RunResult
+			if res, err = box.Run(ctx, "true", sandbox.RunOptions{}); err == nil && !res.OK {
+				err = fmt.Errorf("true: %+v", res)
+			}
+		}
+		box.Close()
+		if err != nil {
+			return fmt.Errorf("park %s: resume %s: %w", rt, id, err)
+		}
+		resumes = append(resumes, time.Since(start))
+	}
+
+	b.add("create", rt, creates.stats())
+	b.add("pause", fmt.Sprintf("%s: %s", rt, kind), pauses.stats())
+	b.add("resume → first command", rt, resumes.stats())
+	b.figure("parked sandboxes", rt, strconv.Itoa(n), "stopped: "+stop)
+	b.figure("host memory per parked sandbox", rt, fmtMiB(float64(drop)/float64(n)), "host MemAvailable before the first create and with all parked")
+	b.figure("disk per parked sandbox", rt, fmtMiB(float64(disk)/float64(n)), "its directory: checkpoint image, record, logs")
+	b.figure("host CPU busy", fmt.Sprintf("%s, %d parked", rt, n), fmt.Sprintf("%.1f%%", busy*100),
+		fmt.Sprintf("%.1f%% before the first create (over 5 s each, both cores)", idleBefore*100))
+	return nil
+}
+
+// cpuBusy is the share of all CPUs' time, over d, not idle (from /proc/stat); -1 when
+// unreadable.
+func cpuBusy(d time.Duration) float64 {
+	read := func() (busy, all int64, ok bool) {
+		b, err := os.ReadFile("/proc/stat")
+		if err != nil {
+			return 0, 0, false
+		}
+		line, _, _ := strings.Cut(string(b), "\n")
+		f := strings.Fields(line)
+		if len(f) < 6 || f[0] != "cpu" {
+			return 0, 0, false
+		}
+		for i, s := range f[1:] {
+			v, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				return 0, 0, false
+			}
+			all += v
+			if i != 3 && i != 4 { // idle, iowait
+				busy += v
+			}
+		}
+		return busy, all, true
+	}
+	b0, a0, ok0 := read()
+	time.Sleep(d)
+	b1, a1, ok1 := read()
+	if !ok0 || !ok1 || a1 == a0 {
+		return -1
+	}
+	return float64(b1-b0) / float64(a1-a0)
+}
+
+// dirBytes is the apparent size of the files under dir/<id> for ids.
+func dirBytes(dir string, ids []string) int64 {
+	var n int64
+	for _, id := range ids {
+		filepath.WalkDir(filepath.Join(dir, id), func(_ string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return nil
+			}
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+			return nil
+		})
+	}
+	return n
+}
