@@ -23,12 +23,18 @@ import (
 const densityWindow = 10
 
 func (b *bencher) densitySection(ctx context.Context, prov *local.Provider, defaultRT string) error {
-	for _, rt := range densityRuntimes(b.o.densityRuntimes, defaultRT) {
-		if err := b.density(ctx, prov, rt); err != nil {
+	return b.perRuntime(ctx, prov, densityRuntimes(b.o.densityRuntimes, defaultRT), b.density,
+		fmt.Sprintf("Idle density (local provider, %d MiB of memory, at most %d sandboxes per runtime)", meminfo("MemTotal")>>20, b.o.densityMax))
+}
+
+// perRuntime runs a section's measure for each runtime and prints its rows under title.
+func (b *bencher) perRuntime(ctx context.Context, prov *local.Provider, runtimes []string, measure func(context.Context, *local.Provider, string) error, title string) error {
+	for _, rt := range runtimes {
+		if err := measure(ctx, prov, rt); err != nil {
 			return err
 		}
 	}
-	return b.flush(fmt.Sprintf("Idle density (local provider, %d MiB of memory, at most %d sandboxes per runtime)", meminfo("MemTotal")>>20, b.o.densityMax))
+	return b.flush(title)
 }
 
 // densityRuntimes are the runtimes of the density section: list (comma-separated), else the

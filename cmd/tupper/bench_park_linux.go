@@ -30,12 +30,8 @@ func (b *bencher) parkSection(ctx context.Context, prov *local.Provider, default
 	if list == "" {
 		list = local.RuntimeRunsc + "," + defaultRT
 	}
-	for _, rt := range densityRuntimes(list, defaultRT) {
-		if err := b.park(ctx, prov, rt); err != nil {
-			return err
-		}
-	}
-	return b.flush(fmt.Sprintf("Parked sandboxes (local provider, %d MiB of memory, at most %d per runtime)", meminfo("MemTotal")>>20, b.o.park))
+	return b.perRuntime(ctx, prov, densityRuntimes(list, defaultRT), b.park,
+		fmt.Sprintf("Parked sandboxes (local provider, %d MiB of memory, at most %d per runtime)", meminfo("MemTotal")>>20, b.o.park))
 }
 
 func (b *bencher) park(ctx context.Context, prov *local.Provider, rt string) error {
