@@ -153,7 +153,7 @@ type CreateSpec struct {
 	From        string            // a snapshot id to start from (CapSnapshot)
 	Template    string            // provider-specific template name; "" is the default
 	Runtime     string            // provider-specific runtime, e.g. "runc" or "runsc"
-	Volumes     []VolumeMount     // named volumes to mount (CapVolumes, Volumer)
+	Volumes     []VolumeMount     // named volumes to mount (CapVolumes, Volumer); none with From: the snapshot's, where the provider records them
 
 	// BoundSecrets never enter the sandbox: it sees a placeholder in the variable of each
 	// name, which the provider's egress proxy replaces with the value in HTTP requests to

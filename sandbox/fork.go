@@ -52,9 +52,10 @@ func (b *Sandbox) ForkKind() provider.SnapshotKind {
 }
 
 // Fork makes opts.N new sandboxes from this running one, which keeps running. The children
-// are independent: a write in one is seen by no other, nor by the parent. Memory and running
-// processes are carried where the sandbox has "snapshot-full" (ForkKind), files only where it
-// has only "snapshot"; without either, Fork is CodeUnsupported. On a failure, the children
+// are independent: a write in one is seen by no other, nor by the parent, except on a volume
+// the parent mounts, which the children mount too (shared storage, docs/volumes.md). Memory
+// and running processes are carried where the sandbox has "snapshot-full" (ForkKind), files
+// only where it has only "snapshot"; without either, Fork is CodeUnsupported. On a failure, the children
 // already made are destroyed. The provider's provider.Forker does it where there is one;
 // else a snapshot, opts.N creates from it, and the snapshot's deletion.
 func (b *Sandbox) Fork(ctx context.Context, opts ForkOptions) ([]*Sandbox, error) {

@@ -154,13 +154,14 @@ func (p *Provider) newCreation(ctx context.Context, spec provider.CreateSpec, po
 	if err := provider.ValidateVolumeMounts(spec.Volumes); err != nil {
 		return nil, err
 	}
-	if len(spec.Volumes) > 0 && !p.caps.Has(provider.CapVolumes) {
-		return nil, p.volumer()
-	}
 	var snap *snapMeta
 	if spec.From != "" {
 		var err error
 		if snap, err = p.readSnapshot(spec.From); err != nil {
+			return nil, err
+		}
+		// The volumes its sandbox mounted, unless the create names its own (volume.go).
+		if spec.Volumes, err = snapshotVolumes(snap, spec.Volumes); err != nil {
 			return nil, err
 		}
 		if snap.kind() == provider.SnapshotFull {
@@ -171,6 +172,14 @@ func (p *Provider) newCreation(ctx context.Context, spec provider.CreateSpec, po
 			}
 			rtName = snap.Runtime
 		}
+	}
+	if len(spec.Volumes) > 0 && !p.caps.Has(provider.CapVolumes) {
+		return nil, p.volumer()
+	}
+	// A volume that is gone fails the create before anything is made; the volumes step
+	// checks again under the volumes' locks, for a delete meanwhile.
+	if err := p.volumesExist(spec.Volumes, snap); err != nil {
+		return nil, err
 	}
 	if rtName == "" {
 		rtName = p.cfg.Runtime

@@ -38,7 +38,8 @@ import (
 //	                           mode 0600: only ever read by Create, into a proxy's config
 //	snapshots/.tmp-<id>-<pid>/ a snapshot being written; renamed to <id> when complete
 //
-// Processes and memory are not captured. The files keep the host uids they had in the
+// Processes and memory are not captured, nor are the files of the sandbox's volumes: meta.json
+// names the volumes it mounted, which a sandbox from the snapshot mounts again. The files keep the host uids they had in the
 // sandbox's user namespace (never host root, unless the sandbox had no user namespace);
 // restoring shifts them into the new sandbox's range.
 
@@ -63,17 +64,21 @@ type snapMeta struct {
 	BoundSecrets bool `json:"boundSecrets,omitempty"`
 	// CPU, MemoryMB and DiskGB are the size of the sandbox of a full snapshot, which
 	// every sandbox restored from it has.
-	CPU       float64   `json:"cpu,omitempty"`
-	MemoryMB  int       `json:"memoryMB,omitempty"`
-	DiskGB    int       `json:"diskGB,omitempty"`
-	Template  string    `json:"template"`
-	Runtime   string    `json:"runtime"` // of the sandbox it was taken from
-	Source    string    `json:"source"`  // that sandbox's id
-	CreatedAt time.Time `json:"createdAt"`
-	ExpiresAt time.Time `json:"expiresAt,omitzero"` // zero: kept until deleted
-	Size      int64     `json:"size"`               // bytes allocated by its files
-	Inodes    int64     `json:"inodes"`             // entries
-	UIDBase   uint32    `json:"uidBase"`            // host uid of root inside when taken
+	CPU      float64 `json:"cpu,omitempty"`
+	MemoryMB int     `json:"memoryMB,omitempty"`
+	DiskGB   int     `json:"diskGB,omitempty"`
+	// Volumes are the volumes the sandbox mounted (never their files: a volume is shared
+	// storage that outlives sandboxes), which a sandbox from the snapshot mounts again by
+	// name unless its create names its own (snapshotVolumes).
+	Volumes   []provider.VolumeMount `json:"volumes,omitempty"`
+	Template  string                 `json:"template"`
+	Runtime   string                 `json:"runtime"` // of the sandbox it was taken from
+	Source    string                 `json:"source"`  // that sandbox's id
+	CreatedAt time.Time              `json:"createdAt"`
+	ExpiresAt time.Time              `json:"expiresAt,omitzero"` // zero: kept until deleted
+	Size      int64                  `json:"size"`               // bytes allocated by its files
+	Inodes    int64                  `json:"inodes"`             // entries
+	UIDBase   uint32                 `json:"uidBase"`            // host uid of root inside when taken
 }
 
 func (m *snapMeta) expired(now time.Time) bool {
@@ -352,7 +357,7 @@ func (i *Instance) SnapshotKind(ctx context.Context, req provider.SnapshotReques
 	id := newID()
 	meta := snapMeta{
 		ID: id, Name: req.Name, Kind: kind, Template: rec.Template, Runtime: rec.Runtime, Source: rec.ID,
-		Network:   rec.Network,
+		Network: rec.Network, Volumes: rec.Volumes,
 		CreatedAt: time.Now().UTC().Truncate(time.Millisecond), UIDBase: rec.UIDBase,
 	}
 	if full {

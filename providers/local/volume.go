@@ -444,6 +444,73 @@ func (p *Provider) lockVolumes(ctx context.Context, mounts []provider.VolumeMoun
 	return locks, nil
 }
 
+// snapshotVolumes returns the volumes a sandbox created from snapshot m mounts, given those
+// its create names (docs/volumes.md, "With snapshots, forks and pause"): a filesystem
+// snapshot's sandbox boots afresh and mounts whatever it is given, else the volumes m's
+// sandbox mounted, by name; a full snapshot's continues processes that may hold files of
+// its volumes open, and gVisor's restore finds each mount of the checkpoint by its path in
+// the new sandbox's bundle, so it mounts m's volumes, at the same paths and read-only as
+// they were, and given others is CodeInvalidArgument.
+func snapshotVolumes(m *snapMeta, given []provider.VolumeMount) ([]provider.VolumeMount, error) {
+	if len(given) > 0 && m.kind() != provider.SnapshotFull {
+		return given, nil
+	}
+	if len(given) == 0 || sameVolumes(given, m.Volumes) {
+		return slices.Clone(m.Volumes), nil // in m's order: its bundle's
+	}
+	return nil, provider.Errorf(provider.CodeInvalidArgument,
+		"snapshot %s is a full snapshot of a sandbox with %s: its processes continue on the mounts they had, so a sandbox from it mounts the same volumes at the same paths (give no volumes to mount them), not %s; a filesystem snapshot can take other volumes",
+		m.ID, describeVolumes(m.Volumes), describeVolumes(given))
+}
+
+// sameVolumes reports whether a and b are the same mounts, in any order (a path holds one
+// volume).
+func sameVolumes(a, b []provider.VolumeMount) bool {
+	byPath := func(x, y provider.VolumeMount) int { return strings.Compare(x.Path, y.Path) }
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.SortFunc(a, byPath)
+	slices.SortFunc(b, byPath)
+	return slices.Equal(a, b)
+}
+
+// describeVolumes names mounts for a message: "volumes data at /data, models at /m
+// (read-only)", or "no volumes".
+func describeVolumes(mounts []provider.VolumeMount) string {
+	if len(mounts) == 0 {
+		return "no volumes"
+	}
+	var parts []string
+	for _, m := range mounts {
+		s := m.Name + " at " + m.Path
+		if m.ReadOnly {
+			s += " (read-only)"
+		}
+		parts = append(parts, s)
+	}
+	return "volumes " + strings.Join(parts, ", ")
+}
+
+// volumesExist reports the first volume of mounts that does not exist as CodeNotFound,
+// saying so when snapshot snap (nil: none) mounted it.
+func (p *Provider) volumesExist(mounts []provider.VolumeMount, snap *snapMeta) error {
+	for _, m := range mounts {
+		_, err := p.readVolume(m.Name)
+		if err == nil || !errors.Is(err, provider.CodeNotFound) {
+			continue // another error is the volumes step's to meet
+		}
+		if snap != nil && slices.Contains(snap.Volumes, m) {
+			how := "give the create volumes of its own to start from it without"
+			if snap.kind() == provider.SnapshotFull {
+				how = "a full snapshot restores only with the volumes it had"
+			}
+			return provider.Errorf(provider.CodeNotFound,
+				"volume %s not found: snapshot %s mounted it at %s, and a sandbox from it mounts the same volumes by name (%s)", m.Name, snap.ID, m.Path, how)
+		}
+		return err
+	}
+	return nil
+}
+
 // mountSandboxVolumes makes the views of a sandbox's volumes, in its mount namespace (run
 // it on the namespace's thread, with the volumes' locks held): each volume's file system
 // mounted once at dir/vs/<i>, then for each mount a view at dir/v/<j> — read-only when the
