@@ -15,6 +15,8 @@ func lifecycleCases() []testCase {
 	return []testCase{
 		{"PauseUnsupported", lifePauseUnsupported},
 		{"PauseResume", lifePauseResume},
+		{"PauseColdUnsupported", lifePauseColdUnsupported},
+		{"PauseCold", lifePauseCold},
 		{"SnapshotUnsupported", lifeSnapshotUnsupported},
 		{"SnapshotExpiryValidation", lifeSnapshotExpiry},
 		{"SnapshotFrom", lifeSnapshotFrom},
@@ -78,6 +80,86 @@ func lifePauseResume(c *C) {
 	in, err = b.Info(c.Ctx)
 	c.NoErr("Info", err)
 	Eq(c, "State after Resume", in.State, provider.StateRunning)
+}
+
+func lifePauseColdUnsupported(c *C) {
+	c.NeedNot(provider.CapPauseCold, "Lifecycle/PauseCold")
+	b := c.Box()
+	c.WantCode("PauseWith DropMemory", b.PauseWith(c.Ctx, sandbox.PauseOptions{DropMemory: true}), sandbox.CodeUnsupported)
+	in, err := b.Info(c.Ctx)
+	c.NoErr("Info", err)
+	Eq(c, "State after a refused pause", in.State, provider.StateRunning)
+	c.MustRun(b, "true")
+}
+
+// lifePauseCold: a pause without memory keeps the sandbox's files, id and labels and ends
+// its processes; Resume boots it again; a second pause, either way, changes nothing; a
+// sandbox so paused is destroyed like any other (the suite's final check lists none).
+func lifePauseCold(c *C) {
+	c.Need(provider.CapPause, provider.CapPauseCold)
+	b := c.Create(sandbox.CreateOptions{Labels: map[string]string{"kept": "yes"}})
+	c.Write(b, "kept.txt", "on the sandbox's disk")
+	c.Write(b, "/tmp/kept.txt", "in /tmp")
+	proc := start(c, b, "sleep 1000", sandbox.StartOptions{Name: "sleeper"})
+	// A detached process (its own session), outside the SDK's bookkeeping.
+	detached := func() string {
+		return strings.TrimSpace(c.Out(b, `n=0; for f in /proc/[0-9]*/cmdline; do tr '\0' ' ' < "$f" 2>/dev/null | grep -q '^sleep 4242' && n=$((n+1)); done; echo $n`))
+	}
+	if c.Has(provider.CapShell) {
+		c.MustRun(b, "setsid sleep 4242 </dev/null >/dev/null 2>&1 &")
+		c.waitFor(5*time.Second, func() bool { return detached() == "1" })
+		Eq(c, "detached processes before the pause", detached(), "1")
+	}
+	cold := sandbox.PauseOptions{DropMemory: true}
+
+	// Paused with its memory first: a pause without it then changes nothing.
+	c.NoErr("Pause", b.Pause(c.Ctx))
+	c.NoErr("PauseWith DropMemory of a paused sandbox", b.PauseWith(c.Ctx, cold))
+	c.NoErr("Resume", b.Resume(c.Ctx))
+	st, err := proc.Status(c.Ctx)
+	c.NoErr("Status", err)
+	Eq(c, "a process after a pause with memory and a refused cold one", st, sandbox.ProcessRunning)
+
+	c.NoErr("PauseWith DropMemory", b.PauseWith(c.Ctx, cold))
+	in, err := b.Info(c.Ctx)
+	c.NoErr("Info", err)
+	Eq(c, "State while paused without memory", in.State, provider.StatePaused)
+	_, err = b.Run(c.Ctx, "true", sandbox.RunOptions{})
+	c.WantCode("Run while paused", err, sandbox.CodeConflict)
+	c.NoErr("second PauseWith DropMemory", b.PauseWith(c.Ctx, cold))
+	in, err = b.Info(c.Ctx)
+	c.NoErr("Info", err)
+	Eq(c, "State after a second pause", in.State, provider.StatePaused)
+	infos := c.listCase()
+	if Eq(c, "sandboxes listed while paused", len(infos), 1) {
+		Eq(c, "listed state", infos[0].State, provider.StatePaused)
+	}
+
+	c.NoErr("Resume", b.Resume(c.Ctx))
+	in, err = b.Info(c.Ctx)
+	c.NoErr("Info", err)
+	Eq(c, "State after Resume", in.State, provider.StateRunning)
+	Eq(c, "ID after Resume", in.ID, b.ID)
+	Eq(c, "label after Resume", in.Labels["kept"], "yes")
+	Eq(c, "file after Resume", c.Read(b, "kept.txt"), "on the sandbox's disk")
+	Eq(c, "/tmp file after Resume", c.Read(b, "/tmp/kept.txt"), "in /tmp")
+	st, err = proc.Status(c.Ctx)
+	c.NoErr("Status", err)
+	Eq(c, "a process from before the pause, after Resume", st, sandbox.ProcessExited)
+	if c.Has(provider.CapShell) {
+		Eq(c, "detached processes from before the pause, after Resume", detached(), "0")
+	}
+	Eq(c, "a new command after Resume", strings.TrimSpace(c.Out(b, "echo booted")), "booted")
+	again := start(c, b, "sleep 1000", sandbox.StartOptions{Name: "sleeper2"})
+	st, err = again.Status(c.Ctx)
+	c.NoErr("Status", err)
+	Eq(c, "a process started after Resume", st, sandbox.ProcessRunning)
+
+	// Destroyed while paused so: gone, and nothing left (the suite's final check).
+	c.NoErr("PauseWith DropMemory", b.PauseWith(c.Ctx, cold))
+	c.NoErr("Destroy while paused", b.Destroy(c.Ctx))
+	_, err = sandbox.Connect(c.Ctx, c.P(), b.ID, sandbox.ConnectOptions{})
+	c.WantCode("Connect after Destroy", err, sandbox.CodeNotFound)
 }
 
 func lifeSnapshotUnsupported(c *C) {
@@ -236,11 +318,12 @@ func lifeCapabilities(c *C) {
 		}
 	}
 	checks := map[provider.Capability]func() bool{
-		provider.CapPause:    func() bool { _, ok := b.Native.(provider.Pauser); return ok },
-		provider.CapSnapshot: func() bool { _, ok := b.Native.(provider.Snapshotter); return ok },
-		provider.CapTerminal: func() bool { _, ok := b.Native.(provider.Terminaler); return ok },
-		provider.CapTimeout:  func() bool { _, ok := b.Native.(provider.TimeoutSetter); return ok },
-		provider.CapExactKey: func() bool { _, ok := c.P().(provider.KeyedCreator); return ok },
+		provider.CapPause:     func() bool { _, ok := b.Native.(provider.Pauser); return ok },
+		provider.CapPauseCold: func() bool { _, ok := b.Native.(provider.ColdPauser); return ok },
+		provider.CapSnapshot:  func() bool { _, ok := b.Native.(provider.Snapshotter); return ok },
+		provider.CapTerminal:  func() bool { _, ok := b.Native.(provider.Terminaler); return ok },
+		provider.CapTimeout:   func() bool { _, ok := b.Native.(provider.TimeoutSetter); return ok },
+		provider.CapExactKey:  func() bool { _, ok := c.P().(provider.KeyedCreator); return ok },
 	}
 	for cp, ok := range checks {
 		if c.Has(cp) && !ok() {

@@ -93,6 +93,8 @@ var subcommands = []struct {
 	{"keys", newKeysCmd},
 	{"logs", newLogsCmd},
 	{"snapshot", newSnapshotCmd},
+	{"pause", newPauseCmd},
+	{"resume", newResumeCmd},
 	{"fork", newForkCmd},
 	{"template", newTemplateCmd},
 	{"mcp", newMCPCmd},

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"path"
@@ -588,12 +589,12 @@ func (c *creation) bundle(ctx context.Context) error {
 }
 
 func (c *creation) runtime(ctx context.Context) error {
-	// In the sandbox's namespace: the container copies it (and runsc's gofer
-	// opens the rootfs there), and the log is on the sandbox's disk.
-	if err := c.ns(func() error {
-		if c.full {
-			// The image is assembled from the snapshot's blocks for this restore
-			// only (snapshot.go).
+	var restore func() error // instead of booting
+	switch {
+	case c.full:
+		restore = func() error {
+			// The image is assembled from the snapshot's blocks for this restore only
+			// (snapshot.go).
 			into := filepath.Join(c.p.lay.dir(c.id), "image")
 			defer os.RemoveAll(into)
 			img, err := snapshotImage(ctx, c.p.lay.blocks(), c.p.lay.snapshot(c.snap.ID), into)
@@ -602,47 +603,68 @@ func (c *creation) runtime(ctx context.Context) error {
 			}
 			return c.rt.restore(ctx, runscNetwork(c.rec), c.id, c.p.lay.dir(c.id), c.p.lay.pidFile(c.id), c.p.lay.log(c.id), img)
 		}
-		if c.boot.restoring() {
+	case c.boot.restoring():
+		restore = func() error {
 			err := c.rt.restore(ctx, runscNetwork(c.rec), c.id, c.p.lay.dir(c.id), c.p.lay.pidFile(c.id), c.p.lay.log(c.id), filepath.Join(c.p.lay.bootImage(c.boot.key), "image"))
 			c.bootFailed = err != nil
 			return err
 		}
-		return c.rt.start(ctx, runscNetwork(c.rec), c.id, c.p.lay.dir(c.id), c.p.lay.pidFile(c.id), c.p.lay.log(c.id), c.plumbAfterCreate)
+	}
+	if c.w == nil {
+		return errors.New("no mount namespace")
+	}
+	return c.p.runContainer(ctx, c.rt, c.rec, c.w, c.plumbAfterCreate, restore)
+}
+
+// runContainer starts sandbox rec's container on its bundle, in its mount namespace (w, on
+// whose thread the container copies the namespace, runsc's gofer opens the rootfs, and the
+// log is on the sandbox's disk), and records its init. It boots the bundle (the runtime's
+// run), or with plumb (runc and crun with network all or allow) creates it, gives the
+// network namespace the runtime made its interface, then starts it; restore, when not nil,
+// starts it from a checkpoint image instead of booting. Create's runtime step and the resume
+// of a cold pause (coldpause.go) both start containers through it.
+func (p *Provider) runContainer(ctx context.Context, rt ociRuntime, rec *record, w *nsWorker, plumb bool, restore func() error) error {
+	id := rec.ID
+	if err := w.do(func() error {
+		if restore != nil {
+			return restore()
+		}
+		return rt.start(ctx, runscNetwork(rec), id, p.lay.dir(id), p.lay.pidFile(id), p.lay.log(id), plumb)
 	}); err != nil {
 		return err
 	}
 	if h := testHookCreated; h != nil {
-		if err := h(c.id); err != nil {
+		if err := h(id); err != nil {
 			return err
 		}
 	}
-	if c.plumbAfterCreate {
-		pid, err := readPidFile(c.p.lay.pidFile(c.id))
+	if plumb {
+		pid, err := readPidFile(p.lay.pidFile(id))
 		if err != nil {
 			return err
 		}
-		a, err := netip.ParseAddr(c.rec.IP)
+		a, err := netip.ParseAddr(rec.IP)
 		if err != nil {
 			return err
 		}
-		if err := c.p.net.attach(ctx, c.id, fmt.Sprintf("/proc/%d/ns/net", pid), a); err != nil {
+		if err := p.net.attach(ctx, id, fmt.Sprintf("/proc/%d/ns/net", pid), a); err != nil {
 			return err
 		}
-		if err := c.ns(func() error { return c.rt.run(ctx, "", "start", c.id) }); err != nil {
+		if err := w.do(func() error { return rt.run(ctx, "", "start", id) }); err != nil {
 			return err
 		}
 	}
-	pid, err := readPidFile(c.p.lay.pidFile(c.id))
+	pid, err := readPidFile(p.lay.pidFile(id))
 	if err != nil {
 		return err
 	}
-	if c.rtName != RuntimeRunsc {
+	if rt.name != RuntimeRunsc {
 		if err := protectFromOOM(pid); err != nil {
 			return err
 		}
 	}
-	c.rec.InitPID, c.rec.InitStart = pid, procStart(pid)
-	return c.p.lay.writeRecord(c.rec)
+	rec.InitPID, rec.InitStart = pid, procStart(pid)
+	return p.lay.writeRecord(rec)
 }
 
 func (c *creation) undoRuntime() error {
@@ -804,8 +826,8 @@ func (p *Provider) startTemplate(ctx context.Context, rec *record, tc template.C
 	return nil
 }
 
-// testHookCreated, when set by a test, runs right after the runtime made the container; an
-// error fails the create there.
+// testHookCreated, when set by a test, runs right after the runtime made the container (at a
+// create, and at the resume of a cold pause); an error fails the create, or the resume, there.
 var testHookCreated func(id string) error
 
 // testHookHolder, when set by a test, runs in the holder step: with "started" once the holder
@@ -922,6 +944,39 @@ func (p *Provider) writeAgentDir(rec *record, spec provider.CreateSpec, tc templ
 		}
 	}
 	return nil
+}
+
+// setAgentDeadline writes the record's deadline into the agent's config file, which a new
+// agent reads when it starts: the one a cold pause's resume boots (coldpause.go) must not
+// start with the deadline of the create, which SetTimeout may have moved since (an agent
+// whose deadline has passed ends the sandbox at once). The file is in a directory the
+// sandbox's root owns: it is opened without following a final symlink.
+func (p *Provider) setAgentDeadline(rec *record) error {
+	f, err := os.OpenFile(p.lay.agentConfig(rec.ID), os.O_RDWR|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 1<<20))
+	if err != nil {
+		return err
+	}
+	var cfg agentConfig
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		return fmt.Errorf("the agent's config: %w", err)
+	}
+	cfg.DeadlineUnix = 0
+	if !rec.Deadline.IsZero() {
+		cfg.DeadlineUnix = (rec.Deadline.UnixMilli() + 999) / 1000
+	}
+	if b, err = json.Marshal(cfg); err != nil {
+		return err
+	}
+	if err := f.Truncate(0); err != nil {
+		return err
+	}
+	_, err = f.WriteAt(b, 0)
+	return err
 }
 
 // hideAgent reports whether the agent covers /.tupper (its socket directory and binary) from

@@ -232,7 +232,7 @@
 //
 // Under Config.Home (layout in state.go): record.json per sandbox (id, key, labels,
 // createdAt, deadline, idle timeout, runtime, template, network, address, uid range, size,
-// init and holder pids and start times, paused), the bundle, the mount points, the agent
+// init and holder pids and start times, paused, and whether the pause kept memory), the bundle, the mount points, the agent
 // directory, and on the sandbox's disk the log; leases for addresses and uid ranges; file
 // locks for exact keys, the network and each sandbox. A sandbox's liveness is its recorded
 // init pid with the same start time.
@@ -284,6 +284,20 @@
 // sandbox's deadlines; another runtime is unsupported. Provider.Snapshots and SnapshotInfo
 // list and inspect snapshots (provider.SnapshotLister).
 //
+// # Pause
+//
+// Pause keeps a sandbox's memory: the freezer (runc, crun, runsc on the host's network
+// stack), or under runsc with network none a checkpoint to disk that ends the runtime and
+// releases the memory, Resume restoring it in place (park.go). PauseCold (provider.ColdPauser,
+// every runtime) keeps the files but not the memory: it deletes the container, ending every
+// process, and Resume boots a new one on the same bundle (coldpause.go). Both rest on the
+// holder: it keeps the sandbox's mount namespace (disk, rootfs, volumes, and runsc's network
+// namespace) while no container runs, and leaves the sandbox's cgroups, with the egress
+// proxy, while the runtime removes them. The record says Paused, and Saved or Cold for the
+// two that end the container; Cold is written before the kill, so a crash leaves a sandbox
+// running or cold-paused, and a cold-paused one whose container a crash left running is
+// finished by PauseCold, or by Resume before it boots.
+//
 // # Warm starts
 //
 // Two mechanisms make a create skip the boot, each for what can be applied to a sandbox that
@@ -303,7 +317,8 @@
 // agent tunnel), users (/etc/passwd has user), persistent (state in Home), resource-limit
 // and size (cgroups and the bounded tmpfs), shell (/bin/sh in the template — the host's
 // for host —, and runc, crun or a runsc from 2023 on), git (/usr/bin/git in the template),
-// pause and snapshot (a freezer cgroup; a snapshot is copied frozen), snapshot-full and
+// pause, pause-cold and snapshot (a freezer cgroup; a snapshot is copied frozen; a cold
+// pause needs no freezer but is declared with pause, as the capability says), snapshot-full and
 // pause-frees-memory (runsc with network none, per sandbox, in its record: gVisor
 // checkpoints it, park.go).
 package local

@@ -25,6 +25,9 @@ func TestMain(m *testing.M) {
 	if home := os.Getenv(crashEnv); home != "" {
 		os.Exit(crashChild(home))
 	}
+	if home := os.Getenv(coldCrashEnv); home != "" {
+		os.Exit(coldCrashChild(home))
+	}
 	if home := os.Getenv(blocksCrashEnv); home != "" {
 		os.Exit(blocksCrashChild(home))
 	}

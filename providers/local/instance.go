@@ -36,6 +36,7 @@ var (
 	_ provider.FileSystem         = (*Instance)(nil)
 	_ provider.ActivityReporter   = (*Instance)(nil)
 	_ provider.Pauser             = (*Instance)(nil)
+	_ provider.ColdPauser         = (*Instance)(nil)
 	_ provider.TimeoutSetter      = (*Instance)(nil)
 	_ provider.RangeReader        = (*Instance)(nil)
 	_ provider.CapabilityReporter = (*Instance)(nil)
@@ -211,7 +212,8 @@ func (i *Instance) SetTimeout(ctx context.Context, d time.Duration) error {
 // the sandbox to disk and ending its runtime, which releases its memory (park.go).
 func (i *Instance) Pause(ctx context.Context) error { return i.setPaused(ctx, true) }
 
-// Resume thaws a paused sandbox, or restores in place one whose memory was saved.
+// Resume thaws a paused sandbox, restores in place one whose memory was saved, or boots
+// again one paused without its memory (PauseCold, coldpause.go).
 func (i *Instance) Resume(ctx context.Context) error { return i.setPaused(ctx, false) }
 
 func (i *Instance) setPaused(ctx context.Context, pause bool) error {
@@ -227,15 +229,6 @@ func (i *Instance) setPaused(ctx context.Context, pause bool) error {
 	if !i.p.live(rec) {
 		return provider.Errorf(provider.CodeNotFound, "sandbox %s has stopped", i.id)
 	}
-	parked := !alive(rec) // and its image is complete: live
-	if rec.Paused == pause && !parked {
-		return nil
-	}
-	i.p.probed()
-	rt, ok := i.p.runtimes[rec.Runtime]
-	if !ok {
-		return provider.Errorf(provider.CodeUnavailable, "runtime %s not found", rec.Runtime)
-	}
 	verb := "pause"
 	if !pause {
 		verb = "resume"
@@ -245,6 +238,31 @@ func (i *Instance) setPaused(ctx context.Context, pause bool) error {
 		i.rec = rec
 		i.mu.Unlock()
 	}()
+	if rec.Cold {
+		// Paused without its memory: a pause ends what a crash may have left running, a
+		// resume boots it (coldpause.go).
+		rt, err := i.p.runtimeOf(rec)
+		if err != nil {
+			return err
+		}
+		if pause {
+			err = i.p.coldStop(ctx, rt, rec)
+		} else {
+			err = i.coldBoot(ctx, rt, rec)
+		}
+		if err != nil {
+			return provider.Wrap(err, provider.CodeProvider, verb)
+		}
+		return nil
+	}
+	parked := !alive(rec) // and its image is complete: live
+	if rec.Paused == pause && !parked {
+		return nil
+	}
+	rt, err := i.p.runtimeOf(rec)
+	if err != nil {
+		return err
+	}
 	switch {
 	case pause && parked:
 		if !rec.Saved {

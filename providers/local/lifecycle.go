@@ -72,9 +72,9 @@ func (p *Provider) teardown(ctx context.Context, rec *record) error {
 	p.previews.CloseSandbox(id)
 	var errs []error
 	rt, haveRT := p.runtimes[rec.Runtime]
-	if haveRT && rec.Paused {
+	if haveRT && rec.Paused && !rec.Cold {
 		// runsc panics deleting a paused sandbox, and a frozen holder cannot die: thaw it
-		// first.
+		// first. (A cold-paused sandbox has no frozen container: coldpause.go.)
 		rt.run(ctx, runscNetwork(rec), "resume", id)
 	}
 	// The holder first: it is in the sandbox's cgroups, which the runtime's delete removes.
@@ -83,14 +83,8 @@ func (p *Provider) teardown(ctx context.Context, rec *record) error {
 	stopHolder(rec)(holderExitTimeout)
 	stopEgress(rec, holderExitTimeout)
 	if haveRT {
-		if err := rt.remove(ctx, runscNetwork(rec), id); err != nil {
-			// Kill the init ourselves and let the runtime clean up after a dead one.
-			if alive(rec) {
-				unix.Kill(rec.InitPID, unix.SIGKILL)
-			}
-			if err := rt.remove(ctx, runscNetwork(rec), id); err != nil {
-				errs = append(errs, err)
-			}
+		if err := removeContainer(ctx, rt, rec); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if (rec.Network == string(provider.NetworkAll) || rec.Network == string(provider.NetworkAllow)) && p.net != nil {
@@ -333,7 +327,7 @@ func (p *Provider) List(ctx context.Context, filter provider.ListFilter) ([]prov
 func info(r *record) provider.Info {
 	st := provider.StateRunning
 	switch {
-	case r.Saved && !alive(r) && holderAlive(r):
+	case (r.Saved || r.Cold) && !alive(r) && holderAlive(r):
 		st = provider.StatePaused
 	case !alive(r):
 		st = provider.StateStopped

@@ -296,14 +296,8 @@ func (n *network) attach(ctx context.Context, id, nsPath string, a netip.Addr) e
 // address is leased any more, it removes the bridge and the rules too.
 func (n *network) detach(ctx context.Context, id, ip string) error {
 	var errs []error
-	host, _ := vethNames(id)
-	if linkExists(host) {
-		// The pair vanishes with its namespace, possibly while we look ("Cannot find
-		// device", or the kernel's "No such device"): a failed delete is an error only if
-		// the link is still there.
-		if err := n.ip(ctx, "", "link del "+host); err != nil && linkExists(host) {
-			errs = append(errs, err)
-		}
+	if err := n.unplug(ctx, id); err != nil {
+		errs = append(errs, err)
 	}
 	lk, err := n.lock(ctx)
 	if err != nil {
@@ -332,6 +326,23 @@ func (n *network) detach(ctx context.Context, id, ip string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// unplug removes id's host veth, and the pair with it, if it is there; the address stays
+// leased. A pair whose namespace is gone (its container's, under runc and crun) goes with it,
+// but the kernel removes a namespace's devices some time after its last process.
+func (n *network) unplug(ctx context.Context, id string) error {
+	host, _ := vethNames(id)
+	if !linkExists(host) {
+		return nil
+	}
+	// The pair vanishes with its namespace, possibly while we look ("Cannot find device",
+	// or the kernel's "No such device"): a failed delete is an error only if the link is
+	// still there.
+	if err := n.ip(ctx, "", "link del "+host); err != nil && linkExists(host) {
+		return err
+	}
+	return nil
 }
 
 // dirEmpty reports whether dir has no entries, reading at most one: the work does not grow

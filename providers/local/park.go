@@ -39,10 +39,11 @@ import (
 func (l layout) saved(id string) string    { return filepath.Join(l.dir(id), "saved") }
 func (l layout) savedTmp(id string) string { return filepath.Join(l.dir(id), "saved.tmp") }
 
-// parked reports whether r is a sandbox whose memory is on disk: its runtime is gone, its
-// image complete and its holder (so its disk) alive.
+// parked reports whether r is a sandbox whose runtime is gone but which lives on: its
+// holder (so its disk) alive, and its memory on disk (its image complete) or dropped by a
+// cold pause (coldpause.go).
 func (p *Provider) parked(r *record) bool {
-	return !alive(r) && holderAlive(r) && fileExists(p.lay.saved(r.ID))
+	return !alive(r) && holderAlive(r) && (r.Cold || fileExists(p.lay.saved(r.ID)))
 }
 
 // live reports whether r runs or is parked.

@@ -174,6 +174,9 @@ func (p *Provider) probe() {
 	if freezerAvailable() {
 		// A snapshot is copied with the sandbox frozen.
 		caps = append(caps, provider.CapPause, provider.CapSnapshot)
+		// Under every runtime: the holder keeps a sandbox's files while it has no
+		// container (coldpause.go).
+		caps = append(caps, provider.CapPauseCold)
 	}
 	if volumesAvailable() {
 		caps = append(caps, provider.CapVolumes)

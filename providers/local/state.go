@@ -121,6 +121,10 @@ type record struct {
 	// Saved marks a paused sandbox whose memory and processes are on disk and whose runtime
 	// is gone (runsc; park.go). Paused is set too.
 	Saved bool `json:"saved,omitempty"`
+	// Cold marks a sandbox paused without its memory (coldpause.go): its container is gone,
+	// or going, and Resume boots a new one. Paused is set too. It is written before the
+	// container is killed.
+	Cold bool `json:"cold,omitempty"`
 	// HolderPID and HolderStart are the holder's, the process keeping the sandbox's mount
 	// namespace (holder.go). Zero in records from before the sandbox's mounts left the
 	// host's namespace: their disk and rootfs are mounted at the host paths.
