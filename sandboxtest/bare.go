@@ -15,7 +15,7 @@ import (
 // provider.ActivityReporter, provider.RangeReader, provider.PortDialer and
 // provider.CommandTerminaler (the core then opens only a login shell) on its instances.
 // Interfaces without a
-// fallback (provider.Pauser, provider.Snapshotter, provider.Terminaler,
+// fallback (provider.Pauser, provider.ColdPauser, provider.Snapshotter, provider.Terminaler,
 // provider.TimeoutSetter, provider.CapabilityReporter, provider.Volumer) stay reachable, and answer
 // CodeUnsupported where p's instance lacks them, which is what the core answers then too.
 // Capabilities drop provider.CapExactKey, which needs provider.KeyedCreator.
@@ -76,6 +76,7 @@ type bareInstance struct {
 
 var (
 	_ provider.Pauser             = bareInstance{}
+	_ provider.ColdPauser         = bareInstance{}
 	_ provider.Snapshotter        = bareInstance{}
 	_ provider.Terminaler         = bareInstance{}
 	_ provider.TimeoutSetter      = bareInstance{}
@@ -125,6 +126,13 @@ func (b bareInstance) Resume(ctx context.Context) error {
 		return p.Resume(ctx)
 	}
 	return unsupported("resume")
+}
+
+func (b bareInstance) PauseCold(ctx context.Context) error {
+	if p, ok := b.in.(provider.ColdPauser); ok {
+		return p.PauseCold(ctx)
+	}
+	return unsupported("pause without memory")
 }
 
 func (b bareInstance) Snapshot(ctx context.Context, expires time.Duration) (string, error) {
