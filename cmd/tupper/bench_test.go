@@ -186,7 +186,7 @@ func TestBenchSmoke(t *testing.T) {
 	}
 	r := tupper(t, home, "", "bench", "--cli", "--api", "--n", "1", "--exec-n", "2", "--idle", "1", "--pool", "1",
 		"--e2b", filepath.Join(t.TempDir(), "none"), "--density-max", "2", "--density-runtimes", "runc",
-		"--park", "2", "--park-runtimes", "runsc")
+		"--park", "2", "--park-runtimes", "runsc,crun")
 	t.Logf("stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
 	if r.code != 0 {
 		t.Fatalf("bench failed: exit %d", r.code)
@@ -207,6 +207,9 @@ func TestBenchSmoke(t *testing.T) {
 		`host memory per parked sandbox +runsc +-?[0-9.]+ MiB`,
 		`disk per parked sandbox +runsc +[0-9.]+ MiB`,
 		`host CPU busy +runsc, 2 parked +[0-9.]+%`,
+		`pause +crun: memory dropped \(pause-cold\) +2 +` + dur,
+		`resume → first command +crun +2 +` + dur,
+		`parked sandboxes +crun +2 +stopped: --park 2 reached`,
 	}
 	if strings.Contains(r.stderr, "reporting tupper alone") {
 		t.Log("docker is not here: its rows are not expected")
