@@ -44,6 +44,7 @@ const (
 	CapResourceLimit Capability = "resource-limit" // memory, pids and disk are bounded
 	CapVolumes       Capability = "volumes"        // Volumer; CreateSpec.Volumes are mounted
 	CapBoundSecrets  Capability = "bound-secrets"  // CreateSpec.BoundSecrets never enter the sandbox
+	CapEgressProxy   Capability = "egress-proxy"   // Network.Proxy: allowed TCP tunnelled through SOCKS5
 )
 
 // Capabilities is a set of capabilities.

@@ -270,6 +270,11 @@ func failClosed(p provider.Provider, opts CreateOptions) error {
 			return err
 		}
 	}
+	if opts.Network.Proxy != nil {
+		if err := need(provider.CapEgressProxy, "an egress proxy (allowed TCP tunnelled through SOCKS5)"); err != nil {
+			return err
+		}
+	}
 	if opts.Timeout > 0 {
 		if err := need(provider.CapTimeout, "a lifetime timeout"); err != nil {
 			return err
@@ -714,6 +719,9 @@ func (b *Sandbox) SetNetwork(ctx context.Context, n Network) error {
 	s, ok := b.inst.(provider.NetworkSetter)
 	if !ok {
 		return errorf(CodeUnsupported, op, "provider %s cannot change a running sandbox's network", b.Provider)
+	}
+	if n.Proxy != nil && !b.Capabilities.Has(provider.CapEgressProxy) {
+		return errorf(CodeUnsupported, op, "provider %s has no egress proxy (allowed TCP tunnelled through SOCKS5)", b.Provider)
 	}
 	return wrapProvider(s.SetNetwork(ctx, n.Normalized()), op)
 }
