@@ -198,7 +198,7 @@ func (p *Proxy) dialable(a netip.Addr) string {
 	}
 	local := p.LocalAddrs
 	if local == nil {
-		local = interfaceAddrs
+		local = HostAddrs
 	}
 	for _, l := range local() {
 		if l == a {
@@ -208,7 +208,8 @@ func (p *Proxy) dialable(a netip.Addr) string {
 	return ""
 }
 
-func interfaceAddrs() []netip.Addr {
+// HostAddrs are the addresses of the host's interfaces, which the proxy never dials.
+func HostAddrs() []netip.Addr {
 	addrs, _ := net.InterfaceAddrs()
 	var out []netip.Addr
 	for _, a := range addrs {

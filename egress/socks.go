@@ -75,7 +75,7 @@ func (p *Proxy) localAddrs() []netip.Addr {
 	if p.LocalAddrs != nil {
 		return p.LocalAddrs()
 	}
-	return interfaceAddrs()
+	return HostAddrs()
 }
 
 // ResolveProxy resolves the host of a SOCKS server's address (host:port) and returns the

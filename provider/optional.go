@@ -357,6 +357,13 @@ type NetworkSetter interface {
 	SetNetwork(ctx context.Context, n Network) error
 }
 
+// NetworkReporter is optional: the network policy a sandbox has now (after any
+// SetNetwork), its proxy's password removed (EgressProxy.Redacted). Without it, a
+// sandbox's network is not reported.
+type NetworkReporter interface {
+	Network(ctx context.Context) (Network, error)
+}
+
 // EgressReporter is optional: what a sandbox with a network policy (NetworkAllow) asked for
 // and reached, and what its policy refused, oldest first, from a cursor ("" is the start).
 // Names in entries come from the sandbox: bounded and stripped of anything but the

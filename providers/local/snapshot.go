@@ -369,6 +369,7 @@ func (i *Instance) SnapshotKind(ctx context.Context, req provider.SnapshotReques
 		if err != nil {
 			return "", provider.Wrap(err, provider.CodeProvider, "snapshot")
 		}
+		f.Proxy = f.Proxy.Redacted() // a snapshot's metadata holds no credential
 		meta.Policy = &f
 		if bound, err = p.readBoundSecrets(i.id); err != nil {
 			return "", provider.Wrap(err, provider.CodeProvider, "snapshot")
