@@ -3,154 +3,36 @@ package egress
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/tupper-dev/tupper/internal/sockstest"
 	"github.com/tupper-dev/tupper/provider"
 )
 
-// socksServer is a minimal SOCKS5 server (RFC 1928 CONNECT, RFC 1929 username and
-// password) for the tests: it records each CONNECT, then relays to the loopback backend the
-// test mapped the target to.
-type socksServer struct {
-	ln         net.Listener
-	user, pass string            // required credentials; "" none
-	backends   map[string]string // CONNECT target (host:port) → loopback address
-	mu         sync.Mutex
-	accepted   int
-	connects   []socksConnect
-	logins     []string // "user:pass" as sent
-}
-
-// socksConnect is one CONNECT the server read.
-type socksConnect struct {
-	atyp   byte   // 1 IPv4, 3 domain name, 4 IPv6
-	target string // host:port
-}
-
+// newSocksServer serves a test SOCKS5 server (sockstest) on loopback whose targets are
+// backends' loopback addresses.
 func newSocksServer(t *testing.T, user, pass string, backends map[string]string) *socksServer {
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &socksServer{ln: ln, user: user, pass: pass, backends: backends}
+	s := &socksServer{ln: ln, Server: &sockstest.Server{User: user, Pass: pass, Route: func(target string) string { return backends[target] }}}
 	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s.mu.Lock()
-			s.accepted++
-			s.mu.Unlock()
-			go s.serve(c)
-		}
-	}()
+	go s.Serve(ln)
 	return s
 }
 
-func (s *socksServer) serve(c net.Conn) {
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	br := bufio.NewReader(c)
-	head := make([]byte, 2)
-	if _, err := io.ReadFull(br, head); err != nil || head[0] != 5 {
-		return
-	}
-	methods := make([]byte, head[1])
-	if _, err := io.ReadFull(br, methods); err != nil {
-		return
-	}
-	want := byte(0)
-	if s.user != "" {
-		want = 2
-	}
-	if !strings.Contains(string(methods), string([]byte{want})) {
-		c.Write([]byte{5, 0xff})
-		return
-	}
-	c.Write([]byte{5, want})
-	if want == 2 {
-		ver, _ := br.ReadByte()
-		ul, _ := br.ReadByte()
-		u := make([]byte, ul)
-		io.ReadFull(br, u)
-		pl, _ := br.ReadByte()
-		p := make([]byte, pl)
-		if _, err := io.ReadFull(br, p); err != nil || ver != 1 {
-			return
-		}
-		s.mu.Lock()
-		s.logins = append(s.logins, string(u)+":"+string(p))
-		s.mu.Unlock()
-		if string(u) != s.user || string(p) != s.pass {
-			c.Write([]byte{1, 1})
-			return
-		}
-		c.Write([]byte{1, 0})
-	}
-	req := make([]byte, 4)
-	if _, err := io.ReadFull(br, req); err != nil || req[1] != 1 {
-		return
-	}
-	var host string
-	switch req[3] {
-	case 1, 4:
-		b := make([]byte, map[byte]int{1: 4, 4: 16}[req[3]])
-		io.ReadFull(br, b)
-		a, _ := netip.AddrFromSlice(b)
-		host = a.String()
-	case 3:
-		l, _ := br.ReadByte()
-		b := make([]byte, l)
-		io.ReadFull(br, b)
-		host = string(b)
-	}
-	pb := make([]byte, 2)
-	if _, err := io.ReadFull(br, pb); err != nil {
-		return
-	}
-	target := net.JoinHostPort(host, strconv.Itoa(int(binary.BigEndian.Uint16(pb))))
-	s.mu.Lock()
-	s.connects = append(s.connects, socksConnect{req[3], target})
-	s.mu.Unlock()
-	reply := []byte{5, 0, 0, 1, 0, 0, 0, 0, 0, 0}
-	b, ok := s.backends[target]
-	var up net.Conn
-	if ok {
-		var err error
-		up, err = net.Dial("tcp4", b)
-		ok = err == nil
-	}
-	if !ok {
-		reply[1] = 4 // host unreachable
-		c.Write(reply)
-		return
-	}
-	defer up.Close()
-	c.Write(reply)
-	c.SetDeadline(time.Time{})
-	go func() {
-		io.Copy(up, br)
-		up.(*net.TCPConn).CloseWrite()
-	}()
-	io.Copy(c, up)
-}
-
-func (s *socksServer) seen() (accepted int, connects []socksConnect, logins []string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.accepted, append([]socksConnect(nil), s.connects...), append([]string(nil), s.logins...)
+type socksServer struct {
+	*sockstest.Server
+	ln net.Listener
 }
 
 // socksLab is an in-process proxy on loopback whose "internet" is reachable only through a
@@ -268,8 +150,8 @@ func TestSocksTunnel(t *testing.T) {
 		if err != nil || got != "backend anything" {
 			t.Fatalf("through the proxy: %q, %v", got, err)
 		}
-		_, connects, logins := s.seen()
-		if len(connects) != 1 || connects[0] != (socksConnect{1, "11.22.34.9:7000"}) || len(logins) != 0 {
+		_, connects, logins := s.Seen()
+		if len(connects) != 1 || connects[0] != (sockstest.Connect{ATYP: 1, Target: "11.22.34.9:7000"}) || len(logins) != 0 {
 			t.Errorf("CONNECTs %v, logins %v; want one for the address (ATYP 1), no login", connects, logins)
 		}
 	})
@@ -284,7 +166,7 @@ func TestSocksTunnel(t *testing.T) {
 		if err != nil || got != "backend a.test" {
 			t.Fatalf("through the proxy: %q, %v", got, err)
 		}
-		if _, connects, _ := s.seen(); len(connects) != 1 || connects[0] != (socksConnect{3, "a.test:80"}) {
+		if _, connects, _ := s.Seen(); len(connects) != 1 || connects[0] != (sockstest.Connect{ATYP: 3, Target: "a.test:80"}) {
 			t.Errorf("CONNECTs %v, want a.test:80 as a domain name (ATYP 3)", connects)
 		}
 	})
@@ -300,7 +182,7 @@ func TestSocksTunnel(t *testing.T) {
 		if err != nil || got != "backend whatever" {
 			t.Fatalf("through the proxy: %q, %v", got, err)
 		}
-		if _, connects, _ := s.seen(); len(connects) != 1 || connects[0] != (socksConnect{3, "c.test:7000"}) {
+		if _, connects, _ := s.Seen(); len(connects) != 1 || connects[0] != (sockstest.Connect{ATYP: 3, Target: "c.test:7000"}) {
 			t.Errorf("CONNECTs %v, want c.test:7000 as a domain name (ATYP 3)", connects)
 		}
 	})
@@ -315,7 +197,7 @@ func TestSocksTunnel(t *testing.T) {
 		if got, err := l.get(netip.AddrPortFrom(skOther, 7000), "x"); err == nil {
 			t.Fatalf("with refused credentials: %q, want the connection to fail", got)
 		}
-		_, connects, logins := s.seen()
+		_, connects, logins := s.Seen()
 		if len(connects) != 1 || strings.Join(logins, " ") != "alice:s3cret alice:wrong" {
 			t.Errorf("CONNECTs %v, logins %v: want one CONNECT (the refused login makes none) and both logins", connects, logins)
 		}
@@ -371,7 +253,7 @@ func TestSocksTunnel(t *testing.T) {
 		if got, err := l.get(netip.AddrPortFrom(skShared, 80), "b.test"); err == nil {
 			t.Errorf("name not allowed: %q, want refused", got)
 		}
-		if accepted, _, _ := s.seen(); accepted != 0 {
+		if accepted, _, _ := s.Seen(); accepted != 0 {
 			t.Errorf("the SOCKS server had %d connections for refused destinations", accepted)
 		}
 	})
@@ -382,7 +264,7 @@ func TestSocksTunnel(t *testing.T) {
 		if got, err := l.get(netip.AddrPortFrom(skOther, 7000), "x"); err == nil {
 			t.Errorf("through a loopback proxy not allowed: %q, want refused", got)
 		}
-		if accepted, _, _ := s.seen(); accepted != 0 || l.directDials() != 0 {
+		if accepted, _, _ := s.Seen(); accepted != 0 || l.directDials() != 0 {
 			t.Errorf("the SOCKS server had %d connections, %d direct dials; want none", accepted, l.directDials())
 		}
 	})
