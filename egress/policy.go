@@ -15,6 +15,9 @@
 // (`tupper egress-proxy`), and routes the sandbox's DNS and TCP to it with iptables; see
 // docs/network.md.
 //
+// A policy may carry a SOCKS5 proxy (socks.go): the connections it allows are then opened
+// through it, by name when the proxy knows the name, never directly.
+//
 // The proxy also holds the sandbox's bound secrets (secrets.go): values the sandbox knows
 // only as placeholders, written into HTTP requests to their hosts (terminating TLS for
 // those hosts with the sandbox's own CA) and nowhere else.

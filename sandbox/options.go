@@ -74,6 +74,9 @@ var (
 // Network is a sandbox's network policy.
 type Network = provider.Network
 
+// EgressProxy is a SOCKS5 proxy a policy's allowed TCP goes through (Network.Proxy).
+type EgressProxy = provider.EgressProxy
+
 // Network policies. The zero Network is NetworkAll.
 var (
 	NetworkAll  = Network{Mode: provider.NetworkAll}

@@ -65,6 +65,9 @@ func TestSocksEgress(t *testing.T) {
 			t.Errorf("%s: %q, want it to say why", addr, e.Message)
 		}
 	}
+	// The native API's network.proxy: the same check.
+	api.want(t, 400, nil, "POST", "/v1/sandboxes", map[string]any{"network": map[string]any{
+		"allow": []string{"a.test"}, "proxy": map[string]any{"address": "127.0.0.1:1080"}}})
 	if infos, err := l.p.List(l.ctx, provider.ListFilter{}); err != nil || len(infos) != 0 {
 		t.Fatalf("after refused creates the provider has %d sandboxes (%v), want none", len(infos), err)
 	}
