@@ -991,7 +991,10 @@ func (m *snapMeta) info() provider.SnapshotInfo {
 		ExpiresAt: m.ExpiresAt, Size: m.Size,
 	}
 	if f := m.Policy; f != nil {
-		n := provider.Network{Mode: provider.NetworkAllow, Allow: f.Allow, Deny: f.Deny}
+		// The egress proxy without its password (never kept in a snapshot): a fork's
+		// children tunnel through it still, and a proxy that wants the password refuses
+		// them, rather than their going out directly.
+		n := provider.Network{Mode: provider.NetworkAllow, Allow: f.Allow, Deny: f.Deny, Proxy: f.Proxy.Redacted()}
 		switch {
 		case f.Nothing:
 			n = provider.Network{Mode: provider.NetworkNone}
