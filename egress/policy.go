@@ -15,6 +15,9 @@
 // (`tupper egress-proxy`), and routes the sandbox's DNS and TCP to it with iptables; see
 // docs/network.md.
 //
+// A policy may carry a SOCKS5 proxy (socks.go): the connections it allows are then opened
+// through it, by name when the proxy knows the name, never directly.
+//
 // The proxy also holds the sandbox's bound secrets (secrets.go): values the sandbox knows
 // only as placeholders, written into HTTP requests to their hosts (terminating TLS for
 // those hosts with the sandbox's own CA) and nowhere else.
@@ -22,6 +25,8 @@ package egress
 
 import (
 	"fmt"
+
+	"github.com/tupper-dev/tupper/provider"
 	"math"
 	"net/netip"
 	"slices"
@@ -32,6 +37,7 @@ import (
 type Policy struct {
 	allow, deny rules
 	nothing     bool
+	proxy       *provider.EgressProxy // SOCKS5 proxy allowed TCP goes through; nil: direct
 }
 
 // rules is one list, split by kind.
@@ -231,13 +237,40 @@ func (p *Policy) DeniedPrefixes() []netip.Prefix {
 	return slices.Clone(p.deny.prefixes)
 }
 
+// Proxy is the SOCKS5 proxy the policy's allowed TCP connections go through (socks.go);
+// nil when they go out directly.
+func (p *Policy) Proxy() *provider.EgressProxy {
+	if p.nothing {
+		return nil
+	}
+	return p.proxy
+}
+
+// WithProxy returns a copy of p whose allowed TCP connections go through proxy (nil:
+// directly). The proxy's form is checked (provider.EgressProxy.Validate).
+func (p *Policy) WithProxy(proxy *provider.EgressProxy) (*Policy, error) {
+	if err := proxy.Validate(); err != nil {
+		return nil, err
+	}
+	q := *p
+	if proxy != nil {
+		c := *proxy
+		q.proxy = &c
+	} else {
+		q.proxy = nil
+	}
+	return &q, nil
+}
+
 // File is a policy as the proxy reads it from disk. Generation, when not zero, is written
-// to the Applied file once the proxy enforces the policy.
+// to the Applied file once the proxy enforces the policy. Proxy holds a credential: the
+// file is written 0600 and never mounted into the sandbox.
 type File struct {
-	Allow      []string `json:"allow,omitempty"`
-	Deny       []string `json:"deny,omitempty"`
-	Nothing    bool     `json:"nothing,omitempty"` // deny everything, names included
-	Generation int64    `json:"generation,omitempty"`
+	Allow      []string              `json:"allow,omitempty"`
+	Deny       []string              `json:"deny,omitempty"`
+	Nothing    bool                  `json:"nothing,omitempty"` // deny everything, names included
+	Proxy      *provider.EgressProxy `json:"proxy,omitempty"`   // SOCKS5 proxy for allowed TCP
+	Generation int64                 `json:"generation,omitempty"`
 }
 
 // Policy is the policy f says.
@@ -245,7 +278,11 @@ func (f File) Policy() (*Policy, error) {
 	if f.Nothing {
 		return Nothing(), nil
 	}
-	return Parse(f.Allow, f.Deny)
+	p, err := Parse(f.Allow, f.Deny)
+	if err != nil {
+		return nil, err
+	}
+	return p.WithProxy(f.Proxy)
 }
 
 // Applied is the file next to a policy file at path where the proxy writes the generation

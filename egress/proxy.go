@@ -94,7 +94,8 @@ type Proxy struct {
 // proxied is a connection being relayed, with what it was allowed for.
 type proxied struct {
 	dst    netip.AddrPort
-	name   string // SNI or the latest Host; "" when none was needed
+	name   string                // SNI or the latest Host; "" when none was needed
+	via    *provider.EgressProxy // the SOCKS5 proxy it goes through; nil: direct
 	cut    func()
 	hostMu sync.Mutex
 }
@@ -120,8 +121,9 @@ func NewProxy(cfg Config, pol *Policy) (*Proxy, error) {
 	return p, nil
 }
 
-// SetPolicy replaces the policy. Connections the new policy refuses are cut at once;
-// addresses learned from names it no longer allows stop counting.
+// SetPolicy replaces the policy. Connections the new policy refuses are cut at once, and
+// those made through another egress proxy (or none) than the new policy's; addresses
+// learned from names it no longer allows stop counting.
 func (p *Proxy) SetPolicy(pol *Policy) {
 	p.mu.Lock()
 	p.policy = pol
@@ -130,7 +132,7 @@ func (p *Proxy) SetPolicy(pol *Policy) {
 		c.hostMu.Lock()
 		name := c.name
 		c.hostMu.Unlock()
-		if why := p.refuseLocked(c.dst, name); why != "" {
+		if why := p.refuseLocked(c.dst, name); why != "" || !sameProxy(c.via, pol.Proxy()) {
 			cut = append(cut, c.cut)
 		}
 	}
@@ -196,7 +198,7 @@ func (p *Proxy) dialable(a netip.Addr) string {
 	}
 	local := p.LocalAddrs
 	if local == nil {
-		local = interfaceAddrs
+		local = HostAddrs
 	}
 	for _, l := range local() {
 		if l == a {
@@ -206,7 +208,8 @@ func (p *Proxy) dialable(a netip.Addr) string {
 	return ""
 }
 
-func interfaceAddrs() []netip.Addr {
+// HostAddrs are the addresses of the host's interfaces, which the proxy never dials.
+func HostAddrs() []netip.Addr {
 	addrs, _ := net.InterfaceAddrs()
 	var out []netip.Addr
 	for _, a := range addrs {
@@ -545,13 +548,25 @@ func (p *Proxy) relay(c net.Conn) {
 	if dial == nil {
 		dial = func(a netip.AddrPort) (net.Conn, error) { return net.DialTimeout("tcp", a.String(), 10*time.Second) }
 	}
-	up, err := dial(dst)
+	// Through the policy's SOCKS5 proxy when it has one, asking it for the name the proxy
+	// knows (checked, or the allowed name whose answer held the address), never directly.
+	via := p.Policy().Proxy()
+	var up net.Conn
+	if via != nil {
+		remote := name
+		if remote == "" {
+			remote = p.via(dst.Addr(), "")
+		}
+		up, err = p.dialSocks(via, dst, remote)
+	} else {
+		up, err = dial(dst)
+	}
 	if err != nil {
 		deny(name, "dial: "+err.Error())
 		return
 	}
 	var once sync.Once
-	pc := &proxied{dst: dst, name: name}
+	pc := &proxied{dst: dst, name: name, via: via}
 	pc.cut = func() {
 		once.Do(func() {
 			reset(c)
@@ -560,8 +575,12 @@ func (p *Proxy) relay(c net.Conn) {
 	}
 	p.mu.Lock()
 	p.conns[pc] = struct{}{}
-	// Checked again under the lock: a SetPolicy since the check above may have refused it.
+	// Checked again under the lock: a SetPolicy since the check above may have refused it,
+	// or changed the proxy.
 	why := p.refuseLocked(dst, name)
+	if why == "" && !sameProxy(via, p.policy.Proxy()) {
+		why = "the egress proxy changed"
+	}
 	p.mu.Unlock()
 	defer func() {
 		p.mu.Lock()

@@ -44,6 +44,7 @@ const (
 	CapResourceLimit Capability = "resource-limit" // memory, pids and disk are bounded
 	CapVolumes       Capability = "volumes"        // Volumer; CreateSpec.Volumes are mounted
 	CapBoundSecrets  Capability = "bound-secrets"  // CreateSpec.BoundSecrets never enter the sandbox
+	CapEgressProxy   Capability = "egress-proxy"   // Network.Proxy: allowed TCP tunnelled through SOCKS5
 )
 
 // Capabilities is a set of capabilities.
@@ -354,6 +355,13 @@ type TimeoutSetter interface {
 // cut before it returns. Without it, SetNetwork fails with CodeUnsupported.
 type NetworkSetter interface {
 	SetNetwork(ctx context.Context, n Network) error
+}
+
+// NetworkReporter is optional: the network policy a sandbox has now (after any
+// SetNetwork), its proxy's password removed (EgressProxy.Redacted). Without it, a
+// sandbox's network is not reported.
+type NetworkReporter interface {
+	Network(ctx context.Context) (Network, error)
 }
 
 // EgressReporter is optional: what a sandbox with a network policy (NetworkAllow) asked for

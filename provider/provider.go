@@ -225,19 +225,24 @@ const (
 // sandbox reaches passes through the provider's egress checks and is recorded
 // (EgressReporter), for an allow list made from what a run needed. With no lists it refuses
 // nothing network all would allow.
+//
+// Proxy, when set, is a SOCKS5 proxy every TCP connection the policy allows is tunnelled
+// through, outside the sandbox (CapEgressProxy; see EgressProxy). It makes a policy too:
+// with no lists, everything network all would allow, through the proxy.
 type Network struct {
-	Mode  NetworkMode // "" means NetworkAll, or NetworkAllow when a list is given or Learn
-	Allow []string    // destinations allowed, with NetworkAllow
-	Deny  []string    // destinations denied, with NetworkAllow
-	Learn bool        // a policy even with empty lists: everything reached is recorded
+	Mode  NetworkMode  // "" means NetworkAll, or NetworkAllow when a list is given, Learn or Proxy
+	Allow []string     // destinations allowed, with NetworkAllow
+	Deny  []string     // destinations denied, with NetworkAllow
+	Learn bool         // a policy even with empty lists: everything reached is recorded
+	Proxy *EgressProxy // tunnel allowed TCP through this SOCKS5 proxy, with NetworkAllow
 }
 
 // Normalized returns n with its mode filled in: NetworkAllow when "" and a list is given
-// (or Learn), NetworkAll when "" and none is.
+// (or Learn, or Proxy), NetworkAll when "" and none is.
 func (n Network) Normalized() Network {
 	if n.Mode == "" {
 		n.Mode = NetworkAll
-		if len(n.Allow) > 0 || len(n.Deny) > 0 || n.Learn {
+		if len(n.Allow) > 0 || len(n.Deny) > 0 || n.Learn || n.Proxy != nil {
 			n.Mode = NetworkAllow
 		}
 	}

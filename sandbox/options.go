@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"io"
 	"math"
 	"regexp"
@@ -73,6 +74,9 @@ var (
 // Network is a sandbox's network policy.
 type Network = provider.Network
 
+// EgressProxy is a SOCKS5 proxy a policy's allowed TCP goes through (Network.Proxy).
+type EgressProxy = provider.EgressProxy
+
 // Network policies. The zero Network is NetworkAll.
 var (
 	NetworkAll  = Network{Mode: provider.NetworkAll}
@@ -97,15 +101,23 @@ func validateNetwork(op string, n Network) error {
 		if n.Learn {
 			return errorf(CodeInvalidArgument, op, "network learn given with mode %q (learn is a policy: use mode allow, or no mode)", n.Mode)
 		}
+		if n.Proxy != nil {
+			return errorf(CodeInvalidArgument, op, "network proxy given with mode %q (a proxy is a policy: use mode allow, or no mode)", n.Mode)
+		}
 	case provider.NetworkAllow:
-		if !lists && !n.Learn {
-			return errorf(CodeInvalidArgument, op, "network mode allow with neither an allow nor a deny list (nor learn)")
+		if !lists && !n.Learn && n.Proxy == nil {
+			return errorf(CodeInvalidArgument, op, "network mode allow with neither an allow nor a deny list (nor learn, nor a proxy)")
 		}
 	default:
 		return errorf(CodeInvalidArgument, op, "network mode %q is not all, none or allow", n.Mode)
 	}
 	if _, err := egress.Parse(n.Allow, n.Deny); err != nil {
 		return errorf(CodeInvalidArgument, op, "%v", err)
+	}
+	if err := n.Proxy.Validate(); err != nil {
+		var e *provider.Error
+		errors.As(err, &e)
+		return errorf(CodeInvalidArgument, op, "%s", e.Message)
 	}
 	return nil
 }

@@ -260,6 +260,11 @@ func failClosed(p provider.Provider, opts CreateOptions) error {
 			return err
 		}
 	}
+	if opts.Network.Proxy != nil {
+		if err := need(provider.CapEgressProxy, "an egress proxy (allowed TCP tunnelled through SOCKS5)"); err != nil {
+			return err
+		}
+	}
 	switch opts.Network.Normalized().Mode {
 	case provider.NetworkNone:
 		if err := need(provider.CapNetworkNone, `network "none"`); err != nil {
@@ -270,6 +275,7 @@ func failClosed(p provider.Provider, opts CreateOptions) error {
 			return err
 		}
 	}
+
 	if opts.Timeout > 0 {
 		if err := need(provider.CapTimeout, "a lifetime timeout"); err != nil {
 			return err
@@ -702,6 +708,19 @@ func (b *Sandbox) SetTimeout(ctx context.Context, d time.Duration) error {
 	return wrapProvider(t.SetTimeout(ctx, d), "set_timeout")
 }
 
+// Network returns the sandbox's network policy now (after any SetNetwork), its egress
+// proxy without the password. Providers without provider.NetworkReporter answer
+// CodeUnsupported.
+func (b *Sandbox) Network(ctx context.Context) (Network, error) {
+	r, ok := b.inst.(provider.NetworkReporter)
+	if !ok {
+		return Network{}, errorf(CodeUnsupported, "network", "provider %s does not report a sandbox's network", b.Provider)
+	}
+	n, err := r.Network(ctx)
+	n.Proxy = n.Proxy.Redacted()
+	return n, wrapProvider(err, "network")
+}
+
 // SetNetwork replaces the sandbox's network policy while it runs: "all", "none" (nothing
 // leaves) or allow and deny lists (see Network). Connections the new policy refuses are cut
 // before it returns. Providers without provider.NetworkSetter answer CodeUnsupported, and
@@ -710,6 +729,9 @@ func (b *Sandbox) SetNetwork(ctx context.Context, n Network) error {
 	const op = "set_network"
 	if err := validateNetwork(op, n); err != nil {
 		return err
+	}
+	if n.Proxy != nil && !b.Capabilities.Has(provider.CapEgressProxy) {
+		return errorf(CodeUnsupported, op, "provider %s has no egress proxy (allowed TCP tunnelled through SOCKS5)", b.Provider)
 	}
 	s, ok := b.inst.(provider.NetworkSetter)
 	if !ok {

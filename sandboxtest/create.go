@@ -31,6 +31,7 @@ func createCases() []testCase {
 		{"NetworkNone", createNetworkNone},
 		{"NetworkAllow", createNetworkAllow},
 		{"BoundSecrets", createBoundSecrets},
+		{"EgressProxy", createEgressProxy},
 		{"Size", createSize},
 		{"Timeout", createTimeout},
 		{"IdleTimeout", createIdleTimeout},
@@ -411,6 +412,31 @@ func createBoundSecrets(c *C) {
 	// The SDK redacts the value: were it in the sandbox, this would read "***".
 	if got := strings.TrimSpace(c.Out(b, "printenv BOUND")); !strings.HasPrefix(got, "tupper_secret_") {
 		c.Errorf("BOUND in the sandbox is %q, want a placeholder", got)
+	}
+}
+
+// createEgressProxy: a provider with egress-proxy takes a SOCKS5 proxy at a public address
+// (nothing is dialled until the sandbox connects somewhere) and reports it without its
+// password, and refuses one at a loopback address before anything is made; one without
+// refuses any.
+func createEgressProxy(c *C) {
+	px := &sandbox.EgressProxy{Address: "1.1.1.1:1080", Username: "u", Password: "sandboxtest-proxy-password"}
+	opts := sandbox.CreateOptions{Network: sandbox.Network{Proxy: px}}
+	if !c.Has(provider.CapEgressProxy) {
+		failClosed(c, "egress proxy", opts)
+		return
+	}
+	_, err := c.TryCreate(sandbox.CreateOptions{Network: sandbox.Network{Proxy: &sandbox.EgressProxy{Address: "127.0.0.1:1080"}}})
+	c.WantCode("egress proxy at a loopback address", err, sandbox.CodeInvalidArgument)
+	c.nothingCreated("egress proxy at a loopback address")
+	b := c.Create(opts)
+	c.MustRun(b, "true")
+	n, err := b.Network(c.Ctx)
+	if sandbox.CodeOf(err) == sandbox.CodeUnsupported {
+		return
+	}
+	if err != nil || n.Proxy == nil || n.Proxy.Address != px.Address || n.Proxy.Username != "u" || n.Proxy.Password != "" {
+		c.Errorf("Network: %+v, %v; want the proxy without its password", n.Proxy, err)
 	}
 }
 

@@ -91,6 +91,7 @@ type createFlags struct {
 	network      string
 	allow, deny  []string
 	learn        bool
+	egressProxy  string
 	env          []string
 	secrets      []string
 	labels       []string
@@ -124,6 +125,7 @@ func (f *createFlags) register(cmd *cobra.Command) {
 	fl.StringArrayVar(&f.allow, "allow", nil, "allow egress to DEST only: a domain, *.domain, an IP address or a CIDR (repeatable; anything not allowed is denied; see docs/network.md)")
 	fl.StringArrayVar(&f.deny, "deny", nil, "deny egress to DEST: a domain, *.domain, an IP address or a CIDR (repeatable; wins over --allow)")
 	fl.BoolVar(&f.learn, "learn", false, "learn mode: record every destination the sandbox reaches (through the egress policy, refusing nothing unless --allow/--deny say so); run prints the allow list that would permit it, tupper network ID --learned prints it later")
+	fl.StringVar(&f.egressProxy, "egress-proxy", "", "tunnel the sandbox's allowed TCP through this SOCKS5 proxy, outside the sandbox: socks5://[USER@]HOST:PORT, the password in $"+egressProxyPasswordEnv+" (never on the command line); a proxy that is down fails connections, nothing goes out directly (see docs/network.md)")
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "environment variable K=V for every command (repeatable)")
 	fl.StringArrayVar(&f.secrets, "secret", nil, "secret NAME=VALUE, or NAME alone to take $NAME from this environment (repeatable): set in the sandbox's environment, redacted from output; NAME@HOST,HOST…[=VALUE] binds it to hosts (names or *.domain): the sandbox sees only a placeholder, which the egress proxy replaces in HTTP(S) requests to those hosts (see docs/network.md)")
 	fl.StringArrayVar(&f.labels, "label", nil, "label K=V (repeatable)")
@@ -143,6 +145,16 @@ func (f *createFlags) options() (sandbox.CreateOptions, error) {
 			return opts, fmt.Errorf("--allow, --deny and --learn need a network: drop --network none")
 		}
 		opts.Network = sandbox.Network{Mode: provider.NetworkAllow, Allow: f.allow, Deny: f.deny, Learn: f.learn}
+	}
+	if f.egressProxy != "" {
+		if f.network == "none" {
+			return opts, fmt.Errorf("--egress-proxy needs a network: drop --network none")
+		}
+		px, err := parseEgressProxy(f.egressProxy, os.LookupEnv)
+		if err != nil {
+			return opts, err
+		}
+		opts.Network.Mode, opts.Network.Proxy = provider.NetworkAllow, px
 	}
 	if f.size != "" {
 		opts.Size = sandbox.Size{Name: f.size}
@@ -164,6 +176,39 @@ func (f *createFlags) options() (sandbox.CreateOptions, error) {
 		opts.Volumes = append(opts.Volumes, m)
 	}
 	return opts, opts.Validate()
+}
+
+// egressProxyPasswordEnv holds --egress-proxy's password: a command line is readable by
+// every user of the host (ps, /proc), an environment only by its owner.
+const egressProxyPasswordEnv = "TUPPER_EGRESS_PROXY_PASSWORD"
+
+// parseEgressProxy parses --egress-proxy socks5://[USER@]HOST:PORT, its password from
+// $TUPPER_EGRESS_PROXY_PASSWORD (looked up with env); a password in the URL is refused.
+func parseEgressProxy(v string, env func(string) (string, bool)) (*provider.EgressProxy, error) {
+	rest, ok := strings.CutPrefix(v, "socks5://")
+	if !ok {
+		rest, ok = strings.CutPrefix(v, "socks5h://")
+	}
+	if !ok {
+		return nil, fmt.Errorf("--egress-proxy %q: want socks5://[USER@]HOST:PORT", provider.StripCredentials(v))
+	}
+	px := &provider.EgressProxy{Address: strings.TrimSuffix(rest, "/")}
+	if user, addr, ok := strings.Cut(px.Address, "@"); ok {
+		if strings.Contains(user, ":") {
+			return nil, fmt.Errorf("--egress-proxy: put the password in $%s, not on the command line (every user of the host can read it there)", egressProxyPasswordEnv)
+		}
+		px.Username, px.Address = user, addr
+	}
+	if pw, ok := env(egressProxyPasswordEnv); ok && pw != "" {
+		if px.Username == "" {
+			return nil, fmt.Errorf("--egress-proxy: $%s is set but the URL has no USER@", egressProxyPasswordEnv)
+		}
+		px.Password = pw
+	}
+	if err := px.Validate(); err != nil {
+		return nil, fmt.Errorf("--egress-proxy: %w", err)
+	}
+	return px, nil
 }
 
 // parseNetwork parses --network: all (also "") or none.

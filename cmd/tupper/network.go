@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -17,6 +18,7 @@ func newNetworkCmd() *cobra.Command {
 		allow, deny []string
 		learn       bool
 		learned     bool
+		egressProxy string
 	)
 	cmd := &cobra.Command{
 		Use:   "network ID (--allow DEST... --deny DEST... | --mode all|none)",
@@ -34,9 +36,18 @@ func newNetworkCmd() *cobra.Command {
 			var n sandbox.Network
 			switch {
 			case learned:
-				if len(allow) > 0 || len(deny) > 0 || learn || mode != "" {
+				if len(allow) > 0 || len(deny) > 0 || learn || mode != "" || egressProxy != "" {
 					return fmt.Errorf("--learned changes nothing: give it alone")
 				}
+			case egressProxy != "":
+				if mode != "" && mode != string(provider.NetworkAllow) && mode != string(provider.NetworkAll) {
+					return fmt.Errorf("--egress-proxy goes with --allow/--deny, or alone (everything public, through the proxy)")
+				}
+				px, err := parseEgressProxy(egressProxy, os.LookupEnv)
+				if err != nil {
+					return err
+				}
+				n = sandbox.Network{Mode: provider.NetworkAllow, Allow: allow, Deny: deny, Learn: learn, Proxy: px}
 			case len(allow) > 0 || len(deny) > 0 || learn:
 				if mode != "" && mode != string(provider.NetworkAllow) {
 					return fmt.Errorf("--allow, --deny and --learn go with no --mode (or --mode allow)")
@@ -76,6 +87,7 @@ func newNetworkCmd() *cobra.Command {
 	fl.StringArrayVar(&allow, "allow", nil, "allow egress to DEST only (repeatable)")
 	fl.StringArrayVar(&deny, "deny", nil, "deny egress to DEST (repeatable; wins over --allow)")
 	fl.BoolVar(&learn, "learn", false, "learn mode: refuse nothing the lists do not, record every destination reached")
+	fl.StringVar(&egressProxy, "egress-proxy", "", "tunnel the allowed TCP through this SOCKS5 proxy: socks5://[USER@]HOST:PORT, the password in $"+egressProxyPasswordEnv+"; a change without it goes out directly again")
 	fl.BoolVar(&learned, "learned", false, "print, as --allow flags, the allow list that would permit what the sandbox reached so far")
 	return cmd
 }

@@ -250,6 +250,9 @@ func (p *Provider) newCreation(ctx context.Context, spec provider.CreateSpec, po
 		if pol, polFile, err = policyFile(spec.Network); err != nil {
 			return nil, err
 		}
+		if err := p.checkProxy(ctx, spec.Network.Proxy); err != nil {
+			return nil, err
+		}
 	default:
 		return nil, provider.Errorf(provider.CodeInvalidArgument, "unknown network mode %q", netMode)
 	}

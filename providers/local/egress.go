@@ -328,7 +328,7 @@ func policyFile(n provider.Network) (*egress.Policy, egress.File, error) {
 	case provider.NetworkNone:
 		f.Nothing = true
 	case provider.NetworkAllow:
-		f.Allow, f.Deny = n.Allow, n.Deny
+		f.Allow, f.Deny, f.Proxy = n.Allow, n.Deny, n.Proxy
 	default:
 		return nil, f, provider.Errorf(provider.CodeInvalidArgument, "unknown network mode %q", n.Mode)
 	}
@@ -339,7 +339,26 @@ func policyFile(n provider.Network) (*egress.Policy, egress.File, error) {
 	return pol, f, nil
 }
 
-// writeEgressPolicy writes the policy file the proxy reads.
+// checkProxy refuses an egress proxy whose address the sandbox's proxy would never
+// connect to (egress.ResolveProxy: not public, nor in Config.AllowPrivate), before
+// anything is made or changed. Each connection resolves and checks it again.
+func (p *Provider) checkProxy(ctx context.Context, px *provider.EgressProxy) error {
+	if px == nil {
+		return nil
+	}
+	if err := px.Validate(); err != nil {
+		return err
+	}
+	var allow []netip.Prefix
+	if p.net != nil {
+		allow = p.net.allow
+	}
+	_, err := egress.ResolveProxy(ctx, px.Address, allow, egress.HostAddrs())
+	return err
+}
+
+// writeEgressPolicy writes the policy file the proxy reads (mode 0600: it may hold the
+// egress proxy's password).
 func (p *Provider) writeEgressPolicy(id string, f egress.File) error {
 	b, err := json.Marshal(f)
 	if err != nil {
@@ -509,6 +528,9 @@ func (i *Instance) SetNetwork(ctx context.Context, n provider.Network) error {
 	if err != nil {
 		return err
 	}
+	if err := i.p.checkProxy(ctx, n.Proxy); err != nil {
+		return err
+	}
 	file.Generation = time.Now().UnixNano()
 	i.p.probed() // the bridge (p.net), in a process that only connected to the sandbox
 	lk, err := i.p.lockSandbox(ctx, i.id)
@@ -643,6 +665,31 @@ func (p *Provider) dropEgress(rec *record) error {
 		return nil
 	}
 	return p.net.applyFirewall(ctx)
+}
+
+var _ provider.NetworkReporter = (*Instance)(nil)
+
+// Network is the sandbox's network policy now: its record's mode, and for a sandbox with a
+// proxy the policy file's lists and egress proxy (without its password).
+func (i *Instance) Network(ctx context.Context) (provider.Network, error) {
+	rec, err := i.p.lay.readRecord(i.id)
+	if err != nil {
+		return provider.Network{}, err
+	}
+	if rec.Egress == nil {
+		return provider.Network{Mode: provider.NetworkMode(rec.Network)}.Normalized(), nil
+	}
+	f, err := i.p.readEgressPolicy(i.id)
+	if err != nil {
+		return provider.Network{}, provider.Wrap(err, provider.CodeProvider, "network")
+	}
+	if f.Nothing {
+		return provider.Network{Mode: provider.NetworkNone}, nil
+	}
+	if len(f.Allow) == 0 && len(f.Deny) == 0 && f.Proxy == nil {
+		return provider.Network{Mode: provider.NetworkAllow, Learn: true}, nil
+	}
+	return provider.Network{Mode: provider.NetworkAllow, Allow: f.Allow, Deny: f.Deny, Proxy: f.Proxy.Redacted()}, nil
 }
 
 var _ provider.EgressReporter = (*Instance)(nil)

@@ -282,36 +282,7 @@ type egressLab struct {
 }
 
 func testEgress(t *testing.T, rt string) {
-	l := &egressLab{ctx: context.Background(), seen: &tally{}, auth: &tally{}, udp: &tally{}, helper: buildHelper(t, egressHelperSource)}
-	labIP(t, "", "link set lo up")
-	up := filepath.Join(t.TempDir(), "upstream")
-	if err := newNetns(l.ctx, up); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { removeNetns(up) })
-	labIP(t, "",
-		"link add tpup0 type veth peer name tpup1",
-		"link set tpup1 netns "+up,
-		"addr add "+labHostTransit.String()+"/30 dev tpup0",
-		"link set tpup0 up",
-		"route add default via "+labUpTransit.String(),
-	)
-	lines := []string{"link set lo up", "addr add " + labUpTransit.String() + "/30 dev tpup1", "link set tpup1 up",
-		"route add default via " + labHostTransit.String()}
-	for _, a := range []netip.Addr{egShared, egByAddr, egWild, egWildDen, egNoName, egCIDR, egDenied, labPrivate, labResolver, labPublic} {
-		lines = append(lines, "addr add "+a.String()+"/32 dev lo")
-	}
-	labIP(t, up, lines...)
-	cert := l.makeCerts(t)
-	inNetns(t, up, func() { l.serve(t, cert) })
-
-	conf := filepath.Join(t.TempDir(), "resolv.conf")
-	os.WriteFile(conf, []byte("nameserver "+labResolver.String()+"\n"), 0o644)
-	if err := unix.Mount(conf, "/etc/resolv.conf", "", unix.MS_BIND, ""); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unix.Unmount("/etc/resolv.conf", unix.MNT_DETACH) })
-
+	l := newEgressLab(t, nil)
 	l.p = newTestProviderConfig(t, Config{Runtime: rt, Subnet: "10.216.201.0/24", Bridge: "tpeg" + rt, EgressRoots: l.caPEM})
 	// The sandbox is made, changed and destroyed through a real server on loopback: its REST
 	// API and its E2B API.
@@ -574,6 +545,46 @@ func testEgress(t *testing.T, rt string) {
 		// ran among them): nothing of theirs is left, the bridge and its rules included.
 		assertNoLeftovers(t, l.p)
 	})
+}
+
+// newEgressLab builds the lab's upstream namespace and its servers (upNetns, when not nil,
+// runs in it too, to start more), and points the host's resolv.conf at its resolver.
+func newEgressLab(t *testing.T, upNetns func()) *egressLab {
+	l := &egressLab{ctx: context.Background(), seen: &tally{}, auth: &tally{}, udp: &tally{}, helper: buildHelper(t, egressHelperSource)}
+	labIP(t, "", "link set lo up")
+	up := filepath.Join(t.TempDir(), "upstream")
+	if err := newNetns(l.ctx, up); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { removeNetns(up) })
+	labIP(t, "",
+		"link add tpup0 type veth peer name tpup1",
+		"link set tpup1 netns "+up,
+		"addr add "+labHostTransit.String()+"/30 dev tpup0",
+		"link set tpup0 up",
+		"route add default via "+labUpTransit.String(),
+	)
+	lines := []string{"link set lo up", "addr add " + labUpTransit.String() + "/30 dev tpup1", "link set tpup1 up",
+		"route add default via " + labHostTransit.String()}
+	for _, a := range []netip.Addr{egShared, egByAddr, egWild, egWildDen, egNoName, egCIDR, egDenied, labPrivate, labResolver, labPublic} {
+		lines = append(lines, "addr add "+a.String()+"/32 dev lo")
+	}
+	labIP(t, up, lines...)
+	cert := l.makeCerts(t)
+	inNetns(t, up, func() {
+		l.serve(t, cert)
+		if upNetns != nil {
+			upNetns()
+		}
+	})
+
+	conf := filepath.Join(t.TempDir(), "resolv.conf")
+	os.WriteFile(conf, []byte("nameserver "+labResolver.String()+"\n"), 0o644)
+	if err := unix.Mount(conf, "/etc/resolv.conf", "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount("/etc/resolv.conf", unix.MNT_DETACH) })
+	return l
 }
 
 // waitFile waits, up to 10 s, for the file at path in the sandbox to hold word.

@@ -159,7 +159,7 @@ func (p *Provider) probe() {
 		provider.CapResourceLimit, provider.CapSize, provider.CapTerminal,
 	}
 	if p.net != nil {
-		caps = append(caps, provider.CapNetworkAll, provider.CapNetworkPolicy, provider.CapBoundSecrets)
+		caps = append(caps, provider.CapNetworkAll, provider.CapNetworkPolicy, provider.CapBoundSecrets, provider.CapEgressProxy)
 	}
 	// gVisor from before 2023 (Debian bookworm's runsc 20221219) fails
 	// statx(AT_NO_AUTOMOUNT) with EINVAL, which breaks GNU ls and stat of most paths: not a

@@ -369,6 +369,7 @@ func (i *Instance) SnapshotKind(ctx context.Context, req provider.SnapshotReques
 		if err != nil {
 			return "", provider.Wrap(err, provider.CodeProvider, "snapshot")
 		}
+		f.Proxy = f.Proxy.Redacted() // a snapshot's metadata holds no credential
 		meta.Policy = &f
 		if bound, err = p.readBoundSecrets(i.id); err != nil {
 			return "", provider.Wrap(err, provider.CodeProvider, "snapshot")
@@ -990,7 +991,10 @@ func (m *snapMeta) info() provider.SnapshotInfo {
 		ExpiresAt: m.ExpiresAt, Size: m.Size,
 	}
 	if f := m.Policy; f != nil {
-		n := provider.Network{Mode: provider.NetworkAllow, Allow: f.Allow, Deny: f.Deny}
+		// The egress proxy without its password (never kept in a snapshot): a fork's
+		// children tunnel through it still, and a proxy that wants the password refuses
+		// them, rather than their going out directly.
+		n := provider.Network{Mode: provider.NetworkAllow, Allow: f.Allow, Deny: f.Deny, Proxy: f.Proxy.Redacted()}
 		switch {
 		case f.Nothing:
 			n = provider.Network{Mode: provider.NetworkNone}

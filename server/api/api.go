@@ -28,20 +28,21 @@ type Size struct {
 // "allow": [...], "deny": [...]}. An object with "allow" or "deny" and no mode is a policy,
 // even with empty lists (which the SDK then refuses): it never widens to all.
 type Network struct {
-	Mode  string   `json:"mode,omitempty"`
-	Allow []string `json:"allow,omitempty"`
-	Deny  []string `json:"deny,omitempty"`
-	Learn bool     `json:"learn,omitempty"`
+	Mode  string                `json:"mode,omitempty"`
+	Allow []string              `json:"allow,omitempty"`
+	Deny  []string              `json:"deny,omitempty"`
+	Learn bool                  `json:"learn,omitempty"`
+	Proxy *provider.EgressProxy `json:"proxy,omitempty"` // SOCKS5 egress proxy
 }
 
 // NetworkOf is n on the wire.
 func NetworkOf(n provider.Network) *Network {
-	return &Network{Mode: string(n.Mode), Allow: n.Allow, Deny: n.Deny, Learn: n.Learn}
+	return &Network{Mode: string(n.Mode), Allow: n.Allow, Deny: n.Deny, Learn: n.Learn, Proxy: n.Proxy}
 }
 
 // Provider is n as the provider contract's.
 func (n *Network) Provider() provider.Network {
-	return provider.Network{Mode: provider.NetworkMode(n.Mode), Allow: n.Allow, Deny: n.Deny, Learn: n.Learn}
+	return provider.Network{Mode: provider.NetworkMode(n.Mode), Allow: n.Allow, Deny: n.Deny, Learn: n.Learn, Proxy: n.Proxy}
 }
 
 // UnmarshalJSON reads any of the forms; an unknown field of the object form is an error.
@@ -51,29 +52,30 @@ func (n *Network) UnmarshalJSON(data []byte) error {
 		*n = Network{Mode: mode} // the SDK checks the mode
 		return nil
 	}
-	const forms = `"network" is "all", "none", {"allow": [...], "deny": [...]} or {"mode": ..., "allow": [...], "deny": [...]}`
+	const forms = `"network" is "all", "none", {"allow": [...], "deny": [...], "proxy": {...}} or {"mode": ..., "allow": [...], "deny": [...]}`
 	if !bytes.HasPrefix(bytes.TrimSpace(data), []byte("{")) {
 		return errors.New(forms)
 	}
 	var obj struct {
-		Mode  string    `json:"mode"`
-		Allow *[]string `json:"allow"`
-		Deny  *[]string `json:"deny"`
-		Learn bool      `json:"learn"`
+		Mode  string                `json:"mode"`
+		Allow *[]string             `json:"allow"`
+		Deny  *[]string             `json:"deny"`
+		Learn bool                  `json:"learn"`
+		Proxy *provider.EgressProxy `json:"proxy"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&obj); err != nil {
 		return fmt.Errorf("%s: %s", forms, strings.TrimPrefix(err.Error(), "json: "))
 	}
-	*n = Network{Mode: obj.Mode, Learn: obj.Learn}
+	*n = Network{Mode: obj.Mode, Learn: obj.Learn, Proxy: obj.Proxy}
 	if obj.Allow != nil {
 		n.Allow = *obj.Allow
 	}
 	if obj.Deny != nil {
 		n.Deny = *obj.Deny
 	}
-	if n.Mode == "" && (obj.Allow != nil || obj.Deny != nil || obj.Learn) {
+	if n.Mode == "" && (obj.Allow != nil || obj.Deny != nil || obj.Learn || obj.Proxy != nil) {
 		n.Mode = string(provider.NetworkAllow)
 	}
 	return nil

@@ -227,13 +227,14 @@ func (s *Server) options(ctx context.Context, req newSandbox, defTimeout int64, 
 	// On a provider that cannot enforce it the server's reaper does (lifecycle.CreateOptions).
 	opts.Timeout = d
 	var allowOut, denyOut []string
+	var egressProxy *provider.EgressProxy
 	if n := req.Network; n != nil {
-		if isSet(n.EgressProxy) {
-			return opts, unsupported("egress proxies are not supported")
+		var err error
+		if egressProxy, err = egressProxyOf(n.EgressProxy); err != nil {
+			return opts, err
 		}
 		allowOut, denyOut = n.AllowOut, n.DenyOut
 		// Header transforms: bound secrets that set headers, outside the sandbox.
-		var err error
 		if opts.BoundSecrets, err = s.ruleHeaders(ctx, keyID, n.Rules); err != nil {
 			return opts, err
 		}
@@ -246,7 +247,45 @@ func (s *Server) options(ctx context.Context, req newSandbox, defTimeout int64, 
 	if opts.Network, err = networkFromE2B(allowOut, denyOut); err != nil {
 		return opts, err
 	}
+	opts.Network = withEgressProxy(opts.Network, egressProxy)
 	return opts, opts.Validate()
+}
+
+// egressProxyOf parses E2B's SandboxEgressProxyConfig (nil when absent or null): a SOCKS5
+// proxy, its form checked (provider.EgressProxy.Validate); where its address leads, the
+// provider checks before it makes anything.
+func egressProxyOf(raw json.RawMessage) (*provider.EgressProxy, error) {
+	if !isSet(raw) {
+		return nil, nil
+	}
+	var px provider.EgressProxy
+	if err := json.Unmarshal(raw, &px); err != nil {
+		return nil, provider.Errorf(provider.CodeInvalidArgument, "network.egressProxy is an object {address, username, password} of strings")
+	}
+	if px.Address == "" {
+		return nil, provider.Errorf(provider.CodeInvalidArgument, "network.egressProxy.address is required (host:port)")
+	}
+	if err := px.Validate(); err != nil {
+		return nil, err
+	}
+	return &px, nil
+}
+
+// withEgressProxy is n with its allowed TCP tunnelled through px: a policy, so network all
+// becomes allow with no lists, and none allow with everything denied (so that a later
+// update can open it, still through the proxy).
+func withEgressProxy(n sandbox.Network, px *provider.EgressProxy) sandbox.Network {
+	if px == nil {
+		return n
+	}
+	switch n.Normalized().Mode {
+	case provider.NetworkAll:
+		n = sandbox.Network{Mode: provider.NetworkAllow}
+	case provider.NetworkNone:
+		n = sandbox.Network{Mode: provider.NetworkAllow, Deny: []string{allTraffic}}
+	}
+	n.Proxy = px
+	return n
 }
 
 // allTraffic is E2B's denyOut entry for everything.
@@ -414,6 +453,15 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, _ string) {
 	if private(box.Record.Labels) {
 		d.Network = &networkDetail{AllowPublicTraffic: false}
 	}
+	// The egress proxy in force, without its password, from providers that report it.
+	if b, err := s.lc.Peek(r.Context(), box.Record.ID); err == nil {
+		if n, err := b.Network(r.Context()); err == nil && n.Proxy != nil {
+			if d.Network == nil {
+				d.Network = &networkDetail{AllowPublicTraffic: !private(box.Record.Labels)}
+			}
+			d.Network.EgressProxy = n.Proxy.Redacted()
+		}
+	}
 	writeJSON(w, http.StatusOK, d)
 }
 
@@ -482,8 +530,9 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request, _ string)
 		writeError(w, unsupported("network rules are set when a sandbox is created; changing them on a running sandbox is not supported"))
 		return
 	}
-	if isSet(req.EgressProxy) {
-		writeError(w, unsupported("egress proxies are not supported"))
+	px, err := egressProxyOf(req.EgressProxy)
+	if err != nil {
+		writeError(w, err)
 		return
 	}
 	deny := req.DenyOut
@@ -495,6 +544,8 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request, _ string)
 		writeError(w, err)
 		return
 	}
+	// An update without egressProxy stops tunnelling, as E2B's does.
+	n = withEgressProxy(n, px)
 	id := r.PathValue("sandboxID")
 	b, err := s.lc.Handle(r.Context(), id)
 	if err == nil {

@@ -212,7 +212,14 @@ func TestSecrets(t *testing.T) {
 			{"another transform", rules(map[string]any{"api.example.com": []any{map[string]any{"transform": map[string]any{"body": "x"}}}}), 501, "transform.body"},
 			{"another rule field", rules(map[string]any{"api.example.com": []any{map[string]any{"match": "x"}}}), 501, "match"},
 			{"rules not an object", `{"templateID":"base","network":{"rules":[1]}}`, 400, "network.rules"},
-			{"an egress proxy", `{"templateID":"base","network":{"egressProxy":{"address":"p:1080"}}}`, 501, "egress proxies"},
+			// An egress proxy's form is checked first (400); a good one the memory provider,
+			// without CapEgressProxy, refuses (501). The local provider's are in
+			// providers/local's TestSocksEgress.
+			{"an egress proxy", `{"templateID":"base","network":{"egressProxy":{"address":"p.example:1080"}}}`, 501, "egress proxy"},
+			{"an egress proxy without a port", `{"templateID":"base","network":{"egressProxy":{"address":"p.example"}}}`, 400, "host:port"},
+			{"an egress proxy without an address", `{"templateID":"base","network":{"egressProxy":{"username":"u"}}}`, 400, "address is required"},
+			{"an egress proxy password alone", `{"templateID":"base","network":{"egressProxy":{"address":"p.example:1080","password":"pw"}}}`, 400, "without a username"},
+			{"an egress proxy username too long", `{"templateID":"base","network":{"egressProxy":{"address":"p.example:1080","username":"` + strings.Repeat("u", 256) + `"}}}`, 400, "255 bytes"},
 			// Resolved: then the memory provider, which has no egress proxy, refuses.
 			{"a provider without bound secrets", rules(map[string]any{"api.example.com": auth, "*.example.com": header("X-Org", "org-1")}), 501, "bound secrets"},
 		} {
@@ -224,6 +231,10 @@ func TestSecrets(t *testing.T) {
 		var sb struct{ SandboxID string }
 		do("POST", "/v2/sandboxes", keyA, `{"templateID":"base"}`, 201, &sb)
 		do("PUT", "/sandboxes/"+sb.SandboxID+"/network", keyA, js(map[string]any{"rules": map[string]any{"api.example.com": auth}}), 501, nil)
+		var e struct{ Message string }
+		if b := do("PUT", "/sandboxes/"+sb.SandboxID+"/network", keyA, js(map[string]any{"egressProxy": map[string]any{"address": "p.example:1080"}}), 501, &e); !strings.Contains(e.Message, "egress proxy") {
+			t.Errorf("an egress proxy on an update, memory provider: %s", b)
+		}
 	})
 
 	for _, b := range answers {

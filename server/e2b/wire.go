@@ -91,6 +91,9 @@ type sandboxDetail struct {
 // networkDetail is the part of E2B's SandboxNetworkConfig a detail reports.
 type networkDetail struct {
 	AllowPublicTraffic bool `json:"allowPublicTraffic"`
+	// EgressProxy is E2B's SandboxEgressProxyInfo: the address and username, never the
+	// password.
+	EgressProxy *provider.EgressProxy `json:"egressProxy,omitempty"`
 }
 
 type sandboxLifecycle struct {

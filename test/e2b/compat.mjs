@@ -627,6 +627,24 @@ export async function run(sdk, sdkVersion) {
     }
   })
 
+  // The egress proxy's address is checked at create; nothing dials it until the sandbox
+  // connects somewhere, which this step does not (the tunnel itself is providers/local's
+  // TestSocksEgress, in a lab of its own).
+  await step('network.egressProxy: getInfo shows it without the password, updateNetwork without it stops it, a private address is refused', async () => {
+    const password = `compat-proxy-password-${process.pid}`
+    const px = await Sandbox.create('base', { network: { allowOut: ['allowed.test'], denyOut: ['0.0.0.0/0'], egressProxy: { address: '11.22.33.44:1080', username: 'compat', password } }, metadata: { suite: 'tupper-compat-egress' }, timeoutMs: 120_000 })
+    try {
+      const info = await px.getInfo()
+      assert.deepEqual(info.network?.egressProxy, { address: '11.22.33.44:1080', username: 'compat' })
+      assert.ok(!JSON.stringify(info).includes(password), 'getInfo holds the password')
+      await px.updateNetwork({ allowOut: ['allowed.test'], denyOut: ['0.0.0.0/0'] })
+      assert.equal((await px.getInfo()).network?.egressProxy, undefined, 'after an update without egressProxy')
+    } finally {
+      await px.kill()
+    }
+    await assert.rejects(Sandbox.create('base', { network: { egressProxy: { address: '127.0.0.1:1080' } }, metadata: { suite: 'tupper-compat-egress' }, timeoutMs: 60_000 }), /egress proxy/)
+  })
+
   await step('secrets: create, getInfo, update, list, exists, destroy; network.rules naming one', async () => {
     const { Secret, SecretNotFoundError } = sdk
     const name = `compat-${process.pid}`
