@@ -23,6 +23,7 @@ type dialect struct {
 	name                                              string
 	create                                            func(labels map[string]string, timeoutSec int) (id string, status int)
 	setTimeout, pause, resume, snapshot, destroy, get func(id string) int
+	pauseCold                                         func(id string) int // a pause without memory
 }
 
 // TestDialectsAgree: the same lifecycle, asked through the native REST API and through
@@ -72,7 +73,10 @@ func TestDialectsAgree(t *testing.T) {
 			setTimeout: func(id string) int {
 				return do("POST", "/v1/sandboxes/"+id+"/timeout", `{"timeoutMs":600000}`, native, nil)
 			},
-			pause:    func(id string) int { return do("POST", "/v1/sandboxes/"+id+"/pause", "", native, nil) },
+			pause: func(id string) int { return do("POST", "/v1/sandboxes/"+id+"/pause", "", native, nil) },
+			pauseCold: func(id string) int {
+				return do("POST", "/v1/sandboxes/"+id+"/pause", `{"keepMemory":false}`, native, nil)
+			},
 			resume:   func(id string) int { return do("POST", "/v1/sandboxes/"+id+"/resume", "", native, nil) },
 			snapshot: func(id string) int { return do("POST", "/v1/sandboxes/"+id+"/snapshot", `{}`, native, nil) },
 			destroy:  func(id string) int { return do("DELETE", "/v1/sandboxes/"+id, "", native, nil) },
@@ -88,7 +92,10 @@ func TestDialectsAgree(t *testing.T) {
 			setTimeout: func(id string) int {
 				return do("POST", "/sandboxes/"+id+"/timeout", `{"timeout":600}`, e2bHdr, nil)
 			},
-			pause:    func(id string) int { return do("POST", "/sandboxes/"+id+"/pause", "", e2bHdr, nil) },
+			pause: func(id string) int { return do("POST", "/sandboxes/"+id+"/pause", "", e2bHdr, nil) },
+			pauseCold: func(id string) int {
+				return do("POST", "/sandboxes/"+id+"/pause", `{"memory":false}`, e2bHdr, nil)
+			},
 			resume:   func(id string) int { return do("POST", "/sandboxes/"+id+"/resume", "", e2bHdr, nil) },
 			snapshot: func(id string) int { return do("POST", "/sandboxes/"+id+"/snapshots", `{}`, e2bHdr, nil) },
 			destroy:  func(id string) int { return do("DELETE", "/sandboxes/"+id, "", e2bHdr, nil) },
@@ -103,6 +110,8 @@ func TestDialectsAgree(t *testing.T) {
 		Created, Timed  store.Sandbox
 		Events          []string
 		CreateEventKeys []string
+		PauseData       []string // the data of sandbox.paused and sandbox.resumed
+		ColdRecord      store.Sandbox
 	}
 	caps := prov.Capabilities()
 	run := func(d dialect) outcome {
@@ -142,6 +151,17 @@ func TestDialectsAgree(t *testing.T) {
 			step("pause again", d.pause(id))
 			step("resume", d.resume(id))
 		}
+		if caps.Has(provider.CapPauseCold) {
+			step("pause without memory", d.pauseCold(id))
+			rec, err := srv.Store.Sandbox(t.Context(), id)
+			if err != nil {
+				t.Fatalf("%s: record: %v", d.name, err)
+			}
+			o.ColdRecord = normalize(rec)
+			o.ColdRecord.MemoryDropped = rec.MemoryDropped
+			step("pause without memory again", d.pauseCold(id))
+			step("resume after it", d.resume(id))
+		}
 		if caps.Has(provider.CapSnapshot) {
 			step("snapshot", d.snapshot(id))
 		}
@@ -155,6 +175,9 @@ func TestDialectsAgree(t *testing.T) {
 		}
 		for _, ev := range evs {
 			o.Events = append(o.Events, ev.Type)
+			if ev.Type == "sandbox.paused" || ev.Type == "sandbox.resumed" {
+				o.PauseData = append(o.PauseData, ev.Type+" "+string(ev.Data))
+			}
 			if ev.Type == "sandbox.created" {
 				var data map[string]json.RawMessage
 				if err := json.Unmarshal(ev.Data, &data); err != nil {
@@ -177,6 +200,12 @@ func TestDialectsAgree(t *testing.T) {
 	if caps.Has(provider.CapPause) {
 		want = append(want, "pause: ok", "pause again: Conflict", "resume: ok")
 	}
+	if caps.Has(provider.CapPauseCold) {
+		want = append(want, "pause without memory: ok", "pause without memory again: Conflict", "resume after it: ok")
+		if a.ColdRecord.State != provider.StatePaused || !a.ColdRecord.MemoryDropped {
+			t.Errorf("the record after a pause without memory: %+v", a.ColdRecord)
+		}
+	}
 	if caps.Has(provider.CapSnapshot) {
 		want = append(want, "snapshot: ok")
 	}
@@ -186,6 +215,9 @@ func TestDialectsAgree(t *testing.T) {
 	}
 	wantEvents := []string{"sandbox.created", "sandbox.timeout_set"}
 	if caps.Has(provider.CapPause) {
+		wantEvents = append(wantEvents, "sandbox.paused", "sandbox.resumed")
+	}
+	if caps.Has(provider.CapPauseCold) {
 		wantEvents = append(wantEvents, "sandbox.paused", "sandbox.resumed")
 	}
 	if caps.Has(provider.CapSnapshot) {

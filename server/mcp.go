@@ -47,6 +47,11 @@ func (s *Server) newMCP() (*mcpserver.HTTPHandler, error) {
 					}
 					return s.lc.Snapshot(ctx, b.ID, lifecycle.SnapshotOptions{KeyID: c.KeyID})
 				},
+				// Recorded and evented, as the API's pause and resume.
+				Pause: func(ctx context.Context, b *sandbox.Sandbox, opts sandbox.PauseOptions) error {
+					return s.lc.Pause(ctx, b.ID, opts)
+				},
+				Resume: func(ctx context.Context, b *sandbox.Sandbox) error { return s.lc.Resume(ctx, b.ID) },
 			}
 		},
 	})

@@ -49,7 +49,7 @@ const deadlineGrace = 5 * time.Second
 // Reconcile compares the server's records with the provider: a sandbox the provider no longer
 // has, two reconciles in a row, is recorded as expired, and one past its deadline is destroyed
 // (the host side enforces deadlines too, whatever happens inside the sandbox), or paused when
-// it was created with onTimeout pause.
+// it was created with onTimeout pause (without its memory with onTimeout pause-cold).
 //
 // Why two: a sandbox that a request (REST, E2B, MCP) is destroying can be read from the store
 // before its destroy and be missing from the provider's list after it, before the request has
@@ -97,7 +97,7 @@ func (s *Server) Reconcile(ctx context.Context) error {
 		if deadline.IsZero() {
 			deadline = rec.Deadline
 		}
-		if rec.OnTimeout == store.OnTimeoutPause {
+		if store.PausesAtTimeout(rec.OnTimeout) {
 			// The provider has no deadline of its own for it: the server pauses it at its
 			// deadline (and a paused one has none).
 			if in.State == provider.StateRunning && !rec.Deadline.IsZero() && now.After(rec.Deadline) {

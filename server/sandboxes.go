@@ -118,7 +118,7 @@ func (s *Server) toJSON(in sandbox.Info, rec store.Sandbox) api.Sandbox {
 		key = in.Key
 	}
 	deadline := in.Deadline
-	if rec.OnTimeout == store.OnTimeoutPause {
+	if store.PausesAtTimeout(rec.OnTimeout) {
 		deadline = rec.Deadline // the server's: it pauses the sandbox then
 	}
 	return api.Sandbox{
@@ -216,8 +216,16 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, _ *caller
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// pause pauses a sandbox, keeping its memory unless the body says {"keepMemory": false}
+// (its files are kept, its processes end, and a resume boots it again).
 func (s *Server) pause(w http.ResponseWriter, r *http.Request, _ *caller) {
-	if err := s.lc.Pause(r.Context(), r.PathValue("id")); err != nil {
+	var req api.PauseRequest
+	if err := decode(w, r, &req, true); err != nil {
+		writeError(w, err)
+		return
+	}
+	opts := sandbox.PauseOptions{DropMemory: req.KeepMemory != nil && !*req.KeepMemory}
+	if err := s.lc.Pause(r.Context(), r.PathValue("id"), opts); err != nil {
 		writeError(w, err)
 		return
 	}

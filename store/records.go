@@ -151,19 +151,31 @@ type Sandbox struct {
 	Deadline    time.Time
 	State       provider.State
 	DestroyedAt time.Time
-	// OnTimeout is what the server does at the deadline: OnTimeoutKill ("": the same) or
-	// OnTimeoutPause. AutoResume resumes the sandbox when it is used while paused. Timeout
-	// is its lifetime, given again from each resume (0: none).
+	// OnTimeout is what the server does at the deadline: OnTimeoutKill ("": the same),
+	// OnTimeoutPause or OnTimeoutPauseCold. AutoResume resumes the sandbox when it is used
+	// while paused. Timeout is its lifetime, given again from each resume (0: none).
 	OnTimeout  string
 	AutoResume bool
 	Timeout    time.Duration
+	// MemoryDropped says the paused sandbox's pause dropped its memory (a cold pause): its
+	// resume boots it again, so only an explicit resume may, never a use (AutoResume).
+	MemoryDropped bool
 }
 
 // What a sandbox does at its deadline (Sandbox.OnTimeout).
 const (
 	OnTimeoutKill  = "kill"
 	OnTimeoutPause = "pause"
+	// OnTimeoutPauseCold pauses it without its memory: its files are kept, its processes
+	// end, and a resume boots it again.
+	OnTimeoutPauseCold = "pause-cold"
 )
+
+// PausesAtTimeout reports whether a sandbox with this OnTimeout is paused at its deadline
+// (either way), by the server's reaper, rather than destroyed.
+func PausesAtTimeout(onTimeout string) bool {
+	return onTimeout == OnTimeoutPause || onTimeout == OnTimeoutPauseCold
+}
 
 // TokenPrefix is how sandbox tokens begin.
 const TokenPrefix = "sbt_"
@@ -235,7 +247,7 @@ func (s *Store) SandboxForToken(ctx context.Context, token string) (string, erro
 }
 
 const sandboxCols = `id, provider, api_key_id, key, labels, created_at, deadline, state, destroyed_at,
-	on_timeout, auto_resume, timeout_ms`
+	on_timeout, auto_resume, timeout_ms, memory_dropped`
 
 func scanSandbox(sc interface{ Scan(...any) error }) (Sandbox, error) {
 	var sb Sandbox
@@ -243,7 +255,7 @@ func scanSandbox(sc interface{ Scan(...any) error }) (Sandbox, error) {
 	var created, deadline, timeoutMS int64
 	var destroyed sql.NullInt64
 	if err := sc.Scan(&sb.ID, &sb.Provider, &sb.APIKeyID, &sb.Key, &labels, &created, &deadline, &state, &destroyed,
-		&sb.OnTimeout, &sb.AutoResume, &timeoutMS); err != nil {
+		&sb.OnTimeout, &sb.AutoResume, &timeoutMS, &sb.MemoryDropped); err != nil {
 		return Sandbox{}, err
 	}
 	sb.Timeout = time.Duration(timeoutMS) * time.Millisecond
@@ -312,9 +324,18 @@ func (s *Store) MarkDestroyed(ctx context.Context, id string) (bool, error) {
 	return n == 1, dbErr(tx.Commit())
 }
 
-// SetState records a live sandbox's state.
+// SetState records a live sandbox's state (and that no pause of it dropped its memory: see
+// SetPaused).
 func (s *Store) SetState(ctx context.Context, id string, st provider.State) error {
-	_, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET state = ? WHERE id = ? AND destroyed_at IS NULL`, string(st), id)
+	_, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET state = ?, memory_dropped = 0 WHERE id = ? AND destroyed_at IS NULL`, string(st), id)
+	return dbErr(err)
+}
+
+// SetPaused records a live sandbox paused, and whether its pause dropped its memory
+// (Sandbox.MemoryDropped).
+func (s *Store) SetPaused(ctx context.Context, id string, memoryDropped bool) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET state = ?, memory_dropped = ? WHERE id = ? AND destroyed_at IS NULL`,
+		string(provider.StatePaused), memoryDropped, id)
 	return dbErr(err)
 }
 

@@ -171,6 +171,11 @@ CREATE TABLE secrets (
 	UNIQUE (api_key_id, name)
 );
 `,
+	// 7: whether a paused sandbox's pause dropped its memory (a cold pause: its resume boots
+	// it again), which no use of it may resume behind the client's back.
+	`
+ALTER TABLE sandboxes ADD COLUMN memory_dropped INTEGER NOT NULL DEFAULT 0;
+`,
 }
 
 // rotateSecretsVersion is the migration that replaces the secrets of stores made by older

@@ -131,6 +131,38 @@ func TestSandboxesAndTokens(t *testing.T) {
 	}
 }
 
+// A pause records whether it dropped the memory; any other state (a resume) clears it.
+func TestPausedMemoryDropped(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, t.TempDir())
+	if err := s.PutSandbox(ctx, Sandbox{ID: "sb1", Provider: "memory", CreatedAt: time.Now(), OnTimeout: OnTimeoutPauseCold}, nil); err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string, state provider.State, dropped bool) {
+		t.Helper()
+		sb, err := s.Sandbox(ctx, "sb1")
+		if err != nil || sb.State != state || sb.MemoryDropped != dropped || sb.OnTimeout != OnTimeoutPauseCold {
+			t.Fatalf("%s: %+v %v; want %s, memory dropped %v", what, sb, err, state, dropped)
+		}
+	}
+	check("created", provider.StateRunning, false)
+	if err := s.SetPaused(ctx, "sb1", true); err != nil {
+		t.Fatal(err)
+	}
+	check("paused without memory", provider.StatePaused, true)
+	if err := s.SetState(ctx, "sb1", provider.StateRunning); err != nil {
+		t.Fatal(err)
+	}
+	check("resumed", provider.StateRunning, false)
+	if err := s.SetPaused(ctx, "sb1", false); err != nil {
+		t.Fatal(err)
+	}
+	check("paused with memory", provider.StatePaused, false)
+	if !PausesAtTimeout(OnTimeoutPause) || !PausesAtTimeout(OnTimeoutPauseCold) || PausesAtTimeout(OnTimeoutKill) || PausesAtTimeout("") {
+		t.Error("PausesAtTimeout")
+	}
+}
+
 func TestOutbox(t *testing.T) {
 	ctx := context.Background()
 	s := open(t, t.TempDir())

@@ -255,7 +255,8 @@ func TestProcesses(t *testing.T) {
 }
 
 // TestBoundSession: a session bound to an existing sandbox uses it as the default, reaches
-// and lists no other, refuses to create or destroy, and leaves it running at Close.
+// and lists no other, refuses to create, destroy, pause or resume, and leaves it running at
+// Close.
 func TestBoundSession(t *testing.T) {
 	prov := memory.New()
 	ctx := context.Background()
@@ -288,6 +289,8 @@ func TestBoundSession(t *testing.T) {
 	want(t, call(t, s, "create_sandbox", map[string]any{}), true, "bound to sandbox")
 	want(t, call(t, s, "fork", map[string]any{}), true, "bound to sandbox")
 	want(t, call(t, s, "destroy_sandbox", map[string]any{"sandbox_id": mine.ID}), true, "bound to sandbox")
+	want(t, call(t, s, "pause_sandbox", map[string]any{"keep_memory": false}), true, "bound to sandbox")
+	want(t, call(t, s, "resume_sandbox", map[string]any{}), true, "bound to sandbox")
 	if n := sandboxes(t, prov); n != 2 {
 		t.Fatalf("%d sandboxes, want the 2 made by the test", n)
 	}

@@ -66,3 +66,31 @@ func TestSessionHooks(t *testing.T) {
 		t.Fatalf("destroyed hook saw %v after Close, want [%s %s]", destroyed, extra.ID, def)
 	}
 }
+
+// pause_sandbox and resume_sandbox go through the Pause and Resume hooks (a server's
+// lifecycle): keep_memory false asks for a pause that drops the memory, its absence or true
+// for one that keeps it; without hooks, a provider that cannot pause is a result the model
+// reads, naming what is missing.
+func TestPauseHooks(t *testing.T) {
+	var got []string
+	s, _ := newTestSession(t, SessionOptions{
+		Pause: func(ctx context.Context, b *sandbox.Sandbox, opts sandbox.PauseOptions) error {
+			got = append(got, map[bool]string{true: "pause-cold", false: "pause"}[opts.DropMemory])
+			return nil
+		},
+		Resume: func(ctx context.Context, b *sandbox.Sandbox) error {
+			got = append(got, "resume")
+			return nil
+		},
+	})
+	want(t, call(t, s, "pause_sandbox", map[string]any{}), false, "with its memory")
+	want(t, call(t, s, "pause_sandbox", map[string]any{"keep_memory": true}), false, "with its memory")
+	want(t, call(t, s, "pause_sandbox", map[string]any{"keep_memory": false}), false, "keeping only its files")
+	want(t, call(t, s, "resume_sandbox", map[string]any{}), false, "resumed sandbox")
+	if !slices.Equal(got, []string{"pause", "pause", "pause-cold", "resume"}) {
+		t.Fatalf("hooks saw %v", got)
+	}
+
+	plain, _ := newTestSession(t, SessionOptions{})
+	want(t, call(t, plain, "pause_sandbox", map[string]any{"keep_memory": false}), true, "cannot pause")
+}

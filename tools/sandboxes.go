@@ -33,6 +33,19 @@ func sandboxTools() []Tool {
 				"default sandbox makes the next call without sandbox_id start a fresh one.",
 			Destructive: true,
 		}, destroySandbox),
+		define(Tool{
+			Name: "pause_sandbox",
+			Description: "Pause a sandbox until resume_sandbox: it uses no CPU meanwhile, and other tools fail on it. " +
+				"By default its memory is kept: its running processes continue on resume. With keep_memory false " +
+				"only its files are kept: its processes end, its memory is released, and resume starts it again " +
+				"from its files (not every sandbox provider can).",
+			Destructive: true, // keep_memory false ends the sandbox's processes
+		}, pauseSandbox),
+		define(Tool{
+			Name: "resume_sandbox",
+			Description: "Resume a sandbox paused with pause_sandbox (or at its timeout). One paused with keep_memory " +
+				"false starts again from its files, with no process from before.",
+		}, resumeSandbox),
 	}
 }
 
@@ -144,4 +157,36 @@ func destroySandbox(ctx context.Context, s *Session, a destroySandboxArgs) (Resu
 		return Result{}, err
 	}
 	return Result{Text: "destroyed sandbox " + a.ID, Data: map[string]any{"sandbox_id": a.ID}}, nil
+}
+
+type pauseSandboxArgs struct {
+	KeepMemory *bool `json:"keep_memory,omitempty" jsonschema:"Keep the sandbox's memory and running processes, which continue on resume. False keeps only its files: its processes end and resume starts it again. Default: true."`
+	inSandbox
+}
+
+func pauseSandbox(ctx context.Context, s *Session, a pauseSandboxArgs) (Result, error) {
+	b, err := s.Sandbox(ctx, a.SandboxID)
+	if err != nil {
+		return Result{}, err
+	}
+	keep := a.KeepMemory == nil || *a.KeepMemory
+	if err := s.pause(ctx, b, sandbox.PauseOptions{DropMemory: !keep}); err != nil {
+		return Result{}, err
+	}
+	text := "paused sandbox " + b.ID + " with its memory: its processes continue after resume_sandbox"
+	if !keep {
+		text = "paused sandbox " + b.ID + " keeping only its files: its processes ended, and resume_sandbox starts it again"
+	}
+	return Result{Text: text, Data: map[string]any{"sandbox_id": b.ID, "memory_kept": keep}}, nil
+}
+
+func resumeSandbox(ctx context.Context, s *Session, a inSandbox) (Result, error) {
+	b, err := s.Sandbox(ctx, a.SandboxID)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := s.resume(ctx, b); err != nil {
+		return Result{}, err
+	}
+	return Result{Text: "resumed sandbox " + b.ID, Data: map[string]any{"sandbox_id": b.ID}}, nil
 }

@@ -38,11 +38,16 @@ type SessionOptions struct {
 	// Snapshot, when set, takes the snapshot tool's snapshots (a server counts them against
 	// its quotas and gives them its expiry, as its own API does). Nil: Sandbox.Snapshot.
 	Snapshot func(ctx context.Context, b *sandbox.Sandbox) (string, error)
+	// Pause and Resume, when set, pause and resume sandboxes for pause_sandbox and
+	// resume_sandbox (a server records the change and emits its events, as its own API
+	// does). Nil: Sandbox.PauseWith and Sandbox.Resume.
+	Pause  func(ctx context.Context, b *sandbox.Sandbox, opts sandbox.PauseOptions) error
+	Resume func(ctx context.Context, b *sandbox.Sandbox) error
 
 	// Bound, when set, binds the session to that existing sandbox: it is the default, it is
 	// the only sandbox the session lists or reaches (another sandbox_id is not found), and the
-	// session neither creates sandboxes (create_sandbox is refused) nor destroys it
-	// (destroy_sandbox is refused, Close leaves it running). A server gives a sandbox's own
+	// session neither creates sandboxes (create_sandbox is refused) nor destroys, pauses or
+	// resumes it (those tools are refused, Close leaves it running). A server gives a sandbox's own
 	// MCP endpoint such a session.
 	Bound string
 }
@@ -368,8 +373,30 @@ func (s *Session) Close(ctx context.Context) error {
 }
 
 // boundErr is the refusal of op (create, destroy) by a session bound to one sandbox.
+// pause pauses b as opts say: SessionOptions.Pause, else the sandbox itself.
+func (s *Session) pause(ctx context.Context, b *sandbox.Sandbox, opts sandbox.PauseOptions) error {
+	if s.opts.Bound != "" {
+		return s.boundErr("pause")
+	}
+	if s.opts.Pause != nil {
+		return s.opts.Pause(ctx, b, opts)
+	}
+	return b.PauseWith(ctx, opts)
+}
+
+// resume resumes b: SessionOptions.Resume, else the sandbox itself.
+func (s *Session) resume(ctx context.Context, b *sandbox.Sandbox) error {
+	if s.opts.Bound != "" {
+		return s.boundErr("resume")
+	}
+	if s.opts.Resume != nil {
+		return s.opts.Resume(ctx, b)
+	}
+	return b.Resume(ctx)
+}
+
 func (s *Session) boundErr(op string) error {
-	return &sandbox.Error{Code: sandbox.CodeForbidden, Op: op, Message: "this session is bound to sandbox " + s.opts.Bound + ": it neither creates nor destroys sandboxes"}
+	return &sandbox.Error{Code: sandbox.CodeForbidden, Op: op, Message: "this session is bound to sandbox " + s.opts.Bound + ": it neither creates, destroys, pauses nor resumes sandboxes"}
 }
 
 // destroy removes a sandbox nobody will use, with its own deadline.

@@ -49,7 +49,7 @@ func TestGoldenAnthropic(t *testing.T)   { golden(t, "anthropic.golden", Anthrop
 // The names are a public contract (issue 6): exactly these, in this order.
 func TestNames(t *testing.T) {
 	want := []string{
-		"create_sandbox", "list_sandboxes", "destroy_sandbox", "run_command", "start_process",
+		"create_sandbox", "list_sandboxes", "destroy_sandbox", "pause_sandbox", "resume_sandbox", "run_command", "start_process",
 		"process_logs", "stop_process", "read_file", "write_file", "edit_file", "list_files",
 		"search_files", "file_changes", "git_clone", "git_status", "git_diff", "git_commit",
 		"snapshot", "fork", "expose_port",

@@ -251,34 +251,9 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 		}
 	}
 
-	// Step: start, handing the agent its config on its standard input (attached before the
-	// start, closed once written), and wait for the agent. The config (token, environment,
-	// secrets) is never a file in the container, so no snapshot (docker commit) keeps it.
-	att, err := p.cli.ContainerAttach(ctx, created.ID, client.ContainerAttachOptions{Stream: true, Stdin: true})
-	if err != nil {
-		return nil, p.err(err, "create: attach")
-	}
-	sent := make(chan error, 1)
-	go func() {
-		_, err := att.Conn.Write(cfgJSON)
-		if err == nil {
-			err = att.CloseWrite()
-		}
-		sent <- err
-	}()
-	_, err = p.cli.ContainerStart(ctx, created.ID, client.ContainerStartOptions{})
-	if err != nil {
-		att.Close()
-		return nil, p.err(err, "create: start")
-	}
-	select {
-	case err = <-sent:
-	case <-ctx.Done():
-		err = ctx.Err()
-	}
-	att.Close()
-	if err != nil {
-		return nil, provider.Errorf(provider.CodeProvider, "docker: handing the agent its config: %v", err)
+	// Step: start, handing the agent its config, and wait for the agent.
+	if err := p.start(ctx, created.ID, cfgJSON); err != nil {
+		return nil, err
 	}
 	in, err := p.inspectID(ctx, created.ID)
 	if err != nil {
@@ -296,7 +271,42 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 		}
 	}
 	ok = true
+	p.rememberConfig(id, cfgJSON)
 	return inst, nil
+}
+
+// start starts a container whose init is the agent, handing the agent its config on its
+// standard input (attached before the start, closed once written): Create's start, and the
+// resume of a sandbox paused without its memory. The config (token, environment, secrets) is
+// never a file in the container, so no snapshot (docker commit) keeps it.
+func (p *Provider) start(ctx context.Context, cid string, cfg []byte) error {
+	att, err := p.cli.ContainerAttach(ctx, cid, client.ContainerAttachOptions{Stream: true, Stdin: true})
+	if err != nil {
+		return p.err(err, "start: attach")
+	}
+	sent := make(chan error, 1)
+	go func() {
+		_, err := att.Conn.Write(cfg)
+		if err == nil {
+			err = att.CloseWrite()
+		}
+		sent <- err
+	}()
+	_, err = p.cli.ContainerStart(ctx, cid, client.ContainerStartOptions{})
+	if err != nil {
+		att.Close()
+		return p.err(err, "start")
+	}
+	select {
+	case err = <-sent:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	att.Close()
+	if err != nil {
+		return provider.Errorf(provider.CodeProvider, "docker: handing the agent its config: %v", err)
+	}
+	return nil
 }
 
 // engineArch is the engine's architecture (x86_64, aarch64, ...), asked once: an engine

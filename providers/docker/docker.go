@@ -95,7 +95,9 @@ type Provider struct {
 
 	mu       sync.Mutex
 	previews agentinst.Previews
-	paused   map[string]bool // sandboxes paused through this provider
+	paused   map[string]bool   // sandboxes paused through this provider
+	configs  map[string][]byte // the agent configs of the sandboxes it made, for PauseCold
+	boot     map[string]int    // starts after a PauseCold, by sandbox (see Instance.agentAddr)
 	closed   bool
 }
 
@@ -138,7 +140,7 @@ func New(cfg Config) (*Provider, error) {
 	if err != nil {
 		return nil, provider.Errorf(provider.CodeInvalidArgument, "docker: %v", err)
 	}
-	p := &Provider{cfg: cfg, cli: cli, paused: map[string]bool{}}
+	p := &Provider{cfg: cfg, cli: cli, paused: map[string]bool{}, configs: map[string][]byte{}, boot: map[string]int{}}
 	p.self = runtime.GOOS == "linux" && strings.HasPrefix(cli.DaemonHost(), "unix://")
 	if p.cfg.CopyAgent == nil {
 		c := !p.self
@@ -169,7 +171,8 @@ func (p *Provider) Close() error {
 	return p.cli.Close()
 }
 
-// Capabilities are Docker's: pause (docker pause), filesystem snapshots (docker commit),
+// Capabilities are Docker's: pause (docker pause), a pause without memory (docker stop, and
+// a start that boots the agent again: see PauseCold), filesystem snapshots (docker commit),
 // terminals, sizes (CPU and memory limits), network all, lifetime and idle
 // deadlines, previews through the agent's tunnel, persistence, and network none (Docker's
 // none network: the agent then listens on a unix socket in the container, reached through
@@ -179,7 +182,7 @@ func (p *Provider) Close() error {
 // which depend on the image (see Instance.Capabilities).
 func (p *Provider) Capabilities() provider.Capabilities {
 	caps := provider.NewCapabilities(
-		provider.CapPause, provider.CapSnapshot, provider.CapTerminal, provider.CapSize,
+		provider.CapPause, provider.CapPauseCold, provider.CapSnapshot, provider.CapTerminal, provider.CapSize,
 		provider.CapNetworkAll, provider.CapNetworkNone, provider.CapTimeout, provider.CapIdleTimeout,
 		provider.CapPreview, provider.CapPersistent,
 	)

@@ -22,8 +22,8 @@ func TestMain(m *testing.M) {
 // removes is on it, so the tests never touch other sandboxes of the engine.
 var testNetwork = fmt.Sprintf("tupper-test-%d", os.Getpid())
 
-// cleanEngine removes what the tests left on the engine: the containers on testNetwork, the
-// snapshot images made of them (they carry their sandbox's labels), and the network.
+// cleanEngine removes what the tests left on the engine: the containers on testNetwork (and
+// the volumes of their cold pauses), the snapshot images made of them (they carry their sandbox's labels), and the network.
 func cleanEngine() {
 	p, err := New(Config{})
 	if err != nil {
@@ -36,6 +36,7 @@ func cleanEngine() {
 		Filters: make(client.Filters).Add("label", labelSandbox).Add("network", testNetwork)})
 	for _, c := range res.Items {
 		p.remove(ctx, c.ID)
+		p.forgetCold(ctx, c.Labels[labelSandbox])
 	}
 	imgs, _ := p.cli.ImageList(ctx, client.ImageListOptions{Filters: make(client.Filters).Add("label", labelSnapshot+"-network="+testNetwork)})
 	for _, im := range imgs.Items {

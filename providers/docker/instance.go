@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/moby/moby/api/types/container"
@@ -28,6 +29,10 @@ type Instance struct {
 	id  string
 	cid string // the container's id
 	in  container.InspectResponse
+
+	amu  sync.Mutex
+	addr string // the agent's published port on the host; a start after a cold pause moves it
+	boot int    // the provider's count of the container's cold starts when addr was read
 }
 
 var (
@@ -43,9 +48,12 @@ var (
 
 // instance is the handle of the container in.
 func (p *Provider) instance(in container.InspectResponse) *Instance {
-	i := &Instance{p: p, id: in.Config.Labels[labelSandbox], cid: in.ID, in: in}
-	addr := agentAddr(in)
+	i := &Instance{p: p, id: in.Config.Labels[labelSandbox], cid: in.ID, in: in, addr: agentAddr(in), boot: p.boots(in.Config.Labels[labelSandbox])}
 	dial := func(ctx context.Context) (net.Conn, error) {
+		addr, err := i.agentAddr(ctx)
+		if err != nil {
+			return nil, err
+		}
 		if addr == "" {
 			return nil, fmt.Errorf("the agent's port is not published (the container is not running)")
 		}
@@ -58,9 +66,25 @@ func (p *Provider) instance(in container.InspectResponse) *Instance {
 	c := agentclient.NewWithOptions(agentclient.Options{Dial: dial, AccessToken: in.Config.Labels[labelToken]})
 	i.Agent = agentinst.NewAgent(agentinst.Config{ID: i.id, Client: c, Check: i.check, Gone: i.gone})
 	if in.State != nil {
-		p.setPaused(i.id, in.State.Paused)
+		p.setPaused(i.id, in.State.Paused || coldPaused(in))
 	}
 	return i
+}
+
+// agentAddr is the agent's address on the host. A resume after a pause without memory
+// (through any handle of this provider) starts the container again on a new port: then the
+// container is inspected again.
+func (i *Instance) agentAddr(ctx context.Context) (string, error) {
+	i.amu.Lock()
+	defer i.amu.Unlock()
+	if b := i.p.boots(i.id); b != i.boot || i.addr == "" {
+		res, err := i.p.inspectID(ctx, i.cid)
+		if err != nil {
+			return "", i.lifecycleErr(err, "dial")
+		}
+		i.addr, i.boot = agentAddr(res.Container), b
+	}
+	return i.addr, nil
 }
 
 // agentAddr is the host address of the agent's published port, "" when there is none.
@@ -133,9 +157,27 @@ func (i *Instance) Pause(ctx context.Context) error {
 	return nil
 }
 
-// Resume thaws it (docker unpause); resuming a running sandbox is fine.
+// Resume thaws it (docker unpause), or starts it again when it was paused without its
+// memory (PauseCold); resuming a running sandbox is fine.
 func (i *Instance) Resume(ctx context.Context) error {
-	_, err := i.p.cli.ContainerUnpause(ctx, i.cid, client.ContainerUnpauseOptions{})
+	res, err := i.p.inspectID(ctx, i.cid)
+	if err != nil {
+		return i.lifecycleErr(err, "resume")
+	}
+	if in := res.Container; isCold(in.Name) {
+		if coldPaused(in) {
+			return i.resumeCold(ctx, in)
+		}
+		if in.State != nil && in.State.Running && !in.State.Paused {
+			// A resume that ended before the rename back: running already.
+			if _, err := i.p.cli.ContainerRename(ctx, i.cid, client.ContainerRenameOptions{NewName: warmName(in.Name)}); err != nil {
+				return i.lifecycleErr(err, "resume")
+			}
+			i.p.setPaused(i.id, false)
+			return nil
+		}
+	}
+	_, err = i.p.cli.ContainerUnpause(ctx, i.cid, client.ContainerUnpauseOptions{})
 	if err != nil && !strings.Contains(err.Error(), "not paused") {
 		return i.lifecycleErr(err, "resume")
 	}
@@ -251,7 +293,7 @@ func info(in container.InspectResponse) provider.Info {
 			out.CreatedAt = t
 		}
 		switch {
-		case s.Paused:
+		case s.Paused, coldPaused(in):
 			out.State = provider.StatePaused
 		case s.Running:
 			out.State = provider.StateRunning
@@ -260,9 +302,11 @@ func info(in container.InspectResponse) provider.Info {
 	return out
 }
 
-// deadlineOf is a container's lifetime deadline: the one in its name (tupper-<id>.<unix>),
-// set by SetTimeout, else its label's; zero for none.
+// deadlineOf is a container's lifetime deadline: the one in its name (tupper-<id>.<unix>,
+// and .cold after it while paused without its memory), set by SetTimeout, else its label's;
+// zero for none.
 func deadlineOf(name string, labels map[string]string) time.Time {
+	name = warmName(name)
 	s := labels[labelDeadline]
 	if _, suffix, ok := strings.Cut(name, "."); ok {
 		s = suffix

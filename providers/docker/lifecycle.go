@@ -31,14 +31,15 @@ func (p *Provider) containers(ctx context.Context, label, value string) ([]conta
 }
 
 // dead reports whether a listed container is a sandbox that has ended: stopped (its agent
-// exited, at its deadline or idle) or past its lifetime deadline, whatever its agent did.
+// exited, at its deadline or idle) unless paused without its memory (its cold name says so),
+// or past its lifetime deadline, whatever its agent did.
 func dead(c container.Summary, now time.Time) bool {
-	if c.State != container.StateRunning && c.State != container.StatePaused && c.State != container.StateCreated {
-		return true
-	}
 	name := ""
 	if len(c.Names) > 0 {
 		name = c.Names[0][1:]
+	}
+	if c.State != container.StateRunning && c.State != container.StatePaused && c.State != container.StateCreated && !isCold(name) {
+		return true
 	}
 	d := deadlineOf(name, c.Labels)
 	return !d.IsZero() && now.After(d)
@@ -60,6 +61,7 @@ func (p *Provider) Reap(ctx context.Context) (int, error) {
 	now := time.Now()
 	for _, c := range cs {
 		if dead(c, now) && p.remove(ctx, c.ID) == nil {
+			p.forgetCold(ctx, c.Labels[labelSandbox])
 			n++
 		}
 	}
@@ -105,7 +107,9 @@ func (p *Provider) List(ctx context.Context, filter provider.ListFilter) ([]prov
 	var out []provider.Info
 	for _, c := range cs {
 		if dead(c, now) {
-			p.remove(ctx, c.ID)
+			if p.remove(ctx, c.ID) == nil {
+				p.forgetCold(ctx, c.Labels[labelSandbox])
+			}
 			continue
 		}
 		in, err := p.inspectID(ctx, c.ID)
@@ -167,7 +171,9 @@ func (p *Provider) inspect(ctx context.Context, id string) (container.InspectRes
 			continue
 		}
 		if dead(c, time.Now()) {
-			p.remove(ctx, c.ID)
+			if p.remove(ctx, c.ID) == nil {
+				p.forgetCold(ctx, id)
+			}
 			break
 		}
 		in, err := p.inspectID(ctx, c.ID)
@@ -207,5 +213,6 @@ func (p *Provider) Destroy(ctx context.Context, id string) error {
 	if !found {
 		return errNotFound(id)
 	}
+	p.forgetCold(ctx, id)
 	return nil
 }

@@ -15,7 +15,8 @@ import (
 )
 
 // The deadline a container's name carries (SetTimeout) wins over its label (Create), and a
-// container is dead once stopped or past its deadline; paused and running ones live.
+// container is dead once stopped (unless paused without its memory: its cold name) or past
+// its deadline; paused and running ones live.
 func TestDeadlineAndDead(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
 	for _, tc := range []struct {
@@ -31,6 +32,11 @@ func TestDeadlineAndDead(t *testing.T) {
 		{"tupper-aaaaaaaaaaaaaaaaaaaa.1000005", "999999", container.StateRunning, 1_000_005, false},
 		{"tupper-aaaaaaaaaaaaaaaaaaaa.999990", "1000005", container.StateRunning, 999_990, true},
 		{"tupper-aaaaaaaaaaaaaaaaaaaa", "0", container.StateExited, 0, true},
+		// Paused without its memory: stopped, with the cold name; its deadline still holds.
+		{"tupper-aaaaaaaaaaaaaaaaaaaa.cold", "0", container.StateExited, 0, false},
+		{"tupper-aaaaaaaaaaaaaaaaaaaa.1000005.cold", "0", container.StateExited, 1_000_005, false},
+		{"tupper-aaaaaaaaaaaaaaaaaaaa.999990.cold", "0", container.StateExited, 999_990, true},
+		{"tupper-aaaaaaaaaaaaaaaaaaaa.cold", "999999", container.StateExited, 999_999, true},
 	} {
 		labels := map[string]string{labelDeadline: tc.label}
 		d := deadlineOf(tc.name, labels)

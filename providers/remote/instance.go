@@ -39,6 +39,7 @@ var (
 	_ provider.ChangeTracker    = (*Instance)(nil)
 	_ provider.ActivityReporter = (*Instance)(nil)
 	_ provider.Pauser           = (*Instance)(nil)
+	_ provider.ColdPauser       = (*Instance)(nil)
 	_ provider.Snapshotter      = (*Instance)(nil)
 	_ provider.TimeoutSetter    = (*Instance)(nil)
 	_ provider.RangeReader      = (*Instance)(nil)
@@ -330,7 +331,21 @@ func (in *Instance) Pause(ctx context.Context) error {
 	return in.p.call(ctx, http.MethodPost, in.path+"/pause", nil, nil)
 }
 
-// Resume thaws the sandbox.
+// PauseCold pauses the sandbox without its memory (POST pause {"keepMemory": false}): the
+// server's provider keeps its files and ends its processes. It is declared (CapPauseCold)
+// when the server's provider declares it. A sandbox paused already, either way, is left as
+// it is (the server answers conflict).
+func (in *Instance) PauseCold(ctx context.Context) error {
+	err := in.p.call(ctx, http.MethodPost, in.path+"/pause", map[string]any{"keepMemory": false}, nil)
+	if provider.CodeOf(err) == provider.CodeConflict {
+		if info, ierr := in.Info(ctx); ierr == nil && info.State == provider.StatePaused {
+			return nil
+		}
+	}
+	return err
+}
+
+// Resume thaws the sandbox (boots it again when it was paused without its memory).
 func (in *Instance) Resume(ctx context.Context) error {
 	return in.p.call(ctx, http.MethodPost, in.path+"/resume", nil, nil)
 }

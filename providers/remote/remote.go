@@ -9,7 +9,7 @@
 // provider's, plus an exact get-or-create by key and persistence. Every primitive is one
 // HTTP request: Exec streams NDJSON frames with stdin streamed in the same request (full
 // duplex), files stream both ways, and the optional interfaces (FileSystem, Searcher,
-// ChangeTracker, ActivityReporter, KeyedCreator, Pauser, Snapshotter, TimeoutSetter,
+// ChangeTracker, ActivityReporter, KeyedCreator, Pauser, ColdPauser, Snapshotter, TimeoutSetter,
 // RangeReader) map to the server's routes; Terminaler is a WebSocket (terminal.go). PreviewURL returns the server's signed preview
 // link, which works without a credential until it expires.
 //

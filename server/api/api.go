@@ -154,14 +154,22 @@ type CreateRequest struct {
 	TrackChanges  bool              `json:"trackChanges,omitempty"`
 	// Volumes are named volumes (/v1/volumes) mounted at their paths.
 	Volumes []provider.VolumeMount `json:"volumes,omitempty"`
-	// OnTimeout is "kill" (the default) or "pause"; AutoResume resumes a paused sandbox when
-	// it is used.
+	// OnTimeout is "kill" (the default), "pause" or "pause-cold" (a pause that keeps the
+	// files but not the memory: a resume boots the sandbox again); AutoResume resumes a
+	// paused sandbox when it is used (not with pause-cold).
 	OnTimeout  string `json:"onTimeout,omitempty"`
 	AutoResume bool   `json:"autoResume,omitempty"`
 	// LabelsExact records Labels exactly as given. Without it the server adds
 	// sandbox-sdk=true, the label of sandboxes made through the SDK (which the server always
 	// uses); providers/remote sets it so a raw provider.Create stays without that label.
 	LabelsExact bool `json:"labelsExact,omitempty"`
+}
+
+// PauseRequest is the body of POST /v1/sandboxes/{id}/pause (optional).
+type PauseRequest struct {
+	// KeepMemory false pauses without the memory: the files are kept, the processes end,
+	// and a resume boots the sandbox again (the "pause-cold" capability). Absent: true.
+	KeepMemory *bool `json:"keepMemory,omitempty"`
 }
 
 // Sandbox is a sandbox on the wire: the answer of a create, a get, and each of a list's.

@@ -1,7 +1,6 @@
 package e2b
 
 import (
-	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -342,18 +341,18 @@ func isSet(raw json.RawMessage) bool {
 }
 
 // lifecycleOf maps E2B's autoPause, autoPauseMemory and autoResume onto the lifecycle's
-// OnTimeout and AutoResume (which check them against each other and the provider). A pause
-// that keeps no memory (autoPauseMemory false: a filesystem-only pause, resumed by a cold
-// boot) is not served: a paused sandbox here always resumes where it was.
-func lifecycleOf(req newSandbox) (onTimeout string, autoResume bool, err error) {
-	if req.AutoPauseMemory != nil && !*req.AutoPauseMemory {
-		return "", false, unsupported("autoPauseMemory false is not supported: a paused sandbox keeps its memory and processes")
-	}
+// OnTimeout and AutoResume (which check them against each other and the provider):
+// autoPauseMemory false is a pause that keeps only the files (OnTimeoutPauseCold), which
+// autoResume cannot go with.
+func lifecycleOf(req newSandbox) (onTimeout string, autoResume bool) {
 	onTimeout = store.OnTimeoutKill
 	if req.AutoPause != nil && *req.AutoPause {
 		onTimeout = store.OnTimeoutPause
+		if req.AutoPauseMemory != nil && !*req.AutoPauseMemory {
+			onTimeout = store.OnTimeoutPauseCold
+		}
 	}
-	return onTimeout, isTrue(req.AutoResume), nil
+	return onTimeout, isTrue(req.AutoResume)
 }
 
 // isTrue reports whether raw is true or {"enabled": true}.
@@ -384,11 +383,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, keyID string, de
 		writeError(w, err)
 		return
 	}
-	onTimeout, autoResume, err := lifecycleOf(req)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
+	onTimeout, autoResume := lifecycleOf(req)
 	labels := maps.Clone(req.Metadata)
 	if labels == nil {
 		labels = map[string]string{}
@@ -448,7 +443,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, _ string) {
 	}
 	d := sandboxDetail{
 		listedSandbox: s.listed(box.Record, box.Info), EnvdAccessToken: s.envdToken(box.Record.ID), Domain: s.domain(),
-		Lifecycle: &sandboxLifecycle{OnTimeout: cmp.Or(box.Record.OnTimeout, store.OnTimeoutKill), AutoResume: box.Record.AutoResume},
+		Lifecycle: &sandboxLifecycle{OnTimeout: e2bOnTimeout(box.Record.OnTimeout), AutoResume: box.Record.AutoResume},
 	}
 	if private(box.Record.Labels) {
 		d.Network = &networkDetail{AllowPublicTraffic: false}
@@ -463,6 +458,15 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, _ string) {
 		}
 	}
 	writeJSON(w, http.StatusOK, d)
+}
+
+// e2bOnTimeout is the lifecycle's onTimeout as E2B's SandboxDetail says it: kill or pause
+// (a pause without memory is a pause there too).
+func e2bOnTimeout(onTimeout string) string {
+	if store.PausesAtTimeout(onTimeout) {
+		return store.OnTimeoutPause
+	}
+	return store.OnTimeoutKill
 }
 
 // kill is DELETE /sandboxes/{id}: 404 for a sandbox that had already ended.
@@ -617,8 +621,9 @@ func (s *Server) resumeAndExtend(w http.ResponseWriter, r *http.Request, d time.
 }
 
 // pause is POST /sandboxes/{id}/pause: 204, 409 when paused already. A pause keeps the
-// sandbox's memory (where the provider has "pause-frees-memory", on disk); one that drops
-// it ({"memory": false}: resumed by a cold boot) is not served.
+// sandbox's memory (where the provider has "pause-frees-memory", on disk); {"memory":
+// false} keeps only its files (the provider's "pause-cold", else 501), and its resume
+// (connect) boots it again.
 func (s *Server) pause(w http.ResponseWriter, r *http.Request, _ string) {
 	var req struct {
 		Memory *bool `json:"memory"`
@@ -627,12 +632,9 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request, _ string) {
 		writeError(w, err)
 		return
 	}
-	if req.Memory != nil && !*req.Memory {
-		writeError(w, unsupported("a pause without memory is not supported: a paused sandbox keeps its memory and processes"))
-		return
-	}
 	id := r.PathValue("sandboxID")
-	if err := s.lc.Pause(r.Context(), id); err != nil {
+	opts := sandbox.PauseOptions{DropMemory: req.Memory != nil && !*req.Memory}
+	if err := s.lc.Pause(r.Context(), id, opts); err != nil {
 		writeError(w, e2bError(id, err))
 		return
 	}

@@ -203,16 +203,21 @@ func TestControlPlane(t *testing.T) {
 	for _, c := range []struct {
 		body   string
 		status int
+		msg    string
 	}{
-		{`{"templateID":"base","autoPause":true,"autoPauseMemory":false}`, 501},
-		{`{"templateID":"base","autoResume":{"enabled":true}}`, 400},
+		{`{"templateID":"base","autoPause":true,"autoPauseMemory":false}`, 501, `lacks the "pause-cold" capability`},
+		{`{"templateID":"base","autoResume":{"enabled":true}}`, 400, "autoResume needs onTimeout pause"},
+		// As E2B's API: a sandbox paused without its memory is resumed only when asked.
+		{`{"templateID":"base","autoPause":true,"autoPauseMemory":false,"autoResume":{"enabled":true}}`, 400, "autoResume cannot go with a pause that drops memory"},
 	} {
-		if r := call(t, "POST", u+"/v2/sandboxes", key, c.body, nil, &e); r.StatusCode != c.status {
-			t.Errorf("create %s: %d %+v, want %d", c.body, r.StatusCode, e, c.status)
+		e.Message = ""
+		if r := call(t, "POST", u+"/v2/sandboxes", key, c.body, nil, &e); r.StatusCode != c.status || !strings.Contains(e.Message, c.msg) {
+			t.Errorf("create %s: %d %+v, want %d %q", c.body, r.StatusCode, e, c.status, c.msg)
 		}
 	}
-	if r := call(t, "POST", u+"/sandboxes/"+v1.SandboxID+"/pause", key, `{"memory":false}`, nil, &e); r.StatusCode != 501 {
-		t.Errorf("a pause without memory: %d %+v", r.StatusCode, e)
+	e.Message = ""
+	if r := call(t, "POST", u+"/sandboxes/"+v1.SandboxID+"/pause", key, `{"memory":false}`, nil, &e); r.StatusCode != 501 || !strings.Contains(e.Message, "cannot pause a sandbox without its memory") {
+		t.Errorf("a pause without memory on a provider without pause-cold: %d %+v", r.StatusCode, e)
 	}
 
 	// The data plane answers for unknown sandboxes as E2B's proxy does.

@@ -157,11 +157,14 @@ type CreateOptions struct {
 	Event map[string]any
 	// OnTimeout is what happens at the sandbox's deadline: store.OnTimeoutKill ("": the
 	// same) destroys it, store.OnTimeoutPause pauses it (the server's reaper does, so the
-	// provider is given no deadline of its own). A paused sandbox has no deadline; resuming
-	// it gives it its timeout again. Pause needs the provider's "pause" capability.
+	// provider is given no deadline of its own), store.OnTimeoutPauseCold pauses it without
+	// its memory (its files kept, its processes ended; a resume boots it again). A paused
+	// sandbox has no deadline; resuming it gives it its timeout again. Pause needs the
+	// provider's "pause" capability, a cold pause its "pause-cold".
 	OnTimeout string
 	// AutoResume resumes the paused sandbox when it is used: its API, its agent (E2B's data
-	// plane) or a preview port. Only with OnTimeout pause.
+	// plane) or a preview port. Only with OnTimeout pause: a sandbox paused without its
+	// memory is resumed only when asked (Resume), as its processes are gone.
 	AutoResume bool
 }
 
@@ -176,8 +179,15 @@ func (s *Service) validLifecycle(onTimeout string, autoResume bool) error {
 		if !s.prov.Capabilities().Has(provider.CapPause) {
 			return provider.Errorf(provider.CodeUnsupported, "provider %s cannot pause sandboxes: onTimeout must be kill", s.prov.Name())
 		}
+	case store.OnTimeoutPauseCold:
+		if autoResume {
+			return provider.Errorf(provider.CodeInvalidArgument, "autoResume cannot go with a pause that drops memory: such a sandbox boots again when resumed, so it is resumed only when asked (connect or resume)")
+		}
+		if !s.prov.Capabilities().Has(provider.CapPauseCold) {
+			return provider.Errorf(provider.CodeUnsupported, "provider %s cannot pause sandboxes without their memory (it lacks the %q capability): keep the memory, or let the sandbox be killed at its timeout", s.prov.Name(), provider.CapPauseCold)
+		}
 	default:
-		return provider.Errorf(provider.CodeInvalidArgument, "onTimeout %q: want kill or pause", onTimeout)
+		return provider.Errorf(provider.CodeInvalidArgument, "onTimeout %q: want kill, pause or pause-cold", onTimeout)
 	}
 	return nil
 }
@@ -219,7 +229,7 @@ func (s *Service) Create(ctx context.Context, opts CreateOptions) (*Created, err
 		return nil, err
 	}
 	timeout := so.Timeout
-	if !s.prov.Capabilities().Has(provider.CapTimeout) || opts.OnTimeout == store.OnTimeoutPause {
+	if !s.prov.Capabilities().Has(provider.CapTimeout) || store.PausesAtTimeout(opts.OnTimeout) {
 		so.Timeout = 0 // the server's reaper enforces it (and pauses rather than destroys)
 	}
 	b, err := s.create(ctx, so, opts.TemplateMayBeSnapshot)
@@ -357,7 +367,9 @@ func (s *Service) Peek(ctx context.Context, id string) (*sandbox.Sandbox, error)
 
 // Wake resumes a paused sandbox that was created with AutoResume, as a use of it does (its
 // API through Handle, its agent through the E2B data plane, a preview port); it reports
-// whether the sandbox is running now. A sandbox without AutoResume stays as it is.
+// whether the sandbox is running now. A sandbox without AutoResume stays as it is, and so
+// does one whose pause dropped its memory (store.Sandbox.MemoryDropped): booting it again
+// is for an explicit Resume.
 func (s *Service) Wake(ctx context.Context, id string) (running bool, err error) {
 	rec, err := s.record(ctx, id)
 	if err != nil {
@@ -366,14 +378,19 @@ func (s *Service) Wake(ctx context.Context, id string) (running bool, err error)
 	if err := s.wake(ctx, rec); err != nil {
 		return false, err
 	}
-	if !rec.AutoResume {
+	if !wakes(rec) {
 		return rec.State != provider.StatePaused, nil
 	}
 	return true, nil
 }
 
+// wakes reports whether a use of the sandbox resumes it.
+func wakes(rec store.Sandbox) bool {
+	return rec.AutoResume && rec.State == provider.StatePaused && !rec.MemoryDropped
+}
+
 func (s *Service) wake(ctx context.Context, rec store.Sandbox) error {
-	if !rec.AutoResume || rec.State != provider.StatePaused {
+	if !wakes(rec) {
 		return nil
 	}
 	// One resume per sandbox at a time; the others find it running.
@@ -521,7 +538,7 @@ func (s *Service) SetTimeout(ctx context.Context, id string, d time.Duration) (t
 		return time.Time{}, err
 	}
 	deadline := time.Now().Add(d)
-	if s.prov.Capabilities().Has(provider.CapTimeout) && rec.OnTimeout != store.OnTimeoutPause {
+	if s.prov.Capabilities().Has(provider.CapTimeout) && !store.PausesAtTimeout(rec.OnTimeout) {
 		if err := b.SetTimeout(ctx, d); err != nil {
 			return time.Time{}, err
 		}
@@ -552,47 +569,64 @@ func (s *Service) ExtendTimeout(ctx context.Context, id string, d time.Duration)
 	return err == nil, err
 }
 
-// Pause freezes a running sandbox (where the provider has "pause-frees-memory", saves it to
-// disk and releases its memory), records it paused and emits sandbox.paused. A paused
-// sandbox is CodeConflict. A sandbox with OnTimeout pause has no deadline while paused.
-func (s *Service) Pause(ctx context.Context, id string) error {
-	return s.pause(ctx, id, nil)
+// Pause pauses a running sandbox, records it paused and emits sandbox.paused. By default
+// it keeps the sandbox's memory: it freezes it (where the provider has
+// "pause-frees-memory", saves it to disk and releases its memory), and Resume continues
+// where it was. With opts.DropMemory it ends its processes and keeps only its files
+// (CodeUnsupported, before anything changes, without the "pause-cold" capability), and
+// Resume boots it again. A paused sandbox is CodeConflict. A sandbox that pauses at its
+// timeout has no deadline while paused.
+//
+// The event's data say which: memoryKept (its processes continue on resume), memoryFreed
+// (its memory was released).
+func (s *Service) Pause(ctx context.Context, id string, opts sandbox.PauseOptions) error {
+	return s.pause(ctx, id, opts, map[string]any{})
 }
 
-// PauseAtTimeout pauses a sandbox created with OnTimeout pause that reached its deadline
-// (the server's reaper calls it); sandbox.paused says so.
+// PauseAtTimeout pauses a sandbox created with OnTimeout pause or pause-cold that reached
+// its deadline, as its OnTimeout says (the server's reaper calls it); sandbox.paused says so.
 func (s *Service) PauseAtTimeout(ctx context.Context, id string, deadline time.Time) error {
-	return s.pause(ctx, id, map[string]any{"reason": "timeout", "deadline": deadline.UTC()})
+	rec, err := s.record(ctx, id)
+	if err != nil {
+		return err
+	}
+	opts := sandbox.PauseOptions{DropMemory: rec.OnTimeout == store.OnTimeoutPauseCold}
+	return s.pause(ctx, id, opts, map[string]any{"reason": "timeout", "deadline": deadline.UTC()})
 }
 
-func (s *Service) pause(ctx context.Context, id string, data map[string]any) error {
+func (s *Service) pause(ctx context.Context, id string, opts sandbox.PauseOptions, data map[string]any) error {
 	box, err := s.Get(ctx, id)
 	if err != nil {
 		return err
 	}
+	caps := box.Sandbox.Capabilities
+	if opts.DropMemory && !caps.Has(provider.CapPauseCold) {
+		hint := ""
+		if caps.Has(provider.CapPause) {
+			hint = ": pause it keeping its memory"
+		}
+		return provider.Errorf(provider.CodeUnsupported, "provider %s cannot pause a sandbox without its memory (it lacks the %q capability)%s", s.prov.Name(), provider.CapPauseCold, hint)
+	}
 	if box.Info.State == provider.StatePaused {
 		return provider.Errorf(provider.CodeConflict, "sandbox %q is already paused", id)
 	}
-	if err := box.Sandbox.Pause(ctx); err != nil {
+	if err := box.Sandbox.PauseWith(ctx, opts); err != nil {
 		return err
 	}
 	wctx := context.WithoutCancel(ctx)
-	_ = s.st.SetState(wctx, id, provider.StatePaused)
-	if box.Record.OnTimeout == store.OnTimeoutPause {
+	_ = s.st.SetPaused(wctx, id, opts.DropMemory)
+	if store.PausesAtTimeout(box.Record.OnTimeout) {
 		_ = s.st.SetDeadline(wctx, id, time.Time{})
 	}
-	if data == nil && box.Sandbox.Capabilities.Has(provider.CapPauseFreesMemory) {
-		data = map[string]any{}
-	}
-	if data != nil {
-		data["memoryFreed"] = box.Sandbox.Capabilities.Has(provider.CapPauseFreesMemory)
-	}
+	data["memoryKept"] = !opts.DropMemory
+	data["memoryFreed"] = opts.DropMemory || caps.Has(provider.CapPauseFreesMemory)
 	s.emit(ctx, EventPaused, id, data)
 	return nil
 }
 
-// Resume thaws a paused sandbox, records it running and emits sandbox.resumed. A sandbox
-// that is not paused is CodeConflict.
+// Resume thaws a paused sandbox, records it running and emits sandbox.resumed; one paused
+// without its memory boots again on its files, with none of its processes from before
+// (sandbox.resumed's coldBoot says so). A sandbox that is not paused is CodeConflict.
 func (s *Service) Resume(ctx context.Context, id string) error {
 	box, err := s.Get(ctx, id)
 	if err != nil {
@@ -606,11 +640,15 @@ func (s *Service) Resume(ctx context.Context, id string) error {
 	}
 	wctx := context.WithoutCancel(ctx)
 	_ = s.st.SetState(wctx, id, provider.StateRunning)
-	if r := box.Record; r.OnTimeout == store.OnTimeoutPause && r.Timeout > 0 {
+	if r := box.Record; store.PausesAtTimeout(r.OnTimeout) && r.Timeout > 0 {
 		// Its lifetime starts again.
 		_ = s.st.SetDeadline(wctx, id, time.Now().Add(r.Timeout))
 	}
-	s.emit(ctx, EventResumed, id, nil)
+	var data map[string]any
+	if box.Record.MemoryDropped {
+		data = map[string]any{"coldBoot": true}
+	}
+	s.emit(ctx, EventResumed, id, data)
 	return nil
 }
 

@@ -427,6 +427,29 @@ export async function run(sdk, sdkVersion) {
     }
   })
 
+  // sleepers counts the processes "sleep 1001" in a sandbox, whichever agent started them.
+  const sleepers = `n=0; for f in /proc/[0-9]*/cmdline; do if [ "$(tr '\\0' ' ' < $f 2>/dev/null)" = "sleep 1001 " ]; then n=$((n+1)); fi; done; echo $n`
+
+  await step('pause({ keepMemory: false }): the files stay, the processes do not, connect boots it again', async () => {
+    const p = await Sandbox.create('base', { metadata: { suite: 'tupper-compat-pause-cold' }, envs: { KEPT: 'kept' }, timeoutMs: 120_000 })
+    try {
+      await p.files.write('cold.txt', 'on disk')
+      await p.commands.run('sleep 1001', { background: true })
+      assert.equal((await p.commands.run(sleepers)).stdout, '1\n')
+      assert.equal(await p.pause({ keepMemory: false }), true)
+      assert.equal((await p.getInfo()).state, 'paused')
+      assert.equal(await p.isRunning({ requestTimeoutMs: 10_000 }), false)
+      assert.equal(await p.pause({ keepMemory: false }), false, 'a second pause')
+      const again = await Sandbox.connect(p.sandboxId, { timeoutMs: 60_000 })
+      assert.equal((await again.getInfo()).state, 'running')
+      assert.equal(await again.files.read('cold.txt'), 'on disk')
+      assert.equal((await again.commands.run('echo $KEPT')).stdout, 'kept\n', 'the envs after a cold boot')
+      assert.equal((await again.commands.run(sleepers)).stdout, '0\n', 'a background command survived a pause without memory')
+    } finally {
+      await p.kill()
+    }
+  })
+
   await step('createSnapshot with a name, listSnapshots by sandbox and by name, create from it, deleteSnapshot', async () => {
     const name = `compat-snap-${process.pid}`
     await sbx.files.write('compat/named-snap.txt', 'named')
@@ -482,6 +505,23 @@ export async function run(sdk, sdkVersion) {
       assert.equal((await again.getInfo()).state, 'running')
       assert.equal(await again.files.read('kept.txt'), 'across the timeout')
       assert.ok((await again.commands.list()).some((c) => c.pid === bg.pid), 'the background command survived the pause')
+    } finally {
+      await a.kill()
+    }
+  })
+
+  await step('lifecycle onTimeout { action: pause, keepMemory: false }: paused at its timeout with its files only, connect boots it', async () => {
+    const a = await Sandbox.create('base', { timeoutMs: 120_000, lifecycle: { onTimeout: { action: 'pause', keepMemory: false } }, metadata: { suite: 'tupper-compat-autopause-cold' } })
+    try {
+      assert.deepEqual((await a.getInfo()).lifecycle, { onTimeout: 'pause', autoResume: false })
+      await a.files.write('kept.txt', 'across the timeout')
+      await a.commands.run('sleep 1001', { background: true })
+      await a.setTimeout(2_000)
+      await until('the pause at the timeout', 60_000, async () => (await a.getInfo()).state === 'paused')
+      const again = await Sandbox.connect(a.sandboxId, { timeoutMs: 60_000 })
+      assert.equal((await again.getInfo()).state, 'running')
+      assert.equal(await again.files.read('kept.txt'), 'across the timeout')
+      assert.equal((await again.commands.run(sleepers)).stdout, '0\n', 'a background command survived a pause without memory')
     } finally {
       await a.kill()
     }

@@ -43,8 +43,8 @@ const { tools } = await client.listTools();
 const names = tools.map((t) => t.name).sort();
 const want = [
   "create_sandbox", "destroy_sandbox", "edit_file", "expose_port", "file_changes", "fork", "git_clone",
-  "git_commit", "git_diff", "git_status", "list_files", "list_sandboxes", "process_logs",
-  "read_file", "run_command", "search_files", "snapshot", "start_process", "stop_process",
+  "git_commit", "git_diff", "git_status", "list_files", "list_sandboxes", "pause_sandbox", "process_logs",
+  "read_file", "resume_sandbox", "run_command", "search_files", "snapshot", "start_process", "stop_process",
   "write_file",
 ];
 check(JSON.stringify(names) === JSON.stringify(want), `tools/list has the ${want.length} tools`);
