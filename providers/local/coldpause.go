@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -185,14 +184,7 @@ func (i *Instance) coldBoot(ctx context.Context, rt ociRuntime, rec *record) (er
 	}
 	// The new agent knows the deadline it was created with (its config file); the record's
 	// may have moved since, and its idle clock starts now.
-	cl := agentClient(p.lay.socket(id))
-	var deadline time.Time
-	if !rec.Deadline.IsZero() {
-		deadline = rec.Deadline.Add(999 * time.Millisecond)
-	}
-	err = cl.SetLimits(ctx, deadline, rec.IdleTimeout)
-	cl.Close()
-	if err != nil {
+	if err := p.giveAgentLimits(ctx, rec); err != nil {
 		return err
 	}
 	rec.Paused, rec.Cold = false, false

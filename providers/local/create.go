@@ -763,21 +763,16 @@ func (c *creation) record(ctx context.Context) error {
 	if c.full || c.boot != nil {
 		// The restored agent remembers the deadlines of the sandbox it was saved
 		// in (a boot image's: none); this sandbox's are its own.
-		var deadline time.Time
 		if c.spec.Timeout > 0 {
 			c.rec.Deadline = time.Now().Add(c.spec.Timeout).UTC().Truncate(time.Millisecond)
-			deadline = c.rec.Deadline.Add(999 * time.Millisecond)
 		}
-		ac := agentClient(c.p.lay.socket(c.id))
-		err := ac.SetLimits(ctx, deadline, c.spec.IdleTimeout)
-		ac.Close()
-		if err != nil {
+		if err := c.p.giveAgentLimits(ctx, c.rec); err != nil {
 			return err
 		}
 	} else if c.spec.Timeout > 0 {
 		c.rec.Deadline = time.Now().Add(c.spec.Timeout).UTC().Truncate(time.Millisecond)
 		ac := agentClient(c.p.lay.socket(c.id))
-		err := ac.SetDeadline(ctx, c.rec.Deadline.Add(999*time.Millisecond))
+		err := ac.SetDeadline(ctx, agentDeadline(c.rec.Deadline))
 		ac.Close()
 		if err != nil {
 			return err

@@ -161,14 +161,7 @@ func (i *Instance) unpark(ctx context.Context, rt ociRuntime, rec *record) error
 	}
 	// Time moved on while it was parked: the agent's deadline and idle clock start again
 	// from the record's.
-	cl := agentClient(p.lay.socket(id))
-	var deadline time.Time
-	if !rec.Deadline.IsZero() {
-		deadline = rec.Deadline.Add(999 * time.Millisecond)
-	}
-	err = cl.SetLimits(ctx, deadline, rec.IdleTimeout)
-	cl.Close()
-	if err != nil {
+	if err := p.giveAgentLimits(ctx, rec); err != nil {
 		return fail(err)
 	}
 	rec.Paused, rec.Saved = false, false
@@ -177,6 +170,23 @@ func (i *Instance) unpark(ctx context.Context, rt ociRuntime, rec *record) error
 	}
 	os.RemoveAll(p.lay.saved(id))
 	return nil
+}
+
+// giveAgentLimits tells a sandbox's agent, restored or booted again, the record's deadline
+// and idle timeout; its idle clock starts now.
+func (p *Provider) giveAgentLimits(ctx context.Context, rec *record) error {
+	cl := agentClient(p.lay.socket(rec.ID))
+	defer cl.Close()
+	return cl.SetLimits(ctx, agentDeadline(rec.Deadline), rec.IdleTimeout)
+}
+
+// agentDeadline is the deadline the agent enforces for a record's: rounded up to the
+// second, as the agent's config keeps it (DeadlineUnix); zero for none.
+func agentDeadline(d time.Time) time.Time {
+	if d.IsZero() {
+		return d
+	}
+	return d.Add(999 * time.Millisecond)
 }
 
 // leaveCgroups moves the processes of a sandbox that outlive its runtime (the holder, the

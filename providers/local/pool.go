@@ -176,14 +176,13 @@ func (p *Provider) handOut(ctx context.Context, id string, spec provider.CreateS
 		return nil, errNotFound(id)
 	}
 	now := time.Now()
-	var deadline, agentDeadline time.Time
+	var deadline time.Time
 	if spec.Timeout > 0 {
 		deadline = now.Add(spec.Timeout).UTC().Truncate(time.Millisecond)
-		agentDeadline = deadline.Add(999 * time.Millisecond)
 	}
 	// The instance's own client, so that the caller's first command reuses the connection.
 	inst := p.instance(rec)
-	if err := inst.Client().SetLimits(ctx, agentDeadline, spec.IdleTimeout); err != nil {
+	if err := inst.Client().SetLimits(ctx, agentDeadline(deadline), spec.IdleTimeout); err != nil {
 		inst.Close()
 		if ctx.Err() == nil || !p.putBack(id) {
 			p.teardown(ctx, rec)
