@@ -585,13 +585,25 @@ func (s *Service) Pause(ctx context.Context, id string, opts sandbox.PauseOption
 
 // PauseAtTimeout pauses a sandbox created with OnTimeout pause or pause-cold that reached
 // its deadline, as its OnTimeout says (the server's reaper calls it); sandbox.paused says so.
+//
+// A pause-cold that this sandbox refuses with CodeUnsupported, although its provider
+// declares "pause-cold" (a Docker sandbox made by another tupper process, whose agent config
+// this one does not hold), pauses it keeping its memory instead: the sandbox stops running at
+// its deadline either way, and sandbox.paused says memoryKept with coldRefused set to the
+// refusal. Past its deadline, running on would be the one outcome its owner did not ask for.
 func (s *Service) PauseAtTimeout(ctx context.Context, id string, deadline time.Time) error {
 	rec, err := s.record(ctx, id)
 	if err != nil {
 		return err
 	}
 	opts := sandbox.PauseOptions{DropMemory: rec.OnTimeout == store.OnTimeoutPauseCold}
-	return s.pause(ctx, id, opts, map[string]any{"reason": "timeout", "deadline": deadline.UTC()})
+	data := map[string]any{"reason": "timeout", "deadline": deadline.UTC()}
+	err = s.pause(ctx, id, opts, data)
+	if opts.DropMemory && errors.Is(err, provider.CodeUnsupported) && s.prov.Capabilities().Has(provider.CapPause) {
+		data["coldRefused"] = err.Error()
+		return s.pause(ctx, id, sandbox.PauseOptions{}, data)
+	}
+	return err
 }
 
 func (s *Service) pause(ctx context.Context, id string, opts sandbox.PauseOptions, data map[string]any) error {

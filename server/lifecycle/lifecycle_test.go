@@ -124,3 +124,120 @@ func TestDestroyExpired(t *testing.T) {
 		t.Errorf("events: %q, want %q", got, want)
 	}
 }
+
+// coldRefusing is a provider that declares pause and pause-cold but whose sandboxes refuse a
+// cold pause, as a Docker sandbox made by another tupper process does. The memory provider
+// cannot pause, so its pause is a flag its Info reports.
+type coldRefusing struct {
+	*memory.Provider
+	mu     sync.Mutex
+	paused map[string]bool
+}
+
+func (p *coldRefusing) Capabilities() provider.Capabilities {
+	c := p.Provider.Capabilities()
+	c[provider.CapPause] = true
+	c[provider.CapPauseCold] = true
+	return c
+}
+
+func (p *coldRefusing) Create(ctx context.Context, spec provider.CreateSpec) (provider.Instance, error) {
+	inst, err := p.Provider.Create(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	return &coldRefusingInst{inst, p}, nil
+}
+
+func (p *coldRefusing) Connect(ctx context.Context, id string) (provider.Instance, error) {
+	inst, err := p.Provider.Connect(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return &coldRefusingInst{inst, p}, nil
+}
+
+type coldRefusingInst struct {
+	provider.Instance
+	p *coldRefusing
+}
+
+func (i *coldRefusingInst) id() string {
+	in, _ := i.Instance.Info(context.Background())
+	return in.ID
+}
+
+func (i *coldRefusingInst) setPaused(v bool) {
+	i.p.mu.Lock()
+	defer i.p.mu.Unlock()
+	i.p.paused[i.id()] = v
+}
+
+func (i *coldRefusingInst) Info(ctx context.Context) (provider.Info, error) {
+	in, err := i.Instance.Info(ctx)
+	i.p.mu.Lock()
+	defer i.p.mu.Unlock()
+	if err == nil && i.p.paused[in.ID] {
+		in.State = provider.StatePaused
+	}
+	return in, err
+}
+
+func (i *coldRefusingInst) Pause(context.Context) error  { i.setPaused(true); return nil }
+func (i *coldRefusingInst) Resume(context.Context) error { i.setPaused(false); return nil }
+func (i *coldRefusingInst) PauseCold(context.Context) error {
+	return provider.Errorf(provider.CodeUnsupported, "this sandbox's agent config is not known here")
+}
+
+// TestPauseAtTimeoutColdRefused: a sandbox with onTimeout pause-cold whose cold pause is
+// refused at its deadline is paused keeping its memory, not left running past it; the event
+// says why. An asked-for cold pause stays refused (the caller chose it and hears why).
+func TestPauseAtTimeoutColdRefused(t *testing.T) {
+	st, err := store.Open(t.Context(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	prov := &coldRefusing{Provider: memory.New(), paused: map[string]bool{}}
+	var mu sync.Mutex
+	var paused []map[string]any
+	emit := func(_ context.Context, typ, _ string, data any) {
+		if typ == lifecycle.EventPaused {
+			mu.Lock()
+			paused = append(paused, data.(map[string]any))
+			mu.Unlock()
+		}
+	}
+	lc, err := lifecycle.New(lifecycle.Config{Provider: prov, Store: st, Emit: emit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lc.Close() })
+	c, err := lc.Create(t.Context(), lifecycle.CreateOptions{Sandbox: sandbox.CreateOptions{Timeout: time.Hour}, OnTimeout: store.OnTimeoutPauseCold})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := c.Record.ID
+	if err := lc.Pause(t.Context(), id, sandbox.PauseOptions{DropMemory: true}); !errors.Is(err, provider.CodeUnsupported) {
+		t.Fatalf("an asked-for cold pause the sandbox refuses: %v, want unsupported", err)
+	}
+	if err := lc.PauseAtTimeout(t.Context(), id, time.Now()); err != nil {
+		t.Fatalf("PauseAtTimeout: %v", err)
+	}
+	info, err := prov.Connect(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in, err := info.Info(t.Context()); err != nil || in.State != provider.StatePaused {
+		t.Fatalf("after PauseAtTimeout: %+v %v, want paused", in, err)
+	}
+	rec, err := st.Sandbox(t.Context(), id)
+	if err != nil || rec.State != provider.StatePaused || rec.MemoryDropped {
+		t.Errorf("record after the fallback: %+v %v, want paused with its memory", rec, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(paused) != 1 || paused[0]["memoryKept"] != true || paused[0]["coldRefused"] == nil || paused[0]["reason"] != "timeout" {
+		t.Errorf("sandbox.paused events: %v, want one with memoryKept, coldRefused and reason timeout", paused)
+	}
+}
