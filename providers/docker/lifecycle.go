@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
@@ -46,9 +47,34 @@ func dead(c container.Summary, now time.Time) bool {
 }
 
 // remove removes a container and what it holds (force: it is killed first).
+// When another remover got there first (a reap in this or another tupper process, at the
+// sandbox's deadline), the engine refuses with a conflict; remove then asks again until that
+// removal is done, so its caller sees the container gone as if it had removed it itself (and
+// removes it, should the other removal have failed).
 func (p *Provider) remove(ctx context.Context, cid string) error {
-	_, err := p.cli.ContainerRemove(ctx, cid, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
-	return err
+	for {
+		_, err := p.cli.ContainerRemove(ctx, cid, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+		switch {
+		case err == nil:
+			return nil
+		case !removalInProgress(err):
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(50 * time.Millisecond):
+		}
+		if _, err := p.cli.ContainerInspect(ctx, cid, client.ContainerInspectOptions{}); cerrdefs.IsNotFound(err) {
+			return nil
+		}
+	}
+}
+
+// removalInProgress reports whether the engine refused a removal because another one of the
+// same container is under way (its words: "removal of container … is already in progress").
+func removalInProgress(err error) bool {
+	return cerrdefs.IsConflict(err) && strings.Contains(err.Error(), "already in progress")
 }
 
 // Reap removes every sandbox container that has ended (see dead) and returns how many.

@@ -3,6 +3,7 @@ package docker
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -163,5 +164,39 @@ func TestNetworkNone(t *testing.T) {
 			t.Fatalf("relays still running after their clients closed: %s", out.String())
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestDestroyRacingRemovals: two providers (two tupper processes) destroy the same sandboxes
+// at once, as a reap at a deadline and a client's Destroy do. The engine refuses the second
+// removal while the first is under way; neither caller sees that refusal, and each sandbox is
+// gone after both.
+func TestDestroyRacingRemovals(t *testing.T) {
+	a := newTestProvider(t, Config{})
+	b := newTestProvider(t, Config{})
+	ctx := t.Context()
+	var ids []string
+	for range 6 {
+		inst, err := a.Create(ctx, provider.CreateSpec{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, inst.(*Instance).id)
+		inst.Close()
+	}
+	for _, id := range ids {
+		errs := make(chan error, 2)
+		for _, p := range []*Provider{a, b} {
+			go func() { errs <- p.Destroy(ctx, id) }()
+		}
+		for range 2 {
+			// The loser of the race may find nothing left to destroy: not found is its answer.
+			if err := <-errs; err != nil && !errors.Is(err, provider.CodeNotFound) {
+				t.Errorf("Destroy(%s) beside another: %v", id, err)
+			}
+		}
+		if _, err := a.Connect(ctx, id); !errors.Is(err, provider.CodeNotFound) {
+			t.Errorf("Connect(%s) after both destroys: %v, want not found", id, err)
+		}
 	}
 }
