@@ -89,6 +89,39 @@ test("processes and a second sandbox through the tools", async () => {
   for (const id of results["e"].split("\n").map((l) => l.split(" ")[0])) await (await c.get(id)).destroy();
 });
 
+test("pause_sandbox and resume_sandbox, keeping the memory and not", async (t) => {
+  const b = await c.create(boxOptions);
+  t.after(() => b.destroy());
+  const caps = (await b.refresh()).capabilities;
+  const cold = caps.includes("pause-cold");
+  const model = scripted([
+    [call("s", "start_process", { sandbox_id: b.id, command: "echo up; sleep 300", name: "bg", ready_log: "up" })],
+    [call("p", "pause_sandbox", { sandbox_id: b.id })],
+    [call("r", "resume_sandbox", { sandbox_id: b.id })],
+    [call("q", "pause_sandbox", { sandbox_id: b.id, keep_memory: false })],
+    [call("u", "resume_sandbox", { sandbox_id: b.id })],
+    [call("x", "run_command", { sandbox_id: b.id, command: "pgrep -x sleep >/dev/null && echo kept || echo gone" })],
+    [{ type: "text", text: "ok" }],
+  ]);
+  const r = await generateText({ model, tools: sandboxTools({ client: c }), prompt: "pause and resume", stopWhen: stepCountIs(10) });
+  const results = Object.fromEntries(r.steps.flatMap((s) => s.toolResults).map((t) => [t.toolCallId, t.output]));
+  const errors = Object.fromEntries(r.steps.flatMap((s) => s.content).filter((p) => p.type === "tool-error").map((t) => [t.toolCallId, String(t.error)]));
+  assert.equal(results["p"], `paused sandbox ${b.id} with its memory: its processes continue after resume_sandbox`);
+  assert.equal(results["r"], `resumed sandbox ${b.id}`);
+  if (cold) {
+    // The process from before the pause without memory is gone; the sandbox runs commands.
+    assert.match(results["q"], /keeping only its files/);
+    assert.equal(results["u"], `resumed sandbox ${b.id}`);
+    assert.match(results["x"], /^exit code: 0\n[\s\S]*gone/);
+  } else {
+    // Refused before anything changed: the sandbox still runs, its process with it.
+    assert.match(errors["q"], /unsupported/);
+    assert.match(errors["u"], /already running|conflict/);
+    assert.match(results["x"], /kept/);
+  }
+  assert.equal((await b.refresh()).state, "running");
+});
+
 test("every exchange above is in the served OpenAPI document", async () => {
   const doc = await (await fetch(url + "/v1/openapi.json")).json();
   await checkExchanges(doc);

@@ -126,6 +126,19 @@ const handlers: Record<string, Handler> = {
     await s.destroy(id);
     return `destroyed sandbox ${id}`;
   },
+  async pause_sandbox(s, a) {
+    const b = await s.box(a);
+    const keep = a["keep_memory"] !== false;
+    await b.pause({ keepMemory: keep });
+    return keep
+      ? `paused sandbox ${b.id} with its memory: its processes continue after resume_sandbox`
+      : `paused sandbox ${b.id} keeping only its files: its processes ended, and resume_sandbox starts it again`;
+  },
+  async resume_sandbox(s, a) {
+    const b = await s.box(a);
+    await b.resume();
+    return `resumed sandbox ${b.id}`;
+  },
   async run_command(s, a) {
     const b = await s.box(a);
     const opts: { cwd?: string; timeoutMs?: number } = {};

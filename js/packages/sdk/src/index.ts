@@ -318,8 +318,16 @@ export class Sandbox {
     await this.client.request({ method: "DELETE", path: this.path("") });
   }
 
-  async pause(): Promise<void> {
-    await this.client.request({ method: "POST", path: this.path("/pause") });
+  /**
+   * Pauses the sandbox. By default its memory is kept: its processes continue on resume.
+   * With `{ keepMemory: false }` only its files are kept: its processes end, its memory is
+   * released, and resume starts it again from its files (where the provider declares
+   * "pause-cold"; otherwise unsupported, before anything changes).
+   */
+  async pause(opts: { keepMemory?: boolean } = {}): Promise<void> {
+    const req: Request = { method: "POST", path: this.path("/pause") };
+    if (opts.keepMemory === false) req.json = { keepMemory: false };
+    await this.client.request(req);
   }
 
   async resume(): Promise<void> {
