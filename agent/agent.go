@@ -182,6 +182,7 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config) error {
 		case done := <-a.quiesceReq:
 			// Every host socket of the agent's closed: the sandbox can be checkpointed.
 			stop()
+			rl.unlink()
 			close(done)
 		case <-usr2:
 			if srv != nil {

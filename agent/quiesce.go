@@ -63,6 +63,17 @@ func (r *relistener) listen() (net.Listener, error) {
 	return ln, nil
 }
 
+// unlink removes the socket's name once its listener is closed. A checkpoint then knows of
+// no socket file in the host directory: gVisor (since 2025) walks again, on restore, every
+// file of a host-backed mount the saved sandbox knew of, and the new sandbox's socket
+// directory has none until the agent listens again there.
+func (r *relistener) unlink() {
+	if r == nil {
+		return
+	}
+	_ = unix.Unlinkat(int(r.dir.Fd()), r.name, 0)
+}
+
 func (r *relistener) close() {
 	if r != nil {
 		r.dir.Close()
