@@ -368,7 +368,23 @@ func (p *Process) checkReady(ctx context.Context, r *readySpec, logRe *regexp.Re
 		resp.Body.Close()
 		return resp.StatusCode < 500, nil
 	default:
-		return p.portListening(ctx, r.Port)
+		if ok, err := p.portListening(ctx, r.Port); ok || err != nil {
+			return ok, err
+		}
+		// gVisor on the host's network stack (runsc with network all, since 2025) lists no
+		// socket in /proc/net: a connection through the provider's tunnel, which the agent
+		// makes to 127.0.0.1 inside the sandbox and which fails at once when nothing listens,
+		// tells instead. Not through a preview URL: a listener on this host accepts whether
+		// or not the port in the sandbox does.
+		if _, ok := p.b.inst.(provider.PortDialer); ok {
+			dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			if c, err := p.b.DialPort(dctx, r.Port); err == nil {
+				c.Close()
+				return true, nil
+			}
+		}
+		return false, nil
 	}
 }
 
