@@ -3,7 +3,8 @@
 # the default (local) provider. Extra arguments replace the command.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export PATH="$PATH:/usr/local/go/bin"
+# /usr/local/sbin first, as on a usual root PATH: setup.sh puts a current runsc there.
+export PATH="/usr/local/sbin:/usr/local/bin:$PATH:/usr/local/go/bin"
 scripts/setup.sh
 CGO_ENABLED=0 go build -o bin/tupper ./cmd/tupper
 if [ $# -eq 0 ]; then

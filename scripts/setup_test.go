@@ -49,10 +49,13 @@ type machine struct {
 	uid                            int
 	noAptGet                       bool
 	aptFails                       bool
+	goFails                        bool
+	localSbinLast                  bool // PATH has /usr/local/sbin after the other directories
 	// runsc is the version line of a runsc already installed, or ""; present are the other
-	// commands already installed. Both go where apt-get installs, so an upgrade replaces them.
+	// commands already installed (where apt-get installs).
 	runsc   string
 	present []string
+	goLog   string // the stand-in go's calls, with the environment the build needs
 }
 
 func newMachine(t *testing.T) *machine {
@@ -60,6 +63,7 @@ func newMachine(t *testing.T) *machine {
 	m := &machine{
 		root: filepath.Join(d, "root"), stubs: filepath.Join(d, "stubs"),
 		installed: filepath.Join(d, "installed"), aptLog: filepath.Join(d, "apt.log"),
+		goLog: filepath.Join(d, "go.log"),
 	}
 	for _, dir := range []string{m.stubs, m.installed, filepath.Join(m.root, "etc/apt/sources.list.d")} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -107,7 +111,7 @@ func (m *machine) run(t *testing.T, farmDir string, args ...string) (int, string
 	script(t, filepath.Join(m.stubs, "id"), fmt.Sprintf("[ \"$1\" = -u ] && echo %d && exit 0\necho 'uid=%d'\n", m.uid, m.uid))
 	if !m.noAptGet {
 		// The stand-in records each call and "installs" a package by putting its command in
-		// m.installed; runsc from backports is current, bookworm's own is from 2022.
+		// m.installed.
 		fail := ""
 		if m.aptFails {
 			fail = "[ \"$1\" = install ] && { echo 'E: Unable to locate package' >&2; exit 100; }\n"
@@ -115,22 +119,30 @@ func (m *machine) run(t *testing.T, farmDir string, args ...string) (int, string
 		script(t, filepath.Join(m.stubs, "apt-get"), fmt.Sprintf(`echo "$*" >>%q
 %s[ "$1" = install ] || exit 0
 shift
-backports=
 for a in "$@"; do
 	case "$a" in
-	-t) backports=next ;;
 	-*) ;;
 	*)
-		if [ "$backports" = next ]; then backports=$a; continue; fi
 		cmd=$a; [ "$a" = iproute2 ] && cmd=ip; [ "$a" = nodejs ] && cmd=node; [ "$a" = docker.io ] && cmd=dockerd
-		v="0.0~20221219.0"; [ -n "$backports" ] && v="0.0~20240729.0"
-		printf '#!/bin/sh\necho "%%s version %%s"\n' "$cmd" "$v" >%q/$cmd
+		printf '#!/bin/sh\necho "%%s version 1.0"\n' "$cmd" >%q/$cmd
 		chmod +x %q/$cmd
 		;;
 	esac
 done
 `, m.aptLog, fail, m.installed, m.installed))
 	}
+	// The stand-in go records each call with CGO_ENABLED and GOBIN, and "builds" runsc by
+	// writing one that prints the version the -ldflags gave it.
+	goFail := ""
+	if m.goFails {
+		goFail = "echo 'go: gvisor.dev/gvisor/runsc@v0: reading proxy: 403 Forbidden' >&2; exit 1\n"
+	}
+	script(t, filepath.Join(m.stubs, "go"), fmt.Sprintf(`echo "CGO_ENABLED=$CGO_ENABLED $*" >>%q
+[ "$1" = install ] || exit 0
+%sv=$(echo "$*" | sed -n 's/.*version\.version=\([^ ]*\).*/\1/p')
+printf '#!/bin/sh\necho "runsc version %%s"\n' "$v" >"$GOBIN/runsc"
+chmod +x "$GOBIN/runsc"
+`, m.goLog, goFail))
 	if m.runsc != "" {
 		script(t, filepath.Join(m.installed, "runsc"), "echo '"+m.runsc+"'\n")
 	}
@@ -141,10 +153,16 @@ done
 	if err != nil {
 		t.Fatal(err)
 	}
+	// As on a real machine, /usr/local/sbin comes first on PATH.
+	dirs := []string{filepath.Join(m.root, "usr/local/sbin"), m.stubs, m.installed, farmDir}
+	if m.localSbinLast {
+		dirs = append(dirs[1:], dirs[0])
+	}
+	path := strings.Join(dirs, ":")
 	cmd := exec.Command(bash, append([]string{"setup.sh"}, args...)...)
 	cmd.Env = []string{
 		"HOME=" + t.TempDir(),
-		"PATH=" + strings.Join([]string{m.stubs, m.installed, farmDir}, ":"),
+		"PATH=" + path,
 		"TUPPER_SETUP_ROOT=" + m.root,
 	}
 	var stderr bytes.Buffer
@@ -171,6 +189,9 @@ func TestSetup(t *testing.T) {
 		}
 	}
 
+	// wantBuild is the one go call that builds the pinned runsc, as pure Go.
+	const wantBuild = "CGO_ENABLED=0 install -trimpath -ldflags -X gvisor.dev/gvisor/runsc/version.version=release-20260905.0 gvisor.dev/gvisor/runsc@v0.0.0-20260905035102-160fafc42237"
+
 	t.Run("FreshMachine", func(t *testing.T) {
 		m := newMachine(t)
 		code, out, calls := m.run(t, fd)
@@ -180,26 +201,25 @@ func TestSetup(t *testing.T) {
 		want := []string{
 			"update -qq",
 			"install -y -qq runc crun iptables iproute2",
-			"install -y -qq -t bookworm-backports runsc",
 		}
 		if strings.Join(calls, "\n") != strings.Join(want, "\n") {
 			t.Errorf("apt-get calls:\n%s\nwant:\n%s", strings.Join(calls, "\n"), strings.Join(want, "\n"))
 		}
-		b, err := os.ReadFile(filepath.Join(m.root, "etc/apt/sources.list.d/tupper-backports.sources"))
-		if err != nil {
-			t.Fatalf("no backports source written: %v\n%s", err, out)
+		if got := m.goCalls(); len(got) != 1 || got[0] != wantBuild {
+			t.Errorf("go calls %q, want %q\n%s", got, wantBuild, out)
 		}
-		if !strings.Contains(string(b), "URIs: http://mirror.example.invalid/debian\n") || !strings.Contains(string(b), "Suites: bookworm-backports\n") {
-			t.Errorf("backports source does not use the machine's own mirror:\n%s", b)
+		if b, err := exec.Command(filepath.Join(m.root, "usr/local/sbin/runsc"), "--version").Output(); err != nil || string(b) != "runsc version release-20260905.0\n" {
+			t.Errorf("/usr/local/sbin/runsc --version: %q %v", b, err)
 		}
 		if strings.Contains(out, "nodejs") || strings.Contains(out, "docker.io") {
 			t.Errorf("installs Node.js or Docker without --test:\n%s", out)
 		}
 		// Run again on the machine as it now is: nothing more to do.
 		os.Remove(m.aptLog)
+		os.Remove(m.goLog)
 		code, out, calls = m.run(t, fd)
-		if code != 0 || len(calls) != 0 {
-			t.Errorf("second run: exit %d, apt-get calls %q\n%s", code, calls, out)
+		if code != 0 || len(calls) != 0 || len(m.goCalls()) != 0 {
+			t.Errorf("second run: exit %d, apt-get calls %q, go calls %q\n%s", code, calls, m.goCalls(), out)
 		}
 	})
 
@@ -218,71 +238,30 @@ func TestSetup(t *testing.T) {
 		}
 	})
 
-	t.Run("OneLineSources", func(t *testing.T) {
-		m := newMachine(t)
-		os.Remove(filepath.Join(m.root, "etc/apt/sources.list.d/debian.sources"))
-		m.write(t, "etc/apt/sources.list", "# deb http://old.example.invalid/debian bookworm main\n"+
-			"deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://local.example.invalid/debian bookworm main\n")
-		code, out, _ := m.run(t, fd)
-		if code != 0 {
-			t.Fatalf("exit %d:\n%s", code, out)
-		}
-		b, _ := os.ReadFile(filepath.Join(m.root, "etc/apt/sources.list.d/tupper-backports.sources"))
-		if !strings.Contains(string(b), "URIs: http://local.example.invalid/debian\n") {
-			t.Errorf("backports source:\n%s\n%s", b, out)
-		}
-	})
-
-	t.Run("BackportsAlreadyConfigured", func(t *testing.T) {
-		m := newMachine(t)
-		m.write(t, "etc/apt/sources.list.d/backports.list", "deb http://mirror.example.invalid/debian bookworm-backports main\n")
-		code, out, calls := m.run(t, fd)
-		if code != 0 {
-			t.Fatalf("exit %d:\n%s", code, out)
-		}
-		if _, err := os.Stat(filepath.Join(m.root, "etc/apt/sources.list.d/tupper-backports.sources")); err == nil {
-			t.Error("added a second backports source")
-		}
-		if calls[len(calls)-1] != "install -y -qq -t bookworm-backports runsc" {
-			t.Errorf("apt-get calls: %q", calls)
-		}
-	})
-
-	t.Run("OldRunsc", func(t *testing.T) {
-		m := newMachine(t)
-		m.present = []string{"runc", "crun", "iptables", "ip"}
-		m.runsc = "runsc version 0.0~20221219.0"
-		code, out, calls := m.run(t, fd)
-		if code != 0 {
-			t.Fatalf("exit %d:\n%s", code, out)
-		}
-		want := []string{"update -qq", "install -y -qq -t bookworm-backports runsc"}
-		if strings.Join(calls, "\n") != strings.Join(want, "\n") {
-			t.Errorf("apt-get calls: %q, want %q\n%s", calls, want, out)
-		}
-	})
-
-	t.Run("OldRunscNotDebian12", func(t *testing.T) {
-		m := newMachine(t)
-		m.write(t, "etc/os-release", "ID=ubuntu\nVERSION_CODENAME=jammy\n")
-		m.present = []string{"runc", "crun", "iptables", "ip"}
-		m.runsc = "runsc version release-20221219.0"
-		code, out, calls := m.run(t, fd)
-		if code != 0 || len(calls) != 0 {
-			t.Fatalf("exit %d, apt-get calls %q:\n%s", code, calls, out)
-		}
-		if !strings.Contains(out, "older than 2023") {
-			t.Errorf("no warning about the old runsc:\n%s", out)
-		}
-	})
+	// A distribution's runsc (Debian's newest is 20240729, bookworm's own 20221219) is older
+	// than the pinned one: the build puts the current one ahead of it; apt is not asked.
+	for _, old := range []string{"runsc version 0.0~20240729.0", "runsc version 0.0~20221219.0", "runsc version VERSION_MISSING"} {
+		t.Run("OldRunsc/"+strings.Fields(old)[2], func(t *testing.T) {
+			m := newMachine(t)
+			m.present = []string{"runc", "crun", "iptables", "ip"}
+			m.runsc = old
+			code, out, calls := m.run(t, fd)
+			if code != 0 || len(calls) != 0 {
+				t.Fatalf("exit %d, apt-get calls %q:\n%s", code, calls, out)
+			}
+			if got := m.goCalls(); len(got) != 1 || got[0] != wantBuild {
+				t.Errorf("go calls %q, want %q\n%s", got, wantBuild, out)
+			}
+		})
+	}
 
 	t.Run("CurrentRuntimes", func(t *testing.T) {
 		m := newMachine(t)
 		m.present = []string{"runc", "crun", "iptables", "ip"}
-		m.runsc = "runsc version 0.0~20240729.0"
+		m.runsc = "runsc version release-20260905.0"
 		code, out, calls := m.run(t, fd)
-		if code != 0 || len(calls) != 0 {
-			t.Fatalf("exit %d, apt-get calls %q:\n%s", code, calls, out)
+		if code != 0 || len(calls) != 0 || len(m.goCalls()) != 0 {
+			t.Fatalf("exit %d, apt-get calls %q, go calls %q:\n%s", code, calls, m.goCalls(), out)
 		}
 	})
 
@@ -293,10 +272,17 @@ func TestSetup(t *testing.T) {
 		if code == 0 || len(calls) != 0 {
 			t.Fatalf("exit %d, apt-get calls %q:\n%s", code, calls, out)
 		}
-		for _, want := range []string{"run this script as root", "runc", "runsc", "crun", "iptables"} {
+		for _, want := range []string{"run this script as root", "runc", "crun", "iptables"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("output lacks %q:\n%s", want, out)
 			}
+		}
+		// Everything there but a current runsc: the build is refused too, saying why.
+		m.present = []string{"runc", "crun", "iptables", "ip"}
+		m.runsc = "runsc version 0.0~20240729.0"
+		code, out, _ = m.run(t, fd)
+		if code == 0 || len(m.goCalls()) != 0 || !strings.Contains(out, "runsc is from 20240729, older than 20260905; run this script as root") {
+			t.Errorf("not root with an old runsc: exit %d, go calls %q:\n%s", code, m.goCalls(), out)
 		}
 	})
 
@@ -309,12 +295,31 @@ func TestSetup(t *testing.T) {
 		}
 	})
 
-	t.Run("NoAptSources", func(t *testing.T) {
+	t.Run("BuildFails", func(t *testing.T) {
 		m := newMachine(t)
-		os.Remove(filepath.Join(m.root, "etc/apt/sources.list.d/debian.sources"))
-		code, out, calls := m.run(t, fd)
-		if code == 0 || len(calls) != 0 || !strings.Contains(out, "no apt source for bookworm") {
-			t.Fatalf("exit %d, apt-get calls %q:\n%s", code, calls, out)
+		m.present = []string{"runc", "crun", "iptables", "ip"}
+		m.goFails = true
+		code, out, _ := m.run(t, fd)
+		if code == 0 {
+			t.Fatalf("exit 0:\n%s", out)
+		}
+		if !strings.Contains(out, `step "build gVisor's runsc 20260905" failed`) || !strings.Contains(out, "CGO_ENABLED=0 go install gvisor.dev/gvisor/runsc@") {
+			t.Errorf("the failure does not say which step failed and what to do:\n%s", out)
+		}
+		if _, err := os.Stat(filepath.Join(m.root, "usr/local/sbin/runsc")); err == nil {
+			t.Error("a failed build installed a runsc")
+		}
+	})
+
+	t.Run("LocalSbinBehind", func(t *testing.T) {
+		// An old runsc that stays first on PATH after the build: said, not taken for done.
+		m := newMachine(t)
+		m.present = []string{"runc", "crun", "iptables", "ip"}
+		m.runsc = "runsc version 0.0~20240729.0"
+		m.localSbinLast = true
+		code, out, _ := m.run(t, fd)
+		if code == 0 || !strings.Contains(out, "put /usr/local/sbin ahead of /usr/bin on PATH") {
+			t.Errorf("exit %d:\n%s", code, out)
 		}
 	})
 
@@ -330,4 +335,13 @@ func TestSetup(t *testing.T) {
 			t.Errorf("the failure does not say which step failed and what to do:\n%s", out)
 		}
 	})
+}
+
+// goCalls returns the stand-in go's calls so far.
+func (m *machine) goCalls() []string {
+	b, err := os.ReadFile(m.goLog)
+	if err != nil {
+		return nil
+	}
+	return strings.Split(strings.TrimSpace(string(b)), "\n")
 }

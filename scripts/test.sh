@@ -5,7 +5,8 @@
 # missing fail instead of skipping.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export PATH="$PATH:/usr/local/go/bin"
+# /usr/local/sbin first, as on a usual root PATH: setup.sh puts a current runsc there.
+export PATH="/usr/local/sbin:/usr/local/bin:$PATH:/usr/local/go/bin"
 scripts/setup.sh --test
 
 echo "== gofmt"

@@ -163,7 +163,7 @@ func (p *Provider) probe() {
 	}
 	// gVisor from before 2023 (Debian bookworm's runsc 20221219) fails
 	// statx(AT_NO_AUTOMOUNT) with EINVAL, which breaks GNU ls and stat of most paths: not a
-	// full shell there (see the package doc); bookworm-backports has a current runsc.
+	// full shell there (see the package doc); scripts/setup.sh builds a current runsc.
 	p.runscDate = cached.RunscDate
 	if p.shellWorks(p.cfg.Runtime) {
 		caps = append(caps, provider.CapShell)
