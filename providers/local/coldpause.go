@@ -45,15 +45,11 @@ import (
 // PauseCold ends every process of the sandbox and releases their memory, keeping its files,
 // id, network and leases (see above). A sandbox paused already, either way, stays as it is.
 func (i *Instance) PauseCold(ctx context.Context) error {
-	lk, err := i.p.lockSandbox(ctx, i.id)
+	lk, rec, err := i.p.lockRecord(ctx, i.id)
 	if err != nil {
 		return err
 	}
 	defer lk.Unlock()
-	rec, err := i.p.lay.readRecord(i.id)
-	if err != nil {
-		return err
-	}
 	defer func() {
 		i.mu.Lock()
 		i.rec = rec

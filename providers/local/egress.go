@@ -533,15 +533,11 @@ func (i *Instance) SetNetwork(ctx context.Context, n provider.Network) error {
 	}
 	file.Generation = time.Now().UnixNano()
 	i.p.probed() // the bridge (p.net), in a process that only connected to the sandbox
-	lk, err := i.p.lockSandbox(ctx, i.id)
+	lk, rec, err := i.p.lockRecord(ctx, i.id)
 	if err != nil {
 		return err
 	}
 	defer lk.Unlock()
-	rec, err := i.p.lay.readRecord(i.id)
-	if err != nil {
-		return err
-	}
 	switch {
 	case rec.Network == string(provider.NetworkNone) || rec.IP == "" || i.p.net == nil:
 		return provider.Errorf(provider.CodeUnsupported,

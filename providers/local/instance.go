@@ -188,15 +188,11 @@ func (i *Instance) SetTimeout(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return provider.Errorf(provider.CodeInvalidArgument, "timeout must be positive")
 	}
-	lk, err := i.p.lockSandbox(ctx, i.id)
+	lk, rec, err := i.p.lockRecord(ctx, i.id)
 	if err != nil {
 		return err
 	}
 	defer lk.Unlock()
-	rec, err := i.p.lay.readRecord(i.id)
-	if err != nil {
-		return err
-	}
 	rec.Deadline = time.Now().Add(d).UTC().Truncate(time.Millisecond)
 	if err := i.p.lay.writeRecord(rec); err != nil {
 		return provider.Wrap(err, provider.CodeProvider, "set_timeout")
@@ -217,15 +213,11 @@ func (i *Instance) Pause(ctx context.Context) error { return i.setPaused(ctx, tr
 func (i *Instance) Resume(ctx context.Context) error { return i.setPaused(ctx, false) }
 
 func (i *Instance) setPaused(ctx context.Context, pause bool) error {
-	lk, err := i.p.lockSandbox(ctx, i.id)
+	lk, rec, err := i.p.lockRecord(ctx, i.id)
 	if err != nil {
 		return err
 	}
 	defer lk.Unlock()
-	rec, err := i.p.lay.readRecord(i.id)
-	if err != nil {
-		return err
-	}
 	if !i.p.live(rec) {
 		return provider.Errorf(provider.CodeNotFound, "sandbox %s has stopped", i.id)
 	}

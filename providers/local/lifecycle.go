@@ -47,18 +47,29 @@ func (p *Provider) lockSandbox(ctx context.Context, id string) (*flock.Lock, err
 	return lk, nil
 }
 
+// lockRecord takes sandbox id's lock and reads its record under it; the caller releases the
+// lock (nil on error: nothing is held).
+func (p *Provider) lockRecord(ctx context.Context, id string) (*flock.Lock, *record, error) {
+	lk, err := p.lockSandbox(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	rec, err := p.lay.readRecord(id)
+	if err != nil {
+		lk.Unlock()
+		return nil, nil, err
+	}
+	return lk, rec, nil
+}
+
 // Destroy stops the sandbox and removes everything it left.
 func (p *Provider) Destroy(ctx context.Context, id string) error {
 	defer p.reapSome(ctx)
-	lk, err := p.lockSandbox(ctx, id)
+	lk, rec, err := p.lockRecord(ctx, id)
 	if err != nil {
 		return err
 	}
 	defer lk.Unlock()
-	rec, err := p.lay.readRecord(id)
-	if err != nil {
-		return err
-	}
 	return p.teardown(ctx, rec)
 }
 

@@ -285,15 +285,11 @@ func (i *Instance) SnapshotKind(ctx context.Context, req provider.SnapshotReques
 	full := kind == provider.SnapshotFull
 	p := i.p
 	p.probed()
-	lk, err := p.lockSandbox(ctx, i.id)
+	lk, rec, err := p.lockRecord(ctx, i.id)
 	if err != nil {
 		return "", err
 	}
 	defer lk.Unlock()
-	rec, err := p.lay.readRecord(i.id)
-	if err != nil {
-		return "", err
-	}
 	if rec.Status != statusReady || !p.live(rec) {
 		return "", provider.Errorf(provider.CodeNotFound, "sandbox %s has stopped", i.id)
 	}
