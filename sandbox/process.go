@@ -221,7 +221,7 @@ func (p *Process) launch(ctx context.Context) error {
 		}
 	}
 	// Old state of an earlier run of the same name.
-	clean := fmt.Sprintf("rm -f %[1]s/exit %[1]s/exit.tmp %[1]s/stopped %[1]s/pid", Quote(p.dir))
+	clean := fmt.Sprintf("rm -f %[1]s/exit %[1]s/exit.tmp %[1]s/stopped %[1]s/pid %[1]s/start", Quote(p.dir))
 	if _, err := b.inst.Exec(ctx, provider.ExecRequest{Command: clean, Cwd: "/"}); err != nil {
 		return b.red.Err(wrapProvider(err, op))
 	}
@@ -229,8 +229,10 @@ func (p *Process) launch(ctx context.Context) error {
 	maps.Copy(env, p.spec.Env)
 	env[envSDKRun] = "1"
 	d := Quote(p.dir)
-	wrapper := fmt.Sprintf("(cd %s && sh -c %s) >%s/stdout 2>%s/stderr </dev/null; echo $? >%s/exit.tmp; mv %s/exit.tmp %s/exit",
-		Quote(p.spec.Cwd), Quote(p.spec.Command), d, d, d, d, d)
+	// The wrapper first records its start time (see startTime), which tells it from a later
+	// process given the same pid once the sandbox has booted again.
+	wrapper := fmt.Sprintf("%s >%s/start; (cd %s && sh -c %s) >%s/stdout 2>%s/stderr </dev/null; echo $? >%s/exit.tmp; mv %s/exit.tmp %s/exit",
+		startTime("$$"), d, Quote(p.spec.Cwd), Quote(p.spec.Command), d, d, d, d, d)
 	res, err := b.inst.Exec(ctx, provider.ExecRequest{Command: wrapper, Cwd: "/", Env: env, Detach: true})
 	if err != nil {
 		return b.red.Err(wrapProvider(err, op))
@@ -553,7 +555,16 @@ func (p *Process) state(ctx context.Context) (ProcessStatus, ExitStatus, error) 
 		return ProcessExited, ExitStatus{ExitCode: -1}, nil
 	}
 	// The whole group: the wrapper shell leads it, but a command that traps TERM can outlive it.
-	res, err := p.b.inst.Exec(ctx, provider.ExecRequest{Command: fmt.Sprintf("kill -0 -%d 2>/dev/null", pid), Cwd: "/"})
+	// A sandbox booted again since (a pause that dropped its memory) numbers its processes
+	// from 1 again, so a live group of that number may be a later one's: where the leader is
+	// there, its start time must be the one the wrapper recorded.
+	check := fmt.Sprintf("kill -0 -%d 2>/dev/null", pid)
+	if start, ok, err := p.readFile(ctx, "start", 64); err != nil {
+		return "", ExitStatus{}, err
+	} else if start = strings.TrimSpace(start); ok && start != "" {
+		check += fmt.Sprintf(" || exit 1; t=$(%s) || exit 0; [ -z \"$t\" ] || [ \"$t\" = %s ]", startTime(strconv.Itoa(pid)), Quote(start))
+	}
+	res, err := p.b.inst.Exec(ctx, provider.ExecRequest{Command: check, Cwd: "/"})
 	if err != nil {
 		return "", ExitStatus{}, p.b.red.Err(wrapProvider(err, "process"))
 	}
@@ -576,6 +587,13 @@ func (p *Process) state(ctx context.Context) (ProcessStatus, ExitStatus, error) 
 		es.ExitCode = 128 + 9
 	}
 	return ProcessExited, es, nil
+}
+
+// startTime is a shell command that prints the start time of process pid (field 22 of its
+// /proc stat, in clock ticks since boot; the fields are counted after the command name, which
+// may hold spaces or parentheses), and fails when there is no such process.
+func startTime(pid string) string {
+	return fmt.Sprintf(`{ s=$(cat /proc/%s/stat 2>/dev/null) && s=${s##*) } && set -- $s && echo "${20}"; }`, pid)
 }
 
 // Status reports whether the process is running.

@@ -5,6 +5,7 @@ package local
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -49,6 +50,12 @@ sleep 0.2`)
 				n, _ := strconv.Atoi(sh(b, "cat /workspace/n"))
 				return n
 			}
+			// A process started through the SDK: its record is in the children's files either
+			// way; only a full fork's children have the process itself.
+			sleeper, err := parent.Start(ctx, "sleep 1000", sandbox.StartOptions{Name: "sleeper"})
+			if err != nil {
+				t.Fatal(err)
+			}
 			t.Logf("parent ready at %v", time.Since(t0))
 			start := time.Now()
 			kids, err := parent.Fork(ctx, sandbox.ForkOptions{N: 2, Labels: map[string]string{"role": "child"}})
@@ -61,6 +68,21 @@ sleep 0.2`)
 			}
 			for _, k := range kids {
 				t.Cleanup(func() { k.Destroy(context.Background()) })
+				// First, before other commands use up pids: the SDK's view of the parent's
+				// process. A filesystem fork's child boots anew, numbering its processes from
+				// 1 again, so a process group of its own takes the parent's process's pid
+				// (made sure here) and is not taken for it; a full fork's child has the
+				// process itself.
+				t.Logf("sleeper pid %d, child took %s", sleeper.PID(), sh(k, fmt.Sprintf("i=0; while [ $i -lt 1000 ]; do setsid sleep 1000 & [ $! -ge %d ] && break; i=$((i+1)); done; echo $!", sleeper.PID())))
+				want := sandbox.ProcessExited
+				if tc.kind == provider.SnapshotFull {
+					want = sandbox.ProcessRunning
+				}
+				if pr, err := k.Process(ctx, "sleeper"); err != nil {
+					t.Errorf("%s: Process(sleeper): %v", k.ID, err)
+				} else if st, err := pr.Status(ctx); err != nil || st != want {
+					t.Errorf("%s: the parent's sleeper in a %s fork: %q %v, want %q", k.ID, tc.kind, st, err, want)
+				}
 				if k.Labels["role"] != "child" {
 					t.Errorf("%s: labels %v", k.ID, k.Labels)
 				}
@@ -82,6 +104,7 @@ sleep 0.2`)
 				if running := advances(func() int { return counter(k) }, n1, wait); running != (tc.kind == provider.SnapshotFull) {
 					t.Errorf("%s: counter from %d, running %v; a %s fork must carry running processes: %v", k.ID, n1, running, tc.kind, tc.kind == provider.SnapshotFull)
 				}
+
 			}
 			t.Logf("children checked at %v", time.Since(t0))
 			// The parent runs on.
