@@ -208,7 +208,9 @@ printf '%%s\n' "$tree" > "$GIT_DIR/marks/%s"`, name)
 // gitIndexPrelude sets up the hidden repository that holds change checkpoints and defines
 // snap, which prints the tree id of /workspace now. Nested repositories (a clone under
 // /workspace) are tracked file by file: their .git directories are left out and their files
-// are added to the index directly, so they do not collapse into one gitlink entry.
+// are added to the index directly, so they do not collapse into one gitlink entry. A file
+// that find listed and that is gone by the time git reads it (an editor's temporary file,
+// renamed meanwhile) is left out (--remove), not an error.
 const gitIndexPrelude = `set -e
 export GIT_DIR=` + sdkDir + `/changes.git GIT_WORK_TREE=` + DefaultCwd + `
 export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null
@@ -219,7 +221,7 @@ snap() {
 	rm -f "$GIT_INDEX_FILE"
 	cd ` + DefaultCwd + `
 	find . -name .git -prune -o \( -type f -o -type l \) -print0 | sed -z 's|^\./||' |
-		git -c core.safecrlf=false update-index --add -z --stdin >/dev/null
+		git -c core.safecrlf=false update-index --add --remove -z --stdin >/dev/null
 	git write-tree
 	rm -f "$GIT_INDEX_FILE"
 }

@@ -575,7 +575,8 @@ func procStopIdempotent(c *C) {
 
 func procRestart(c *C) {
 	b := c.Box()
-	p := start(c, b, "echo started; echo x >> /tmp/count; sleep 300", sandbox.StartOptions{Name: "svc",
+	// The count first: ready means "started" was printed, and the count must be in by then.
+	p := start(c, b, "echo x >> /tmp/count; echo started; sleep 300", sandbox.StartOptions{Name: "svc",
 		Ready: sandbox.ReadyLog(regexp.MustCompile("started"))})
 	pg, err := p.Logs(c.Ctx, sandbox.LogsOptions{})
 	c.NoErr("Logs", err)
