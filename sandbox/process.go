@@ -105,6 +105,7 @@ type Process struct {
 
 	mu    sync.Mutex
 	pid   int
+	start string // the wrapper's start time once read ("": not yet); fixed for one launch
 	ready bool
 	url   string
 }
@@ -239,6 +240,7 @@ func (p *Process) launch(ctx context.Context) error {
 	}
 	p.mu.Lock()
 	p.pid = res.PID
+	p.start = ""
 	p.ready = false
 	p.url = ""
 	p.mu.Unlock()
@@ -559,9 +561,11 @@ func (p *Process) state(ctx context.Context) (ProcessStatus, ExitStatus, error) 
 	// from 1 again, so a live group of that number may be a later one's: where the leader is
 	// there, its start time must be the one the wrapper recorded.
 	check := fmt.Sprintf("kill -0 -%d 2>/dev/null", pid)
-	if start, ok, err := p.readFile(ctx, "start", 64); err != nil {
+	start, err := p.startTime(ctx)
+	if err != nil {
 		return "", ExitStatus{}, err
-	} else if start = strings.TrimSpace(start); ok && start != "" {
+	}
+	if start != "" {
 		check += fmt.Sprintf(" || exit 1; t=$(%s) || exit 0; [ -z \"$t\" ] || [ \"$t\" = %s ]", startTime(strconv.Itoa(pid)), Quote(start))
 	}
 	res, err := p.b.inst.Exec(ctx, provider.ExecRequest{Command: check, Cwd: "/"})
@@ -587,6 +591,26 @@ func (p *Process) state(ctx context.Context) (ProcessStatus, ExitStatus, error) 
 		es.ExitCode = 128 + 9
 	}
 	return ProcessExited, es, nil
+}
+
+// startTime returns the start time the wrapper recorded, read once per launch ("" until the
+// wrapper has written it), so that Wait's polls do not read it again.
+func (p *Process) startTime(ctx context.Context) (string, error) {
+	p.mu.Lock()
+	start := p.start
+	p.mu.Unlock()
+	if start != "" {
+		return start, nil
+	}
+	s, _, err := p.readFile(ctx, "start", 64)
+	if err != nil {
+		return "", err
+	}
+	start = strings.TrimSpace(s)
+	p.mu.Lock()
+	p.start = start
+	p.mu.Unlock()
+	return start, nil
 }
 
 // startTime is a shell command that prints the start time of process pid (field 22 of its
