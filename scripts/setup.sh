@@ -5,7 +5,7 @@
 # run before every build or test. Every step that fails says which step it was and what to do.
 #
 # TUPPER_SETUP_ROOT (empty by default) is prepended to every system path this script reads or
-# writes (/etc/os-release, /etc/apt, /sys/fs/cgroup), so scripts/setup_test.go can run it against
+# writes (/sys/fs/cgroup, /usr/local/sbin and the directories where tupper looks for runtimes), so scripts/setup_test.go can run it against
 # a made-up machine with stand-in commands on PATH.
 set -Eeuo pipefail
 
@@ -132,7 +132,8 @@ fi
 # release-20260905.0" (gVisor's builds, this one) or "runsc version 0.0~20240729.0" (Debian).
 gvisor_module=gvisor.dev/gvisor
 gvisor_version=v0.0.0-20260905035102-160fafc42237
-gvisor_date=20260905
+gvisor_date=${gvisor_version#v0.0.0-}
+gvisor_date=${gvisor_date:0:8} # the commit's date, which names its release
 step="check the runsc version"
 runsc_date() {
 	local r

@@ -65,37 +65,12 @@ func newMachine(t *testing.T) *machine {
 		installed: filepath.Join(d, "installed"), aptLog: filepath.Join(d, "apt.log"),
 		goLog: filepath.Join(d, "go.log"),
 	}
-	for _, dir := range []string{m.stubs, m.installed, filepath.Join(m.root, "etc/apt/sources.list.d")} {
+	for _, dir := range []string{m.stubs, m.installed, m.root} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	m.write(t, "etc/os-release", "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nID=debian\nVERSION_CODENAME=bookworm\n")
-	// As the machine's own file is: comments carry other URLs, which must not be taken.
-	m.write(t, "etc/apt/sources.list.d/debian.sources", `Types: deb
-# http://snapshot.example.invalid/archive/debian/20250520T000000Z
-URIs: http://mirror.example.invalid/debian
-Suites: bookworm bookworm-updates
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-
-Types: deb
-URIs: http://mirror.example.invalid/debian-security
-Suites: bookworm-security
-Components: main
-`)
 	return m
-}
-
-func (m *machine) write(t *testing.T, rel, content string) {
-	t.Helper()
-	p := filepath.Join(m.root, rel)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func script(t *testing.T, path, body string) {
