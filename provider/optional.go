@@ -217,6 +217,11 @@ type SnapshotRequest struct {
 	Kind    SnapshotKind  // "" is SnapshotFilesystem
 	Name    string        // a label for people; not unique, may be empty
 	Expires time.Duration // 0: kept until deleted
+	// Transient says the snapshot only carries the sandbox to creates made right after
+	// it, by the same caller, who then deletes it (the core's fork). A provider may then
+	// skip what only a kept snapshot needs (the local one: storage by content, syncing its
+	// files, listing it); a create From it and SnapshotInfo work as for any snapshot.
+	Transient bool
 }
 
 // SnapshotInfo describes a snapshot.

@@ -96,9 +96,9 @@ func (b *Sandbox) Fork(ctx context.Context, opts ForkOptions) ([]*Sandbox, error
 	if err != nil {
 		return nil, err
 	}
-	// The snapshot only carries the parent to its children; it expires by itself should
-	// this process die before deleting it.
-	snap, err := snapshot(ctx, b, SnapshotOptions{Kind: kind, ExpiresIn: time.Hour})
+	// The snapshot only carries the parent to its children (transient: the provider may
+	// keep it cheaply); it expires by itself should this process die before deleting it.
+	snap, err := snapshot(ctx, b, SnapshotOptions{Kind: kind, ExpiresIn: time.Hour}, true)
 	if err != nil {
 		return nil, err
 	}

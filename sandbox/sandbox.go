@@ -577,12 +577,12 @@ func (b *Sandbox) Snapshot(ctx context.Context, opts SnapshotOptions) (string, e
 	if err := opts.validate(); err != nil {
 		return "", err
 	}
-	return snapshot(ctx, b, opts)
+	return snapshot(ctx, b, opts, false)
 }
 
 // snapshot takes a snapshot through the provider's KindSnapshotter, or its Snapshotter for a
 // plain filesystem snapshot without a name.
-func snapshot(ctx context.Context, b *Sandbox, opts SnapshotOptions) (string, error) {
+func snapshot(ctx context.Context, b *Sandbox, opts SnapshotOptions, transient bool) (string, error) {
 	const op = "snapshot"
 	s, ok := b.inst.(provider.Snapshotter)
 	if !ok || !b.Capabilities.Has(provider.CapSnapshot) {
@@ -592,7 +592,7 @@ func snapshot(ctx context.Context, b *Sandbox, opts SnapshotOptions) (string, er
 		return "", errorf(CodeUnsupported, op, "sandbox %s cannot take a full snapshot (memory and processes): it needs the %q capability (local provider: runtime runsc)", b.ID, provider.CapSnapshotFull)
 	}
 	if ks, ok := b.inst.(provider.KindSnapshotter); ok {
-		id, err := ks.SnapshotKind(ctx, provider.SnapshotRequest{Kind: opts.Kind, Name: opts.Name, Expires: opts.ExpiresIn})
+		id, err := ks.SnapshotKind(ctx, provider.SnapshotRequest{Kind: opts.Kind, Name: opts.Name, Expires: opts.ExpiresIn, Transient: transient})
 		return id, wrapProvider(err, op)
 	}
 	if opts.Kind == SnapshotFull || opts.Name != "" {

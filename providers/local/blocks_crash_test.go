@@ -53,7 +53,7 @@ func blocksCrashChild(home string) int {
 	switch op[0] {
 	case "write":
 		meta := snapMeta{ID: op[1], Template: "test", CreatedAt: time.Now().UTC()}
-		err = lay.writeSnapshot(context.Background(), &meta, func(tmp string, blocks func(string) *layerBlocks) error {
+		err = lay.writeSnapshot(context.Background(), &meta, false, func(tmp string, blocks func(string) *layerBlocks) error {
 			st, err := copyLayerBlocks(context.Background(), op[2], filepath.Join(tmp, "upper"), nil, nil, blocks("upper/"))
 			meta.Size, meta.Inodes = st.bytes, st.inodes
 			return err
@@ -357,7 +357,7 @@ func TestBlocksFailedWrite(t *testing.T) {
 	lay := layout{home: t.TempDir()}
 	src := writeTree(t, map[string][]byte{"big": randomBytes(t, 3*blockSize)}, nil)
 	meta := snapMeta{ID: newID(), Template: "test"}
-	err := lay.writeSnapshot(context.Background(), &meta, func(tmp string, blocks func(string) *layerBlocks) error {
+	err := lay.writeSnapshot(context.Background(), &meta, false, func(tmp string, blocks func(string) *layerBlocks) error {
 		if _, err := copyLayerBlocks(context.Background(), src, filepath.Join(tmp, "upper"), nil, nil, blocks("upper/")); err != nil {
 			return err
 		}

@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -119,9 +121,19 @@ sleep 0.2`)
 					t.Errorf("%s sees %q written in %s", o.ID, got, kids[0].ID)
 				}
 			}
-			// The snapshot that carried the children is deleted.
+			// The snapshot that carried the children is deleted (not merely unlisted, as a
+			// transient one is).
 			if snaps, err := sandbox.Snapshots(ctx, p); err != nil || len(snaps) != 0 {
 				t.Errorf("snapshots left after the fork: %+v %v", snaps, err)
+			}
+			if ents, err := os.ReadDir(filepath.Join(p.cfg.Home, "snapshots")); err != nil {
+				t.Error(err)
+			} else {
+				for _, e := range ents {
+					if validID(e.Name()) || strings.HasPrefix(e.Name(), ".") {
+						t.Errorf("left in the snapshot store after the fork: %s", e.Name())
+					}
+				}
 			}
 			// runc cannot take a full snapshot: refused with unsupported.
 			if tc.rt == RuntimeRunc {
@@ -129,6 +141,67 @@ sleep 0.2`)
 				if !errors.Is(err, provider.CodeUnsupported) {
 					t.Errorf("a full snapshot under runc: %v, want unsupported", err)
 				}
+			}
+		})
+	}
+}
+
+// TestTransientSnapshot: the snapshot a fork takes (provider.SnapshotRequest.Transient) is
+// plain (its image and files as they are, no blocks), not listed, inspected and restored as
+// any other, and deleted without leaving blocks; the sandbox runs on after it.
+func TestTransientSnapshot(t *testing.T) {
+	for _, tc := range []struct {
+		rt   string
+		kind provider.SnapshotKind
+	}{{RuntimeRunsc, provider.SnapshotFull}, {RuntimeRunc, provider.SnapshotFilesystem}} {
+		t.Run(tc.rt, func(t *testing.T) {
+			p := newTestProvider(t, tc.rt)
+			ctx := context.Background()
+			a := create(t, p, provider.CreateSpec{Network: netNone})
+			// Large enough that a kept snapshot stores it as blocks.
+			run(t, a, "head -c 3000000 /dev/urandom > /workspace/big; sha256sum /workspace/big > /workspace/sum; echo v > /workspace/secret; "+counterLoop+" sleep 0.2")
+			snap, err := a.SnapshotKind(ctx, provider.SnapshotRequest{Kind: tc.kind, Transient: true, Expires: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := filepath.Join(p.cfg.Home, "snapshots", snap)
+			if _, err := os.Stat(filepath.Join(dir, manifestName)); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("a transient snapshot has a block manifest (%v)", err)
+			}
+			if fi, err := os.Stat(filepath.Join(dir, "upper", "workspace", "big")); err != nil || fi.Size() != 3000000 {
+				t.Errorf("a transient snapshot's large file is not there whole: %v", err)
+			}
+			if tc.kind == provider.SnapshotFull {
+				if ents, err := os.ReadDir(filepath.Join(dir, "image")); err != nil || len(ents) == 0 {
+					t.Errorf("a transient full snapshot's image: %v %v", ents, err)
+				}
+			}
+			if snaps, err := p.Snapshots(ctx); err != nil || len(snaps) != 0 {
+				t.Errorf("a transient snapshot is listed: %+v %v", snaps, err)
+			}
+			if si, err := p.SnapshotInfo(ctx, snap); err != nil || si.Kind != tc.kind {
+				t.Errorf("SnapshotInfo(%s) = %+v %v", snap, si, err)
+			}
+			// The sandbox runs on.
+			_, n := readCounter(t, a)
+			if !advances(func() int { _, n := readCounter(t, a); return n }, n, runningWait) {
+				t.Errorf("the sandbox's counter stopped after a transient snapshot")
+			}
+			b := create(t, p, provider.CreateSpec{From: snap, Network: netNone})
+			if got := run(t, b, "sha256sum -c /workspace/sum >/dev/null && echo ok"); got != "ok" {
+				t.Errorf("restored from a transient snapshot: %q", got)
+			}
+			if tc.kind == provider.SnapshotFull {
+				_, n := readCounter(t, b)
+				if !advances(func() int { _, n := readCounter(t, b); return n }, n, runningWait) {
+					t.Errorf("the restored sandbox's process does not run")
+				}
+			}
+			if err := p.DeleteSnapshot(ctx, snap); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the deleted snapshot's directory: %v", err)
 			}
 		})
 	}

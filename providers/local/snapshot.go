@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -49,6 +50,9 @@ func (l layout) snapshotMeta(id string) string { return filepath.Join(l.snapshot
 func (l layout) snapshotSecrets(id string) string {
 	return filepath.Join(l.snapshot(id), "secrets.json")
 }
+func (l layout) snapshotProxy(id string) string {
+	return filepath.Join(l.snapshot(id), "egress-proxy.json")
+}
 
 // snapMeta describes a snapshot.
 type snapMeta struct {
@@ -79,6 +83,9 @@ type snapMeta struct {
 	Size      int64                  `json:"size"`               // bytes allocated by its files
 	Inodes    int64                  `json:"inodes"`             // entries
 	UIDBase   uint32                 `json:"uidBase"`            // host uid of root inside when taken
+	// Transient: taken only to carry a sandbox to the creates that follow (a fork), then
+	// deleted; plain (no blocks, its files not synced) and not listed.
+	Transient bool `json:"transient,omitempty"`
 }
 
 func (m *snapMeta) expired(now time.Time) bool {
@@ -145,8 +152,10 @@ func (l layout) unlinkSnapshot(id string) bool {
 // durable. fill writes its contents into the temporary directory tmp, storing large files
 // through the layerBlocks that blocks gives for a prefix of the manifest's paths (see
 // copyLayerBlocks), and may set meta's sizes. Until the rename that commits it the snapshot
-// is invisible, and its blocks are garbage should this process die (blocks.go).
-func (l layout) writeSnapshot(ctx context.Context, meta *snapMeta, fill func(tmp string, blocks func(prefix string) *layerBlocks) error) error {
+// is invisible, and its blocks are garbage should this process die (blocks.go). A plain
+// snapshot (a transient one: provider.SnapshotRequest.Transient) has no blocks: blocks
+// gives nil, its files are copied whole, and only its metadata is synced.
+func (l layout) writeSnapshot(ctx context.Context, meta *snapMeta, plain bool, fill func(tmp string, blocks func(prefix string) *layerBlocks) error) error {
 	if err := os.MkdirAll(l.snapshots(), 0o700); err != nil {
 		return err
 	}
@@ -163,6 +172,9 @@ func (l layout) writeSnapshot(ctx context.Context, meta *snapMeta, fill func(tmp
 	man := newManifest()
 	err = func() error {
 		err := fill(tmp, func(prefix string) *layerBlocks {
+			if plain {
+				return nil
+			}
 			return &layerBlocks{lease: lease, man: man, prefix: prefix, store: true}
 		})
 		if err != nil {
@@ -178,8 +190,10 @@ func (l layout) writeSnapshot(ctx context.Context, meta *snapMeta, fill func(tmp
 		if err := lease.sync(); err != nil {
 			return err
 		}
-		if err := writeManifest(tmp, man); err != nil {
-			return err
+		if !plain {
+			if err := writeManifest(tmp, man); err != nil {
+				return err
+			}
 		}
 		b, err := json.MarshalIndent(meta, "", "  ")
 		if err != nil {
@@ -318,12 +332,24 @@ func (i *Instance) SnapshotKind(ctx context.Context, req provider.SnapshotReques
 	if err != nil {
 		return "", provider.Wrap(err, provider.CodeProvider, "snapshot")
 	}
+	// thaw lets the sandbox run again once the copy of its moment is taken: resumed where
+	// this froze it, then (full) its agent told to listen again. It runs once: in fill as
+	// soon as the copy is taken (storing it as blocks, or writing the metadata, needs no
+	// frozen sandbox), else on the way out.
+	var thaws []func()
+	thaw := sync.OnceFunc(func() {
+		for k := len(thaws) - 1; k >= 0; k-- {
+			thaws[k]()
+		}
+	})
+	defer thaw()
+	bg := context.WithoutCancel(ctx)
 	if full {
 		// gVisor cannot save a socket bound to a host socket: the agent closes its own.
 		c := agentClient(p.lay.socket(i.id))
 		qerr := c.Quiesce(ctx)
 		c.Close()
-		defer i.relisten(context.WithoutCancel(ctx), rt, rec)
+		thaws = append(thaws, func() { _ = i.relisten(bg, rt, rec) })
 		if qerr != nil {
 			return "", provider.Wrap(qerr, provider.CodeProvider, "snapshot")
 		}
@@ -337,15 +363,14 @@ func (i *Instance) SnapshotKind(ctx context.Context, req provider.SnapshotReques
 		}
 		rec.Paused = true
 		werr := p.lay.writeRecord(rec)
-		defer func() {
-			bg := context.WithoutCancel(ctx)
+		thaws = append(thaws, func() {
 			rt.run(bg, runscNetwork(rec), "resume", i.id)
 			rec.Paused = false
 			p.lay.writeRecord(rec)
 			if !rec.Deadline.IsZero() && !full {
 				_ = i.SetDeadline(bg, rec.Deadline)
 			}
-		}()
+		})
 		if werr != nil {
 			return "", provider.Wrap(werr, provider.CodeProvider, "snapshot")
 		}
@@ -355,15 +380,20 @@ func (i *Instance) SnapshotKind(ctx context.Context, req provider.SnapshotReques
 		ID: id, Name: req.Name, Kind: kind, Template: rec.Template, Runtime: rec.Runtime, Source: rec.ID,
 		Network: rec.Network, Volumes: rec.Volumes,
 		CreatedAt: time.Now().UTC().Truncate(time.Millisecond), UIDBase: rec.UIDBase,
+		Transient: req.Transient,
 	}
 	if full {
 		meta.CPU, meta.MemoryMB, meta.DiskGB = rec.CPU, rec.MemoryMB, rec.DiskGB
 	}
 	var bound []egress.Secret
+	var proxy *provider.EgressProxy // with its password, kept beside the metadata
 	if rec.Egress != nil {
 		f, err := p.readEgressPolicy(i.id)
 		if err != nil {
 			return "", provider.Wrap(err, provider.CodeProvider, "snapshot")
+		}
+		if f.Proxy != nil && f.Proxy.Password != "" {
+			proxy = f.Proxy
 		}
 		f.Proxy = f.Proxy.Redacted() // a snapshot's metadata holds no credential
 		meta.Policy = &f
@@ -375,7 +405,8 @@ func (i *Instance) SnapshotKind(ctx context.Context, req provider.SnapshotReques
 	if expires > 0 {
 		meta.ExpiresAt = time.Now().Add(expires).UTC()
 	}
-	err = p.lay.writeSnapshot(ctx, &meta, func(tmp string, blocks func(string) *layerBlocks) error {
+	plain := req.Transient
+	err = p.lay.writeSnapshot(ctx, &meta, plain, func(tmp string, blocks func(string) *layerBlocks) error {
 		if len(bound) > 0 {
 			b, err := json.Marshal(bound)
 			if err != nil {
@@ -385,25 +416,29 @@ func (i *Instance) SnapshotKind(ctx context.Context, req provider.SnapshotReques
 				return err
 			}
 		}
+		if proxy != nil {
+			b, err := json.Marshal(proxy)
+			if err != nil {
+				return err
+			}
+			if err := writeSynced(filepath.Join(tmp, "egress-proxy.json"), b); err != nil {
+				return err
+			}
+		}
+		// The sandbox is frozen: the checkpoint and the copy of its files are of one
+		// moment. Uncompressed: a compressed image of the same memory differs from one
+		// checkpoint to the next, an uncompressed one only where memory changed, and its
+		// zeros become holes in blocks anyway. A plain snapshot keeps the image as runsc
+		// wrote it; else it is stored as blocks once the sandbox runs again.
+		ckpt := filepath.Join(tmp, "checkpoint")
+		if plain {
+			ckpt = filepath.Join(tmp, "image")
+		}
 		if full {
-			// The sandbox is paused: the checkpoint and the copy below are of one moment.
-			// The image is written whole, then its large files (memory) go into blocks.
-			// Uncompressed: a compressed image of the same memory differs from one
-			// checkpoint to the next, an uncompressed one only where memory changed,
-			// and its zeros become holes in blocks anyway.
-			ckpt := filepath.Join(tmp, "checkpoint")
 			if err := os.Mkdir(ckpt, 0o700); err != nil {
 				return err
 			}
 			if err := checkpointRunning(ctx, rt, rec, ckpt); err != nil {
-				return err
-			}
-			st, err := copyLayerBlocks(ctx, ckpt, filepath.Join(tmp, "image"), nil, nil, blocks("image/"))
-			if err != nil {
-				return err
-			}
-			meta.Size += st.bytes
-			if err := os.RemoveAll(ckpt); err != nil {
 				return err
 			}
 		}
@@ -435,6 +470,20 @@ func (i *Instance) SnapshotKind(ctx context.Context, req provider.SnapshotReques
 			return err
 		}
 		meta.Size, meta.Inodes = meta.Size+st.bytes, st.inodes
+		thaw()
+		switch {
+		case full && plain:
+			meta.Size += dirBytes(ckpt)
+		case full:
+			ist, err := copyLayerBlocks(ctx, ckpt, filepath.Join(tmp, "image"), nil, nil, blocks("image/"))
+			if err != nil {
+				return err
+			}
+			meta.Size += ist.bytes
+			if err := os.RemoveAll(ckpt); err != nil {
+				return err
+			}
+		}
 		return nil
 	})
 	if err != nil {
@@ -1019,7 +1068,7 @@ func (p *Provider) Snapshots(ctx context.Context) ([]provider.SnapshotInfo, erro
 			continue
 		}
 		m, err := p.readSnapshot(e.Name())
-		if err != nil {
+		if err != nil || m.Transient {
 			continue
 		}
 		out = append(out, m.info())
