@@ -41,6 +41,7 @@ func (s *Server) table() []route {
 		{"POST", "/v1/sandboxes/{id}/timeout", scopeSandbox, s.setTimeout},
 		{"POST", "/v1/sandboxes/{id}/keep-alive", scopeSandbox, s.keepAlive},
 		// An API key only: a sandbox's own token must not widen its own egress.
+		{"GET", "/v1/sandboxes/{id}/network", scopeSandbox, s.getNetwork},
 		{"PUT", "/v1/sandboxes/{id}/network", scopeAccount, s.setNetwork},
 		{"GET", "/v1/sandboxes/{id}/egress", scopeSandbox, s.egressLog},
 		{"GET", "/v1/sandboxes/{id}/egress/learned", scopeSandbox, s.egressLearned},

@@ -329,6 +329,19 @@ func (s *Server) setNetwork(w http.ResponseWriter, r *http.Request, _ *caller) {
 	})
 }
 
+// getNetwork answers the sandbox's network policy now (sandbox.Network): the form PUT takes,
+// its egress proxy without the password.
+func (s *Server) getNetwork(w http.ResponseWriter, r *http.Request, _ *caller) {
+	s.withBox(w, r, func(b *sandbox.Sandbox) error {
+		n, err := b.Network(r.Context())
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, api.NetworkOf(n))
+		return nil
+	})
+}
+
 // egressLog returns a page of the sandbox's egress record (sandbox.Egress); ?after= is the
 // cursor of the previous page.
 func (s *Server) egressLog(w http.ResponseWriter, r *http.Request, _ *caller) {

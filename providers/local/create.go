@@ -165,6 +165,9 @@ func (p *Provider) newCreation(ctx context.Context, spec provider.CreateSpec, po
 		if spec.Volumes, err = snapshotVolumes(snap, spec.Volumes); err != nil {
 			return nil, err
 		}
+		if spec.Network, err = p.snapshotProxyPassword(snap, spec.Network); err != nil {
+			return nil, err
+		}
 		if snap.kind() == provider.SnapshotFull {
 			// Memory and processes restore only into the runtime that saved them.
 			if rtName != "" && rtName != snap.Runtime {

@@ -149,6 +149,31 @@ func (p *Provider) snapshotBoundSecrets(snap *snapMeta) (*boundSecrets, error) {
 	return bs, nil
 }
 
+// snapshotProxyPassword gives n's egress proxy the password the snapshot snap kept
+// (egress-proxy.json, mode 0600) when n names the same proxy and login without one: the
+// policy a snapshot reports (SnapshotInfo.Policy, which a fork gives its children) is
+// redacted, and without its password a child's proxy could not log in.
+func (p *Provider) snapshotProxyPassword(snap *snapMeta, n provider.Network) (provider.Network, error) {
+	if n.Proxy == nil || n.Proxy.Password != "" || n.Proxy.Username == "" {
+		return n, nil
+	}
+	b, err := os.ReadFile(p.lay.snapshotProxy(snap.ID))
+	if errors.Is(err, os.ErrNotExist) {
+		return n, nil
+	}
+	if err != nil {
+		return n, err
+	}
+	var kept provider.EgressProxy
+	if err := json.Unmarshal(b, &kept); err != nil {
+		return n, fmt.Errorf("snapshot %s: bad egress-proxy.json", snap.ID)
+	}
+	if kept.Address == n.Proxy.Address && kept.Username == n.Proxy.Username {
+		n.Proxy = &kept
+	}
+	return n, nil
+}
+
 // env returns env with the placeholders under the secrets' names, and the trust variables
 // unless env sets them.
 func (b *boundSecrets) env(env map[string]string) map[string]string {

@@ -502,6 +502,25 @@ func testEgress(t *testing.T, rt string) {
 		api.want(t, 204, nil, "PUT", "/v1/sandboxes/"+inst.ID()+"/network", map[string]any{"allow": []string{"b.test"}})
 		// SetNetwork returns once the proxy has cut it.
 		waitFile(t, inst, "/tmp/hold", "cut")
+		// The policy now, read back: raw, and through the Go SDK over the server.
+		var got struct {
+			Mode  string
+			Allow []string
+			Deny  []string
+		}
+		api.want(t, 200, &got, "GET", "/v1/sandboxes/"+inst.ID()+"/network", nil)
+		if got.Mode != "allow" || !slices.Equal(got.Allow, []string{"b.test"}) || len(got.Deny) != 0 {
+			t.Errorf("GET network after the change: %+v, want allow [b.test]", got)
+		}
+		box, err := sandbox.Connect(l.ctx, remote.New(remote.Config{URL: api.url, APIKey: api.key}), inst.ID(), sandbox.ConnectOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := box.Network(l.ctx); err != nil || n.Mode != "allow" || !slices.Equal(n.Allow, []string{"b.test"}) {
+			t.Errorf("Sandbox.Network over the server: %+v %v", n, err)
+		}
+		box.Close()
+		api.want(t, 404, nil, "GET", "/v1/sandboxes/nosuchsandbox/network", nil)
 		want("a.test after the change", h("dns "+gw+" udp a.test"), "err ")
 		// The shared address was learned from a.test, denied now: b.test must be asked.
 		want("b.test before its answer", h("http "+egShared.String()+":80 b.test"), "err ")

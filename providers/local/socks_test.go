@@ -3,6 +3,7 @@
 package local
 
 import (
+	"context"
 	"encoding/json"
 	"net"
 	"net/netip"
@@ -13,6 +14,7 @@ import (
 	"github.com/tupper-dev/tupper/internal/sockstest"
 	"github.com/tupper-dev/tupper/internal/testenv"
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/sandbox"
 )
 
 // TestSocksEgress is E2B's network.egressProxy on a real sandbox in the egress lab: the
@@ -112,6 +114,41 @@ func TestSocksEgress(t *testing.T) {
 	if len(logins) != 2 || logins[0] != "lab:"+pass {
 		t.Errorf("logins %q", logins)
 	}
+
+	// The native API's view of the network: the proxy, without its password.
+	var nn struct{ Proxy map[string]any }
+	var raw json.RawMessage
+	api.want(t, 200, &raw, "GET", "/v1/sandboxes/"+made.SandboxID+"/network", nil)
+	answers = append(answers, string(raw))
+	if json.Unmarshal(raw, &nn); nn.Proxy["address"] != socksAddr || nn.Proxy["username"] != "lab" || nn.Proxy["password"] != nil {
+		t.Errorf("GET /v1/sandboxes/{id}/network: %s, want the proxy without its password", raw)
+	}
+
+	// A fork's children tunnel through the same proxy, logged in: the snapshot that carries
+	// them keeps the password beside its redacted policy (mode 0600), and it goes with it.
+	parent, err := sandbox.Connect(l.ctx, l.p, made.SandboxID, sandbox.ConnectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kids, err := parent.Fork(l.ctx, sandbox.ForkOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kid := kids[0]
+	t.Cleanup(func() { kid.Destroy(context.Background()) })
+	if res, err := kid.Run(l.ctx, "curl -sS --max-time 10 --cacert /tmp/ca.pem https://a.test/", sandbox.RunOptions{}); err != nil || strings.TrimSpace(res.Stdout) != "tls a.test" {
+		t.Errorf("a fork's child through the SOCKS server: %+v %v", res, err)
+	}
+	if _, _, logins := socks.Seen(); len(logins) != 3 || logins[2] != "lab:"+pass {
+		t.Errorf("logins after the child's request: %q, want a third with the password", logins)
+	}
+	if n, err := kid.Network(l.ctx); err != nil || n.Proxy == nil || n.Proxy.Address != socksAddr || n.Proxy.Password != "" {
+		t.Errorf("the child's network: %+v %v, want the proxy, without its password", n, err)
+	}
+	if ents, _ := os.ReadDir(l.p.lay.snapshots()); len(ents) != 0 {
+		t.Errorf("the fork left %d entries in the snapshot store", len(ents))
+	}
+	kid.Destroy(l.ctx)
 
 	// The password: in no answer, nowhere in the sandbox, not in the proxy's log.
 	out, _, _ := runCode(t, inst, `grep -rlsF -e "`+pass[:10]+`" /etc /root /tmp /run /.tupper /workspace /proc/[0-9]*/environ 2>/dev/null; true`)

@@ -364,6 +364,18 @@ func (in *Instance) SetNetwork(ctx context.Context, n provider.Network) error {
 	return in.p.call(ctx, http.MethodPut, in.path+"/network", api.NetworkOf(n), nil)
 }
 
+var _ provider.NetworkReporter = (*Instance)(nil)
+
+// Network is the sandbox's network policy now (GET /v1/sandboxes/{id}/network), its egress
+// proxy without the password.
+func (in *Instance) Network(ctx context.Context) (provider.Network, error) {
+	var n api.Network
+	if err := in.p.call(ctx, http.MethodGet, in.path+"/network", nil, &n); err != nil {
+		return provider.Network{}, err
+	}
+	return n.Provider(), nil
+}
+
 var _ provider.EgressReporter = (*Instance)(nil)
 
 // Egress reads a page of the sandbox's egress record (GET /v1/sandboxes/{id}/egress).
