@@ -96,7 +96,9 @@ func TestOfficialClientStdio(t *testing.T) {
 		home = localHome(t)
 		env = append(env, "TUPPER_HOME="+home)
 	}
-	runClient(t, dir, env, "stdio", bin, "mcp", "--provider", name, "--network", "none")
+	// The session's sandboxes take create's flags: the client checks the variable is set.
+	env = append(env, "EXPECT_SANDBOX_ENV=TUPPER_MCP_FLAG=set-by-a-flag")
+	runClient(t, dir, env, "stdio", bin, "mcp", "--provider", name, "--network", "none", "-e", "TUPPER_MCP_FLAG=set-by-a-flag")
 
 	if name == "local" {
 		// The default sandbox died with the session (stdin closed).

@@ -87,6 +87,9 @@ func TestBadInputIsAClearError(t *testing.T) {
 		{[]string{"serve", "--provider", "memory", "--allow-private", "10.1.2.0/24"}, "needs the local provider, not memory"},
 		{[]string{"mcp", "--provider", "memory", "--network", "some"}, `--network "some"`},
 		{[]string{"mcp", "--provider", "memory", "--url", "http://127.0.0.1:1"}, "--url (or $TUPPER_URL) names a server"},
+		{[]string{"mcp", "--provider", "memory", "--network", "none", "--allow", "a.test"}, "--allow, --deny and --learn need a network"},
+		{[]string{"mcp", "--provider", "memory", "--egress-proxy", "http://h:1"}, "--egress-proxy"},
+		{[]string{"mcp", "--provider", "memory", "-e", "NOEQUALS"}, "--env"},
 	} {
 		r := tupper(t, home, "", tc.args...)
 		if r.code != exitTupperError || !strings.Contains(r.stderr, tc.want) {

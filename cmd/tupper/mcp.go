@@ -13,10 +13,8 @@ import (
 // (Claude Desktop, Cursor, VS Code, …) that start MCP servers as subprocesses.
 func newMCPCmd() *cobra.Command {
 	var (
-		pf       providerFlags
-		template string
-		network  string
-		verbose  bool
+		f       createFlags
+		verbose bool
 	)
 	cmd := &cobra.Command{
 		Use:   "mcp",
@@ -25,15 +23,19 @@ func newMCPCmd() *cobra.Command {
 over stdin and stdout. Tools that get no sandbox_id share one default sandbox, created on
 first use and destroyed when the client disconnects.
 
+The sandboxes it creates take run's and create's options (--template, --network, --allow,
+--deny, --egress-proxy, --env, --secret, --size, --volume, …): an operator's choice, which
+create_sandbox can narrow (network none, an allow list) but never widen.
+
 Configure an agent app to start "tupper mcp"; see docs/mcp.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			net, err := parseNetwork(network)
+			create, err := f.options()
 			if err != nil {
 				return err
 			}
-			prov, err := pf.resolve(ctx)
+			prov, err := f.resolve(ctx)
 			if err != nil {
 				return err
 			}
@@ -46,15 +48,12 @@ Configure an agent app to start "tupper mcp"; see docs/mcp.md.`,
 				Version:  version,
 				Logger:   log,
 			}
-			opts.Session.Create.Template = template
-			opts.Session.Create.Network = net
+			opts.Session.Create = create
 			return mcpserver.Serve(ctx, opts, os.Stdin, os.Stdout)
 		},
 	}
-	pf.register(cmd)
+	f.register(cmd)
 	fl := cmd.Flags()
-	fl.StringVar(&template, "template", "", "template of the sandboxes (local default: host)")
-	fl.StringVar(&network, "network", "all", "network of the sandboxes: all or none (with none, create_sandbox cannot ask for more)")
-	fl.BoolVarP(&verbose, "verbose", "v", false, "log the server's diagnostics to stderr")
+	fl.BoolVar(&verbose, "verbose", false, "log the server's diagnostics to stderr")
 	return cmd
 }

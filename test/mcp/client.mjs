@@ -56,6 +56,13 @@ const call = (name, args) => client.callTool({ name, arguments: args });
 let res = await call("run_command", { command: "echo hello from $(uname -s)" });
 check(!res.isError && text(res).includes("hello from") && res.structuredContent?.exit_code === 0, `run_command: ${JSON.stringify(text(res))}`);
 
+if (process.env.EXPECT_SANDBOX_ENV) {
+  // The server's own options (tupper mcp -e NAME=VALUE) reach its sandboxes.
+  const [name, value] = process.env.EXPECT_SANDBOX_ENV.split("=");
+  res = await call("run_command", { command: `printf %s "$${name}"` });
+  check(!res.isError && text(res).includes(value), `${name} in the sandbox: ${JSON.stringify(text(res))}`);
+}
+
 res = await call("run_command", { command: "echo oops >&2; exit 7" });
 check(res.isError === true && text(res).includes("exit code: 7") && text(res).includes("oops"), "a failing command is an isError result");
 
