@@ -241,6 +241,9 @@ type SnapshotInfo struct {
 	// that allowed nothing); nil: Network says all that is known. Fork gives it to the
 	// children.
 	Policy *Network
+	// Volumes are the volumes that sandbox mounted, which a sandbox From it mounts again by
+	// name unless its create names its own (never their files: volumes are shared storage).
+	Volumes []VolumeMount
 }
 
 // KindSnapshotter is optional beside Snapshotter: a snapshot of a given kind, with a name.

@@ -48,13 +48,15 @@ type snapshotJSON struct {
 	CreatedAt time.Time `json:"createdAt"`
 	ExpiresAt time.Time `json:"expiresAt,omitzero"`
 	Size      int64     `json:"size"`
+	// Volumes are the volumes the sandbox mounted, mounted again by a sandbox from it.
+	Volumes []provider.VolumeMount `json:"volumes,omitempty"`
 }
 
 func toSnapshotJSON(in sandbox.SnapshotInfo) snapshotJSON {
 	return snapshotJSON{
 		ID: in.ID, Name: in.Name, Kind: string(in.Kind), Template: in.Template, Runtime: in.Runtime,
 		Network: string(in.Network), SandboxID: in.Source, CreatedAt: in.CreatedAt.UTC(),
-		ExpiresAt: in.ExpiresAt.UTC(), Size: in.Size,
+		ExpiresAt: in.ExpiresAt.UTC(), Size: in.Size, Volumes: in.Volumes,
 	}
 }
 

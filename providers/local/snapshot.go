@@ -1033,12 +1033,11 @@ func (m *snapMeta) info() provider.SnapshotInfo {
 	info := provider.SnapshotInfo{
 		ID: m.ID, Name: m.Name, Kind: m.kind(), Template: m.Template, Runtime: m.Runtime,
 		Network: provider.NetworkMode(m.Network), Source: m.Source, CreatedAt: m.CreatedAt,
-		ExpiresAt: m.ExpiresAt, Size: m.Size,
+		ExpiresAt: m.ExpiresAt, Size: m.Size, Volumes: m.Volumes,
 	}
 	if f := m.Policy; f != nil {
-		// The egress proxy without its password (never kept in a snapshot): a fork's
-		// children tunnel through it still, and a proxy that wants the password refuses
-		// them, rather than their going out directly.
+		// The egress proxy without its password, which the snapshot keeps host-side only: a
+		// create from it naming this proxy logs in with it (snapshotProxyPassword).
 		n := provider.Network{Mode: provider.NetworkAllow, Allow: f.Allow, Deny: f.Deny, Proxy: f.Proxy.Redacted()}
 		switch {
 		case f.Nothing:

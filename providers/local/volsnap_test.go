@@ -109,6 +109,10 @@ func TestVolumeFilesystemSnapshot(t *testing.T) {
 	if !slices.Equal(m.Volumes, vMounts) {
 		t.Errorf("the snapshot records volumes %+v, want %+v", m.Volumes, vMounts)
 	}
+	// And says so: SnapshotInfo, and the native API's snapshot JSON through the SDK.
+	if si, err := p.SnapshotInfo(ctx, snap); err != nil || !slices.Equal(si.Volumes, vMounts) {
+		t.Errorf("SnapshotInfo volumes %+v (%v), want %+v", si.Volumes, err, vMounts)
+	}
 	// The volume's files are not copied: the snapshot's upper layer has the mount points
 	// at most, empty.
 	if ents, err := os.ReadDir(filepath.Join(p.lay.snapshot(snap), "upper", "data")); len(ents) != 0 {

@@ -56,23 +56,24 @@ func (in *Instance) Fork(ctx context.Context, req provider.ForkRequest) ([]provi
 
 // snapshotJSON is a snapshot as the server describes it.
 type snapshotJSON struct {
-	ID        string    `json:"id"`
-	Name      string    `json:"name"`
-	Kind      string    `json:"kind"`
-	Template  string    `json:"template"`
-	Runtime   string    `json:"runtime"`
-	Network   string    `json:"network"`
-	SandboxID string    `json:"sandboxId"`
-	CreatedAt time.Time `json:"createdAt"`
-	ExpiresAt time.Time `json:"expiresAt"`
-	Size      int64     `json:"size"`
+	ID        string                 `json:"id"`
+	Name      string                 `json:"name"`
+	Kind      string                 `json:"kind"`
+	Template  string                 `json:"template"`
+	Runtime   string                 `json:"runtime"`
+	Network   string                 `json:"network"`
+	SandboxID string                 `json:"sandboxId"`
+	CreatedAt time.Time              `json:"createdAt"`
+	ExpiresAt time.Time              `json:"expiresAt"`
+	Size      int64                  `json:"size"`
+	Volumes   []provider.VolumeMount `json:"volumes"`
 }
 
 func (s snapshotJSON) info() provider.SnapshotInfo {
 	return provider.SnapshotInfo{
 		ID: s.ID, Name: s.Name, Kind: provider.SnapshotKind(s.Kind), Template: s.Template, Runtime: s.Runtime,
 		Network: provider.NetworkMode(s.Network), Source: s.SandboxID, CreatedAt: s.CreatedAt,
-		ExpiresAt: s.ExpiresAt, Size: s.Size,
+		ExpiresAt: s.ExpiresAt, Size: s.Size, Volumes: s.Volumes,
 	}
 }
 

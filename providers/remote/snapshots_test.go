@@ -72,6 +72,32 @@ func TestRemoteForkAndSnapshots(t *testing.T) {
 	if _, err := sandbox.InspectSnapshot(ctx, p, snap); !errors.Is(err, provider.CodeNotFound) {
 		t.Errorf("inspect after delete: %v", err)
 	}
+	// A snapshot says which volumes its sandbox mounted (where the server's provider has
+	// volumes: the local one with loop devices).
+	if p.Capabilities().Has(provider.CapVolumes) {
+		if _, err := sandbox.CreateVolume(ctx, p, "snapvol", sandbox.VolumeOptions{SizeMB: provider.MinVolumeSizeMB}); err != nil {
+			t.Fatal(err)
+		}
+		mounts := []provider.VolumeMount{{Name: "snapvol", Path: "/data", ReadOnly: true}}
+		vb, err := sandbox.Create(ctx, p, sandbox.CreateOptions{Network: sandbox.NetworkNone, Volumes: mounts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		vsnap, err := vb.Snapshot(ctx, sandbox.SnapshotOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info, err := sandbox.InspectSnapshot(ctx, p, vsnap); err != nil || len(info.Volumes) != 1 || info.Volumes[0] != mounts[0] {
+			t.Errorf("a snapshot's volumes over the server: %+v %v, want %+v", info.Volumes, err, mounts)
+		}
+		sandbox.DeleteSnapshot(ctx, p, vsnap)
+		vb.Destroy(ctx)
+		if err := sandbox.DeleteVolume(ctx, p, "snapvol"); err != nil {
+			t.Error(err)
+		}
+	} else {
+		t.Logf("the server's provider has no volumes: a snapshot's volumes not checked")
+	}
 	if _, err := box.Snapshot(ctx, sandbox.SnapshotOptions{Kind: sandbox.SnapshotFull}); err == nil || !strings.Contains(err.Error(), "unsupported") {
 		t.Errorf("a full snapshot of a sandbox without snapshot-full: %v", err)
 	}
