@@ -447,6 +447,9 @@ func (p *Provider) runEgress(ctx context.Context, rec *record, socks *egressSock
 	if err := protectFromOOM(pid); err != nil {
 		return err
 	}
+	if rec.Cold {
+		return nil // no cgroups while paused without memory: its boot brings it in (rejoinCgroups)
+	}
 	return joinCgroups(rec.ID, pid)
 }
 
@@ -623,9 +626,14 @@ func (p *Provider) attachEgress(ctx context.Context, rec *record, pol *egress.Po
 	if err != nil {
 		return err
 	}
-	nsPath, err := p.netnsPath(rec)
-	if err != nil {
-		return err
+	// A sandbox paused without its memory runs nothing and holds no connection (under
+	// runc and crun its network namespace went with its container): the rules and the
+	// proxy are made, and its next boot starts under them.
+	nsPath := ""
+	if !rec.Cold {
+		if nsPath, err = p.netnsPath(rec); err != nil {
+			return err
+		}
 	}
 	var socks *egressSockets
 	defer func() { socks.close() }()
@@ -638,6 +646,9 @@ func (p *Provider) attachEgress(ctx context.Context, rec *record, pol *egress.Po
 			return nil
 		}},
 		{name: "connections", do: func(ctx context.Context) error {
+			if nsPath == "" {
+				return nil
+			}
 			var err error
 			open, err = p.net.connections(ctx, nsPath, rec.IP)
 			return err
@@ -667,6 +678,9 @@ func (p *Provider) attachEgress(ctx context.Context, rec *record, pol *egress.Po
 	}
 	if err := runSteps(ctx, steps); err != nil {
 		return err
+	}
+	if nsPath == "" {
+		return nil
 	}
 	// The policy is in force: a failure to cut leaves connections the firewall resets at
 	// their next packet out, so it is not undone.

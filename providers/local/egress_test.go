@@ -1271,6 +1271,18 @@ func (l *egressLab) liveNetwork(t *testing.T, api *labAPI) {
 		want(inst, "E2B: open again", "connect "+egNoName.String()+":7000", "ok hello")
 	}()
 
+	// A sandbox paused without its memory takes its first policy too (nothing runs, nothing
+	// to cut), and boots under it at its resume.
+	var cold struct{ ID string }
+	api.want(t, 201, &cold, "POST", "/v1/sandboxes", map[string]any{"network": "all"})
+	func() {
+		defer api.want(t, 204, nil, "DELETE", "/v1/sandboxes/"+cold.ID, nil)
+		api.want(t, 204, nil, "POST", "/v1/sandboxes/"+cold.ID+"/pause", map[string]any{"keepMemory": false})
+		api.want(t, 204, nil, "PUT", "/v1/sandboxes/"+cold.ID+"/network", map[string]any{"allow": []string{"b.test"}})
+		api.want(t, 204, nil, "POST", "/v1/sandboxes/"+cold.ID+"/resume", nil)
+		policy(connect(cold.ID), "a policy given while paused without memory")
+	}()
+
 	// Network none has no interface to give a policy to.
 	api.want(t, 201, &sb, "POST", "/v1/sandboxes", map[string]any{"network": "none"})
 	defer api.want(t, 204, nil, "DELETE", "/v1/sandboxes/"+sb.ID, nil)
