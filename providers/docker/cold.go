@@ -21,7 +21,8 @@ import (
 //     a cold-paused container from one whose agent exited (which is removed as ended);
 //   - a volume, tupper-cold-<id>, carries the agent's config (its environment and secrets,
 //     which are never a file in the container) in its label labelAgentConfig, for the start
-//     that resumes it. The container mounts nothing of it; it is removed with the sandbox.
+//     that resumes it. Create makes it, so that any tupper process can pause the sandbox so.
+//     The container mounts nothing of it; it is removed with the sandbox.
 //
 // Resume starts the container again, hands the agent its config on its standard input as
 // Create does, waits for it as Create does, and renames the container back.
@@ -99,6 +100,20 @@ func (p *Provider) booted(id string) {
 	p.boot[id]++
 }
 
+// keepConfig keeps the agent config of sandbox id in the engine, in the label of the volume
+// tupper-cold-<id> (made again, it is the same volume): Create does, so that any tupper
+// process can pause the sandbox without its memory; PauseCold does again for a sandbox made
+// before Create did.
+func (p *Provider) keepConfig(ctx context.Context, id string, cfg []byte) error {
+	if _, err := p.cli.VolumeCreate(ctx, client.VolumeCreateOptions{
+		Name:   coldVolumePrefix + id,
+		Labels: map[string]string{labelSandbox: id, labelAgentConfig: string(cfg)},
+	}); err != nil {
+		return p.err(err, "keeping the agent's config")
+	}
+	return nil
+}
+
 // forgetCold drops what a pause without memory kept of sandbox id (its volume), when the
 // sandbox is gone.
 func (p *Provider) forgetCold(ctx context.Context, id string) {
@@ -133,13 +148,10 @@ func (i *Instance) PauseCold(ctx context.Context) error {
 		return err
 	}
 	if cfg == nil {
-		return provider.Errorf(provider.CodeUnsupported, "docker: sandbox %s was made by another tupper process, whose agent config (environment, secrets) this one does not know: it can be paused keeping its memory only", i.id)
+		return provider.Errorf(provider.CodeUnsupported, "docker: sandbox %s was made by another tupper process (an older one, which kept its agent's config to itself): it can be paused keeping its memory only", i.id)
 	}
-	if _, err := i.p.cli.VolumeCreate(ctx, client.VolumeCreateOptions{
-		Name:   coldVolumePrefix + i.id,
-		Labels: map[string]string{labelSandbox: i.id, labelAgentConfig: string(cfg)},
-	}); err != nil {
-		return i.p.err(err, "pause: saving the agent's config")
+	if err := i.p.keepConfig(ctx, i.id, cfg); err != nil {
+		return err
 	}
 	if name := coldName(in.Name); name != strings.TrimPrefix(in.Name, "/") {
 		if _, err := i.p.cli.ContainerRename(ctx, i.cid, client.ContainerRenameOptions{NewName: name}); err != nil {

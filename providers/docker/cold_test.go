@@ -119,6 +119,37 @@ func TestPauseCold(t *testing.T) {
 			if err := p.Destroy(ctx, id); err != nil {
 				t.Fatal(err)
 			}
+
+			// A sandbox's first pause without memory from a provider that did not make it
+			// (the CLI's: each command a process of its own): Create kept the config.
+			fresh, err := p.Create(ctx, provider.CreateSpec{Network: provider.Network{Mode: mode}, Env: map[string]string{"KEPT": "fresh"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fresh.Close()
+			freshID := fresh.(*Instance).id
+			defer p.Destroy(context.WithoutCancel(ctx), freshID)
+			other := newTestProvider(t, Config{})
+			oh, err := other.Connect(ctx, freshID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer oh.Close()
+			if err := oh.(provider.ColdPauser).PauseCold(ctx); err != nil {
+				t.Fatalf("a first pause without memory from another provider: %v", err)
+			}
+			if err := oh.(provider.Pauser).Resume(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := run(oh, "echo $KEPT"); got != "fresh\n" {
+				t.Errorf("after another provider's pause and resume: %q", got)
+			}
+			if err := p.Destroy(ctx, freshID); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := p.cli.VolumeInspect(ctx, coldVolumePrefix+freshID, client.VolumeInspectOptions{}); provider.CodeOf(p.err(err, "")) != provider.CodeNotFound {
+				t.Errorf("the config's volume after Destroy: %v, want not found", err)
+			}
 			if _, err := p.cli.VolumeInspect(ctx, coldVolumePrefix+id, client.VolumeInspectOptions{}); provider.CodeOf(p.err(err, "")) != provider.CodeNotFound {
 				t.Errorf("the cold pause's volume after Destroy: %v, want not found", err)
 			}

@@ -230,8 +230,16 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer cancel()
 			p.cli.ContainerRemove(rctx, created.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+			p.forgetCold(rctx, id)
 		}
 	}()
+
+	// Step: the agent's config kept in the engine, for a pause without memory by any tupper
+	// process (cold.go). After the container: a crash between leaves a container that a
+	// reap removes, the volume with it.
+	if err := p.keepConfig(ctx, id, cfgJSON); err != nil {
+		return nil, err
+	}
 
 	// Step: the agent binary, where the engine cannot bind-mount it.
 	if *p.cfg.CopyAgent {
