@@ -36,39 +36,15 @@ func (s *Server) reapSnapshots(ctx context.Context) error {
 	return nil
 }
 
-// snapshotJSON is a snapshot on the wire.
-type snapshotJSON struct {
-	ID        string    `json:"id"`
-	Name      string    `json:"name,omitempty"`
-	Kind      string    `json:"kind"`
-	Template  string    `json:"template,omitempty"`
-	Runtime   string    `json:"runtime,omitempty"`
-	Network   string    `json:"network,omitempty"`
-	SandboxID string    `json:"sandboxId,omitempty"`
-	CreatedAt time.Time `json:"createdAt"`
-	ExpiresAt time.Time `json:"expiresAt,omitzero"`
-	Size      int64     `json:"size"`
-	// Volumes are the volumes the sandbox mounted, mounted again by a sandbox from it.
-	Volumes []provider.VolumeMount `json:"volumes,omitempty"`
-}
-
-func toSnapshotJSON(in sandbox.SnapshotInfo) snapshotJSON {
-	return snapshotJSON{
-		ID: in.ID, Name: in.Name, Kind: string(in.Kind), Template: in.Template, Runtime: in.Runtime,
-		Network: string(in.Network), SandboxID: in.Source, CreatedAt: in.CreatedAt.UTC(),
-		ExpiresAt: in.ExpiresAt.UTC(), Size: in.Size, Volumes: in.Volumes,
-	}
-}
-
 func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request, _ *caller) {
 	list, err := s.lc.Snapshots(r.Context())
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	out := make([]snapshotJSON, 0, len(list))
+	out := make([]api.Snapshot, 0, len(list))
 	for _, in := range list {
-		out = append(out, toSnapshotJSON(in))
+		out = append(out, api.SnapshotOf(in))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"snapshots": out})
 }
@@ -79,7 +55,7 @@ func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request, _ *caller) 
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, toSnapshotJSON(in))
+	writeJSON(w, http.StatusOK, api.SnapshotOf(in))
 }
 
 func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request, _ *caller) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"net/url"
-	"time"
 
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/server/api"
@@ -54,51 +53,28 @@ func (in *Instance) Fork(ctx context.Context, req provider.ForkRequest) ([]provi
 	return kids, nil
 }
 
-// snapshotJSON is a snapshot as the server describes it.
-type snapshotJSON struct {
-	ID        string                 `json:"id"`
-	Name      string                 `json:"name"`
-	Kind      string                 `json:"kind"`
-	Template  string                 `json:"template"`
-	Runtime   string                 `json:"runtime"`
-	Network   string                 `json:"network"`
-	SandboxID string                 `json:"sandboxId"`
-	CreatedAt time.Time              `json:"createdAt"`
-	ExpiresAt time.Time              `json:"expiresAt"`
-	Size      int64                  `json:"size"`
-	Volumes   []provider.VolumeMount `json:"volumes"`
-}
-
-func (s snapshotJSON) info() provider.SnapshotInfo {
-	return provider.SnapshotInfo{
-		ID: s.ID, Name: s.Name, Kind: provider.SnapshotKind(s.Kind), Template: s.Template, Runtime: s.Runtime,
-		Network: provider.NetworkMode(s.Network), Source: s.SandboxID, CreatedAt: s.CreatedAt,
-		ExpiresAt: s.ExpiresAt, Size: s.Size, Volumes: s.Volumes,
-	}
-}
-
 // Snapshots lists the server's snapshots (GET /v1/snapshots).
 func (p *Provider) Snapshots(ctx context.Context) ([]provider.SnapshotInfo, error) {
 	var out struct {
-		Snapshots []snapshotJSON `json:"snapshots"`
+		Snapshots []api.Snapshot `json:"snapshots"`
 	}
 	if err := p.call(ctx, http.MethodGet, "/v1/snapshots", nil, &out); err != nil {
 		return nil, err
 	}
 	list := make([]provider.SnapshotInfo, 0, len(out.Snapshots))
 	for _, s := range out.Snapshots {
-		list = append(list, s.info())
+		list = append(list, s.Info())
 	}
 	return list, nil
 }
 
 // SnapshotInfo describes one of the server's snapshots (GET /v1/snapshots/{id}).
 func (p *Provider) SnapshotInfo(ctx context.Context, id string) (provider.SnapshotInfo, error) {
-	var out snapshotJSON
+	var out api.Snapshot
 	if err := p.call(ctx, http.MethodGet, "/v1/snapshots/"+url.PathEscape(id), nil, &out); err != nil {
 		return provider.SnapshotInfo{}, err
 	}
-	return out.info(), nil
+	return out.Info(), nil
 }
 
 // DeleteSnapshot deletes one of the server's snapshots (DELETE /v1/snapshots/{id}).

@@ -189,3 +189,37 @@ type Sandbox struct {
 	OnTimeout    string            `json:"onTimeout,omitempty"`
 	AutoResume   bool              `json:"autoResume,omitempty"`
 }
+
+// Snapshot is a snapshot on the wire (GET /v1/snapshots, /v1/snapshots/{id}).
+type Snapshot struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name,omitempty"`
+	Kind      string    `json:"kind"`
+	Template  string    `json:"template,omitempty"`
+	Runtime   string    `json:"runtime,omitempty"`
+	Network   string    `json:"network,omitempty"`
+	SandboxID string    `json:"sandboxId,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
+	ExpiresAt time.Time `json:"expiresAt,omitzero"`
+	Size      int64     `json:"size"`
+	// Volumes are the volumes the sandbox mounted, mounted again by a sandbox from it.
+	Volumes []provider.VolumeMount `json:"volumes,omitempty"`
+}
+
+// SnapshotOf is in on the wire.
+func SnapshotOf(in provider.SnapshotInfo) Snapshot {
+	return Snapshot{
+		ID: in.ID, Name: in.Name, Kind: string(in.Kind), Template: in.Template, Runtime: in.Runtime,
+		Network: string(in.Network), SandboxID: in.Source, CreatedAt: in.CreatedAt.UTC(),
+		ExpiresAt: in.ExpiresAt.UTC(), Size: in.Size, Volumes: in.Volumes,
+	}
+}
+
+// Info is s as the provider contract's.
+func (s Snapshot) Info() provider.SnapshotInfo {
+	return provider.SnapshotInfo{
+		ID: s.ID, Name: s.Name, Kind: provider.SnapshotKind(s.Kind), Template: s.Template, Runtime: s.Runtime,
+		Network: provider.NetworkMode(s.Network), Source: s.SandboxID, CreatedAt: s.CreatedAt,
+		ExpiresAt: s.ExpiresAt, Size: s.Size, Volumes: s.Volumes,
+	}
+}
