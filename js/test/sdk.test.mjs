@@ -157,8 +157,10 @@ test("a network policy: refusals recorded, summed up, and the network changed li
     assert.ok(refused, "the refusal of denied.invalid is not in the egress record");
     const sum = await p.egressLearned();
     assert.deepEqual(sum, { allow: [], denied: ["denied.invalid"] });
+    assert.deepEqual(await p.network(), { mode: "allow", allow: ["allowed.invalid"] });
     // Changed to none while it runs: the name allowed until now is refused too.
     await p.setNetwork({ mode: "none" });
+    assert.deepEqual(await p.network(), { mode: "none" });
     await p.run("getent hosts allowed.invalid || true");
     let denied = [];
     for (let i = 0; i < 100 && denied.length < 2; i++) {

@@ -342,6 +342,11 @@ export class Sandbox {
     await this.client.request({ method: "PUT", path: this.path("/network"), json: network });
   }
 
+  /** The sandbox's network now (after any setNetwork): its mode and, with a policy, its lists. */
+  async network(): Promise<Network> {
+    return this.client.json<Network>({ method: "GET", path: this.path("/network") });
+  }
+
   /** Reads the sandbox's egress record from after (the start when omitted), a page at a time. */
   async egress(opts: { after?: string } = {}): Promise<EgressLog> {
     return this.client.json<EgressLog>({ method: "GET", path: this.path("/egress"), query: { after: opts.after || undefined } });
