@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -122,6 +123,22 @@ func TestSocksEgress(t *testing.T) {
 	answers = append(answers, string(raw))
 	if json.Unmarshal(raw, &nn); nn.Proxy["address"] != socksAddr || nn.Proxy["username"] != "lab" || nn.Proxy["password"] != nil {
 		t.Errorf("GET /v1/sandboxes/{id}/network: %s, want the proxy without its password", raw)
+	}
+
+	// A snapshot keeps the password host-side only: in egress-proxy.json (mode 0600),
+	// never in its metadata or its files.
+	snapID, err := inst.SnapshotKind(l.ctx, provider.SnapshotRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(l.p.lay.snapshotProxy(snapID)); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("the snapshot's egress-proxy.json: %v %v, want mode 0600", fi, err)
+	}
+	if out, _ := exec.Command("grep", "-rlF", pass, l.p.lay.snapshot(snapID)).Output(); strings.TrimSpace(string(out)) != l.p.lay.snapshotProxy(snapID) {
+		t.Errorf("files of the snapshot holding the password: %q, want egress-proxy.json alone", out)
+	}
+	if err := l.p.DeleteSnapshot(l.ctx, snapID); err != nil {
+		t.Fatal(err)
 	}
 
 	// A fork's children tunnel through the same proxy, logged in: the snapshot that carries
