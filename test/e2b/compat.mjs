@@ -435,7 +435,9 @@ export async function run(sdk, sdkVersion) {
     try {
       await p.files.write('cold.txt', 'on disk')
       await p.commands.run('sleep 1001', { background: true })
-      assert.equal((await p.commands.run(sleepers)).stdout, '1\n')
+      // The start event comes once the command's shell runs, maybe before it has exec'd
+      // sleep (so in E2B's envd too): wait until the sleeper is there to be counted.
+      await until('the background sleeper', 10_000, async () => (await p.commands.run(sleepers)).stdout === '1\n')
       assert.equal(await p.pause({ keepMemory: false }), true)
       assert.equal((await p.getInfo()).state, 'paused')
       assert.equal(await p.isRunning({ requestTimeoutMs: 10_000 }), false)
@@ -516,6 +518,7 @@ export async function run(sdk, sdkVersion) {
       assert.deepEqual((await a.getInfo()).lifecycle, { onTimeout: 'pause', autoResume: false })
       await a.files.write('kept.txt', 'across the timeout')
       await a.commands.run('sleep 1001', { background: true })
+      await until('the background sleeper', 10_000, async () => (await a.commands.run(sleepers)).stdout === '1\n')
       await a.setTimeout(2_000)
       await until('the pause at the timeout', 60_000, async () => (await a.getInfo()).state === 'paused')
       const again = await Sandbox.connect(a.sandboxId, { timeoutMs: 60_000 })
