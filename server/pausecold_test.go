@@ -115,7 +115,8 @@ func (c *coldServer) lastEvent(id, typ string) map[string]any {
 // The background process whose absence after a cold resume the tests check, and the
 // command that counts it.
 const (
-	startSleeper = "echo before > /workspace/kept.txt; (sleep 1001 >/dev/null 2>&1 &)"
+	// The sleeper is counted only once it has exec'd: the command waits for it (up to 5 s).
+	startSleeper = "echo before > /workspace/kept.txt; (sleep 1001 >/dev/null 2>&1 &); i=0; while [ $i -lt 500 ] && [ \"$(" + sleepers + ")\" != 1 ]; do sleep 0.01; i=$((i+1)); done"
 	sleepers     = `n=0; for f in /proc/[0-9]*/cmdline; do if [ "$(tr '\0' ' ' < $f 2>/dev/null)" = "sleep 1001 " ]; then n=$((n+1)); fi; done; echo $n`
 )
 

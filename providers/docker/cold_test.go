@@ -46,7 +46,8 @@ func TestPauseCold(t *testing.T) {
 			}
 			// sleepers counts the processes "sleep 1001" in the sandbox.
 			const sleepers = `n=0; for f in /proc/[0-9]*/cmdline; do if [ "$(tr '\0' ' ' < $f 2>/dev/null)" = "sleep 1001 " ]; then n=$((n+1)); fi; done; echo $n`
-			run(inst, "echo before > kept.txt; (sleep 1001 >/dev/null 2>&1 &)")
+			// Counted only once it has exec'd: the command waits for it (up to 5 s).
+			run(inst, "echo before > kept.txt; (sleep 1001 >/dev/null 2>&1 &); i=0; while [ $i -lt 500 ] && [ \"$("+sleepers+")\" != 1 ]; do sleep 0.01; i=$((i+1)); done")
 			if got := run(inst, sleepers); got != "1\n" {
 				t.Fatalf("sleepers before the pause: %q", got)
 			}
