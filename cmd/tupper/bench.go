@@ -41,15 +41,17 @@ func newBenchCmd() *cobra.Command {
 			"  --density-max  idle sandboxes created one by one until create latency doubles, host\n" +
 			"                 memory runs short or N are up, with host memory per idle sandbox\n" +
 			"  --park         N idle sandboxes created and paused with the pause that releases\n" +
-			"                 memory, with what a parked one costs and how soon it answers again\n\n" +
+			"                 memory, with what a parked one costs and how soon it answers again\n" +
+			"  --fork         a running sandbox forked N times into one child and N times into\n" +
+			"                 ten, per child, beside a cold create of the same runtime\n\n" +
 			"See docs/performance.md for figures from this machine.",
-		Example: "  tupper bench\n  tupper bench --api --e2b test/e2b/v251\n  tupper bench --density-max 500 --density-runtimes crun,runc,runsc\n  tupper bench --park 200 --park-runtimes runsc",
+		Example: "  tupper bench\n  tupper bench --api --e2b test/e2b/v251\n  tupper bench --density-max 500 --density-runtimes crun,runc,runsc\n  tupper bench --park 200 --park-runtimes runsc\n  tupper bench --fork 5 --fork-runtimes runsc",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := o.validate(); err != nil {
 				return err
 			}
-			if !o.api && o.densityMax == 0 && o.park == 0 {
+			if !o.api && o.densityMax == 0 && o.park == 0 && o.fork == 0 {
 				o.cli = true
 			}
 			b := &bencher{cmd: cmd, o: o, self: selfPath()}
@@ -71,6 +73,8 @@ func newBenchCmd() *cobra.Command {
 	fl.StringVar(&o.densityRuntimes, "density-runtimes", "", "comma-separated runtimes of the density section (default: the default runtime, runc and runsc)")
 	fl.IntVar(&o.park, "park", 0, "run the park section with this many parked sandboxes per runtime (0: skip)")
 	fl.StringVar(&o.parkRuntimes, "park-runtimes", "", "comma-separated runtimes of the park section (default: runsc and the default runtime)")
+	fl.IntVar(&o.fork, "fork", 0, "run the fork section with this many rounds of each fork per runtime (0: skip)")
+	fl.StringVar(&o.forkRuntimes, "fork-runtimes", "", "comma-separated runtimes of the fork section (default: runsc and the default runtime)")
 	return cmd
 }
 
@@ -86,11 +90,13 @@ type benchOptions struct {
 	densityRuntimes string
 	park            int
 	parkRuntimes    string
+	fork            int
+	forkRuntimes    string
 }
 
 func (o benchOptions) validate() error {
-	if o.n < 1 || o.execN < 1 || o.idle < 0 || o.pool < 1 || o.densityMax < 0 || o.park < 0 {
-		return fmt.Errorf("--n, --exec-n and --pool must be at least 1, --idle, --density-max and --park not negative")
+	if o.n < 1 || o.execN < 1 || o.idle < 0 || o.pool < 1 || o.densityMax < 0 || o.park < 0 || o.fork < 0 {
+		return fmt.Errorf("--n, --exec-n and --pool must be at least 1, --idle, --density-max, --park and --fork not negative")
 	}
 	if o.provider != "local" && o.provider != "docker" {
 		return fmt.Errorf("--provider %s: bench measures local or docker", o.provider)

@@ -61,6 +61,11 @@ func (b *bencher) localSections(ctx context.Context) error {
 			return err
 		}
 	}
+	if b.o.fork > 0 {
+		if err := b.forkSection(ctx, prov, rt); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

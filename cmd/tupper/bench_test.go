@@ -186,7 +186,7 @@ func TestBenchSmoke(t *testing.T) {
 	}
 	r := tupper(t, home, "", "bench", "--cli", "--api", "--n", "1", "--exec-n", "2", "--idle", "1", "--pool", "1",
 		"--e2b", filepath.Join(t.TempDir(), "none"), "--density-max", "2", "--density-runtimes", "runc",
-		"--park", "2", "--park-runtimes", "runsc,crun")
+		"--park", "2", "--park-runtimes", "runsc,crun", "--fork", "1", "--fork-runtimes", "runsc,runc")
 	t.Logf("stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
 	if r.code != 0 {
 		t.Fatalf("bench failed: exit %d", r.code)
@@ -210,6 +210,11 @@ func TestBenchSmoke(t *testing.T) {
 		`pause +crun: memory dropped \(pause-cold\) +2 +` + dur,
 		`resume → first command +crun +2 +` + dur,
 		`parked sandboxes +crun +2 +stopped: --park 2 reached`,
+		`fork, one child \(per child\) +runsc, full fork +1 +` + dur + ` +` + dur + ` +[0-9.]+x (faster|slower) than a cold create`,
+		`fork, ten children \(per child\) +runsc, full fork +1 +` + dur,
+		`create → first command +runsc, cold \(no fork\) +1 +` + dur,
+		`fork, one child \(per child\) +runc, filesystem fork +1 +` + dur,
+		`fork, ten children \(per child\) +runc, filesystem fork +1 +` + dur,
 	}
 	if strings.Contains(r.stderr, "reporting tupper alone") {
 		t.Log("docker is not here: its rows are not expected")
