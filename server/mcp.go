@@ -37,7 +37,13 @@ func (s *Server) newMCP() (*mcpserver.HTTPHandler, error) {
 				Created: func(ctx context.Context, b *sandbox.Sandbox) error {
 					return s.recordMCPSandbox(ctx, key, labels, b)
 				},
-				Destroyed: func(ctx context.Context, id string) { s.lc.Gone(ctx, id, EventDestroyed, nil) },
+				// Through the lifecycle, as the API's DELETE: recorded, evented, and not
+				// taken for expired by a reconcile that sees it gone meanwhile.
+				Destroy: func(ctx context.Context, b *sandbox.Sandbox) error {
+					err := s.lc.Destroy(context.WithoutCancel(ctx), b.ID)
+					b.Close()
+					return err
+				},
 				// Through the server's proxy: no listener on this host per port.
 				PreviewURL: s.previewPath,
 				// Counted against the key's and the sandbox's quotas, with the server's expiry.

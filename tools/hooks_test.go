@@ -12,8 +12,8 @@ import (
 )
 
 // The Created hook sees every sandbox the session makes and can refuse it (the sandbox is
-// then destroyed and the call fails); Destroyed sees destroy_sandbox and the default
-// sandbox's end at Close.
+// then destroyed and the call fails); Destroy destroys for destroy_sandbox and for the
+// default sandbox's end at Close.
 func TestSessionHooks(t *testing.T) {
 	var mu sync.Mutex
 	var created, destroyed []string
@@ -28,10 +28,11 @@ func TestSessionHooks(t *testing.T) {
 			created = append(created, b.ID)
 			return nil
 		},
-		Destroyed: func(ctx context.Context, id string) {
+		Destroy: func(ctx context.Context, b *sandbox.Sandbox) error {
 			mu.Lock()
-			defer mu.Unlock()
-			destroyed = append(destroyed, id)
+			destroyed = append(destroyed, b.ID)
+			mu.Unlock()
+			return b.Destroy(ctx)
 		},
 	})
 	want(t, call(t, s, "run_command", map[string]any{"command": "true"}), false)

@@ -2,7 +2,6 @@ package tools
 
 import (
 	"context"
-	"errors"
 	"maps"
 	"sync"
 	"time"
@@ -32,9 +31,10 @@ type SessionOptions struct {
 	// it; an error destroys the sandbox and fails the tool call. A server records the
 	// sandbox here, as its own API does.
 	Created func(ctx context.Context, b *sandbox.Sandbox) error
-	// Destroyed, when set, is told of each sandbox the session destroyed (destroy_sandbox,
-	// or the default sandbox at Close).
-	Destroyed func(ctx context.Context, id string)
+	// Destroy, when set, destroys the sandboxes the session ends (destroy_sandbox, the
+	// default sandbox at Close, one made after Close); a server records the end and emits
+	// its event, as its own API does. Nil: Sandbox.Destroy.
+	Destroy func(ctx context.Context, b *sandbox.Sandbox) error
 	// Snapshot, when set, takes the snapshot tool's snapshots (a server counts them against
 	// its quotas and gives them its expiry, as its own API does). Nil: Sandbox.Snapshot.
 	Snapshot func(ctx context.Context, b *sandbox.Sandbox) (string, error)
@@ -183,8 +183,7 @@ func (s *Session) defaultSandbox(ctx context.Context) (*sandbox.Sandbox, error) 
 			if s.opts.Bound != "" {
 				b.Close()
 			} else {
-				destroy(b)
-				s.destroyed(ctx, b.ID)
+				s.destroyQuietly(b)
 			}
 			return nil, errClosed
 		}
@@ -211,7 +210,7 @@ func (s *Session) create(ctx context.Context, opts sandbox.CreateOptions, track 
 	}
 	if s.opts.Created != nil {
 		if err := s.opts.Created(ctx, b); err != nil {
-			destroy(b)
+			destroyUnrecorded(b)
 			return nil, err
 		}
 	}
@@ -251,8 +250,7 @@ func (s *Session) createExtra(ctx context.Context, opts sandbox.CreateOptions) (
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		destroy(b)
-		s.destroyed(ctx, b.ID)
+		s.destroyQuietly(b)
 		return nil, errClosed
 	}
 	s.handles[b.ID] = b
@@ -279,7 +277,7 @@ func (s *Session) fork(ctx context.Context, b *sandbox.Sandbox, opts sandbox.For
 		if s.opts.Created != nil {
 			if err := s.opts.Created(ctx, k); err != nil {
 				for _, k := range kids {
-					destroy(k)
+					destroyUnrecorded(k)
 				}
 				return nil, err
 			}
@@ -289,8 +287,7 @@ func (s *Session) fork(ctx context.Context, b *sandbox.Sandbox, opts sandbox.For
 	defer s.mu.Unlock()
 	if s.closed {
 		for _, k := range kids {
-			destroy(k)
-			s.destroyed(ctx, k.ID)
+			s.destroyQuietly(k)
 		}
 		return nil, errClosed
 	}
@@ -310,10 +307,7 @@ func (s *Session) destroySandbox(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	err = b.Destroy(ctx)
-	if err == nil || errors.Is(err, sandbox.CodeNotFound) {
-		s.destroyed(ctx, id)
-	}
+	err = s.destroyBox(ctx, b)
 	s.mu.Lock()
 	delete(s.handles, id)
 	if s.defaultID == id {
@@ -358,9 +352,7 @@ func (s *Session) Close(ctx context.Context) error {
 	var err error
 	for id, b := range handles {
 		if id == def && s.opts.Bound == "" {
-			if err = b.Destroy(ctx); err == nil || errors.Is(err, sandbox.CodeNotFound) {
-				s.destroyed(ctx, id)
-			}
+			err = s.destroyBox(ctx, b)
 			continue
 		}
 		b.Close()
@@ -399,16 +391,25 @@ func (s *Session) boundErr(op string) error {
 	return &sandbox.Error{Code: sandbox.CodeForbidden, Op: op, Message: "this session is bound to sandbox " + s.opts.Bound + ": it neither creates, destroys, pauses nor resumes sandboxes"}
 }
 
-// destroy removes a sandbox nobody will use, with its own deadline.
-func destroy(b *sandbox.Sandbox) {
+// destroyBox destroys b through the Destroy hook, if any, else Sandbox.Destroy.
+func (s *Session) destroyBox(ctx context.Context, b *sandbox.Sandbox) error {
+	if s.opts.Destroy != nil {
+		return s.opts.Destroy(ctx, b)
+	}
+	return b.Destroy(ctx)
+}
+
+// destroyUnrecorded removes a sandbox the Created hook refused (or made beside one it
+// refused), which nothing recorded: Sandbox.Destroy, with its own deadline.
+func destroyUnrecorded(b *sandbox.Sandbox) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_ = b.Destroy(ctx)
 }
 
-// destroyed tells the Destroyed hook, if any.
-func (s *Session) destroyed(ctx context.Context, id string) {
-	if s.opts.Destroyed != nil {
-		s.opts.Destroyed(context.WithoutCancel(ctx), id)
-	}
+// destroyQuietly removes a sandbox nobody will use, with its own deadline.
+func (s *Session) destroyQuietly(b *sandbox.Sandbox) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = s.destroyBox(ctx, b)
 }
