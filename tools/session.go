@@ -401,15 +401,16 @@ func (s *Session) destroyBox(ctx context.Context, b *sandbox.Sandbox) error {
 
 // destroyUnrecorded removes a sandbox the Created hook refused (or made beside one it
 // refused), which nothing recorded: Sandbox.Destroy, with its own deadline.
-func destroyUnrecorded(b *sandbox.Sandbox) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_ = b.Destroy(ctx)
-}
+func destroyUnrecorded(b *sandbox.Sandbox) { quietly(b.Destroy) }
 
 // destroyQuietly removes a sandbox nobody will use, with its own deadline.
 func (s *Session) destroyQuietly(b *sandbox.Sandbox) {
+	quietly(func(ctx context.Context) error { return s.destroyBox(ctx, b) })
+}
+
+// quietly runs destroy with a deadline of its own, its error dropped.
+func quietly(destroy func(ctx context.Context) error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_ = s.destroyBox(ctx, b)
+	_ = destroy(ctx)
 }

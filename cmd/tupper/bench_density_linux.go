@@ -52,6 +52,15 @@ func densityRuntimes(list, defaultRT string) []string {
 	return out
 }
 
+// sectionRuntimes are the runtimes of the park and fork sections: list (comma-separated),
+// else runsc and the default runtime.
+func sectionRuntimes(list, defaultRT string) []string {
+	if list == "" {
+		list = local.RuntimeRunsc + "," + defaultRT
+	}
+	return densityRuntimes(list, defaultRT)
+}
+
 func (b *bencher) density(ctx context.Context, prov *local.Provider, rt string) error {
 	opts := sandbox.CreateOptions{Network: sandbox.NetworkNone, Runtime: rt, Labels: benchLabels}
 	var ids []string

@@ -21,11 +21,7 @@ import (
 const forkDirtyMiB = 16
 
 func (b *bencher) forkSection(ctx context.Context, prov *local.Provider, defaultRT string) error {
-	list := b.o.forkRuntimes
-	if list == "" {
-		list = local.RuntimeRunsc + "," + defaultRT
-	}
-	return b.perRuntime(ctx, prov, densityRuntimes(list, defaultRT), b.fork,
+	return b.perRuntime(ctx, prov, sectionRuntimes(b.o.forkRuntimes, defaultRT), b.fork,
 		fmt.Sprintf("Forks of a running sandbox holding %d MiB (local provider, %d rounds each)", forkDirtyMiB, b.o.fork))
 }
 

@@ -26,11 +26,7 @@ import (
 const parkResumes = 10
 
 func (b *bencher) parkSection(ctx context.Context, prov *local.Provider, defaultRT string) error {
-	list := b.o.parkRuntimes
-	if list == "" {
-		list = local.RuntimeRunsc + "," + defaultRT
-	}
-	return b.perRuntime(ctx, prov, densityRuntimes(list, defaultRT), b.park,
+	return b.perRuntime(ctx, prov, sectionRuntimes(b.o.parkRuntimes, defaultRT), b.park,
 		fmt.Sprintf("Parked sandboxes (local provider, %d MiB of memory, at most %d per runtime)", meminfo("MemTotal")>>20, b.o.park))
 }
 
