@@ -43,7 +43,7 @@ type Agent struct {
 	pid1     bool
 	euid     int
 	egid     int
-	spawner  *spawner // nil without HidePaths
+	spawner  *spawner // nil without HidePaths and CommandCgroup
 	// oomProtected is set when the agent runs as PID 1: commands then start at the highest
 	// OOM score, so the OOM killer picks them before the agent (commandOOMScore).
 	oomProtected bool
@@ -63,6 +63,10 @@ type Agent struct {
 }
 
 func newAgent(cfg Config) (*Agent, error) {
+	if cfg.CommandCgroup != nil {
+		// Used once, by newSpawner; no command may inherit it.
+		defer cfg.CommandCgroup.Close()
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -87,8 +91,8 @@ func newAgent(cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("agent: open /dev/null: %w", err)
 	}
 	a.devNull = fd
-	if len(cfg.HidePaths) > 0 {
-		s, err := newSpawner(cfg.HidePaths)
+	if len(cfg.HidePaths) > 0 || cfg.CommandCgroup != nil {
+		s, err := newSpawner(cfg.HidePaths, cfg.CommandCgroup)
 		if err != nil {
 			unix.Close(fd)
 			return nil, err

@@ -65,6 +65,16 @@ type Config struct {
 	// build). An agent of another version refuses to start, saying both, rather than
 	// misread the host's requests; 0 skips the check (a config written by hand).
 	Protocol int `json:"protocol,omitempty"`
+	// CommandCgroup, when set, is an open, writable "tasks" file of a cgroup v1 pids
+	// cgroup, below the sandbox's own, that every command starts in (with whatever it
+	// starts): the agent puts the one thread it starts commands from there. The commands
+	// then share that cgroup's pids.max, and the agent's own threads the rest of the
+	// sandbox's, so a command that fills its limit (a fork bomb) cannot leave the agent
+	// without the thread the Go runtime then needs, which would end the agent and the
+	// sandbox with it. The agent closes the file before any command starts. The host opens
+	// it (as root: the kernel checks the opener's credentials) and hands it over as an
+	// inherited descriptor (tupper agent --command-cgroup-fd).
+	CommandCgroup *os.File `json:"-"`
 	// ExecPath is ignored. It named the binary the agent re-executed as
 	// "agent-exec" for each command when hiding; it is still accepted so
 	// that existing config files parse.

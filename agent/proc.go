@@ -218,8 +218,12 @@ type startSpec struct {
 	timeout time.Duration
 }
 
-// errStart marks failures caused by the request (bad cwd, unknown program).
-type errStart struct{ msg string }
+// errStart marks failures caused by the request (bad cwd, unknown program), or, with
+// exhausted set, by the sandbox's limits (its process limit reached, its memory full).
+type errStart struct {
+	msg       string
+	exhausted bool
+}
 
 func (e *errStart) Error() string { return e.msg }
 
@@ -233,16 +237,16 @@ func (a *Agent) start(spec startSpec, first *subscriber) (*proc, error) {
 	}
 	dir, err := a.resolvePath(cwd, u)
 	if err != nil {
-		return nil, &errStart{err.Error()}
+		return nil, &errStart{msg: err.Error()}
 	}
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		return nil, &errStart{fmt.Sprintf("cwd %q does not exist or is not a directory", dir)}
+		return nil, &errStart{msg: fmt.Sprintf("cwd %q does not exist or is not a directory", dir)}
 	}
 
 	env := a.buildEnv(u, spec.cfg.GetEnvs(), spec.pty != nil)
 	prog, err := lookPath(spec.cfg.GetCmd(), dir, envValue(env, "PATH"))
 	if err != nil {
-		return nil, &errStart{err.Error()}
+		return nil, &errStart{msg: err.Error()}
 	}
 	argv := append([]string{spec.cfg.GetCmd()}, spec.cfg.GetArgs()...)
 
@@ -311,7 +315,10 @@ func (a *Agent) start(spec startSpec, first *subscriber) (*proc, error) {
 		if term != nil {
 			term.Close()
 		}
-		return nil, &errStart{fmt.Sprintf("start %q: %v", spec.cfg.GetCmd(), err)}
+		// fork fails with EAGAIN at the pids limit and ENOMEM when memory is full: the
+		// sandbox is out of a resource, not the request at fault, and a later try may work.
+		exhausted := errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.ENOMEM)
+		return nil, &errStart{msg: fmt.Sprintf("start %q: %v", spec.cfg.GetCmd(), err), exhausted: exhausted}
 	}
 
 	p := &proc{pid: pid, config: spec.cfg, tag: spec.tag, term: term, stdin: stdinW,

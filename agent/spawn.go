@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -14,11 +15,14 @@ import (
 )
 
 // spawner starts every command from one OS thread whose mount namespace
-// hides Config.HidePaths and whose capabilities lack CAP_SYS_ADMIN.
+// hides Config.HidePaths and whose capabilities lack CAP_SYS_ADMIN, and
+// which is in the pids cgroup of Config.CommandCgroup.
 //
 // Linux keeps the mount namespace (and the capability sets) per thread, and
 // syscall.ForkExec clones the calling thread, so a child forked from that
-// thread inherits both while the agent's other threads keep theirs. The
+// thread inherits both while the agent's other threads keep theirs. So it
+// is with cgroup v1, which places threads one by one: a child is charged to
+// its parent thread's pids cgroup. The
 // thread (internal/osthread: locked for good, never the main thread, never
 // the parent of the runtime's threads) is prepared once (newSpawner) instead
 // of re-executing a helper for every command, which costs a Go runtime
@@ -35,19 +39,30 @@ type spawner struct {
 
 var errSpawnerClosed = errors.New("agent is shutting down")
 
-// newSpawner prepares the thread: a new mount namespace where every mount
-// is private (nothing propagates back to the agent), each existing path of
-// hide covered, CAP_SYS_ADMIN dropped so commands cannot unmount the
-// covers. It fails when any of that fails; the agent then refuses to start
-// rather than run commands that see what they must not.
-func newSpawner(hide []string) (*spawner, error) {
+// newSpawner prepares the thread: moved into cgroup's pids cgroup when cgroup
+// is not nil; and with hide, a new mount namespace where every mount is
+// private (nothing propagates back to the agent), each existing path of hide
+// covered, CAP_SYS_ADMIN dropped so commands cannot unmount the covers. It
+// fails when any of that fails; the agent then refuses to start rather than
+// run commands that see what they must not, or outside their limit.
+func newSpawner(hide []string, cgroup *os.File) (*spawner, error) {
 	// What each path is before the covers, to tell afterwards whether the
 	// agent's own view changed (no per-thread namespaces).
 	before := make([]os.FileInfo, len(hide))
 	for i, p := range hide {
 		before[i], _ = os.Lstat(p)
 	}
-	t, err := osthread.Start(func() error { return isolateThread(hide) })
+	t, err := osthread.Start(func() error {
+		if cgroup != nil {
+			if err := joinCgroup(cgroup); err != nil {
+				return err
+			}
+		}
+		if len(hide) == 0 {
+			return nil
+		}
+		return isolateThread(hide)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -78,6 +93,23 @@ func (s *spawner) forkExec(prog string, argv []string, attr *syscall.ProcAttr) (
 
 // close ends the thread.
 func (s *spawner) close() { s.t.Close() }
+
+// joinCgroup moves the calling thread into the cgroup v1 whose tasks file f is. f must be
+// on a cgroup v1 file system: a descriptor that is something else (a config naming the wrong
+// one) is refused, not written to.
+func joinCgroup(f *os.File) error {
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(int(f.Fd()), &st); err != nil {
+		return fmt.Errorf("agent: command cgroup: %w", err)
+	}
+	if st.Type != unix.CGROUP_SUPER_MAGIC {
+		return fmt.Errorf("agent: command cgroup: descriptor %d is not a cgroup v1 file", f.Fd())
+	}
+	if _, err := unix.Write(int(f.Fd()), []byte(strconv.Itoa(unix.Gettid()))); err != nil {
+		return fmt.Errorf("agent: command cgroup: joining it: %w", err)
+	}
+	return nil
+}
 
 // isolateThread runs on the locked thread.
 func isolateThread(hide []string) error {

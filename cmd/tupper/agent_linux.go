@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -24,6 +25,7 @@ func newAgentCmd() *cobra.Command {
 		configPath string
 		protocol   bool
 		relay      string
+		cgroupFD   int
 	)
 	cmd := &cobra.Command{
 		Use:   "agent [--listen unix:PATH | --listen-fd N] [--config PATH]",
@@ -65,6 +67,13 @@ func newAgentCmd() *cobra.Command {
 				}
 				cfg = c
 			}
+			if cgroupFD >= 0 {
+				if cgroupFD < 3 {
+					return fmt.Errorf("--command-cgroup-fd %d: must be an inherited descriptor (3 or more)", cgroupFD)
+				}
+				syscall.CloseOnExec(cgroupFD) // the agent closes it too; no command inherits it
+				cfg.CommandCgroup = os.NewFile(uintptr(cgroupFD), "command-cgroup")
+			}
 			ln, err := agentListener(listen, listenFD)
 			if err != nil {
 				return err
@@ -80,6 +89,7 @@ func newAgentCmd() *cobra.Command {
 	cmd.Flags().StringVar(&listen, "listen", "", "address to serve on: unix:PATH or tcp:HOST:PORT")
 	cmd.Flags().IntVar(&listenFD, "listen-fd", -1, "serve on this inherited listening socket instead of --listen")
 	cmd.Flags().StringVar(&configPath, "config", "", "JSON config file (- for standard input)")
+	cmd.Flags().IntVar(&cgroupFD, "command-cgroup-fd", -1, "an inherited, writable cgroup v1 tasks file: commands start in that pids cgroup, below the agent's")
 	cmd.Flags().StringVar(&relay, "relay", "", "relay standard input and output to and from the agent's unix socket at this path, then exit")
 	cmd.Flags().MarkHidden("relay")
 	cmd.Flags().BoolVar(&protocol, strings.TrimPrefix(spec.ProbeFlag, "--"), false, "print the agent protocol version and exit")

@@ -133,3 +133,31 @@ func TestAgentConfigOnStdin(t *testing.T) {
 		}
 	}
 }
+
+// --command-cgroup-fd takes an inherited descriptor of a cgroup v1 tasks file; anything else
+// stops the agent with the reason before it serves, rather than run commands outside their
+// limit or write a thread id into whatever the descriptor is.
+func TestAgentCommandCgroupFD(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the agent runs on Linux only")
+	}
+	args := []string{"agent", "--listen", "tcp:127.0.0.1:0"}
+	if r := tupper(t, t.TempDir(), "", append(args, "--command-cgroup-fd", "1")...); r.code == 0 || !strings.Contains(r.stderr, "must be an inherited descriptor") {
+		t.Errorf("standard output as the cgroup: %+v", r)
+	}
+	plain := filepath.Join(t.TempDir(), "tasks")
+	f, err := os.Create(plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cmd := exec.Command(tupperBin(t), append(args, "--command-cgroup-fd", "3")...)
+	cmd.ExtraFiles = []*os.File{f}
+	r := runCmd(t, cmd)
+	if r.code == 0 || !strings.Contains(r.stderr, "not a cgroup v1 file") {
+		t.Errorf("a regular file as the cgroup: %+v", r)
+	}
+	if b, _ := os.ReadFile(plain); len(b) != 0 {
+		t.Errorf("the agent wrote %q into a file that is not a cgroup", b)
+	}
+}

@@ -56,7 +56,9 @@ type Config struct {
 	// DefaultSize is the size of a sandbox created without one; its zero fields mean 1 CPU,
 	// 1024 MB of memory and 5 GB of disk.
 	DefaultSize provider.Size
-	// PidsLimit bounds the number of processes and threads in a sandbox; 0 means 1024.
+	// PidsLimit bounds the number of processes and threads a sandbox's commands run; 0
+	// means 1024. Under runc and crun the agent's own threads have agentPidsReserve more
+	// (commandcgroup.go); under runsc the limit is the sentry's host threads'.
 	PidsLimit int64
 	// ReadyTimeout bounds how long Create waits for the agent to answer; 0 means 30 s.
 	ReadyTimeout time.Duration

@@ -585,7 +585,7 @@ func (c *creation) bundle(ctx context.Context) error {
 		id: c.id, runtime: c.rtName, rootfs: c.p.lay.rootfs(c.id), agentPath: c.agentPath,
 		runDir: c.p.lay.run(c.id), tmpDir: c.p.lay.tmp(c.id), userns: c.userns, uidBase: c.rec.UIDBase, netnsPath: c.netnsPath,
 		cpu: c.size.CPU, memoryMB: c.size.MemoryMB, limitSwap: swapAccounted(), pids: c.p.cfg.PidsLimit,
-		volumes: volumeBinds(c.p.lay.dir(c.id), c.spec.Volumes),
+		commandCgroup: commandCgroup(c.rtName), volumes: volumeBinds(c.p.lay.dir(c.id), c.spec.Volumes),
 	})
 	b, err := json.Marshal(s)
 	if err != nil {
@@ -635,7 +635,16 @@ func (p *Provider) runContainer(ctx context.Context, rt ociRuntime, rec *record,
 		if restore != nil {
 			return restore()
 		}
-		return rt.start(ctx, runscNetwork(rec), id, p.lay.dir(id), p.lay.pidFile(id), p.lay.log(id), plumb)
+		var files []*os.File
+		if commandCgroup(rt.name) {
+			f, err := openCommandCgroup(id, rec.Pids)
+			if err != nil {
+				return fmt.Errorf("the commands' cgroup: %w", err)
+			}
+			defer f.Close()
+			files = append(files, f)
+		}
+		return rt.start(ctx, runscNetwork(rec), id, p.lay.dir(id), p.lay.pidFile(id), p.lay.log(id), plumb, files...)
 	}); err != nil {
 		return err
 	}

@@ -157,7 +157,9 @@
 //     (unshare/clone with CLONE_NEWUSER; clone3 is ENOSYS so libc uses clone).
 //   - Masked and read-only /proc and /sys paths as runc's and Docker's defaults.
 //   - cgroups (cgroupsPath /tupper/ID): memory (default 1024 MB), CPU quota (default 1
-//     core), pids (Config.PidsLimit, default 1024; the sandbox's holder is one of them),
+//     core), pids (Config.PidsLimit, default 1024, for commands, which run in a pids cgroup
+//     of their own below the sandbox's: the sandbox's has 64 more for the agent's threads and
+//     the holder, so a command that fills the limit cannot starve the agent of a thread),
 //     devices deny-all but the standard set. Sizes small, medium, large or custom set CPU, memory and disk. runc writes them
 //     to the v1 controllers on this kind of hybrid host and to v2 on a unified one; runsc
 //     applies them to its sandbox's processes.

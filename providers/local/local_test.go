@@ -233,12 +233,18 @@ func TestLimits(t *testing.T) {
 	forRuntimes(t, func(t *testing.T, rt string) {
 		p := newTestProvider(t, rt)
 		inst := create(t, p, provider.CreateSpec{Network: netNone, Size: provider.Size{CPU: 0.5, MemoryMB: 2048, DiskGB: 1}})
-		// The host's view, for both runtimes.
-		for file, want := range map[string]string{
+		// The host's view, for every runtime.
+		want := map[string]string{
 			"memory/tupper/" + inst.ID() + "/memory.limit_in_bytes": strconv.Itoa(2048 << 20),
 			"pids/tupper/" + inst.ID() + "/pids.max":                "1024",
 			"cpu/tupper/" + inst.ID() + "/cpu.cfs_quota_us":         "50000",
-		} {
+		}
+		if rt != RuntimeRunsc {
+			// The commands' own cgroup has the limit, the sandbox's room for the agent too.
+			want["pids/tupper/"+inst.ID()+"/pids.max"] = strconv.Itoa(1024 + agentPidsReserve)
+			want["pids/tupper/"+inst.ID()+"/"+commandCgroupName+"/pids.max"] = "1024"
+		}
+		for file, want := range want {
 			b, err := os.ReadFile("/sys/fs/cgroup/" + file)
 			if err != nil {
 				testenv.Skip(t, "no cgroup v1 "+file+": "+err.Error())
@@ -271,8 +277,8 @@ func TestDefaultLimits(t *testing.T) {
 	p := newTestProvider(t, RuntimeRunc)
 	inst := create(t, p, provider.CreateSpec{Network: netNone})
 	for file, want := range map[string]string{
-		"memory/tupper/" + inst.ID() + "/memory.limit_in_bytes": strconv.Itoa(1024 << 20),
-		"pids/tupper/" + inst.ID() + "/pids.max":                "1024",
+		"memory/tupper/" + inst.ID() + "/memory.limit_in_bytes":            strconv.Itoa(1024 << 20),
+		"pids/tupper/" + inst.ID() + "/" + commandCgroupName + "/pids.max": "1024",
 	} {
 		b, err := os.ReadFile("/sys/fs/cgroup/" + file)
 		if err != nil {
@@ -285,19 +291,83 @@ func TestDefaultLimits(t *testing.T) {
 }
 
 // TestForkBomb: a fork bomb hits the pids limit and the sandbox survives it.
+// TestForkBomb: commands run in a pids cgroup of their own below the sandbox's
+// (commandcgroup.go), limited to Config.PidsLimit, with room above it for the agent's own
+// threads; a command that fills the limit gets resource_exhausted for the next command, never
+// an agent the Go runtime ends for want of a thread (which ended the whole sandbox before).
+// (Not runsc: there the limit counts the sentry's host threads; see the security suite.)
 func TestForkBomb(t *testing.T) {
-	p := newTestProvider(t, RuntimeRunc)
-	p.cfg.PidsLimit = 64
+	for _, rt := range []string{RuntimeRunc, RuntimeCrun} {
+		t.Run(rt, func(t *testing.T) { testForkBomb(t, rt) })
+	}
+}
+
+func testForkBomb(t *testing.T, rt string) {
+	const limit = 64
+	p := newTestProvider(t, rt)
+	p.cfg.PidsLimit = limit
 	inst := create(t, p, provider.CreateSpec{Network: netNone})
-	// dash exits non-zero when it cannot fork.
+	cg := "/sys/fs/cgroup/pids/tupper/" + inst.ID()
+	cmds := cg + "/" + commandCgroupName
+	if got := readTrim(cmds + "/pids.max"); got != strconv.Itoa(limit) {
+		testenv.Skip(t, "no cgroup v1 pids controller at "+cmds+": pids.max = "+got)
+	}
+	if got := readTrim(cg + "/pids.max"); got != strconv.Itoa(limit+agentPidsReserve) {
+		t.Errorf("the sandbox's pids.max = %s, want %d", got, limit+agentPidsReserve)
+	}
+	// A command, and what it starts, are in the commands' cgroup; the agent is not.
+	want := "pids:/tupper/" + inst.ID() + "/" + commandCgroupName
+	if got := run(t, inst, "grep :pids: /proc/self/cgroup | cut -d: -f2-; sh -c 'grep :pids: /proc/self/cgroup | cut -d: -f2-'"); got != want+"\n"+want {
+		t.Errorf("a command's and its child's pids cgroup: %q, want %q twice", got, want)
+	}
+	rec, _ := p.lay.readRecord(inst.ID())
+	if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", rec.InitPID)); !strings.Contains(string(b), ":pids:/tupper/"+inst.ID()+"\n") {
+		t.Errorf("the agent's cgroups: %s", b)
+	}
+
+	setMax := func(v string) {
+		if err := os.WriteFile(cmds+"/pids.max", []byte(v), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// With the commands' limit set to what they hold, a command cannot start: that is
+	// resource_exhausted, the sandbox's state and worth a retry, never the request's fault
+	// (invalid_argument). The agent lives on (it asks for threads meanwhile), and once the
+	// limit leaves room, commands run again.
+	setMax(readTrim(cmds + "/pids.current"))
+	for range 20 {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_, err := inst.Exec(ctx, provider.ExecRequest{Command: "echo alive"})
+		cancel()
+		if c := provider.CodeOf(err); c != provider.CodeResourceExhausted {
+			t.Fatalf("exec at the limit: code %s (%v), want %s", c, err, provider.CodeResourceExhausted)
+		}
+	}
+	setMax(strconv.Itoa(limit))
+	if got := run(t, inst, "echo alive"); got != "alive" {
+		t.Errorf("after the limit was raised again: %q", got)
+	}
+
+	// dash exits non-zero when it cannot fork, leaving the sleepers it started.
 	_, _, code := runCode(t, inst, "for i in $(seq 100); do sleep 2 & done 2>/dev/null; wait")
 	if code == 0 {
-		t.Errorf("100 processes started under a limit of 64")
+		t.Errorf("100 processes started under a limit of %d", limit)
 	}
-	// The sandbox recovers once the sleepers exit.
+	// The sandbox recovers once the sleepers exit; until then a command may find no room
+	// to start, which must again be resource_exhausted.
 	var got string
 	for start := time.Now(); time.Since(start) < 15*time.Second; time.Sleep(200 * time.Millisecond) {
-		if got, _, _ = runCode(t, inst, "echo alive"); got == "alive" {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		var out bytes.Buffer
+		_, err := inst.Exec(ctx, provider.ExecRequest{Command: "echo alive", Stdout: &out})
+		cancel()
+		if err != nil {
+			if c := provider.CodeOf(err); c != provider.CodeResourceExhausted {
+				t.Fatalf("exec while the sleepers hold the limit: code %s (%v), want %s", c, err, provider.CodeResourceExhausted)
+			}
+			continue
+		}
+		if got = strings.TrimSpace(out.String()); got == "alive" {
 			break
 		}
 	}

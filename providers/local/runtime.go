@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -76,8 +77,9 @@ func (r ociRuntime) output(ctx context.Context, network string, args ...string) 
 
 // start launches the container detached. With createOnly it stops after `create` (the init
 // waits; call resume with `start`), so the caller can plumb the network namespace first.
-// The container's stdio goes to logPath.
-func (r ociRuntime) start(ctx context.Context, network, id, bundle, pidFile, logPath string, createOnly bool) error {
+// The container's stdio goes to logPath; its init inherits files too, from descriptor 3 on
+// (--preserve-fds).
+func (r ociRuntime) start(ctx context.Context, network, id, bundle, pidFile, logPath string, createOnly bool, files ...*os.File) error {
 	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
@@ -89,8 +91,12 @@ func (r ociRuntime) start(ctx context.Context, network, id, bundle, pidFile, log
 	} else {
 		args = []string{"run", "--detach", "--bundle", bundle, "--pid-file", pidFile, id}
 	}
+	if len(files) > 0 {
+		args = append(args[:len(args)-1], "--preserve-fds", strconv.Itoa(len(files)), id)
+	}
 	full := append(r.globalArgs(network), args...)
 	cmd := exec.CommandContext(ctx, r.path, full...)
+	cmd.ExtraFiles = files
 	// The container inherits these: it must not hold a pipe of ours open, or Wait would
 	// block until the sandbox ends.
 	devnull, err := os.Open(os.DevNull)

@@ -810,7 +810,14 @@ func (s *secSuite) forkBomb(t *testing.T) {
 	s.p.cfg.PidsLimit = limit
 	bomb := create(t, s.p, provider.CreateSpec{Network: netNone})
 	s.p.cfg.PidsLimit = 0
+	// Under runc and crun the limit is the commands' cgroup's, below the sandbox's, which has
+	// room for the agent's threads too (commandcgroup.go); under runsc the sandbox's.
 	cg := "/sys/fs/cgroup/pids/tupper/" + bomb.ID()
+	total := limit
+	if s.rt != RuntimeRunsc {
+		cg += "/" + commandCgroupName
+		total += agentPidsReserve
+	}
 	if got := readTrim(cg + "/pids.max"); got != strconv.Itoa(limit) {
 		testenv.Skip(t, "no cgroup v1 pids controller at "+cg+": pids.max = "+got)
 	}
@@ -845,9 +852,25 @@ func (s *secSuite) forkBomb(t *testing.T) {
 		t.Errorf("neighbour during the bomb: %q", got)
 	}
 	t.Logf("neighbour command during the bomb: %v", time.Since(start))
+	if s.rt != RuntimeRunsc {
+		// And the bomb's own agent answers: its threads are not the bomb's to take, so a
+		// command either runs or is refused as resource_exhausted, over and over.
+		for range 10 {
+			ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+			_, err := bomb.Exec(ctx, provider.ExecRequest{Command: "true"})
+			cancel()
+			if err != nil && provider.CodeOf(err) != provider.CodeResourceExhausted {
+				t.Errorf("FINDING: the bomb's agent during the bomb: %v", err)
+				break
+			}
+		}
+	}
 	cur, _ := strconv.Atoi(readTrim(cg + "/pids.current"))
 	if cur > limit {
 		t.Errorf("pids.current %d with a limit of %d", cur, limit)
+	}
+	if all, _ := strconv.Atoi(readTrim("/sys/fs/cgroup/pids/tupper/" + bomb.ID() + "/pids.current")); all > total {
+		t.Errorf("the sandbox's pids.current %d with a limit of %d", all, total)
 	}
 	t.Logf("pids.current %d, limit hit %d times", cur, pidsEventsMax(cg))
 	// After the bomb: its processes are gone, and the agent answers (runc, crun). Under runsc

@@ -5,6 +5,7 @@ package local
 import (
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -39,7 +40,11 @@ type bundleSpec struct {
 	memoryMB  int
 	limitSwap bool // swapAccounted: limit memory+swap to the memory limit
 	pids      int64
-	volumes   []specs.Mount // binds of the sandbox's volumes' views, last
+	// commandCgroup: commands run in a pids cgroup of their own limited to pids, the
+	// sandbox's has agentPidsReserve more, and the agent gets the cgroup's tasks file
+	// (commandcgroup.go).
+	commandCgroup bool
+	volumes       []specs.Mount // binds of the sandbox's volumes' views, last
 }
 
 // defaultCaps is the capability set of the sandbox's root: Docker's default set without
@@ -91,6 +96,9 @@ func buildSpec(b bundleSpec) *specs.Spec {
 			Permitted: caps,
 		},
 		// RLIMIT_NOFILE is inherited from the host (a user namespace cannot raise it).
+	}
+	if b.commandCgroup {
+		process.Args = append(process.Args, "--command-cgroup-fd", strconv.Itoa(commandCgroupFD))
 	}
 
 	mounts := []specs.Mount{
@@ -153,6 +161,9 @@ func resources(b bundleSpec) *specs.LinuxResources {
 	period := uint64(100000)
 	quota := int64(b.cpu * float64(period))
 	pids := b.pids
+	if b.commandCgroup {
+		pids += agentPidsReserve
+	}
 	memory := &specs.LinuxMemory{Limit: &mem}
 	if b.limitSwap {
 		memory.Swap = &mem
