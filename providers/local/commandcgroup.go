@@ -68,7 +68,11 @@ func openCommandCgroup(id string, pids int64) (*os.File, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "pids.max"), []byte(strconv.FormatInt(pids, 10)), 0); err != nil {
+	limit := "max" // no limit, as the runtimes read 0 in the spec
+	if pids > 0 {
+		limit = strconv.FormatInt(pids, 10)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "pids.max"), []byte(limit), 0); err != nil {
 		return nil, err
 	}
 	return os.OpenFile(filepath.Join(dir, "tasks"), os.O_WRONLY, 0)

@@ -807,9 +807,10 @@ func waitFor(t *testing.T, inst *Instance, cmd, want string) string {
 // bomb's sandbox can be destroyed.
 func (s *secSuite) forkBomb(t *testing.T) {
 	const limit = 256
+	was := s.p.cfg.PidsLimit
 	s.p.cfg.PidsLimit = limit
 	bomb := create(t, s.p, provider.CreateSpec{Network: netNone})
-	s.p.cfg.PidsLimit = 0
+	s.p.cfg.PidsLimit = was
 	// Under runc and crun the limit is the commands' cgroup's, below the sandbox's, which has
 	// room for the agent's threads too (commandcgroup.go); under runsc the sandbox's.
 	cg := "/sys/fs/cgroup/pids/tupper/" + bomb.ID()

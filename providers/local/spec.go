@@ -161,7 +161,7 @@ func resources(b bundleSpec) *specs.LinuxResources {
 	period := uint64(100000)
 	quota := int64(b.cpu * float64(period))
 	pids := b.pids
-	if b.commandCgroup {
+	if b.commandCgroup && pids > 0 {
 		pids += agentPidsReserve
 	}
 	memory := &specs.LinuxMemory{Limit: &mem}
