@@ -6,10 +6,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -18,6 +21,9 @@ import (
 	"testing"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	agentspec "github.com/tupper-dev/tupper/agent/spec"
 	"github.com/tupper-dev/tupper/provider"
 )
 
@@ -209,11 +215,14 @@ var benchDensity = flag.Int("density", 1000, "live sandboxes for BenchmarkCreate
 // other sandbox of this Home alive, with -density idle ones alive, and with none again once
 // they are destroyed (the two empty figures bracket how the machine's speed drifted over the
 // run), their ratio, and the p50 of each step of Create at both. The cost of a create must
-// not grow with the sandboxes that exist. It asserts nothing.
+// not grow with the sandboxes that exist. Beside each figure it times the alternative that
+// holds nothing of Tupper's: the same runtime running a bare container to its end (bareRun),
+// so a growth that is the host's and the runtime's shows as such. It asserts nothing.
 func BenchmarkCreateAtDensity(b *testing.B) {
 	for _, rt := range []string{RuntimeRunc, RuntimeCrun} {
 		b.Run(fmt.Sprintf("%s/%d", rt, *benchDensity), func(b *testing.B) {
 			p := newTestProvider(b, rt)
+			bare := newBareRun(b, rt, p.cfg.AgentPath)
 			ctx := context.Background()
 			const samples = 30
 			var mu sync.Mutex
@@ -246,6 +255,7 @@ func BenchmarkCreateAtDensity(b *testing.B) {
 			}
 			for b.Loop() {
 				empty, emptySteps := measure()
+				bareEmpty := bare.p50(samples)
 				// Fill from two goroutines: the machine has two cores.
 				var ids []string
 				errc := make(chan error, 2)
@@ -271,16 +281,21 @@ func BenchmarkCreateAtDensity(b *testing.B) {
 					}
 				}
 				full, fullSteps := measure()
+				bareFull := bare.p50(samples)
 				for _, id := range ids {
 					if err := p.Destroy(ctx, id); err != nil {
 						b.Fatal(err)
 					}
 				}
 				emptyAgain, _ := measure()
+				bareAgain := bare.p50(samples)
 				b.ReportMetric(float64(empty.Microseconds())/1000, "ms-p50-empty")
 				b.ReportMetric(float64(full.Microseconds())/1000, "ms-p50-full")
 				b.ReportMetric(float64(emptyAgain.Microseconds())/1000, "ms-p50-empty-after")
 				b.ReportMetric(float64(full)/float64(empty), "full/empty")
+				b.ReportMetric(float64(bareFull)/float64(bareEmpty), "bare-full/empty")
+				b.Logf("bare %s run, p50: %.1f ms empty, %.1f ms full, %.1f ms empty again", rt,
+					float64(bareEmpty.Microseconds())/1000, float64(bareFull.Microseconds())/1000, float64(bareAgain.Microseconds())/1000)
 				for _, name := range order {
 					b.Logf("step %-20s p50 %8.1f ms empty, %8.1f ms full", name,
 						float64(median(emptySteps[name]).Microseconds())/1000, float64(median(fullSteps[name]).Microseconds())/1000)
@@ -288,6 +303,77 @@ func BenchmarkCreateAtDensity(b *testing.B) {
 			}
 		})
 	}
+}
+
+// bareRun is a container with nothing of Tupper's in it, run by the runtime alone: a root
+// file system holding one static binary, read-only; the namespaces, the /proc, /dev and /sys
+// mounts and the cgroup limits of a sandbox (resources, with the default size); its process
+// prints the agent's protocol version and exits. `runtime run` in the foreground creates it,
+// starts it, waits for it and deletes it.
+type bareRun struct {
+	b      *testing.B
+	rt     string
+	bundle string
+	n      int
+}
+
+func newBareRun(b *testing.B, rt, agentPath string) *bareRun {
+	dir := b.TempDir()
+	rootfs := filepath.Join(dir, "rootfs")
+	for _, d := range []string{"proc", "dev", "sys"} {
+		if err := os.MkdirAll(filepath.Join(rootfs, d), 0o755); err != nil {
+			b.Fatal(err)
+		}
+	}
+	bin, err := os.ReadFile(agentPath)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(rootfs, "tupper"), bin, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	res := resources(bundleSpec{cpu: 1, memoryMB: 1024, limitSwap: swapAccounted(), pids: 1024})
+	s := specs.Spec{
+		Version: ociVersion,
+		Root:    &specs.Root{Path: rootfs, Readonly: true},
+		Process: &specs.Process{Args: []string{"/tupper", "agent", agentspec.ProbeFlag}, Cwd: "/", Env: []string{"PATH=/"}},
+		Mounts: []specs.Mount{
+			{Destination: "/proc", Type: "proc", Source: "proc"},
+			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "mode=755"}},
+			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+		},
+		Linux: &specs.Linux{
+			Namespaces: []specs.LinuxNamespace{{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace},
+				{Type: specs.UTSNamespace}, {Type: specs.MountNamespace}, {Type: specs.NetworkNamespace}},
+			// Beside the sandboxes' cgroups, as theirs are; the runs are one at a time.
+			CgroupsPath: fmt.Sprintf("/tupper/tupper-bare-%d", os.Getpid()),
+			Resources:   res,
+		},
+	}
+	js, err := json.Marshal(s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), js, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	return &bareRun{b: b, rt: rt, bundle: dir}
+}
+
+// p50 runs the bare container n times, one after another, and returns the median.
+func (r *bareRun) p50(n int) time.Duration {
+	var durs []time.Duration
+	for range n {
+		r.n++
+		id := fmt.Sprintf("tupper-bare-%d-%d", os.Getpid(), r.n)
+		start := time.Now()
+		out, err := exec.Command(r.rt, "run", "--bundle", r.bundle, id).CombinedOutput()
+		durs = append(durs, time.Since(start))
+		if err != nil || !strings.Contains(string(out), agentspec.ProbeReply) {
+			r.b.Fatalf("bare %s run: %v: %s", r.rt, err, out)
+		}
+	}
+	return median(durs)
 }
 
 // median returns the median of durs (zero for none); it sorts durs.

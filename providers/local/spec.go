@@ -68,6 +68,10 @@ var (
 	}
 )
 
+// ociVersion is the runtime spec version a bundle says it is: runc 1.1, crun 1.8 and runsc
+// 2022 speak 1.0.2; the types are a superset.
+const ociVersion = "1.0.2"
+
 // buildSpec returns the OCI runtime spec of a sandbox whose PID 1 is the agent.
 func buildSpec(b bundleSpec) *specs.Spec {
 	caps := append([]string(nil), defaultCaps...)
@@ -139,8 +143,7 @@ func buildSpec(b bundleSpec) *specs.Spec {
 		linux.GIDMappings = []specs.LinuxIDMapping{{ContainerID: 0, HostID: b.uidBase, Size: idMapSize}}
 	}
 	return &specs.Spec{
-		// runc 1.1 and runsc 2022 speak 1.0.2; the types are a superset.
-		Version:  "1.0.2",
+		Version:  ociVersion,
 		Process:  process,
 		Root:     &specs.Root{Path: b.rootfs},
 		Hostname: sandboxHostname,
