@@ -3,10 +3,12 @@
 package local
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -117,12 +119,9 @@ func startDetached(ctx context.Context, what, script string, args []string, file
 	cmd.Env = []string{}
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &unix.SysProcAttr{Setsid: true}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	cmd.WaitDelay = time.Second
-	out, err := cmd.Output()
+	out, err := firstLine(cmd)
 	if err != nil {
-		return 0, 0, nil, fmt.Errorf("start %s: %w: %s", what, err, bytes.TrimSpace(stderr.Bytes()))
+		return 0, 0, nil, fmt.Errorf("start %s: %w", what, err)
 	}
 	pid, err = strconv.Atoi(strings.TrimSpace(string(out)))
 	if err != nil || pid <= 0 {
@@ -136,6 +135,44 @@ func startDetached(ctx context.Context, what, script string, args []string, file
 		return 0, 0, nil, fmt.Errorf("%s (pid %d) exited at once%s", what, pid, why)
 	}
 	return pid, start, wr, nil
+}
+
+// firstLine runs cmd and returns the first line it printed, read once it has exited. Its
+// standard output and error are pipes handed to it as they are, not copied by goroutines as
+// with cmd.Output: the background process a script starts holds them from its fork until its
+// own redirections apply, which on a loaded machine can come after the script has exited, and
+// exec's Wait then waited for it (and failed the start when its WaitDelay ran out). What the
+// script itself wrote is in the pipe when it exits; on failure its standard error, read for
+// up to 100 ms, says why.
+func firstLine(cmd *exec.Cmd) ([]byte, error) {
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer outR.Close()
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outW.Close()
+		return nil, err
+	}
+	defer errR.Close()
+	cmd.Stdout, cmd.Stderr = outW, errW
+	err = cmd.Run()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		errR.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		msg, _ := io.ReadAll(io.LimitReader(errR, 4096))
+		return nil, fmt.Errorf("%w: %s", err, bytes.TrimSpace(msg))
+	}
+	// Up to a newline; the deadline only guards a script that printed none and left a
+	// child holding the pipe.
+	outR.SetReadDeadline(time.Now().Add(5 * time.Second))
+	line, err := bufio.NewReader(io.LimitReader(outR, 4096)).ReadBytes('\n')
+	if err != nil && len(line) == 0 {
+		return nil, fmt.Errorf("reading what it printed: %w", err)
+	}
+	return line, nil
 }
 
 // openGate returns the function that tells a process of startDetached to go on: it writes

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -238,4 +239,27 @@ func TestCreatorKilled(t *testing.T) {
 			})
 		}
 	})
+}
+
+// firstLine returns what a script printed once the script has exited, even while a
+// background process it started still holds its output (here for 3 s, as one whose
+// redirections have not applied yet on a loaded machine): cmd.Output waited for it, and its
+// WaitDelay failed the start of a holder in CI. A failing script's standard error is its
+// error's message.
+func TestFirstLine(t *testing.T) {
+	start := time.Now()
+	out, err := firstLine(exec.Command("sh", "-c", "sleep 3 & echo $!"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("took %v: waited for the background process", d)
+	}
+	if pid, err := strconv.Atoi(strings.TrimSpace(string(out))); err != nil || pid <= 0 {
+		t.Errorf("printed %q", out)
+	}
+	_, err = firstLine(exec.Command("sh", "-c", "sleep 3 & echo no such thing >&2; exit 3"))
+	if err == nil || !strings.Contains(err.Error(), "exit status 3: no such thing") {
+		t.Errorf("failing script: %v", err)
+	}
 }
