@@ -89,7 +89,14 @@ func assertNoLeftovers(t *testing.T, p *Provider) {
 	}
 	// In the host's namespace, and in any other: a holder that outlived its sandbox keeps
 	// the sandbox's namespace, and so its mounts, alive.
-	for ns, m := range mountsUnder(t, p.cfg.Home) {
+	// A create's namespace thread (nsworker.go) is ended by the Go runtime a moment after
+	// its goroutine returns, and its namespace with it: what stays longer is left.
+	left := mountsUnder(t, p.cfg.Home)
+	for start := time.Now(); len(left) > 0 && time.Since(start) < 5*time.Second; {
+		time.Sleep(50 * time.Millisecond)
+		left = mountsUnder(t, p.cfg.Home)
+	}
+	for ns, m := range left {
 		t.Errorf("mounts left under %s in mount namespace %s: %v", p.cfg.Home, ns, m)
 	}
 	// Other test processes may share the bridge: it and its rules must be gone only when
