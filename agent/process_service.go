@@ -76,11 +76,12 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[process
 	p, err := s.a.start(spec, sub)
 	if err != nil {
 		var se *errStart
-		if errors.As(err, &se) && se.exhausted {
-			return connect.NewError(connect.CodeResourceExhausted, err)
-		}
 		if errors.As(err, &se) {
-			return connect.NewError(connect.CodeInvalidArgument, err)
+			code := connect.CodeInvalidArgument
+			if se.exhausted {
+				code = connect.CodeResourceExhausted
+			}
+			return connect.NewError(code, err)
 		}
 		return connect.NewError(connect.CodeInternal, err)
 	}

@@ -60,6 +60,12 @@ func commandCgroupDir(id string) string {
 	return filepath.Join(pidsV1Root, "tupper", id, commandCgroupName)
 }
 
+// withCommandCgroup is a sandbox's cgroup directory d in the order they are removed in: the
+// commands' cgroup below it first, since a cgroup with one below cannot be removed.
+func withCommandCgroup(d string) []string {
+	return []string{filepath.Join(d, commandCgroupName), d}
+}
+
 // openCommandCgroup makes the commands' cgroup of sandbox id (and the sandbox's own, which
 // the runtime then uses as it finds it), limits it to pids and returns its tasks file, open
 // for writing, for the agent.

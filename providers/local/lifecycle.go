@@ -141,8 +141,7 @@ func (p *Provider) teardown(ctx context.Context, rec *record) error {
 func removeCgroups(id string) {
 	deadline := time.Now().Add(5 * time.Second)
 	for _, d := range cgroupDirs(id) {
-		// The commands' cgroup first (commandcgroup.go): one with a cgroup below stays.
-		for _, d := range []string{filepath.Join(d, commandCgroupName), d} {
+		for _, d := range withCommandCgroup(d) {
 			for unix.Rmdir(d) == unix.EBUSY && time.Now().Before(deadline) {
 				time.Sleep(20 * time.Millisecond)
 			}
@@ -210,8 +209,9 @@ func sweepCgroups(cutoff time.Time) {
 				continue
 			}
 			if fi, err := e.Info(); err == nil && fi.ModTime().Before(cutoff) {
-				unix.Rmdir(filepath.Join(parent, e.Name(), commandCgroupName))
-				unix.Rmdir(filepath.Join(parent, e.Name()))
+				for _, d := range withCommandCgroup(filepath.Join(parent, e.Name())) {
+					unix.Rmdir(d)
+				}
 			}
 		}
 	}

@@ -297,7 +297,6 @@ func TestDefaultLimits(t *testing.T) {
 	}
 }
 
-// TestForkBomb: a fork bomb hits the pids limit and the sandbox survives it.
 // TestForkBomb: commands run in a pids cgroup of their own below the sandbox's
 // (commandcgroup.go), limited to Config.PidsLimit, with room above it for the agent's own
 // threads; a command that fills the limit gets resource_exhausted for the next command, never
@@ -314,8 +313,8 @@ func testForkBomb(t *testing.T, rt string) {
 	p := newTestProvider(t, rt)
 	p.cfg.PidsLimit = limit
 	inst := create(t, p, provider.CreateSpec{Network: netNone})
-	cg := "/sys/fs/cgroup/pids/tupper/" + inst.ID()
-	cmds := cg + "/" + commandCgroupName
+	cmds := commandCgroupDir(inst.ID())
+	cg := filepath.Dir(cmds)
 	if got := readTrim(cmds + "/pids.max"); got != strconv.Itoa(limit) {
 		testenv.Skip(t, "no cgroup v1 pids controller at "+cmds+": pids.max = "+got)
 	}

@@ -85,15 +85,15 @@ func (r ociRuntime) start(ctx context.Context, network, id, bundle, pidFile, log
 		return err
 	}
 	defer logf.Close()
-	var args []string
+	args := []string{"run", "--detach"}
 	if createOnly {
-		args = []string{"create", "--bundle", bundle, "--pid-file", pidFile, id}
-	} else {
-		args = []string{"run", "--detach", "--bundle", bundle, "--pid-file", pidFile, id}
+		args = []string{"create"}
 	}
+	args = append(args, "--bundle", bundle, "--pid-file", pidFile)
 	if len(files) > 0 {
-		args = append(args[:len(args)-1], "--preserve-fds", strconv.Itoa(len(files)), id)
+		args = append(args, "--preserve-fds", strconv.Itoa(len(files)))
 	}
+	args = append(args, id)
 	full := append(r.globalArgs(network), args...)
 	cmd := exec.CommandContext(ctx, r.path, full...)
 	cmd.ExtraFiles = files

@@ -813,11 +813,10 @@ func (s *secSuite) forkBomb(t *testing.T) {
 	s.p.cfg.PidsLimit = was
 	// Under runc and crun the limit is the commands' cgroup's, below the sandbox's, which has
 	// room for the agent's threads too (commandcgroup.go); under runsc the sandbox's.
-	cg := "/sys/fs/cgroup/pids/tupper/" + bomb.ID()
-	total := limit
+	sandboxCg := filepath.Dir(commandCgroupDir(bomb.ID()))
+	cg, total := sandboxCg, limit
 	if s.rt != RuntimeRunsc {
-		cg += "/" + commandCgroupName
-		total += agentPidsReserve
+		cg, total = commandCgroupDir(bomb.ID()), limit+agentPidsReserve
 	}
 	if got := readTrim(cg + "/pids.max"); got != strconv.Itoa(limit) {
 		testenv.Skip(t, "no cgroup v1 pids controller at "+cg+": pids.max = "+got)
@@ -870,7 +869,7 @@ func (s *secSuite) forkBomb(t *testing.T) {
 	if cur > limit {
 		t.Errorf("pids.current %d with a limit of %d", cur, limit)
 	}
-	if all, _ := strconv.Atoi(readTrim("/sys/fs/cgroup/pids/tupper/" + bomb.ID() + "/pids.current")); all > total {
+	if all, _ := strconv.Atoi(readTrim(sandboxCg + "/pids.current")); all > total {
 		t.Errorf("the sandbox's pids.current %d with a limit of %d", all, total)
 	}
 	t.Logf("pids.current %d, limit hit %d times", cur, pidsEventsMax(cg))
