@@ -48,6 +48,22 @@ func ReadPolicy(path string) (*Policy, int64, error) {
 	return p, f.Generation, err
 }
 
+// Reload makes the policy file at path p's policy, and answers in its Applied file: the
+// file's generation once p enforces it, or AppliedError and why p keeps the policy it had
+// (the host waits on that file, and learns why there at once).
+func Reload(p *Proxy, path string) error {
+	pol, gen, err := ReadPolicy(path)
+	if err != nil {
+		err = fmt.Errorf("keeping the policy in force: %w", err)
+		if werr := os.WriteFile(Applied(path), []byte(AppliedError+err.Error()), 0o600); werr != nil {
+			return errors.Join(err, werr)
+		}
+		return err
+	}
+	p.SetPolicy(pol) // cuts what it refuses before returning
+	return os.WriteFile(Applied(path), []byte(strconv.FormatInt(gen, 10)), 0o600)
+}
+
 // Main is the proxy process (`tupper egress-proxy --config PATH`): it serves on the
 // inherited sockets until SIGTERM, rereading the policy on SIGHUP.
 func Main(ctx context.Context, configPath string) error {
@@ -92,11 +108,8 @@ func Main(ctx context.Context, configPath string) error {
 	defer stop()
 	go func() {
 		for range hup {
-			if pol, gen, err := ReadPolicy(cfg.Policy); err == nil {
-				p.SetPolicy(pol) // cuts what it refuses before returning
-				os.WriteFile(Applied(cfg.Policy), []byte(strconv.FormatInt(gen, 10)), 0o600)
-			} else {
-				fmt.Fprintln(os.Stderr, "egress proxy: keeping the policy in force:", err)
+			if err := Reload(p, cfg.Policy); err != nil {
+				fmt.Fprintln(os.Stderr, "egress proxy:", err)
 			}
 		}
 	}()

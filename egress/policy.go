@@ -285,9 +285,13 @@ func (f File) Policy() (*Policy, error) {
 	return p.WithProxy(f.Proxy)
 }
 
-// Applied is the file next to a policy file at path where the proxy writes the generation
-// it enforces.
+// Applied is the file next to a policy file at path where the proxy writes, after each
+// SIGHUP, the generation it enforces — or, when it could not take the file and keeps the
+// policy it had, AppliedError and why.
 func Applied(path string) string { return path + ".applied" }
+
+// AppliedError starts an Applied file that says why the proxy kept its policy.
+const AppliedError = "error: "
 
 // Nothing is the policy that allows nothing: no name resolves, no address is reached.
 func Nothing() *Policy { return &Policy{nothing: true} }

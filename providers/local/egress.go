@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"net"
 	"net/netip"
@@ -16,6 +17,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -591,22 +593,46 @@ func (i *Instance) SetNetwork(ctx context.Context, n provider.Network) error {
 	if err != nil {
 		return provider.Wrap(err, provider.CodeProvider, "set_network")
 	}
+	// What the proxy answers is read from the Applied file, so an answer to an earlier
+	// signal must not be taken for this one's (calls are serialised by the record's lock).
+	applied := egress.Applied(i.p.lay.egressPolicy(i.id))
+	if err := os.Remove(applied); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return provider.Wrap(err, provider.CodeProvider, "set_network")
+	}
 	fd, ok := signalEgress(rec.Egress, unix.SIGHUP)
 	if !ok {
 		return provider.Errorf(provider.CodeUnavailable, "sandbox %s's egress proxy (pid %d) is gone: nothing leaves the sandbox", i.id, rec.Egress.PID)
 	}
-	unix.Close(fd)
+	defer unix.Close(fd)
 	if rec.Paused {
 		return nil
 	}
-	want := strconv.FormatInt(file.Generation, 10)
-	deadline := time.Now().Add(5 * time.Second)
+	return i.p.awaitPolicy(ctx, rec, fd, applied, strconv.FormatInt(file.Generation, 10))
+}
+
+// policyWait is how long SetNetwork waits for a running proxy to say it enforces the new
+// policy (it reads a small file and walks its connections: milliseconds).
+const policyWait = 5 * time.Second
+
+// awaitPolicy waits until sandbox rec's proxy (pidfd fd) has written generation want to its
+// Applied file. Whatever else happens, the error says why: what the proxy wrote when it
+// kept its policy, that it exited (with the last line of its stderr), or that it said
+// nothing in time.
+func (p *Provider) awaitPolicy(ctx context.Context, rec *record, fd int, applied, want string) error {
+	deadline := time.Now().Add(policyWait)
 	for {
-		if b, _ := os.ReadFile(egress.Applied(i.p.lay.egressPolicy(i.id))); string(b) == want {
+		b, _ := os.ReadFile(applied)
+		switch got := string(b); {
+		case got == want:
 			return nil
+		case strings.HasPrefix(got, egress.AppliedError):
+			return provider.Errorf(provider.CodeProvider, "sandbox %s's egress proxy kept the policy it had: %s", rec.ID, strings.TrimPrefix(got, egress.AppliedError))
+		}
+		if gone(fd) {
+			return provider.Errorf(provider.CodeUnavailable, "sandbox %s's egress proxy (pid %d) exited: nothing leaves the sandbox%s", rec.ID, rec.Egress.PID, stderrTail(p.lay.egressErr(rec.ID)))
 		}
 		if time.Now().After(deadline) {
-			return provider.Errorf(provider.CodeUnavailable, "sandbox %s's egress proxy did not take the new policy within 5 s", i.id)
+			return provider.Errorf(provider.CodeUnavailable, "sandbox %s's egress proxy (pid %d) did not say it took the new policy within %s%s", rec.ID, rec.Egress.PID, policyWait, stderrTail(p.lay.egressErr(rec.ID)))
 		}
 		select {
 		case <-ctx.Done():
@@ -614,6 +640,14 @@ func (i *Instance) SetNetwork(ctx context.Context, n provider.Network) error {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+}
+
+// stderrTail is "; its stderr ends: LINE" for the last line of the file at path, or "".
+func stderrTail(path string) string {
+	if last := readTail(path); last != "" {
+		return "; its stderr ends: " + last
+	}
+	return ""
 }
 
 // attachEgress gives running sandbox rec, of network "all", the proxy and policy pol (file

@@ -35,6 +35,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tupper-dev/tupper/internal/testenv"
+	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/providers/remote"
 	"github.com/tupper-dev/tupper/sandbox"
 	"github.com/tupper-dev/tupper/server"
@@ -532,6 +533,33 @@ func testEgress(t *testing.T, rt string) {
 		want("a.test after E2B's update", h("http "+egShared.String()+":80 a.test"), "ok http a.test")
 		want("b.test after E2B's update", h("dns "+gw+" udp b.test"), "err ")
 		api.want(t, 400, nil, "PUT", "/v1/sandboxes/"+inst.ID()+"/network", map[string]any{"allow": []string{"*"}})
+	})
+	t.Run("a proxy that does not answer", func(t *testing.T) {
+		// A proxy that cannot take a policy says why in its Applied file (egress.Reload's
+		// test); one that says nothing, here stopped, is named in the error with its pid.
+		rec, err := l.p.lay.readRecord(inst.ID())
+		if err != nil || rec.Egress == nil {
+			t.Fatalf("record: %+v %v", rec, err)
+		}
+		pol := provider.Network{Mode: provider.NetworkAllow, Allow: []string{"a.test"}, Deny: []string{"0.0.0.0/0"}}
+		if err := unix.Kill(rec.Egress.PID, unix.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		t0 := time.Now()
+		err = inst.SetNetwork(l.ctx, pol)
+		unix.Kill(rec.Egress.PID, unix.SIGCONT)
+		if err == nil || provider.CodeOf(err) != provider.CodeUnavailable ||
+			!strings.Contains(err.Error(), "did not say it took the new policy") || !strings.Contains(err.Error(), strconv.Itoa(rec.Egress.PID)) {
+			t.Fatalf("SetNetwork with the proxy stopped: %v, want unavailable naming it", err)
+		}
+		if d := time.Since(t0); d < policyWait || d > policyWait+2*time.Second {
+			t.Errorf("SetNetwork with the proxy stopped returned after %s, want about %s", d, policyWait)
+		}
+		// Going again, it takes the next one (the signal it missed is no answer to it).
+		if err := inst.SetNetwork(l.ctx, pol); err != nil {
+			t.Fatalf("SetNetwork after the proxy went on: %v", err)
+		}
+		want("a.test once the proxy answers", h("http "+egShared.String()+":80 a.test"), "ok http a.test")
 	})
 	t.Run("policy given live", func(t *testing.T) { l.liveNetwork(t, api) })
 	t.Run("paused stays paused", func(t *testing.T) {

@@ -239,6 +239,13 @@ func waitGone(fd int, timeout time.Duration) {
 	}
 }
 
+// gone reports whether the process of pidfd fd has exited (its pidfd is readable), without
+// waiting.
+func gone(fd int) bool {
+	n, _ := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
+	return n > 0
+}
+
 // joinCgroups moves pid into the sandbox's cgroups, each that the runtime made.
 func joinCgroups(id string, pid int) error {
 	n := 0
