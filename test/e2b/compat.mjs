@@ -672,7 +672,8 @@ export async function run(sdk, sdkVersion) {
 
   // The egress proxy's address is checked at create; nothing dials it until the sandbox
   // connects somewhere, which this step does not (the tunnel itself is providers/local's
-  // TestSocksEgress, in a lab of its own).
+  // TestSocksEgress, in a lab of its own). compat_test.go's noDial refuses and counts every
+  // packet for 11.22.33.44 on this host and fails the run if there is one.
   await step('network.egressProxy: getInfo shows it without the password, updateNetwork without it stops it, a private address is refused', async () => {
     const password = `compat-proxy-password-${process.pid}`
     const px = await Sandbox.create('base', { network: { allowOut: ['allowed.test'], denyOut: ['0.0.0.0/0'], egressProxy: { address: '11.22.33.44:1080', username: 'compat', password } }, metadata: { suite: 'tupper-compat-egress' }, timeoutMs: 120_000 })

@@ -8,9 +8,12 @@ package e2b_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"testing"
 	"time"
 
@@ -46,6 +49,7 @@ func TestE2BSDK(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	noDial(t, unreachedProxy)
 	for _, project := range []string{"v251", "v245"} {
 		t.Run(project, func(t *testing.T) {
 			dir, err := filepath.Abs(project)
@@ -80,4 +84,64 @@ func command(t *testing.T, timeout time.Duration, dir string, env []string, name
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
 	return out.Bytes(), err
+}
+
+// unreachedProxy is the egress proxy address compat.mjs gives a sandbox that never connects
+// anywhere through it (the tunnel itself is providers/local's TestSocksEgress, in a lab of
+// its own), and the address its deny-list steps probe through the sandbox's own proxy, which
+// refuses it. It is a public address, as an egress proxy's must be, so nothing may leave for
+// it: noDial makes that a fact.
+const unreachedProxy = "11.22.33.44"
+
+// noDial refuses, on this host, every packet for addr — sent by the host itself (an egress
+// proxy dialling out) or forwarded for a sandbox — in a chain of its own, and fails the test
+// at its end if the chain counted any: the test's traffic goes nowhere but loopback and the
+// sandboxes, and this proves it for the one outside address the script names.
+func noDial(t *testing.T, addr string) {
+	ipt := testenv.RequireBinary(t, "iptables")
+	chain := fmt.Sprintf("TUPPER-E2B-NODIAL-%d", os.Getpid())
+	run := func(args ...string) (string, error) {
+		out, err := exec.Command(ipt, append([]string{"-w", "5"}, args...)...).CombinedOutput()
+		if err != nil {
+			return "", fmt.Errorf("iptables %v: %v: %s", args, err, out)
+		}
+		return string(out), nil
+	}
+	steps := [][]string{
+		{"-N", chain},
+		{"-A", chain, "-d", addr, "-j", "REJECT"},
+		{"-I", "OUTPUT", "1", "-j", chain},
+		{"-I", "FORWARD", "1", "-j", chain},
+	}
+	for _, s := range steps {
+		if _, err := run(s...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		out, err := run("-L", chain, "-n", "-v", "-x")
+		run("-D", "OUTPUT", "-j", chain)
+		run("-D", "FORWARD", "-j", chain)
+		run("-F", chain)
+		run("-X", chain)
+		if err != nil {
+			t.Errorf("reading the no-dial chain: %v", err)
+			return
+		}
+		packets, err := rejected(out)
+		if err != nil {
+			t.Errorf("%v in:\n%s", err, out)
+		} else if packets != 0 {
+			t.Errorf("%d packets left this host for %s, which nothing may dial:\n%s", packets, addr, out)
+		}
+	})
+}
+
+// rejected reads the packet count of the REJECT rule from `iptables -L CHAIN -n -v -x`.
+func rejected(listing string) (int, error) {
+	m := regexp.MustCompile(`(?m)^\s*(\d+)\s+\d+\s+REJECT\b`).FindStringSubmatch(listing)
+	if m == nil {
+		return 0, fmt.Errorf("no REJECT rule")
+	}
+	return strconv.Atoi(m[1])
 }
