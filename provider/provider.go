@@ -269,6 +269,10 @@ type Info struct {
 	Template  string
 	Runtime   string
 	Deadline  time.Time // the hard lifetime deadline; zero: none
+	// Workdir is the template's working directory (an image's WorkingDir, a Dockerfile's
+	// WORKDIR, E2B's setWorkdir): where a command given no cwd runs. "" when the template
+	// names none; the SDK then uses its default, /workspace.
+	Workdir string
 }
 
 // ListFilter selects sandboxes for List.

@@ -20,7 +20,7 @@ import (
 	"github.com/tupper-dev/tupper/provider"
 )
 
-// Files is a sandbox's file API. Relative paths resolve against /workspace.
+// Files is a sandbox's file API. Relative paths resolve against the sandbox's Workdir.
 type Files struct{ b *Sandbox }
 
 // FileInfo describes a file in the sandbox.
@@ -77,7 +77,7 @@ type UploadOptions struct {
 
 // SearchOptions configures Files.Search.
 type SearchOptions struct {
-	Path       string // directory to search; "" is /workspace
+	Path       string // directory to search; "" is the sandbox's Workdir
 	Glob       string // base-name pattern of files to search, e.g. "*.go"
 	MaxMatches int    // 0: 1000
 }
@@ -85,8 +85,8 @@ type SearchOptions struct {
 // Match is one line that contains a search query.
 type Match = provider.SearchMatch
 
-// abs validates p and makes it absolute against /workspace.
-func abs(op, p string) (string, error) {
+// abs validates p and makes it absolute against the sandbox's working directory.
+func (f *Files) abs(op, p string) (string, error) {
 	if p == "" {
 		return "", errorf(CodeInvalidArgument, op, "path is empty")
 	}
@@ -96,14 +96,14 @@ func abs(op, p string) (string, error) {
 	if len(p) > 4096 {
 		return "", errorf(CodeInvalidArgument, op, "path is longer than 4096 bytes")
 	}
-	return resolvePath(p), nil
+	return f.b.resolvePath(p), nil
 }
 
 func (f *Files) prep(ctx context.Context, op, p string) (string, error) {
 	if err := f.b.ensureSecrets(ctx); err != nil {
 		return "", err
 	}
-	return abs(op, p)
+	return f.abs(op, p)
 }
 
 func (f *Files) err(err error, op string) error {
@@ -215,7 +215,7 @@ func (f *Files) WriteMany(ctx context.Context, files map[string][]byte, opts Wri
 	}
 	paths := make([]string, 0, len(files))
 	for p := range files {
-		if _, err := abs(op, p); err != nil {
+		if _, err := f.abs(op, p); err != nil {
 			return err
 		}
 		paths = append(paths, p)
@@ -225,7 +225,7 @@ func (f *Files) WriteMany(ctx context.Context, files map[string][]byte, opts Wri
 		return err
 	}
 	for _, p := range paths {
-		ap, _ := abs(op, p)
+		ap, _ := f.abs(op, p)
 		if err := f.b.inst.WriteFile(ctx, ap, bytes.NewReader(files[p]), mode); err != nil {
 			return f.err(err, op)
 		}
@@ -293,11 +293,11 @@ func (f *Files) Exists(ctx context.Context, p string) (bool, error) {
 	return err == nil, err
 }
 
-// List lists the directory p ("" is /workspace), sorted by path.
+// List lists the directory p ("" is the sandbox's Workdir), sorted by path.
 func (f *Files) List(ctx context.Context, p string, opts FileListOptions) ([]FileInfo, error) {
 	const op = "files.list"
 	if p == "" {
-		p = DefaultCwd
+		p = f.b.Workdir
 	}
 	if opts.Glob != "" && !doublestar.ValidatePattern(opts.Glob) {
 		return nil, errorf(CodeInvalidArgument, op, "glob %q is not a valid pattern", opts.Glob)
@@ -383,7 +383,7 @@ func (f *Files) Rename(ctx context.Context, from, to string) error {
 	if err != nil {
 		return err
 	}
-	to, err = abs(op, to)
+	to, err = f.abs(op, to)
 	if err != nil {
 		return err
 	}
@@ -660,7 +660,7 @@ func (f *Files) Search(ctx context.Context, query string, opts SearchOptions) ([
 	}
 	dir := opts.Path
 	if dir == "" {
-		dir = DefaultCwd
+		dir = f.b.Workdir
 	}
 	dir, err := f.prep(ctx, op, dir)
 	if err != nil {

@@ -23,7 +23,7 @@ type Git struct{ b *Sandbox }
 
 // CloneOptions configures Git.Clone.
 type CloneOptions struct {
-	Dir    string // default "app", relative to /workspace
+	Dir    string // default "app", relative to the sandbox's Workdir
 	Branch string
 	Depth  int // 0: full history
 	Token  string
@@ -75,8 +75,8 @@ func (g *Git) Clone(ctx context.Context, repo string, opts CloneOptions) (*RunRe
 	if opts.Depth > 0 {
 		fmt.Fprintf(&args, " --depth %d", opts.Depth)
 	}
-	args.WriteString(" -- " + Quote(repo) + " " + Quote(resolvePath(dir)))
-	return g.run(ctx, op, DefaultCwd, args.String(), opts.Token)
+	args.WriteString(" -- " + Quote(repo) + " " + Quote(g.b.resolvePath(dir)))
+	return g.run(ctx, op, g.b.Workdir, args.String(), opts.Token)
 }
 
 // Status runs git status in dir ("" is app).
@@ -144,7 +144,7 @@ func (g *Git) dir(dir string) string {
 	if dir == "" {
 		dir = "app"
 	}
-	return resolvePath(dir)
+	return g.b.resolvePath(dir)
 }
 
 func parseAuthor(a string) (name, email string, ok bool) {

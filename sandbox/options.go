@@ -19,7 +19,7 @@ const SDKLabel = "sandbox-sdk"
 
 // Defaults used where an option is left zero (docs/commands.md lists those of Run).
 const (
-	DefaultCwd            = "/workspace"
+	DefaultCwd            = "/workspace" // the Workdir of sandboxes whose template names none
 	DefaultRunTimeout     = 120 * time.Second
 	DefaultMaxOutputBytes = 1 << 20
 	DefaultLogPageBytes   = 16 << 10
@@ -335,10 +335,11 @@ type ReapOptions struct {
 	IdleOnly bool
 }
 
-// RunOptions configures Run and Stream. The zero value runs in /workspace with a 120 s
-// timeout, a 1 MiB cap per stream and a closed stdin.
+// RunOptions configures Run and Stream. The zero value runs in the sandbox's Workdir (the
+// template's working directory, else /workspace) with a 120 s timeout, a 1 MiB cap per
+// stream and a closed stdin.
 type RunOptions struct {
-	Cwd            string            // relative paths resolve against /workspace
+	Cwd            string            // "": the sandbox's Workdir; relative paths resolve against it
 	Env            map[string]string // added to the sandbox's environment
 	Timeout        time.Duration     // 0: 120 s
 	MaxOutputBytes int               // per stream; 0: 1 MiB. Output holds up to twice this.

@@ -174,7 +174,7 @@ func (b *Sandbox) Start(ctx context.Context, command string, opts StartOptions) 
 		name = defaultProcName(command)
 	}
 	spec := procSpec{
-		Name: name, Command: command, Cwd: resolvePath(opts.Cwd), Env: maps.Clone(opts.Env),
+		Name: name, Command: command, Cwd: b.resolvePath(opts.Cwd), Env: maps.Clone(opts.Env),
 		ReadyMS: opts.ReadyTimeout.Milliseconds(),
 	}
 	if r := opts.Ready; r != nil {

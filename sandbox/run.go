@@ -157,13 +157,14 @@ func (b *Sandbox) streamWith(ctx context.Context, command string, opts RunOption
 	return h
 }
 
-// resolvePath makes p absolute against /workspace and cleans it.
-func resolvePath(p string) string {
+// resolvePath makes p absolute against the sandbox's working directory (b.Workdir: the
+// template's, else /workspace) and cleans it; "" is that directory.
+func (b *Sandbox) resolvePath(p string) string {
 	if p == "" {
-		return DefaultCwd
+		return b.Workdir
 	}
 	if !path.IsAbs(p) {
-		p = path.Join(DefaultCwd, p)
+		p = path.Join(b.Workdir, p)
 	}
 	return path.Clean(p)
 }
@@ -236,7 +237,7 @@ func (b *Sandbox) run(ctx context.Context, command string, opts RunOptions, h *R
 	if limit == 0 {
 		limit = DefaultMaxOutputBytes
 	}
-	cwd := resolvePath(opts.Cwd)
+	cwd := b.resolvePath(opts.Cwd)
 	env := maps.Clone(nonInteractive)
 	maps.Copy(env, opts.Env)
 	env[envSDKRun] = "1"

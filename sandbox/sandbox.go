@@ -42,6 +42,7 @@ import (
 	"maps"
 	"net"
 	"net/url"
+	"path"
 	"strings"
 	"sync"
 	"time"
@@ -64,6 +65,11 @@ type Sandbox struct {
 	Provider string            // the provider's name
 	Created  bool              // false when Create found an existing sandbox by key
 	Labels   map[string]string // including SDKLabel
+
+	// Workdir is where a command given no Cwd runs, and what relative paths (of commands,
+	// files, processes and git) resolve against: the template's working directory when it
+	// names one (provider.Info.Workdir), else DefaultCwd.
+	Workdir string
 
 	// Capabilities is what the provider declares: the sandbox has Pause, Snapshot and
 	// Terminal only with "pause", "snapshot" and "terminal".
@@ -98,6 +104,7 @@ type Info struct {
 	Template  string    // the template it was made from; "" when the provider does not say
 	Runtime   string    // the isolation runtime, where the provider has several; "" otherwise
 	Deadline  time.Time // the hard lifetime deadline; zero: none, or the provider cannot say
+	Workdir   string    // the template's working directory; "" when it names none (see Sandbox.Workdir)
 }
 
 // InfoOf is the SDK's Info of a provider's description of a sandbox (provider.Provider.List,
@@ -105,8 +112,16 @@ type Info struct {
 func InfoOf(in provider.Info) Info {
 	return Info{
 		ID: in.ID, Key: in.Key, Labels: in.Labels, State: in.State, CreatedAt: in.CreatedAt,
-		Template: in.Template, Runtime: in.Runtime, Deadline: in.Deadline,
+		Template: in.Template, Runtime: in.Runtime, Deadline: in.Deadline, Workdir: in.Workdir,
 	}
+}
+
+// workdirOf is the sandbox's working directory: the template's, else DefaultCwd.
+func workdirOf(info provider.Info) string {
+	if info.Workdir == "" || !path.IsAbs(info.Workdir) {
+		return DefaultCwd
+	}
+	return path.Clean(info.Workdir)
 }
 
 func newHandle(p provider.Provider, inst provider.Instance, info provider.Info, created bool) *Sandbox {
@@ -122,6 +137,7 @@ func newHandle(p provider.Provider, inst provider.Instance, info provider.Info, 
 		Provider:     p.Name(),
 		Created:      created,
 		Labels:       maps.Clone(info.Labels),
+		Workdir:      workdirOf(info),
 		Capabilities: caps,
 		Native:       inst,
 		prov:         p,

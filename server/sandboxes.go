@@ -124,7 +124,7 @@ func (s *Server) toJSON(in sandbox.Info, rec store.Sandbox) api.Sandbox {
 	return api.Sandbox{
 		ID: in.ID, Provider: s.prov.Name(), Key: key, Labels: labels, State: string(in.State),
 		CreatedAt: in.CreatedAt.UTC(), Deadline: deadline.UTC(), Template: in.Template, Runtime: in.Runtime,
-		OnTimeout: rec.OnTimeout, AutoResume: rec.AutoResume,
+		Workdir: in.Workdir, OnTimeout: rec.OnTimeout, AutoResume: rec.AutoResume,
 	}
 }
 

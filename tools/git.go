@@ -56,7 +56,7 @@ func gitClone(ctx context.Context, s *Session, a gitCloneArgs) (Result, error) {
 			dir = "app"
 		}
 		if !path.IsAbs(dir) {
-			dir = path.Join(sandbox.DefaultCwd, dir)
+			dir = path.Join(b.Workdir, dir)
 		}
 		r.Text = "cloned into " + dir + "\n" + r.Text
 	}

@@ -22,7 +22,7 @@ func remotePath(s string) (id, path string, ok bool) {
 		return "", "", false
 	}
 	if path == "" {
-		path = sandbox.DefaultCwd
+		path = "." // the sandbox's working directory
 	}
 	return id, path, true
 }
@@ -33,7 +33,8 @@ func newCpCmd() *cobra.Command {
 		Use:   "cp SRC DST",
 		Short: "Copy files and directories between this machine and a sandbox",
 		Long: "cp copies a file or a directory. Exactly one of SRC and DST is ID:PATH in a sandbox;\n" +
-			"relative sandbox paths are under /workspace. A directory is copied with its contents;\n" +
+			"relative sandbox paths are under its working directory (the template's WORKDIR, else\n" +
+			"/workspace). A directory is copied with its contents;\n" +
 			"symbolic links are skipped, never followed.",
 		Example: "  tupper cp ./src $id:/workspace/src\n  tupper cp $id:/workspace/out.txt ./out.txt",
 		Args:    cobra.ExactArgs(2),

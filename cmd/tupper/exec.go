@@ -47,6 +47,6 @@ func newExecCmd() *cobra.Command {
 	cmd.Flags().DurationVar(&timeout, "timeout", sandbox.DefaultRunTimeout, "kill the command after this long")
 	cmd.Flags().BoolVarP(&interactive, "interactive", "i", false, "pass standard input to the command")
 	cmd.Flags().BoolVarP(&tty, "tty", "t", false, "run on an interactive terminal (a login shell without CMD); implies -i, ignores --timeout")
-	cmd.Flags().StringVarP(&cwd, "workdir", "w", "", "working directory (default /workspace)")
+	cmd.Flags().StringVarP(&cwd, "workdir", "w", "", "working directory (default: the template's WORKDIR, else /workspace)")
 	return cmd
 }

@@ -23,7 +23,8 @@ func newRunCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARG...]",
 		Short: "Run one command in a new sandbox, then destroy it",
-		Long: "run creates a sandbox, runs the command in /workspace with its output streamed,\n" +
+		Long: "run creates a sandbox, runs the command in its working directory (the template's\n" +
+			"WORKDIR, else /workspace) with its output streamed,\n" +
 			"destroys the sandbox and exits with the command's exit code (124 on timeout,\n" +
 			"125 when tupper itself fails).",
 		Example: "  tupper run --network none -- sh -c 'echo hi'\n  tupper run --runtime runsc -e NAME=x -- python3 -c 'print(1)'\n" +
@@ -127,7 +128,7 @@ func argvCommand(args []string) string {
 	return strings.Join(words, " ")
 }
 
-// streamRun runs command in cwd ("" is /workspace), copying output to the command's stdout
+// streamRun runs command in cwd ("" is the sandbox's Workdir), copying output to the command's stdout
 // and stderr as it arrives. A non-zero exit, a timeout or an interruption comes back as an
 // exitError carrying the code tupper exits with.
 func streamRun(ctx context.Context, cmd *cobra.Command, box *sandbox.Sandbox, command, cwd string, timeout time.Duration, interactive bool) error {

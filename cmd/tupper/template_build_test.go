@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tupper-dev/tupper/server/servertest"
 )
 
 // TestTemplateBuildCLI builds a FROM scratch template from a context with the CLI, as a user
@@ -83,5 +85,40 @@ func TestDebianFirstUse(t *testing.T) {
 	if res.code != 125 || !strings.Contains(res.stderr, "making the debian template from this machine's apt mirror") ||
 		!strings.Contains(res.stderr, "debootstrap is not installed") {
 		t.Fatalf("create --template debian without debootstrap: %+v", res)
+	}
+}
+
+// TestTemplateWorkdirCLI: a template built FROM scratch with a root file system and a WORKDIR
+// runs `tupper run` and `tupper exec` there, as docker run does; -w still wins.
+func TestTemplateWorkdirCLI(t *testing.T) {
+	home := requireLocal(t)
+	ctx := t.TempDir()
+	rootfs, err := os.ReadFile(servertest.BusyboxRootFS(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ctx, "root.tar"), rootfs, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ctx, "Dockerfile"), []byte("FROM scratch\nADD root.tar /\nWORKDIR /app\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res := tupper(t, home, "", "template", "build", "--network", "none", "-t", "wd", ctx); res.code != 0 {
+		t.Fatalf("build: %+v", res)
+	}
+	if res := tupper(t, home, "", "run", "--template", "wd", "--network", "none", "--", "pwd"); res.code != 0 || res.stdout != "/app\n" {
+		t.Errorf("run pwd: %+v, want /app", res)
+	}
+	res := tupper(t, home, "", "create", "--template", "wd", "--network", "none")
+	id := strings.TrimSpace(res.stdout)
+	if res.code != 0 || id == "" {
+		t.Fatalf("create: %+v", res)
+	}
+	defer tupper(t, home, "", "rm", id)
+	if res := tupper(t, home, "", "exec", id, "--", "pwd"); res.code != 0 || res.stdout != "/app\n" {
+		t.Errorf("exec pwd: %+v, want /app", res)
+	}
+	if res := tupper(t, home, "", "exec", "-w", "/tmp", id, "--", "pwd"); res.code != 0 || res.stdout != "/tmp\n" {
+		t.Errorf("exec -w /tmp pwd: %+v", res)
 	}
 }

@@ -3,6 +3,7 @@
 package local
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -313,6 +314,7 @@ func (p *Provider) newCreation(ctx context.Context, spec provider.CreateSpec, po
 		Runtime: rtName, Template: tmpl, Network: string(netMode), UIDIndex: -1,
 		CPU: size.CPU, MemoryMB: size.MemoryMB, DiskGB: size.DiskGB, Pids: p.cfg.PidsLimit,
 		Caps: withoutCheckpoint(p.capsFor(rtName, tp), rtName, netMode), Volumes: spec.Volumes,
+		Workdir: templateWorkdir(tc),
 	}
 	if boot.restoring() {
 		rec.BootImage = boot.key
@@ -901,6 +903,15 @@ func (p *Provider) allocUIDs(ctx context.Context, id string) (int, error) {
 	return i, err
 }
 
+// templateWorkdir is the template's working directory, absolute and clean; "" when it names
+// none.
+func templateWorkdir(tc template.Config) string {
+	if tc.WorkingDir == "" {
+		return ""
+	}
+	return path.Clean("/" + tc.WorkingDir)
+}
+
 // writeAgentDir prepares the directory bound at /.tupper/run: the agent's config, owned so
 // that the sandbox's root can create the socket there.
 func (p *Provider) writeAgentDir(rec *record, spec provider.CreateSpec, tc template.Config, user string) error {
@@ -924,12 +935,9 @@ func (p *Provider) writeAgentDir(rec *record, spec provider.CreateSpec, tc templ
 	cfg := agentConfig{
 		Env:                env,
 		DefaultUser:        user,
-		DefaultWorkdir:     defaultWorkdir,
+		DefaultWorkdir:     cmp.Or(templateWorkdir(tc), defaultWorkdir),
 		IdleTimeoutSeconds: int64((spec.IdleTimeout + time.Second - 1) / time.Second),
 		Protocol:           agentspec.Version,
-	}
-	if tc.WorkingDir != "" {
-		cfg.DefaultWorkdir = path.Clean("/" + tc.WorkingDir)
 	}
 	if hideAgent(rec.Runtime) {
 		// From commands, and from the agent's own file API once it serves: a symlink a

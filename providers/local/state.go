@@ -147,6 +147,9 @@ type record struct {
 	// BootImage is the key of the boot image the sandbox was restored from (bootimage.go);
 	// "" for a sandbox that booted.
 	BootImage string `json:"bootImage,omitempty"`
+	// Workdir is the template's working directory ("" when it names none), where the
+	// agent starts a command given no cwd; Info reports it, so that the SDK does the same.
+	Workdir string `json:"workdir,omitempty"`
 }
 
 func (l layout) readRecord(id string) (*record, error) {

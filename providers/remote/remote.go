@@ -253,7 +253,7 @@ func infoOf(sb api.Sandbox) provider.Info {
 	}
 	return provider.Info{
 		ID: sb.ID, Key: sb.Key, Labels: labels, State: provider.State(sb.State), CreatedAt: sb.CreatedAt,
-		Template: sb.Template, Runtime: sb.Runtime, Deadline: sb.Deadline,
+		Template: sb.Template, Runtime: sb.Runtime, Deadline: sb.Deadline, Workdir: sb.Workdir,
 	}
 }
 

@@ -185,6 +185,7 @@ type Sandbox struct {
 	Deadline     time.Time         `json:"deadline,omitzero"`
 	Template     string            `json:"template,omitempty"`
 	Runtime      string            `json:"runtime,omitempty"`
+	Workdir      string            `json:"workdir,omitempty"` // the template's working directory; "" when it names none
 	Capabilities []string          `json:"capabilities,omitempty"`
 	OnTimeout    string            `json:"onTimeout,omitempty"`
 	AutoResume   bool              `json:"autoResume,omitempty"`

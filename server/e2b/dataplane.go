@@ -189,7 +189,7 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request, t target) {
 		r.SetBasicAuth(user, "")
 	}
 	if r.Method == http.MethodPost && r.URL.Path == "/process.Process/Start" {
-		if err := startInHome(r); err != nil {
+		if err := startIn(r, s.defaultCwd(ctx, id)); err != nil {
 			writeEnvdError(w, http.StatusBadRequest, err.Error())
 			return
 		}
@@ -372,10 +372,26 @@ func (c *instConn) Close() error {
 // maxStartBody bounds a Start request the proxy rewrites.
 const maxStartBody = 4 << 20
 
-// startInHome makes a process started without a cwd start in its user's home ("~"), as
-// under envd, instead of the agent's default working directory. It rewrites Connect
-// streaming requests (JSON or binary, uncompressed) and leaves anything else alone.
-func startInHome(r *http.Request) error {
+// defaultCwd is where envd starts a process given no cwd in sandbox id: the template's
+// working directory (provider.Info.Workdir: an image's WorkingDir, a Dockerfile's WORKDIR,
+// E2B's setWorkdir) when it names one, else the user's home ("~"). When the provider cannot
+// say, the home: the request then fails on its own if the sandbox is gone.
+func (s *Server) defaultCwd(ctx context.Context, id string) string {
+	inst, err := s.prov.Connect(ctx, id)
+	if err != nil {
+		return "~"
+	}
+	defer inst.Close()
+	if info, err := inst.Info(ctx); err == nil && info.Workdir != "" {
+		return info.Workdir
+	}
+	return "~"
+}
+
+// startIn makes a process started without a cwd start in dir (defaultCwd), as under envd,
+// instead of the agent's default working directory. It rewrites Connect streaming requests
+// (JSON or binary, uncompressed) and leaves anything else alone.
+func startIn(r *http.Request, dir string) error {
 	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	asJSON := ct == "application/connect+json"
 	if !asJSON && ct != "application/connect+proto" {
@@ -402,8 +418,7 @@ func startInHome(r *http.Request) error {
 			err = proto.Unmarshal(msg, &req)
 		}
 		if err == nil && req.GetProcess() != nil && req.GetProcess().Cwd == nil {
-			home := "~"
-			req.Process.Cwd = &home
+			req.Process.Cwd = &dir
 			var nm []byte
 			if asJSON {
 				nm, err = protojson.Marshal(&req)

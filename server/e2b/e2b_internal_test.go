@@ -143,7 +143,7 @@ func TestStartInHome(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			r := httptest.NewRequest("POST", "/process.Process/Start", bytes.NewReader(c.body))
 			r.Header.Set("Content-Type", c.ctype)
-			if err := startInHome(r); err != nil {
+			if err := startIn(r, "~"); err != nil {
 				t.Fatal(err)
 			}
 			b, _ := io.ReadAll(r.Body)
@@ -167,7 +167,7 @@ func TestStartInHome(t *testing.T) {
 	body := []byte(`not an envelope`)
 	r := httptest.NewRequest("POST", "/process.Process/Start", bytes.NewReader(body))
 	r.Header.Set("Content-Type", "application/connect+json")
-	if err := startInHome(r); err != nil {
+	if err := startIn(r, "~"); err != nil {
 		t.Fatal(err)
 	}
 	if b, _ := io.ReadAll(r.Body); !bytes.Equal(b, body) {

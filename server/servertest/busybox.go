@@ -30,6 +30,23 @@ func BusyboxTemplate(t testing.TB, prov provider.Provider, name string) *templat
 	if !ok {
 		t.Fatalf("provider %s does not build templates", prov.Name())
 	}
+	p := BusyboxRootFS(t)
+	st, err := template.Open(b.Home())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp, err := st.Import(context.Background(), name, template.Source{Path: p, Format: template.FormatRootFS}, template.ImportOptions{})
+	if err != nil {
+		t.Fatalf("importing the busybox template: %v", err)
+	}
+	return tp
+}
+
+// BusyboxRootFS writes the root file system of BusyboxTemplate as a tarball in a temporary
+// directory and returns its path: for a Dockerfile's ADD of it FROM scratch, as a user
+// builds an image from a root file system.
+func BusyboxRootFS(t testing.TB) string {
+	t.Helper()
 	bb := testenv.RequireBinary(t, "busybox")
 	f, err := elf.Open(bb)
 	if err != nil {
@@ -85,13 +102,5 @@ func BusyboxTemplate(t testing.TB, prov provider.Provider, name string) *templat
 	if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	st, err := template.Open(b.Home())
-	if err != nil {
-		t.Fatal(err)
-	}
-	tp, err := st.Import(context.Background(), name, template.Source{Path: p, Format: template.FormatRootFS}, template.ImportOptions{})
-	if err != nil {
-		t.Fatalf("importing the busybox template: %v", err)
-	}
-	return tp
+	return p
 }
