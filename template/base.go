@@ -52,14 +52,10 @@ func (s *Store) EnsureBase(ctx context.Context, opts BaseOptions) (*Template, er
 	if t, err := s.Get(Base); err == nil {
 		return t, nil // made meanwhile
 	}
+	// Its FROM debian is made by the build's resolver (Ensure) when the store lacks it; it
+	// pulls nothing.
 	return s.Build(ctx, BuildOptions{
 		Name: Base, DockerfileText: BaseDockerfile, Runner: opts.Runner, Network: opts.Network,
-		Pull: func(ctx context.Context, ref string) (*Template, error) {
-			if ref != Debian {
-				return nil, provider.Errorf(provider.CodeNotFound, "template %s: FROM %s", Base, ref)
-			}
-			return s.EnsureDebian(ctx, DebianOptions{})
-		},
 		Progress: opts.Progress,
 	})
 }

@@ -220,6 +220,21 @@ type buildCtx struct {
 	byIdx  []*stageState
 }
 
+// ensureOptions are what a step that names a template (FROM, COPY --from) resolves it with:
+// a built-in template it makes is built by this build's runner, its progress shown as the
+// step's output.
+func (bc *buildCtx) ensureOptions() EnsureOptions {
+	return EnsureOptions{Runner: bc.opts.Runner, Output: writerFunc(func(p []byte) (int, error) {
+		bc.emit(BuildEvent{Kind: "output", Output: string(p)})
+		return len(p), nil
+	})}
+}
+
+// writerFunc is an io.Writer of a function.
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
 func (bc *buildCtx) emit(ev BuildEvent) {
 	if bc.opts.Progress != nil {
 		ev.Step, ev.Steps = bc.step, bc.steps
@@ -343,7 +358,8 @@ func (bc *buildCtx) from(ctx context.Context, st dockerfile.Stage, global map[st
 		state.key = prev.key
 		return state, nil
 	}
-	t, err := bc.s.Get(base) // a template's name or tag ("python:3.12")
+	// A template's name or tag ("python:3.12"), or a built-in one, made now if need be.
+	t, err := bc.s.Ensure(ctx, base, bc.ensureOptions())
 	if provider.CodeOf(err) == provider.CodeNotFound {
 		if bc.opts.Pull == nil {
 			return nil, provider.Errorf(provider.CodeNotFound, "FROM %s: no template or stage of that name, and this build cannot pull images", base)

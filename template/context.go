@@ -53,16 +53,13 @@ func contextErr(err error) error {
 	return provider.Errorf(c, "build context: %s", msg)
 }
 
-// PullBase is how a build gets a FROM that is no template of the store: debian is made
-// from the machine's mirror (EnsureDebian), anything else is imported from its registry as
-// the template ImportName(ref), tagged ref. out receives a line saying which (nil: none).
+// PullBase is how a build gets a FROM that is neither a template of the store nor a built-in
+// one (Ensure resolved it first): the image is imported from its registry as the template
+// ImportName(ref), tagged ref, so the next build finds it. out receives a line saying so
+// (nil: none).
 func (s *Store) PullBase(ctx context.Context, ref string, out io.Writer) (*Template, error) {
 	if out == nil {
 		out = io.Discard
-	}
-	if ref == Debian {
-		fmt.Fprintf(out, "making the debian template from this machine's mirror (once; a minute or two)\n")
-		return s.EnsureDebian(ctx, DebianOptions{})
 	}
 	name := ImportName(ref)
 	fmt.Fprintf(out, "importing %s as template %s\n", ref, name)
@@ -80,6 +77,9 @@ func ImportName(ref string) string {
 	r = strings.NewReplacer(":", "-").Replace(strings.ToLower(r))
 	if ValidName(r) != nil {
 		r = "image"
+	}
+	if _, ok := BuiltinNamed(r); ok {
+		r += "-image" // an image called debian (docker.io/library/debian) is not the built-in one
 	}
 	return r
 }

@@ -54,7 +54,7 @@ func (bc *buildCtx) copyStep(ctx context.Context, st *stageState, in dockerfile.
 		if prev := bc.stages[strings.ToLower(from)]; prev != nil {
 			fromLayers, fromKey = prev.layers, prev.key
 		} else {
-			t, err := bc.s.Get(from)
+			t, err := bc.s.Ensure(ctx, from, bc.ensureOptions())
 			if err != nil {
 				return fmt.Errorf("%s --from=%s: no stage or template of that name", in.Cmd, from)
 			}

@@ -141,8 +141,10 @@ func (o ImportOptions) Validate() error {
 		return err
 	}
 	for _, t := range o.Tags {
-		if t == "" || len(t) > 255 || strings.ContainsAny(t, "/ \t\n") {
-			return provider.Errorf(provider.CodeInvalidArgument, "tag %q: up to 255 characters, no '/' or spaces", t)
+		// An image reference is a tag (a build's FROM tags what it imports with it, so the
+		// next build finds it): '/' is allowed, as in "ghcr.io/org/app:1".
+		if t == "" || len(t) > 255 || strings.ContainsAny(t, " \t\n") {
+			return provider.Errorf(provider.CodeInvalidArgument, "tag %q: up to 255 characters, no spaces", t)
 		}
 	}
 	if o.Limits.MaxBytes < 0 || o.Limits.MaxFiles < 0 {

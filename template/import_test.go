@@ -442,3 +442,31 @@ func TestAddLayer(t *testing.T) {
 	}
 	storeIsCleanTmp(t, s)
 }
+
+// TestPullBaseRefWithPath: a build's FROM of an image reference with a path (a registry, an
+// organisation) is imported and tagged with the reference, so that the next build finds it
+// without asking the registry again; an image whose repository is called like a built-in
+// template does not take that template's name.
+func TestPullBaseRefWithPath(t *testing.T) {
+	needRoot(t)
+	reg := newRegistry(t)
+	ref := reg + "/library/debian:12"
+	push(t, ref, imageOf(t, "amd64", testConfig, baseTar(t)))
+	s := newStore(t)
+	tp, err := s.PullBase(bg, ref, nil)
+	if err != nil {
+		t.Fatalf("PullBase(%s): %v", ref, err)
+	}
+	if tp.Name != "debian-12" || len(tp.Tags) != 1 || tp.Tags[0] != ref {
+		t.Errorf("imported as %s tagged %q", tp.Name, tp.Tags)
+	}
+	again, err := s.Ensure(bg, ref, EnsureOptions{})
+	if err != nil || again.Name != tp.Name {
+		t.Errorf("Ensure(%s) after the import: %v, %v", ref, again, err)
+	}
+	for ref, want := range map[string]string{"docker.io/library/debian": "debian-image", "e2bdev/base": "base-image", "ghcr.io/org/app:1.2": "app-1.2"} {
+		if got := ImportName(ref); got != want {
+			t.Errorf("ImportName(%s) = %s, want %s", ref, got, want)
+		}
+	}
+}

@@ -278,3 +278,54 @@ func TestBuildPruneWaits(t *testing.T) {
 		t.Errorf("the built template: %q", got)
 	}
 }
+
+// TestBuildFromBuiltin: a FROM that names a built-in template the store lacks makes it then,
+// through the store's one resolver (template.Store.Ensure), instead of asking a registry for
+// an image of that name; E2B's base image e2bdev/base (what the E2B SDK's fromBaseImage
+// sends) means the built-in base, for builds and creates alike.
+func TestBuildFromBuiltin(t *testing.T) {
+	p := newTestProvider(t, "")
+	st, err := template.Open(p.cfg.Home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	build := func(name, df string) (string, error) {
+		var out strings.Builder
+		_, err := st.Build(ctx, template.BuildOptions{
+			Name: name, Context: buildContext(t, df), Runner: p.BuildRunner(), Network: provider.NetworkNone,
+			Pull: func(ctx context.Context, ref string) (*template.Template, error) {
+				return nil, provider.Errorf(provider.CodeUnavailable, "FROM %s: asked a registry", ref)
+			},
+			Progress: func(ev template.BuildEvent) { out.WriteString(ev.Output) },
+		})
+		return out.String(), err
+	}
+	// A debian stand-in, so that base is made on it here without a mirror: base's apt-get
+	// then fails, which shows base's own build ran.
+	busyboxTemplate(t, p, template.Debian, template.Config{Env: []string{"PATH=/usr/bin:/bin"}})
+	for _, from := range []string{"base", "e2bdev/base", "docker.io/e2bdev/base:latest"} {
+		out, err := build("on-base", "FROM "+from+"\nRUN true\n")
+		var be *template.BuildError
+		if !errors.As(err, &be) || be.Line != 1 || !strings.Contains(err.Error(), "apt-get") || strings.Contains(err.Error(), "registry") ||
+			!strings.Contains(out, "making the built-in template base") {
+			t.Errorf("FROM %s with no base yet: %v\n%s\nwant base's build to run and fail at its apt-get", from, err, out)
+		}
+	}
+	// Once base exists, each of its names is it, in a build and in a create.
+	busyboxTemplate(t, p, template.Base, template.Config{Env: []string{"PATH=/usr/bin:/bin", "FROM_BASE=yes"}})
+	for _, from := range []string{"base", "e2bdev/base"} {
+		if out, err := build("on-base", "FROM "+from+"\nRUN echo built > /built\n"); err != nil {
+			t.Fatalf("FROM %s: %v\n%s", from, err, out)
+		}
+		a := create(t, p, provider.CreateSpec{Template: "on-base", Network: netNone})
+		if got := run(t, a, "cat /built; echo $FROM_BASE"); got != "built\nyes" {
+			t.Errorf("FROM %s: %q", from, got)
+		}
+	}
+	a := create(t, p, provider.CreateSpec{Template: "e2bdev/base", Network: netNone})
+	if got := run(t, a, "echo $FROM_BASE"); got != "yes" {
+		t.Errorf("a sandbox of e2bdev/base: %q", got)
+	}
+}

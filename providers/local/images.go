@@ -45,8 +45,8 @@ type sandboxTemplate struct {
 }
 
 // resolveTemplate finds the template called name ("" or "host": the host template).
-// "debian" and "base", when the store lacks them, are made first (template.Store.EnsureDebian,
-// EnsureBase: a few minutes, once). An unknown name is CodeNotFound.
+// "debian" and "base", when the store lacks them, are made first (template.Store.Ensure: a
+// few minutes, once). An unknown name is CodeNotFound.
 func (p *Provider) resolveTemplate(ctx context.Context, name string) (*sandboxTemplate, error) {
 	if name == "" || name == TemplateHost {
 		return &sandboxTemplate{name: TemplateHost}, nil
@@ -55,17 +55,9 @@ func (p *Provider) resolveTemplate(ctx context.Context, name string) (*sandboxTe
 	if err != nil {
 		return nil, err
 	}
-	t, err := st.Get(name)
-	if provider.CodeOf(err) == provider.CodeNotFound {
-		// The built-in debian and base templates are made on first use from the machine's
-		// own mirror.
-		switch name {
-		case template.Debian:
-			t, err = st.EnsureDebian(ctx, template.DebianOptions{})
-		case template.Base:
-			t, err = st.EnsureBase(ctx, template.BaseOptions{Runner: p.BuildRunner()})
-		}
-	}
+	// The store's one resolver: the built-in debian and base templates are made on first use
+	// from the machine's own mirror, as a build's FROM makes them.
+	t, err := st.Ensure(ctx, name, template.EnsureOptions{Runner: p.BuildRunner()})
 	if err != nil {
 		if provider.CodeOf(err) == provider.CodeNotFound {
 			return nil, provider.Errorf(provider.CodeNotFound, "template %q not found (the local provider has %q and the templates of %s)", name, TemplateHost, st.Root())
