@@ -118,7 +118,15 @@ func (bc *buildCtx) copyStep(ctx context.Context, st *stageState, in dockerfile.
 				base = "/"
 			}
 			if !destDir {
-				base, name = path.Dir(dest), path.Base(dest)
+				// A file onto a path that is not a directory takes that name; a directory's
+				// contents go into the path, made if need be, as docker build does.
+				srcDir, err := bc.sourceIsDir(ctx, fromBox, src)
+				if err != nil {
+					return err
+				}
+				if !srcDir {
+					base, name = path.Dir(dest), path.Base(dest)
+				}
 			}
 			pr, pw := io.Pipe()
 			go func() {
@@ -145,6 +153,16 @@ func (bc *buildCtx) copyStep(ctx context.Context, st *stageState, in dockerfile.
 		}
 		return nil
 	})
+}
+
+// sourceIsDir reports whether a COPY or ADD source is a directory: of another stage's root
+// (fromBox), or of the context, a symlink to a directory of the context included.
+func (bc *buildCtx) sourceIsDir(ctx context.Context, fromBox BuildBox, src copySource) (bool, error) {
+	if fromBox != nil {
+		return fromBox.IsDir(ctx, src.rel)
+	}
+	fi, err := bc.ctxDir.Stat(src.rel)
+	return err == nil && fi.IsDir(), nil
 }
 
 func joinDir(wd, p string) string {
@@ -189,11 +207,16 @@ func (bc *buildCtx) contextMatches(src string) ([]copySource, error) {
 
 // walkContext calls fn for rel and, when it is a directory, everything below it that
 // .dockerignore does not exclude, in lexical order. name is the path relative to rel ("."
-// for rel itself). A top-level symlink is followed (inside the context); below it, symlinks
-// are entries.
+// for rel itself). A top-level symlink is followed when its target is in the context, as
+// docker build does; one whose target is not (absolute, say, or dangling) is an entry, as
+// symlinks below it are: a link's target is data, never resolved on the host, and the
+// unpacker in the step's sandbox writes the link without following it.
 func (bc *buildCtx) walkContext(rel string, fn func(name, p string, fi fs.FileInfo) error) error {
 	fi, err := bc.ctxDir.Stat(rel)
 	if err != nil {
+		if li, lerr := bc.ctxDir.Lstat(rel); lerr == nil && li.Mode()&fs.ModeSymlink != 0 {
+			return fn(".", rel, li)
+		}
 		return provider.Errorf(provider.CodeNotFound, "source %q: %v", rel, err)
 	}
 	if !fi.IsDir() {

@@ -329,3 +329,55 @@ func TestBuildFromBuiltin(t *testing.T) {
 		t.Errorf("a sandbox of e2bdev/base: %q", got)
 	}
 }
+
+// TestBuildCopySymlinks: a symlink in what COPY and ADD read — below a directory, matched by a
+// pattern, or the source itself — whose target is absolute is copied as a link: its target is
+// data, not a host path to resolve. Writing through such a link afterwards stays in the
+// sandbox's root: the host directory it names is never written.
+func TestBuildCopySymlinks(t *testing.T) {
+	p := newTestProvider(t, "")
+	busyboxTemplate(t, p, "bb", template.Config{Env: []string{"PATH=/usr/bin:/bin"}})
+	st, err := template.Open(p.cfg.Home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A directory that exists on the host, where a write that followed the link would land.
+	// Not under /tmp, which the sandbox of a build step may have of its own (runsc).
+	hostDir, err := os.MkdirTemp("/var/tmp", "tupper-copy-link-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(hostDir) })
+	df := "FROM bb\n" +
+		"COPY tree /app/tree\n" +
+		"COPY tree/* /globbed/\n" +
+		"COPY toplink /app/top\n" +
+		"ADD toplink /app/added\n" +
+		"RUN mkdir -p " + hostDir + "\n" +
+		"COPY greet.txt /app/tree/esc/\n" +
+		"COPY greet.txt /app/top/again.txt\n"
+	ctxDir := buildContext(t, df)
+	if err := os.MkdirAll(filepath.Join(ctxDir, "tree"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(ctxDir, "tree", "file.txt"), []byte("f\n"), 0o644)
+	for link, target := range map[string]string{"tree/abs": "/etc/hostname", "tree/esc": hostDir, "toplink": hostDir} {
+		if err := os.Symlink(target, filepath.Join(ctxDir, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if _, err := st.Build(ctx, template.BuildOptions{Name: "links", Context: ctxDir, Runner: p.BuildRunner(), Network: provider.NetworkNone}); err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	if ents, _ := os.ReadDir(hostDir); len(ents) != 0 {
+		t.Fatalf("a COPY through a copied link wrote on the host: %v", ents)
+	}
+	a := create(t, p, provider.CreateSpec{Template: "links", Network: netNone})
+	got := run(t, a, "cat /app/tree/file.txt; for l in /app/tree/abs /globbed/abs /app/tree/esc /app/top /app/added; do readlink $l; done; cat "+hostDir+"/greet.txt "+hostDir+"/again.txt")
+	want := strings.Join([]string{"f", "/etc/hostname", "/etc/hostname", hostDir, hostDir, hostDir, "hello from the context", "hello from the context"}, "\n")
+	if got != want {
+		t.Errorf("inside the built template:\n%s\nwant:\n%s", got, want)
+	}
+}
