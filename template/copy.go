@@ -93,7 +93,9 @@ func (bc *buildCtx) copyStep(ctx context.Context, st *stageState, in dockerfile.
 	if len(sources) > 1 && !strings.HasSuffix(dest, "/") {
 		dest += "/" // several sources go into a directory
 	}
-	inputs := []string{strings.Join(srcs, "\x00"), dest, in.Flags["chown"], in.Flags["chmod"], from, digest}
+	// "v2": layers cached before a directory copied onto a new path filled it (they named
+	// each of its entries after the path) are not taken for it.
+	inputs := []string{strings.Join(srcs, "\x00"), dest, in.Flags["chown"], in.Flags["chmod"], from, digest, "v2"}
 	return bc.layerStep(ctx, st, in, inputs, nil, func(box BuildBox, out io.Writer) error {
 		uid, gid, err := resolveOwner(ctx, box, in.Flags["chown"])
 		if err != nil {
