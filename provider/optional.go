@@ -296,6 +296,7 @@ type TemplateInfo struct {
 	Layers  int
 	Size    int64 // bytes of its layers' files; 0 when unknown or built in
 	Created time.Time
+	Build   string // the id of the build that made it; "" when none did (an import, one not made yet)
 }
 
 // Templater is optional on a Provider: list, look up and delete its templates (a server's

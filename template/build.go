@@ -3,6 +3,7 @@ package template
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -56,6 +57,8 @@ type BuildBox interface {
 type BuildOptions struct {
 	Name string   // the template to make (or replace)
 	Tags []string // other names for it
+	// ID names this build in the template it writes (Template.Build); "" makes one up.
+	ID string
 	// Context is the build context directory: what COPY and ADD read. Dockerfile is the
 	// Dockerfile's path, relative to Context unless absolute ("" is Context/Dockerfile), or
 	// DockerfileText the file itself.
@@ -307,6 +310,12 @@ func (bc *buildCtx) run(ctx context.Context, df *dockerfile.File) (*Template, er
 		Layers: cur.layers,
 		Config: cur.cfg,
 		Source: "Dockerfile",
+		Build:  bc.opts.ID,
+	}
+	if t.Build == "" {
+		var b [8]byte
+		rand.Read(b[:])
+		t.Build = "bld_" + hex.EncodeToString(b[:])
 	}
 	if bc.opts.StartCmd != "" {
 		t.Config.StartCmd = bc.opts.StartCmd

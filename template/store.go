@@ -56,6 +56,9 @@ type Template struct {
 	// registry or an OCI layout).
 	Digest  string    `json:"digest,omitempty"`
 	Created time.Time `json:"created"`
+	// Build is the id of the build that wrote this record (BuildOptions.ID: the server's
+	// build id, whose tags E2B's API reports with it); "" for an import.
+	Build string `json:"build,omitempty"`
 }
 
 // Config are a template's defaults, from an image's configuration or a build's ENV,

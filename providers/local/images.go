@@ -342,7 +342,7 @@ func templateInfo(t *template.Template, size int64) provider.TemplateInfo {
 	_, builtin := template.BuiltinNamed(t.Name)
 	return provider.TemplateInfo{
 		Name: t.Name, Tags: t.Tags, Builtin: builtin, Source: t.Source,
-		Layers: len(t.Layers), Size: size, Created: t.Created,
+		Layers: len(t.Layers), Size: size, Created: t.Created, Build: t.Build,
 	}
 }
 

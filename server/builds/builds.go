@@ -373,7 +373,7 @@ func (s *Service) Start(b *Build, opts template.BuildOptions, cleanup func()) er
 	b.state, b.cancel = Queued, cancel
 	b.changedLocked()
 	b.mu.Unlock()
-	opts.Name, opts.Tags = b.Name, b.Tags
+	opts.Name, opts.Tags, opts.ID = b.Name, b.Tags, b.ID
 	opts.Runner = s.builder.BuildRunner()
 	opts.Pull = func(ctx context.Context, ref string) (*template.Template, error) { return st.PullBase(ctx, ref, b) }
 	opts.Progress = b.progress

@@ -145,7 +145,7 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request, _ string)
 	out := []e2bTemplate{}
 	for i, t := range all {
 		e := e2bTemplate{
-			TemplateID: t.Name, BuildStatus: "ready", BuildCount: 1,
+			TemplateID: t.Name, BuildID: t.Build, BuildStatus: "ready", BuildCount: 1,
 			CPUCount: max(1, int(sz.CPU)), MemoryMB: sz.MemoryMB, DiskSizeMB: sz.DiskGB * 1024,
 			EnvdVersion: EnvdVersion, Public: t.Builtin, Aliases: append([]string{t.Name}, t.Tags...), Names: []string{t.Name},
 			CreatedAt: t.Created.UTC(), UpdatedAt: t.Created.UTC(),
@@ -668,7 +668,7 @@ func (s *Server) assignTags(w http.ResponseWriter, r *http.Request, _ string) {
 		Target string   `json:"target"`
 		Tags   []string `json:"tags"`
 	}
-	if !s.retag(w, r, &req, &req.Target, func(t *template.Template) ([]string, error) {
+	t, ok := s.retag(w, r, &req, &req.Target, func(t *template.Template) ([]string, error) {
 		tags := t.Tags
 		for _, tag := range req.Tags {
 			if tag == "" || strings.ContainsAny(tag, ": /\t\n") {
@@ -679,10 +679,12 @@ func (s *Server) assignTags(w http.ResponseWriter, r *http.Request, _ string) {
 			}
 		}
 		return tags, nil
-	}) {
+	})
+	if !ok {
 		return
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{"buildID": "", "tags": req.Tags})
+	// Every tag names the template's current build: the one that made its record.
+	writeJSON(w, http.StatusCreated, map[string]any{"buildID": t.Build, "tags": req.Tags})
 }
 
 // removeTags is DELETE /templates/tags {name, tags}.
@@ -691,33 +693,35 @@ func (s *Server) removeTags(w http.ResponseWriter, r *http.Request, _ string) {
 		Name string   `json:"name"`
 		Tags []string `json:"tags"`
 	}
-	if !s.retag(w, r, &req, &req.Name, func(t *template.Template) ([]string, error) {
+	if _, ok := s.retag(w, r, &req, &req.Name, func(t *template.Template) ([]string, error) {
 		return slices.DeleteFunc(t.Tags, func(n string) bool {
 			_, tag := splitName(n)
 			return slices.Contains(req.Tags, tag)
 		}), nil
-	}) {
+	}); !ok {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
 // retag decodes a tag request into req, then changes the tags of the template *name names
-// by change; it reports whether that worked, having answered the request when not.
-func (s *Server) retag(w http.ResponseWriter, r *http.Request, req any, name *string, change func(*template.Template) ([]string, error)) bool {
+// by change; it returns the template as written and whether that worked, having answered the
+// request when not.
+func (s *Server) retag(w http.ResponseWriter, r *http.Request, req any, name *string, change func(*template.Template) ([]string, error)) (*template.Template, bool) {
 	if err := decodeBody(w, r, req); err != nil {
 		writeError(w, err)
-		return false
+		return nil, false
 	}
 	st, err := s.templateStore()
+	var t *template.Template
 	if err == nil {
-		_, err = st.Retag(r.Context(), *name, change)
+		t, err = st.Retag(r.Context(), *name, change)
 	}
 	if err != nil {
 		writeError(w, err)
-		return false
+		return nil, false
 	}
-	return true
+	return t, true
 }
 
 // templateTags is GET /templates/{templateID}/tags: E2B's TemplateTag list.
@@ -735,7 +739,7 @@ func (s *Server) templateTags(w http.ResponseWriter, r *http.Request, _ string) 
 	out := []map[string]any{}
 	for _, n := range t.Tags {
 		if name, tag := splitName(n); name == t.Name && tag != "" {
-			out = append(out, map[string]any{"tag": tag, "buildID": "", "createdAt": t.Created})
+			out = append(out, map[string]any{"tag": tag, "buildID": t.Build, "createdAt": t.Created})
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
