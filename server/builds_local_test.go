@@ -184,6 +184,10 @@ func TestTemplateBuildAPI(t *testing.T) {
 	if code := call(t, "GET", srv.URL+"/v1/templates/app:1", srv.Key, nil, &tp); code != 200 || tp.Name != "app" || tp.Layers != 3 {
 		t.Fatalf("the built template: %d %+v", code, tp)
 	}
+	// Its record names the build (E2B's tags report it as their buildID).
+	if rec, err := st.Get("app"); err != nil || rec.Build != b.ID {
+		t.Errorf("the template's build: %v, %v, want %s", rec, err, b.ID)
+	}
 	var sb struct{ ID, Token string }
 	if code := call(t, "POST", srv.URL+"/v1/sandboxes", srv.Key, map[string]any{"template": "app", "network": map[string]string{"mode": "none"}}, &sb); code != 201 {
 		t.Fatalf("create from the built template: %d", code)

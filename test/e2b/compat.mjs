@@ -780,16 +780,23 @@ export async function run(sdk, sdkVersion) {
     assert.equal(await Template.exists(`no-such-template-${process.pid}`), false)
   })
 
-  await step('Template.build from a template: copy, env, workdir, runCmd as root, a start command; then Sandbox.create(alias) and its tag', async () => {
-    const { mkdtempSync, writeFileSync } = await import('node:fs')
+  await step('Template.build from a template: copy (symlinks kept), env, workdir, runCmd as root, a start command; then Sandbox.create(alias) and its tag, commands in its workdir; tags name their build', async () => {
+    const { mkdtempSync, writeFileSync, mkdirSync, symlinkSync } = await import('node:fs')
     const { join } = await import('node:path')
     const { tmpdir } = await import('node:os')
     const dir = mkdtempSync(join(tmpdir(), 'e2b-template-'))
     writeFileSync(join(dir, 'hello.txt'), 'hello from the template SDK\n')
+    // Symlinks with absolute targets, in a tree and on their own: copied as links.
+    mkdirSync(join(dir, 'tree'))
+    writeFileSync(join(dir, 'tree', 'file.txt'), 'in the tree\n')
+    symlinkSync('/etc/hostname', join(dir, 'tree', 'abs'))
+    symlinkSync('/etc/hostname', join(dir, 'abslink'))
     const name = `sdk-${sdkVersion.replaceAll('.', '-')}-${process.pid}`
     const tpl = Template({ fileContextPath: dir })
       .fromTemplate(process.env.TUPPER_TEST_TEMPLATE)
       .copy('hello.txt', '/app/')
+      .copy('tree', '/app/tree', { resolveSymlinks: false })
+      .copy('abslink', '/app/abslink', { resolveSymlinks: false })
       .setEnvs({ GREETING: 'hi there', QUOTED: 'a "$b" `c` \\d' })
       .setWorkdir('/app')
       .runCmd(`cat hello.txt > built.txt && echo from-the-run-step-of-${name} && id -u > uid.txt`, { user: 'root' })
@@ -805,13 +812,19 @@ export async function run(sdk, sdkVersion) {
       try {
         const r = await sb.commands.run('cat /app/built.txt /app/uid.txt /tmp/started; echo "$GREETING"; echo "$QUOTED"')
         assert.equal(r.stdout, 'hello from the template SDK\n0\nstarted\nhi there\na "$b" `c` \\d\n')
+        // setWorkdir is where a command without a cwd runs, as on E2B.
+        const w = await sb.commands.run('pwd; cat tree/file.txt; readlink tree/abs; readlink abslink')
+        assert.equal(w.stdout, '/app\nin the tree\n/etc/hostname\n/etc/hostname\n')
       } finally {
         await sb.kill()
       }
     }
     const tags = await Template.getTags(name)
     assert.deepEqual(tags.map((t) => t.tag), ['v1'])
-    await Template.assignTags(`${name}:v1`, 'prod')
+    assert.ok(info.buildId, JSON.stringify(info))
+    assert.equal(tags[0].buildId, info.buildId)
+    const assigned = await Template.assignTags(`${name}:v1`, 'prod')
+    assert.equal(assigned.buildId, info.buildId)
     assert.deepEqual((await Template.getTags(name)).map((t) => t.tag).sort(), ['prod', 'v1'])
     await Template.removeTags(name, 'prod')
     assert.deepEqual((await Template.getTags(name)).map((t) => t.tag), ['v1'])
