@@ -103,6 +103,8 @@ export interface SandboxInfo {
   deadline?: string;
   template?: string;
   runtime?: string;
+  /** The template's working directory, where a command without a cwd runs; absent: /workspace. */
+  workdir?: string;
   capabilities?: string[];
 }
 
@@ -286,7 +288,7 @@ export class Sandbox {
   }
 
   /**
-   * Runs a shell command (/bin/sh -c, cwd /workspace) and returns its result. With onStdout
+   * Runs a shell command (/bin/sh -c, cwd the template's working directory, else /workspace) and returns its result. With onStdout
    * or onStderr the output streams to them as it arrives. A non-zero exit is a result, not an
    * error.
    */
