@@ -52,7 +52,7 @@ func (o Options) validate() error {
 // instructions tell the model how the tools fit together.
 const instructions = `Tupper gives you disposable Linux sandboxes to run code in.
 Tools called without sandbox_id use this session's default sandbox, created on first use and destroyed when the session ends; you rarely need create_sandbox.
-Work under /workspace: relative paths resolve there. Each run_command starts a fresh shell; use start_process for servers and process_logs to read their output.
+Work in the sandbox's working directory, /workspace unless its template sets another: relative paths resolve there. Each run_command starts a fresh shell; use start_process for servers and process_logs to read their output.
 Prefer edit_file for changes to existing files, and file_changes to review what you changed.`
 
 // newServer returns an MCP server whose tools run in sess. When the MCP session ends, sess

@@ -55,7 +55,7 @@ func fileTools() []Tool {
 
 // filePath is the path of the file a tool reads or changes.
 type filePath struct {
-	Path string `json:"path" jsonschema:"File path, absolute or relative to /workspace." minLength:"1"`
+	Path string `json:"path" jsonschema:"File path, absolute or relative to the working directory (/workspace unless the sandbox's template sets one)." minLength:"1"`
 	inSandbox
 }
 
@@ -180,7 +180,7 @@ func editFile(ctx context.Context, s *Session, a editFileArgs) (Result, error) {
 }
 
 type listFilesArgs struct {
-	Path      string `json:"path,omitempty" jsonschema:"Directory, absolute or relative to /workspace. Default: /workspace."`
+	Path      string `json:"path,omitempty" jsonschema:"Directory, absolute or relative to the working directory. Default: the working directory (/workspace unless the sandbox's template sets one)."`
 	Recursive bool   `json:"recursive,omitempty" jsonschema:"List everything below the directory, not just its entries. Default: false."`
 	Glob      string `json:"glob,omitempty" jsonschema:"Only entries whose name matches this pattern, e.g. *.go (with a /, the pattern matches the path relative to the directory; ** matches any depth)."`
 	inSandbox
@@ -217,7 +217,7 @@ func listFiles(ctx context.Context, s *Session, a listFilesArgs) (Result, error)
 
 type searchFilesArgs struct {
 	Query      string `json:"query" jsonschema:"The text to look for, on one line." minLength:"1"`
-	Path       string `json:"path,omitempty" jsonschema:"Directory to search, absolute or relative to /workspace. Default: /workspace."`
+	Path       string `json:"path,omitempty" jsonschema:"Directory to search, absolute or relative to the working directory. Default: the working directory (/workspace unless the sandbox's template sets one)."`
 	Glob       string `json:"glob,omitempty" jsonschema:"Only files whose name matches this pattern, e.g. *.go."`
 	MaxMatches int    `json:"max_matches,omitempty" jsonschema:"Most matches to return. Default: 100." minimum:"1" maximum:"1000"`
 	inSandbox

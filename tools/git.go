@@ -13,7 +13,7 @@ func gitTools() []Tool {
 	return []Tool{
 		define(Tool{
 			Name:        "git_clone",
-			Description: "Clone a git repository into the sandbox (by default into /workspace/app). Needs network access.",
+			Description: "Clone a git repository into the sandbox (by default into app in the working directory: /workspace/app unless the sandbox's template sets another). Needs network access.",
 		}, gitClone),
 		define(Tool{
 			Name:        "git_status",
@@ -34,7 +34,7 @@ func gitTools() []Tool {
 
 type gitCloneArgs struct {
 	URL    string `json:"url" jsonschema:"Repository URL, e.g. https://github.com/owner/repo.git." minLength:"1"`
-	Dir    string `json:"dir,omitempty" jsonschema:"Target directory, absolute or relative to /workspace. Default: app."`
+	Dir    string `json:"dir,omitempty" jsonschema:"Target directory, absolute or relative to the working directory (/workspace unless the sandbox's template sets one). Default: app."`
 	Branch string `json:"branch,omitempty" jsonschema:"Branch or tag to check out. Default: the remote's default branch."`
 	Depth  int    `json:"depth,omitempty" jsonschema:"Clone only this many recent commits. Default: full history." minimum:"1" maximum:"2147483647"`
 	inSandbox
@@ -65,7 +65,7 @@ func gitClone(ctx context.Context, s *Session, a gitCloneArgs) (Result, error) {
 
 // gitDirArgs names the repository of git_status, git_diff and git_commit.
 type gitDirArgs struct {
-	Dir string `json:"dir,omitempty" jsonschema:"Repository directory, absolute or relative to /workspace. Default: app (where git_clone puts a repository by default)."`
+	Dir string `json:"dir,omitempty" jsonschema:"Repository directory, absolute or relative to the working directory (/workspace unless the sandbox's template sets one). Default: app (where git_clone puts a repository by default)."`
 	inSandbox
 }
 

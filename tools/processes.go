@@ -17,7 +17,8 @@ func processTools() []Tool {
 			Name: "run_command",
 			Description: "Run a shell command (/bin/sh -c) in the sandbox and wait for it to finish. Returns the exit " +
 				"code, stdout and stderr; long output is shortened to its beginning and end. A non-zero exit " +
-				"is reported as an error. Each call starts a fresh shell in /workspace: a cd does not carry " +
+				"is reported as an error. Each call starts a fresh shell in the working directory (/workspace unless " +
+				"the sandbox's template sets one): a cd does not carry " +
 				"over, use cwd or `cd dir && …`. Stdin is closed, so interactive programs must be given " +
 				"flags such as -y. For servers and other long-running programs use start_process.",
 			Destructive: true,
@@ -51,7 +52,7 @@ func processTools() []Tool {
 
 type runCommandArgs struct {
 	Command   string "json:\"command\" jsonschema:\"The shell command line, e.g. `go test ./...` or `ls -la`.\" minLength:\"1\""
-	Cwd       string `json:"cwd,omitempty" jsonschema:"Working directory, absolute or relative to /workspace. Default: /workspace."`
+	Cwd       string `json:"cwd,omitempty" jsonschema:"Directory to run in, absolute or relative to the working directory. Default: the working directory (/workspace unless the sandbox's template sets one)."`
 	TimeoutMS int64  `json:"timeout_ms,omitempty" jsonschema:"Kill the command after this many milliseconds. Default: 120000 (2 minutes)." minimum:"1" maximum:"600000"`
 	inSandbox
 }
@@ -75,7 +76,7 @@ func runCommand(ctx context.Context, s *Session, a runCommandArgs) (Result, erro
 type startProcessArgs struct {
 	Command        string "json:\"command\" jsonschema:\"The shell command line, e.g. `npm run dev`.\" minLength:\"1\""
 	Name           string `json:"name,omitempty" jsonschema:"Name to refer to the process by: letters, digits, - and _. Default: derived from the command." pattern:"^[A-Za-z0-9_-]{1,128}$"`
-	Cwd            string `json:"cwd,omitempty" jsonschema:"Working directory, absolute or relative to /workspace. Default: /workspace."`
+	Cwd            string `json:"cwd,omitempty" jsonschema:"Directory to run in, absolute or relative to the working directory. Default: the working directory (/workspace unless the sandbox's template sets one)."`
 	ReadyPort      int    `json:"ready_port,omitempty" jsonschema:"Wait until this TCP port accepts connections." minimum:"1" maximum:"65535"`
 	ReadyLog       string `json:"ready_log,omitempty" jsonschema:"Wait until a line of output matches this regular expression (RE2 syntax)."`
 	ReadyTimeoutMS int64  `json:"ready_timeout_ms,omitempty" jsonschema:"Give up waiting for readiness after this many milliseconds. Default: 60000." minimum:"1" maximum:"600000"`
