@@ -37,6 +37,11 @@ type Config struct {
 	// every other non-public address, and every address of the host, is refused whatever
 	// the policy says.
 	AllowPrivate []netip.Prefix `json:"allowPrivate,omitempty"`
+	// Mirror are non-public addresses, each with the one TCP port the proxy may connect to
+	// there: the package mirror of the sandbox's template (local.Config.NoTemplateMirror).
+	// The policy still decides: they are only no longer refused for being non-public, and an
+	// allowed name's answer keeps them.
+	Mirror []netip.AddrPort `json:"mirror,omitempty"`
 	// Log, when set, is a file the proxy appends one JSON line (Entry) to per name asked and
 	// per connection, allowed or refused: each allowed entry once, each refusal at most once
 	// a second. It stops writing at 4 MiB.
@@ -182,13 +187,19 @@ func (p *Proxy) log(e Entry) {
 	p.logSize += int64(n)
 }
 
-// dialable reports why the proxy must never connect to a, or "".
-func (p *Proxy) dialable(a netip.Addr) string {
+// dialable reports why the proxy must never connect to a on TCP port, or "". Port 0 asks
+// about the address alone (an answer to keep): a mirror's address passes then.
+func (p *Proxy) dialable(a netip.Addr, port uint16) string {
 	a = a.Unmap()
 	if r, ok := netrange.Lookup(a); ok {
 		allowed := false
 		for _, ap := range p.cfg.AllowPrivate {
 			if ap.Contains(a) {
+				allowed = true
+			}
+		}
+		for _, m := range p.cfg.Mirror {
+			if m.Addr().Unmap() == a && (port == 0 || port == m.Port()) {
 				allowed = true
 			}
 		}
@@ -285,7 +296,7 @@ func (p *Proxy) needsName(dst netip.AddrPort) bool {
 }
 
 func (p *Proxy) refuse(dst netip.AddrPort, name string) string {
-	if why := p.dialable(dst.Addr()); why != "" {
+	if why := p.dialable(dst.Addr(), dst.Port()); why != "" {
 		return why
 	}
 	p.mu.Lock()
@@ -371,7 +382,7 @@ func (p *Proxy) handleDNS(w dns.ResponseWriter, req *dns.Msg) {
 			a = a.Unmap()
 			// An allowed name answering with an address that is denied or never dialled
 			// (a private one, the host's) gets no such answer.
-			if pol.DeniesAddr(a) || p.dialable(a) != "" {
+			if pol.DeniesAddr(a) || p.dialable(a, 0) != "" {
 				continue
 			}
 			addrs = append(addrs, a)
@@ -478,7 +489,7 @@ func (p *Proxy) relay(c net.Conn) {
 	}
 	// The address alone first: a denied or non-public address is refused before a byte
 	// is read.
-	if why := p.dialable(dst.Addr()); why != "" {
+	if why := p.dialable(dst.Addr(), dst.Port()); why != "" {
 		deny("", why)
 		return
 	}
@@ -722,7 +733,7 @@ func (p *Proxy) boundDst(dst netip.AddrPort, name string) (netip.AddrPort, error
 	pol := p.Policy()
 	for _, a := range addrs {
 		a = a.Unmap()
-		if !a.Is4() || pol.DeniesAddr(a) || p.dialable(a) != "" {
+		if !a.Is4() || pol.DeniesAddr(a) || p.dialable(a, 0) != "" {
 			continue
 		}
 		p.mu.Lock()

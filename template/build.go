@@ -27,9 +27,19 @@ import (
 // file system is exactly a stack of layers from the store, with nothing of the provider's
 // added to its writable layer, so that what the step changed is the layer Diff returns.
 type Runner interface {
-	// Start makes a sandbox whose root is the layers (diff IDs, lowest first) with network
-	// "all" or "none".
-	Start(ctx context.Context, layers []string, network provider.NetworkMode) (BuildBox, error)
+	// Start makes a sandbox for one build step.
+	Start(ctx context.Context, box BoxSpec) (BuildBox, error)
+}
+
+// BoxSpec is the sandbox of one build step.
+type BoxSpec struct {
+	// Layers are its root (diff IDs, lowest first).
+	Layers []string
+	// Network is "all" or "none".
+	Network provider.NetworkMode
+	// Mirror is the package mirror of the template the stage started from (Template.Mirror),
+	// or nil: the step's sandbox may reach it as that template's sandboxes may.
+	Mirror *Mirror
 }
 
 // A BuildBox is a sandbox a build step runs in.
@@ -117,6 +127,7 @@ type stageState struct {
 	shell  []string
 	args   map[string]string // ARGs declared in this stage, with their values
 	key    string            // the cache key of the state: parent key and every step so far
+	mirror *Mirror           // the FROM template's (Template.Mirror), kept by its descendants
 }
 
 func (st *stageState) lookup(k string) (string, bool) {
@@ -311,6 +322,7 @@ func (bc *buildCtx) run(ctx context.Context, df *dockerfile.File) (*Template, er
 		Config: cur.cfg,
 		Source: "Dockerfile",
 		Build:  bc.opts.ID,
+		Mirror: cur.mirror,
 	}
 	if t.Build == "" {
 		var b [8]byte
@@ -365,6 +377,7 @@ func (bc *buildCtx) from(ctx context.Context, st dockerfile.Stage, global map[st
 		state.cfg = cloneConfig(prev.cfg)
 		state.shell = prev.shell
 		state.key = prev.key
+		state.mirror = prev.mirror
 		return state, nil
 	}
 	// A template's name or tag ("python:3.12"), or a built-in one, made now if need be.
@@ -380,6 +393,7 @@ func (bc *buildCtx) from(ctx context.Context, st dockerfile.Stage, global map[st
 	}
 	state.layers = append([]string(nil), t.Layers...)
 	state.cfg = cloneConfig(t.Config)
+	state.mirror = t.Mirror
 	cfgJSON, _ := json.Marshal(t.Config)
 	state.key = chainKey(append([]string{"from"}, append(t.Layers, string(cfgJSON))...)...)
 	return state, nil
@@ -576,7 +590,7 @@ func (bc *buildCtx) layerStep(ctx context.Context, st *stageState, in dockerfile
 			return nil
 		}
 	}
-	box, err := bc.opts.Runner.Start(ctx, st.layers, bc.network())
+	box, err := bc.opts.Runner.Start(ctx, BoxSpec{Layers: st.layers, Network: bc.network(), Mirror: st.mirror})
 	if err != nil {
 		return err
 	}

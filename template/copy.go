@@ -109,7 +109,7 @@ func (bc *buildCtx) copyStep(ctx context.Context, st *stageState, in dockerfile.
 		}
 		var fromBox BuildBox
 		if from != "" {
-			if fromBox, err = bc.opts.Runner.Start(ctx, fromLayers, provider.NetworkNone); err != nil {
+			if fromBox, err = bc.opts.Runner.Start(ctx, BoxSpec{Layers: fromLayers, Network: provider.NetworkNone}); err != nil {
 				return err
 			}
 			defer fromBox.Destroy(context.WithoutCancel(ctx))

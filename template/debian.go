@@ -3,11 +3,17 @@ package template
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"io"
+	"net"
+	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tupper-dev/tupper/provider"
 )
@@ -130,4 +136,48 @@ type DebianOptions struct {
 	Debootstrap string
 	// Output receives debootstrap's progress (nil: discarded).
 	Output io.Writer
+}
+
+// ResolveMirror records uri, an apt source's URI, as a Mirror: its host's IPv4 addresses as
+// this machine resolves them now, each with the URI's port. A URI with no network host
+// (file:, cdrom:, or a scheme apt reaches through another program, such as tor+http:) is
+// recorded without addresses; so is a host that does not resolve, which is no error: the
+// template is made from what the machine has, and its sandboxes are simply given nothing.
+// The lookup takes at most 5 s.
+func ResolveMirror(ctx context.Context, uri string) *Mirror {
+	m := &Mirror{URI: uri}
+	u, err := url.Parse(uri)
+	if err != nil || u.Hostname() == "" {
+		return m
+	}
+	port := u.Port()
+	switch {
+	case port != "":
+	case u.Scheme == "http":
+		port = "80"
+	case u.Scheme == "https":
+		port = "443"
+	default:
+		return m
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || n == 0 {
+		return m
+	}
+	var addrs []netip.Addr
+	if a, err := netip.ParseAddr(u.Hostname()); err == nil {
+		addrs = []netip.Addr{a}
+	} else {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if addrs, err = net.DefaultResolver.LookupNetIP(ctx, "ip4", u.Hostname()); err != nil {
+			return m
+		}
+	}
+	for _, a := range addrs {
+		if a = a.Unmap(); a.Is4() && !slices.Contains(m.Addrs, netip.AddrPortFrom(a, uint16(n))) {
+			m.Addrs = append(m.Addrs, netip.AddrPortFrom(a, uint16(n)))
+		}
+	}
+	return m
 }

@@ -97,6 +97,9 @@ func (s *Store) EnsureDebian(ctx context.Context, opts DebianOptions) (*Template
 		Layers: []string{l.DiffID},
 		Config: Config{Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}},
 		Source: fmt.Sprintf("debootstrap %s %s %s", d.ID, d.Codename, d.Mirror),
+		// The mirror as this machine reached it for the packages above: its sandboxes
+		// may reach it again (apt-get install), wherever it is (docs/network.md).
+		Mirror: ResolveMirror(ctx, d.Mirror),
 	}
 	if err := s.Put(t); err != nil {
 		return nil, err

@@ -3,8 +3,10 @@
 package template
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/tupper-dev/tupper/provider"
@@ -70,5 +72,33 @@ func TestHostDistro(t *testing.T) {
 				t.Fatalf("HostDistro = %+v, %v; want mirror %s", d, err, c.want)
 			}
 		})
+	}
+}
+
+// ResolveMirror records the address and port apt reaches a mirror at; a URI without a
+// network host records none. No name here needs a nameserver.
+func TestResolveMirror(t *testing.T) {
+	for _, c := range []struct {
+		uri  string
+		want []string
+	}{
+		{"http://203.0.113.80/debian", []string{"203.0.113.80:80"}},
+		{"https://10.1.2.3/debian", []string{"10.1.2.3:443"}},
+		{"http://10.1.2.3:3142/debian", []string{"10.1.2.3:3142"}},
+		{"http://localhost:3142/debian", []string{"127.0.0.1:3142"}},
+		{"file:/srv/mirror", nil},
+		{"cdrom:[Debian]/", nil},
+		{"tor+http://10.1.2.3/debian", nil},
+		{"http://10.1.2.3:0/debian", nil},
+		{"http://[fd00::1]/debian", nil}, // sandboxes have IPv4 only
+	} {
+		m := ResolveMirror(context.Background(), c.uri)
+		var got []string
+		for _, a := range m.Addrs {
+			got = append(got, a.String())
+		}
+		if m.URI != c.uri || !slices.Equal(got, c.want) {
+			t.Errorf("ResolveMirror(%q) = %q %v, want %v", c.uri, m.URI, got, c.want)
+		}
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -54,11 +55,26 @@ type Template struct {
 	Source string `json:"source,omitempty"`
 	// Digest is the digest of the image manifest it was imported from, when it has one (a
 	// registry or an OCI layout).
-	Digest  string    `json:"digest,omitempty"`
+	Digest string `json:"digest,omitempty"`
+	// Mirror is the package mirror its files were fetched from, as this machine reached it
+	// when the template was made: set on the built-in debian template (EnsureDebian) and on
+	// templates built from it (base among them); nil for others. A provider may let the
+	// template's sandboxes reach that mirror (providers/local does, docs/network.md).
+	Mirror  *Mirror   `json:"mirror,omitempty"`
 	Created time.Time `json:"created"`
 	// Build is the id of the build that wrote this record (BuildOptions.ID: the server's
 	// build id, whose tags E2B's API reports with it); "" for an import.
 	Build string `json:"build,omitempty"`
+}
+
+// Mirror is a package mirror a template was made from: the URI of its apt source, and the
+// addresses and port its host had on the machine that made the template.
+type Mirror struct {
+	URI string `json:"uri"`
+	// Addrs are the IPv4 addresses the URI's host resolved to, each with the URI's port
+	// (80 for http, 443 for https unless the URI names one). Empty for a URI that names no
+	// network host (file:, cdrom:) or whose host did not resolve.
+	Addrs []netip.AddrPort `json:"addrs,omitempty"`
 }
 
 // Config are a template's defaults, from an image's configuration or a build's ENV,

@@ -33,7 +33,7 @@ func newDoctorCmd() *cobra.Command {
 				def = "none on " + runtime.GOOS + " yet (name a provider with --provider)"
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "platform default: %s\n", def)
-			if line := localRuntimeLine(); line != "" {
+			for _, line := range localDoctorLines(ctx) {
 				fmt.Fprintln(cmd.OutOrStdout(), line)
 			}
 			// The engine's architecture is only known once it answers; the usual one is

@@ -77,11 +77,15 @@ func parseAllowPrivate(vals []string) ([]netip.Prefix, error) {
 
 // localOptions are the flags that configure the local provider itself (localWith).
 type localOptions struct {
-	pool         int
-	allowPrivate []netip.Prefix
-	runtime      string
-	bootImages   bool
+	pool             int
+	allowPrivate     []netip.Prefix
+	noTemplateMirror bool
+	runtime          string
+	bootImages       bool
 }
+
+// noTemplateMirrorUsage is the help of --no-template-mirror (run, create and serve).
+const noTemplateMirrorUsage = "keep sandboxes of the debian and base templates (and those built from them) from the private or reserved address of the apt mirror they were made from, which they reach by default (local provider; see docs/network.md)"
 
 // createFlags are the sandbox options of run and create.
 type createFlags struct {
@@ -97,6 +101,7 @@ type createFlags struct {
 	labels       []string
 	size         string
 	allowPrivate []string
+	noMirror     bool
 	volumes      []string
 }
 
@@ -110,10 +115,10 @@ func (f *createFlags) resolve(ctx context.Context) (provider.Provider, error) {
 	if err == nil {
 		f.announceBuiltin(prov)
 	}
-	if err != nil || len(allow) == 0 {
+	if err != nil || len(allow) == 0 && !f.noMirror {
 		return prov, err
 	}
-	return localWith(prov, localOptions{allowPrivate: allow}, "--allow-private")
+	return localWith(prov, localOptions{allowPrivate: allow, noTemplateMirror: f.noMirror}, "--allow-private and --no-template-mirror")
 }
 
 func (f *createFlags) register(cmd *cobra.Command) {
@@ -131,6 +136,7 @@ func (f *createFlags) register(cmd *cobra.Command) {
 	fl.StringArrayVar(&f.labels, "label", nil, "label K=V (repeatable)")
 	fl.StringVar(&f.size, "size", "", "machine size: small, medium or large")
 	fl.StringArrayVar(&f.allowPrivate, "allow-private", nil, allowPrivateUsage)
+	fl.BoolVar(&f.noMirror, "no-template-mirror", false, noTemplateMirrorUsage)
 	fl.StringArrayVarP(&f.volumes, "volume", "v", nil, "mount volume NAME at /path, read-only with :ro (NAME:/path[:ro], repeatable; see tupper volume)")
 }
 

@@ -20,7 +20,8 @@ func localWith(prov provider.Provider, opts localOptions, flags string) (*local.
 	if _, ok := prov.(*local.Provider); !ok {
 		return nil, fmt.Errorf("%s needs the local provider, not %s", flags, prov.Name())
 	}
-	return local.New(local.Config{Pool: opts.pool, AllowPrivate: opts.allowPrivate, Runtime: opts.runtime, BootImages: opts.bootImages})
+	return local.New(local.Config{Pool: opts.pool, AllowPrivate: opts.allowPrivate, NoTemplateMirror: opts.noTemplateMirror,
+		Runtime: opts.runtime, BootImages: opts.bootImages})
 }
 
 // pruneBootImages removes the local provider's boot images in home that no create would use
@@ -48,16 +49,18 @@ func (f *createFlags) announceBuiltin(prov provider.Provider) {
 	}
 }
 
-// localRuntimeLine says which OCI runtime the local provider uses when none is asked for, and
-// why, or "" off Linux.
-func localRuntimeLine() string {
+// localDoctorLines say which OCI runtime the local provider uses when none is asked for, and
+// why, then what the sandboxes of templates made from a package mirror reach of it; none off
+// Linux.
+func localDoctorLines(ctx context.Context) []string {
 	if runtime.GOOS != "linux" {
-		return ""
+		return nil
 	}
 	p, err := local.New(local.Config{})
 	if err != nil {
-		return ""
+		return nil
 	}
+	defer p.Close()
 	name, why := p.DefaultRuntime()
-	return fmt.Sprintf("default runtime of local: %s (%s)", name, why)
+	return append([]string{fmt.Sprintf("default runtime of local: %s (%s)", name, why)}, p.MirrorReport(ctx)...)
 }

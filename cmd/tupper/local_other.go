@@ -26,8 +26,8 @@ func localWith(_ provider.Provider, _ localOptions, flags string) (interface {
 // announceBuiltin has nothing to announce: the built-in templates are the local provider's.
 func (f *createFlags) announceBuiltin(provider.Provider) {}
 
-// localRuntimeLine is "" off Linux: there is no local provider to pick a runtime for.
-func localRuntimeLine() string { return "" }
+// localDoctorLines are none off Linux: there is no local provider to pick a runtime for.
+func localDoctorLines(context.Context) []string { return nil }
 
 // localSections refuses: bench without --provider docker measures the local provider.
 func (b *bencher) localSections(context.Context) error {

@@ -22,7 +22,7 @@ func newServeCmd() *cobra.Command {
 		addr, home, domain, baseURL, provName string
 		runtimeName                           string
 		quiet, allowPrivateWebhooks           bool
-		bootImages                            bool
+		bootImages, noMirror                  bool
 		pool                                  int
 		allowPrivate                          []string
 		snapExpiry                            time.Duration
@@ -75,8 +75,9 @@ func newServeCmd() *cobra.Command {
 			if volumesGiB < 0 {
 				return fmt.Errorf("--volumes-gib must be 0 (no bound) or more")
 			}
-			if pool > 0 || len(allow) > 0 || runtimeName != "" || bootImages {
-				lp, err := localWith(prov, localOptions{pool: pool, allowPrivate: allow, runtime: runtimeName, bootImages: bootImages}, "--pool, --runtime, --allow-private and --boot-images")
+			if pool > 0 || len(allow) > 0 || noMirror || runtimeName != "" || bootImages {
+				lp, err := localWith(prov, localOptions{pool: pool, allowPrivate: allow, noTemplateMirror: noMirror, runtime: runtimeName, bootImages: bootImages},
+					"--pool, --runtime, --allow-private, --no-template-mirror and --boot-images")
 				if err != nil {
 					return err
 				}
@@ -158,6 +159,7 @@ func newServeCmd() *cobra.Command {
 	fl.StringVar(&baseURL, "base-url", os.Getenv("TUPPER_BASE_URL"), "public URL of the server for the links it hands out (default: http://ADDR of --addr; required when --addr is all addresses)")
 	fl.BoolVar(&quiet, "quiet", false, "log warnings and errors only, not every request")
 	fl.StringArrayVar(&allowPrivate, "allow-private", nil, allowPrivateUsage)
+	fl.BoolVar(&noMirror, "no-template-mirror", false, noTemplateMirrorUsage)
 	fl.StringVar(&runtimeName, "runtime", "", "default OCI runtime of the local provider: crun, runc or runsc (default: crun when it works here, else runc; see tupper doctor)")
 	fl.BoolVar(&allowPrivateWebhooks, "allow-private-webhooks", false, "let webhooks post to loopback and private addresses (a receiver on this machine or network); link-local and metadata addresses stay refused")
 	fl.DurationVar(&snapExpiry, "snapshot-expiry", server.DefaultSnapshotExpiry, "snapshots made through the server expire and are deleted after this, the longest a request may ask (0: they are kept until they expire as asked, or for ever)")

@@ -37,7 +37,8 @@ type buildRunner struct{ p *Provider }
 // docker build: the agent's mount points and the files the provider writes per sandbox.
 var buildOmit = map[string]bool{".tupper": true, "etc/hosts": true, "etc/hostname": true, "etc/resolv.conf": true}
 
-func (r buildRunner) Start(ctx context.Context, layers []string, network provider.NetworkMode) (template.BuildBox, error) {
+func (r buildRunner) Start(ctx context.Context, spec template.BoxSpec) (template.BuildBox, error) {
+	layers := spec.Layers
 	p := r.p
 	p.probed()
 	if p.unavail != nil {
@@ -47,7 +48,7 @@ func (r buildRunner) Start(ctx context.Context, layers []string, network provide
 	if err != nil {
 		return nil, err
 	}
-	tp := &sandboxTemplate{name: "build", image: &template.Template{Name: "build", Layers: layers}, build: true}
+	tp := &sandboxTemplate{name: "build", image: &template.Template{Name: "build", Layers: layers, Mirror: spec.Mirror}, build: true}
 	for i := len(layers) - 1; i >= 0; i-- {
 		if !st.HasLayer(layers[i]) {
 			return nil, provider.Errorf(provider.CodeNotFound, "build: layer %s is missing from the store", layers[i])
@@ -62,7 +63,7 @@ func (r buildRunner) Start(ctx context.Context, layers []string, network provide
 		}
 		tp.lowers = []string{empty}
 	}
-	inst, err := p.createFrom(ctx, provider.CreateSpec{Network: provider.Network{Mode: network}, Labels: map[string]string{"tupper.build": "1"}}, false, tp)
+	inst, err := p.createFrom(ctx, provider.CreateSpec{Network: provider.Network{Mode: spec.Network}, Labels: map[string]string{"tupper.build": "1"}}, false, tp)
 	if err != nil {
 		return nil, err
 	}

@@ -41,6 +41,12 @@ type Config struct {
 	// stays out of reach whatever is listed. Each sandbox keeps its own provider's list, also
 	// when providers with different lists share a bridge.
 	AllowPrivate []netip.Prefix
+	// NoTemplateMirror keeps the sandboxes of a template made from a package mirror (the
+	// built-in debian and base templates: template.Template.Mirror) from reaching that
+	// mirror when it is on a non-public address. By default they reach exactly its
+	// recorded addresses on its port and nothing else of the private ranges
+	// (docs/network.md); AllowPrivate still opens what it lists.
+	NoTemplateMirror bool
 	// EgressRoots are CA certificates (PEM) the egress proxy trusts, besides the host's
 	// roots, when it verifies the servers of bound secrets' hosts (a company CA, or a
 	// test's). The host's roots are those of the host, never the sandbox's.

@@ -329,6 +329,9 @@ func (p *Provider) newCreation(ctx context.Context, spec provider.CreateSpec, po
 		rec.Deadline = now.Add(spec.Timeout + p.cfg.ReadyTimeout).UTC().Truncate(time.Millisecond)
 	}
 	veth := netMode == provider.NetworkAll || netMode == provider.NetworkAllow
+	if veth {
+		rec.Mirror = p.mirrorAllowances(tp)
+	}
 	return &creation{
 		p: p, spec: spec, rec: rec, id: rec.ID, rt: rt, rtName: rtName, tp: tp, tc: tc,
 		snap: snap, full: full, netMode: netMode, pol: pol, polFile: polFile, bound: bound, size: size,
@@ -535,7 +538,7 @@ func (c *creation) network(ctx context.Context) error {
 		return err
 	}
 	defer lk.Unlock()
-	a, err := c.p.net.allocate(c.id)
+	a, err := c.p.net.allocate(c.id, c.rec.Mirror)
 	if err != nil {
 		return err
 	}

@@ -464,7 +464,7 @@ func (p *Provider) startEgress(ctx context.Context, rec *record, socks *egressSo
 		return 0, 0, nil, nil, err
 	}
 	cfg := egress.ProcessConfig{
-		Config: egress.Config{Sandbox: a, Upstream: hostNameservers(), AllowPrivate: p.net.allow, Log: p.lay.egressLog(rec.ID)},
+		Config: egress.Config{Sandbox: a, Upstream: hostNameservers(), AllowPrivate: p.net.allow, Mirror: rec.Mirror, Log: p.lay.egressLog(rec.ID)},
 		Policy: p.lay.egressPolicy(rec.ID),
 	}
 	if bound != nil {

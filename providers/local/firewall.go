@@ -163,7 +163,11 @@ func (n *network) families(nameservers []netip.Addr, allowed []allowance, polici
 		v4.chains = append(v4.chains, rule{"filter", fwd, args})
 	}
 	for _, a := range allowed {
-		v4.chains = append(v4.chains, rule{"filter", fwd, []string{"-s", a.src.String() + "/32", "-d", a.dst.String(), "-j", "RETURN"}})
+		args := []string{"-s", a.src.String() + "/32", "-d", a.dst.String()}
+		if a.port != 0 {
+			args = append(args, "-p", "tcp", "--dport", strconv.Itoa(int(a.port)))
+		}
+		v4.chains = append(v4.chains, rule{"filter", fwd, append(args, "-j", "RETURN")})
 	}
 	for _, np := range nonPublic {
 		v4.chains = append(v4.chains, rule{"filter", fwd, append([]string{"-d", np.prefix.String()}, reject4...)})
@@ -338,10 +342,12 @@ func (n *network) removeFirewall(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// allowance lets the sandbox at src reach dst although dst is not public.
+// allowance lets the sandbox at src reach dst although dst is not public: every port
+// (Config.AllowPrivate), or TCP to port only (its template's mirror, mirror.go).
 type allowance struct {
-	src netip.Addr
-	dst netip.Prefix
+	src  netip.Addr
+	dst  netip.Prefix
+	port uint16 // 0: every port and protocol
 }
 
 // Per-address records: n.dir/KIND/ADDRESS holds, on its first line, the lease holder of the
@@ -410,11 +416,11 @@ func (n *network) records(kind string) []addrRecord {
 	return out
 }
 
-// setAllowances records the ranges of Config.AllowPrivate for the sandbox leasing a (held by
-// holder), or removes any record left for a when there are none. Call with the network lock
-// held.
-func (n *network) setAllowances(a netip.Addr, holder string) error {
-	if len(n.allow) == 0 {
+// setAllowances records the ranges of Config.AllowPrivate and the mirror's address:port
+// pairs (mirrorAllowances) for the sandbox leasing a (held by holder), or removes any record
+// left for a when there are none. Call with the network lock held.
+func (n *network) setAllowances(a netip.Addr, holder string, mirror []netip.AddrPort) error {
+	if len(n.allow) == 0 && len(mirror) == 0 {
 		if err := os.Remove(filepath.Join(n.dir, recAllow, a.String())); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
@@ -424,16 +430,22 @@ func (n *network) setAllowances(a netip.Addr, holder string) error {
 	for _, p := range n.allow {
 		b.WriteString(p.String() + "\n")
 	}
+	for _, ap := range mirror {
+		b.WriteString(ap.String() + "\n")
+	}
 	return n.setRecord(recAllow, a, holder, []byte(b.String()))
 }
 
-// allowances reads the allowances of the sandboxes on the bridge (setAllowances).
+// allowances reads the allowances of the sandboxes on the bridge (setAllowances): a line is
+// a prefix, or an address and TCP port.
 func (n *network) allowances() []allowance {
 	var out []allowance
 	for _, r := range n.records(recAllow) {
 		for _, line := range strings.Split(r.body, "\n") {
 			if p, err := netip.ParsePrefix(line); err == nil && p.Addr().Is4() {
-				out = append(out, allowance{r.a, p.Masked()})
+				out = append(out, allowance{src: r.a, dst: p.Masked()})
+			} else if ap, err := netip.ParseAddrPort(line); err == nil && ap.Addr().Is4() && ap.Port() != 0 {
+				out = append(out, allowance{src: r.a, dst: netip.PrefixFrom(ap.Addr(), 32), port: ap.Port()})
 			}
 		}
 	}

@@ -23,7 +23,8 @@ func TestFirewallScripts(t *testing.T) {
 	}
 	n.iptPath, n.iptRestore, n.ip6tPath, n.ip6tRestore = "iptables", "iptables-restore", "ip6tables", "ip6tables-restore"
 	fams := n.families([]netip.Addr{netip.MustParseAddr("10.255.255.53")},
-		[]allowance{{netip.MustParseAddr("10.213.0.7"), netip.MustParsePrefix("10.1.2.0/24")}},
+		[]allowance{{src: netip.MustParseAddr("10.213.0.7"), dst: netip.MustParsePrefix("10.1.2.0/24")},
+			{src: netip.MustParseAddr("10.213.0.8"), dst: netip.MustParsePrefix("203.0.113.80/32"), port: 80}}, // a template's mirror
 		[]egressRule{{netip.MustParseAddr("10.213.0.9"), egressFile{DNSUDP: 40001, DNSTCP: 40002, Proxy: 40003,
 			UDPAllow: []netip.Prefix{netip.MustParsePrefix("11.22.33.0/24")}, UDPDeny: []netip.Prefix{netip.MustParsePrefix("11.22.33.44/32")}}}})
 	var b strings.Builder

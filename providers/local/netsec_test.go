@@ -198,8 +198,13 @@ func (c *tally) String() string {
 	return fmt.Sprint(c.seen)
 }
 
-func newNetLab(t *testing.T, rt string) *netLab {
-	l := &netLab{rt: rt, ctx: context.Background(), bridge: "tpnet" + rt, subnet: netip.MustParsePrefix("10.216.200.0/24"),
+func newNetLab(t *testing.T, rt string) *netLab { return newNetLabOn(t, rt, "tpnet"+rt) }
+
+// newNetLabOn is newNetLab with a bridge of its own name: its leases live in
+// /run/tupper/net-BRIDGE, which every network namespace of the host shares, so two tests
+// that may run at once each need their own.
+func newNetLabOn(t *testing.T, rt, bridge string) *netLab {
+	l := &netLab{rt: rt, ctx: context.Background(), bridge: bridge, subnet: netip.MustParsePrefix("10.216.200.0/24"),
 		upTCP: &tally{}, upUDP: &tally{}, hostTCP: &tally{}, hostUDP: &tally{}, helper: buildSecHelper(t)}
 	if linkExists("eth0") || linkExists(testBridge) {
 		t.Fatal("not in a fresh network namespace")

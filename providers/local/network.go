@@ -237,8 +237,10 @@ func (n *network) lock(ctx context.Context) (*flock.Lock, error) {
 
 func (n *network) leases() string { return filepath.Join(n.dir, "leases") }
 
-// allocate leases a free address of the subnet for id. Call with the lock held.
-func (n *network) allocate(id string) (netip.Addr, error) {
+// allocate leases a free address of the subnet for id, which may reach the non-public
+// address:port pairs mirror (its template's mirror) besides Config.AllowPrivate's ranges.
+// Call with the lock held.
+func (n *network) allocate(id string, mirror []netip.AddrPort) (netip.Addr, error) {
 	base := binary.BigEndian.Uint32(n.subnet.Addr().AsSlice())
 	size := uint32(1) << (32 - n.subnet.Bits())
 	// .0 is the network, .1 the gateway, the last the broadcast address.
@@ -254,7 +256,7 @@ func (n *network) allocate(id string) (netip.Addr, error) {
 	if err != nil {
 		return netip.Addr{}, err
 	}
-	if err := n.setAllowances(addr(i), leaseHolder(n.lay, id)); err != nil {
+	if err := n.setAllowances(addr(i), leaseHolder(n.lay, id), mirror); err != nil {
 		release(n.leases(), addr(i).String(), leaseHolder(n.lay, id))
 		return netip.Addr{}, err
 	}
@@ -319,7 +321,7 @@ func (n *network) detach(ctx context.Context, id, ip string) error {
 			errs = append(errs, err)
 		}
 	} else if opened && linkExists(n.bridge) {
-		// Close what AllowPrivate opened to this address before it is leased again (the
+		// Close what AllowPrivate or a template's mirror opened to this address before it is leased again (the
 		// next create rewrites the rules too).
 		if err := n.applyFirewall(ctx); err != nil {
 			errs = append(errs, err)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	mathrand "math/rand/v2"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -109,15 +110,18 @@ type record struct {
 	Network     string            `json:"network"`      // "none", "all" or "allow"
 	IP          string            `json:"ip,omitempty"` // network all: the sandbox's address
 	HostVeth    string            `json:"hostVeth,omitempty"`
-	UIDIndex    int               `json:"uidIndex"` // -1: no user namespace
-	UIDBase     uint32            `json:"uidBase"`  // host uid of root inside
-	CPU         float64           `json:"cpu"`
-	MemoryMB    int               `json:"memoryMB"`
-	DiskGB      int               `json:"diskGB"`
-	Pids        int64             `json:"pids"`
-	InitPID     int               `json:"initPID,omitempty"`
-	InitStart   uint64            `json:"initStart,omitempty"` // /proc/PID/stat starttime, against pid reuse
-	Paused      bool              `json:"paused,omitempty"`
+	// Mirror are the non-public addresses, each with its TCP port, of its template's package
+	// mirror that it may reach with a network (mirror.go), fixed at creation.
+	Mirror    []netip.AddrPort `json:"mirror,omitempty"`
+	UIDIndex  int              `json:"uidIndex"` // -1: no user namespace
+	UIDBase   uint32           `json:"uidBase"`  // host uid of root inside
+	CPU       float64          `json:"cpu"`
+	MemoryMB  int              `json:"memoryMB"`
+	DiskGB    int              `json:"diskGB"`
+	Pids      int64            `json:"pids"`
+	InitPID   int              `json:"initPID,omitempty"`
+	InitStart uint64           `json:"initStart,omitempty"` // /proc/PID/stat starttime, against pid reuse
+	Paused    bool             `json:"paused,omitempty"`
 	// Saved marks a paused sandbox whose memory and processes are on disk and whose runtime
 	// is gone (runsc; park.go). Paused is set too.
 	Saved bool `json:"saved,omitempty"`
