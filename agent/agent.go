@@ -86,6 +86,12 @@ func newAgent(cfg Config) (*Agent, error) {
 	if len(cfg.HidePaths) > 0 && a.euid != 0 {
 		return nil, errors.New("agent: hidePaths needs root (mount namespaces)")
 	}
+	if cfg.BootIDFile != "" {
+		// Before the spawner's thread copies the mount namespace commands start in.
+		if err := newBootID(cfg.BootIDFile); err != nil {
+			return nil, err
+		}
+	}
 	fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("agent: open /dev/null: %w", err)

@@ -26,7 +26,8 @@ import (
 //	  "idleTimeoutSeconds": 600,         // exit after this long idle; 0 = never
 //	  "accessToken": "",                 // when set, requests need X-Access-Token (E2B rules)
 //	  "hidePaths": ["/.tupper/run", "/.tupper/bin/tupper"], // hidden from commands
-//	  "protocol": 1                      // the host's agent protocol (spec.Version); 0 = unchecked
+//	  "bootIDFile": "/.tupper/run/boot_id", // a boot id of the sandbox's own, at each start
+//	  "protocol": 2                      // the host's agent protocol (spec.Version); 0 = unchecked
 //	}
 type Config struct {
 	// Env is set in every process the agent starts, after HOME, USER,
@@ -61,6 +62,15 @@ type Config struct {
 	// planted. Set it only where the agent's mount namespace is the sandbox's own (PID 1 of a
 	// container, as providers/local runs it), never on a host.
 	HideFromAgent bool `json:"hideFromAgent,omitempty"`
+	// BootIDFile gives the sandbox a boot id of its own, new at each start of the agent: the
+	// agent writes a random one (a version 4 UUID, as the kernel's) to this file at start,
+	// replacing what it held, and binds it read-only over /proc/sys/kernel/random/boot_id
+	// in its own mount namespace before it starts anything, so every command reads it there
+	// (without it, a container reads the host's, which never changes). The agent runs as
+	// PID 1, so each boot of the sandbox (a resume without memory among them) is a new id.
+	// Set it only where the agent's mount namespace is the sandbox's own, never on a host;
+	// it needs root with CAP_SYS_ADMIN.
+	BootIDFile string `json:"bootIDFile,omitempty"`
 	// Protocol is the agent protocol version the host speaks (spec.Version of the host's
 	// build). An agent of another version refuses to start, saying both, rather than
 	// misread the host's requests; 0 skips the check (a config written by hand).
@@ -120,6 +130,9 @@ func (c Config) Validate() error {
 	}
 	if c.DefaultWorkdir != "" && !filepath.IsAbs(c.DefaultWorkdir) {
 		return fmt.Errorf("agent config: defaultWorkdir %q is not absolute", c.DefaultWorkdir)
+	}
+	if c.BootIDFile != "" && !filepath.IsAbs(c.BootIDFile) {
+		return fmt.Errorf("agent config: bootIDFile %q is not absolute", c.BootIDFile)
 	}
 	for _, p := range c.HidePaths {
 		if !filepath.IsAbs(p) || filepath.Clean(p) == "/" {

@@ -948,6 +948,12 @@ func (p *Provider) writeAgentDir(rec *record, spec provider.CreateSpec, tc templ
 		cfg.HidePaths = []string{agentDir}
 		cfg.HideFromAgent = true
 	}
+	if rec.Runtime != RuntimeRunsc {
+		// A boot id of its own at each boot (runc and crun show the host's, which never
+		// changes); gVisor's kernel makes one at each boot itself. runc refuses a bind
+		// inside /proc in the spec, so the agent makes it.
+		cfg.BootIDFile = agentRunDir + "/boot_id"
+	}
 	if !rec.Deadline.IsZero() {
 		cfg.DeadlineUnix = (rec.Deadline.UnixMilli() + 999) / 1000
 	}
@@ -1018,5 +1024,6 @@ type agentConfig struct {
 	IdleTimeoutSeconds int64             `json:"idleTimeoutSeconds,omitempty"`
 	HidePaths          []string          `json:"hidePaths,omitempty"`
 	HideFromAgent      bool              `json:"hideFromAgent,omitempty"`
+	BootIDFile         string            `json:"bootIDFile,omitempty"`
 	Protocol           int               `json:"protocol,omitempty"`
 }
