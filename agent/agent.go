@@ -124,6 +124,15 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config) error {
 		return err
 	}
 	defer a.shutdown()
+	// Before the hiding below covers its directory.
+	var endFile *os.File
+	if cfg.EndFile != "" {
+		if endFile, err = os.OpenFile(cfg.EndFile, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644); err != nil {
+			ln.Close()
+			return fmt.Errorf("agent: end file: %w", err)
+		}
+		defer endFile.Close()
+	}
 	// Before the hiding below covers the listener's directory.
 	rl := newRelistener(ln)
 	defer rl.close()
@@ -180,6 +189,10 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config) error {
 		wait, reason := a.nextCheck(time.Now())
 		if reason != nil {
 			stop()
+			if endFile != nil {
+				// The host reads it: this sandbox ended as it was told to, not by a crash.
+				endFile.WriteString(reason.Error() + "\n")
+			}
 			return reason
 		}
 		timer.Reset(wait)

@@ -27,6 +27,7 @@ import (
 //	  "accessToken": "",                 // when set, requests need X-Access-Token (E2B rules)
 //	  "hidePaths": ["/.tupper/run", "/.tupper/bin/tupper"], // hidden from commands
 //	  "bootIDFile": "/.tupper/run/boot_id", // a boot id of the sandbox's own, at each start
+//	  "endFile": "/.tupper/run/ended",    // why the deadline or idle timeout ended it
 //	  "protocol": 2                      // the host's agent protocol (spec.Version); 0 = unchecked
 //	}
 type Config struct {
@@ -71,6 +72,10 @@ type Config struct {
 	// Set it only where the agent's mount namespace is the sandbox's own, never on a host;
 	// it needs root with CAP_SYS_ADMIN.
 	BootIDFile string `json:"bootIDFile,omitempty"`
+	// EndFile is a file the agent empties at start and writes the reason to when its
+	// deadline or idle timeout ends it (ErrDeadline, ErrIdle), so that the host can tell
+	// such an end from a crash. It is opened at start, before anything is hidden.
+	EndFile string `json:"endFile,omitempty"`
 	// Protocol is the agent protocol version the host speaks (spec.Version of the host's
 	// build). An agent of another version refuses to start, saying both, rather than
 	// misread the host's requests; 0 skips the check (a config written by hand).
@@ -133,6 +138,9 @@ func (c Config) Validate() error {
 	}
 	if c.BootIDFile != "" && !filepath.IsAbs(c.BootIDFile) {
 		return fmt.Errorf("agent config: bootIDFile %q is not absolute", c.BootIDFile)
+	}
+	if c.EndFile != "" && !filepath.IsAbs(c.EndFile) {
+		return fmt.Errorf("agent config: endFile %q is not absolute", c.EndFile)
 	}
 	for _, p := range c.HidePaths {
 		if !filepath.IsAbs(p) || filepath.Clean(p) == "/" {

@@ -14,8 +14,8 @@ package spec
 
 // Version is the agent protocol's version. Raise it with any change that an agent or a host
 // of the previous version would misread: a request, answer or config field whose meaning
-// changes or that one side needs from the other. 2: the config's bootIDFile, which an agent
-// of version 1 refuses as an unknown field.
+// changes or that one side needs from the other. 2: the config's bootIDFile and endFile, which
+// an agent of version 1 refuses as unknown fields.
 const Version = 2
 
 // ProbeReply starts the line "tupper agent --protocol" prints: ProbeReply, a space and the

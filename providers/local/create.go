@@ -948,6 +948,8 @@ func (p *Provider) writeAgentDir(rec *record, spec provider.CreateSpec, tc templ
 		cfg.HidePaths = []string{agentDir}
 		cfg.HideFromAgent = true
 	}
+	// Why the agent ended, if it ended as told (revive.go).
+	cfg.EndFile = agentRunDir + "/" + endFileName
 	if rec.Runtime != RuntimeRunsc {
 		// A boot id of its own at each boot (runc and crun show the host's, which never
 		// changes); gVisor's kernel makes one at each boot itself. runc refuses a bind
@@ -1025,5 +1027,6 @@ type agentConfig struct {
 	HidePaths          []string          `json:"hidePaths,omitempty"`
 	HideFromAgent      bool              `json:"hideFromAgent,omitempty"`
 	BootIDFile         string            `json:"bootIDFile,omitempty"`
+	EndFile            string            `json:"endFile,omitempty"`
 	Protocol           int               `json:"protocol,omitempty"`
 }

@@ -146,7 +146,7 @@ func (p *Provider) logTail(rec *record) string {
 }
 
 // check refuses calls to a sandbox that is paused (its agent cannot answer) or gone.
-func (i *Instance) check(context.Context) error {
+func (i *Instance) check(ctx context.Context) error {
 	rec, err := i.p.lay.readRecord(i.id)
 	if err != nil {
 		return err
@@ -154,12 +154,16 @@ func (i *Instance) check(context.Context) error {
 	if rec.Paused {
 		return provider.Errorf(provider.CodeConflict, "sandbox %s is paused", i.id)
 	}
+	if rec.Runtime == RuntimeRunsc && !alive(rec) {
+		// Stopped by a limit under gVisor: booted again on its files first (revive.go).
+		i.p.reviveDead(ctx, i.id)
+	}
 	return nil
 }
 
 // gone reports whether the sandbox has stopped: its record is gone, or its init has died
 // and it is not parked (a resume gives it a new init).
-func (i *Instance) gone(context.Context) bool {
+func (i *Instance) gone(ctx context.Context) bool {
 	rec, err := i.p.lay.readRecord(i.id)
 	if err != nil {
 		return true
@@ -167,7 +171,12 @@ func (i *Instance) gone(context.Context) bool {
 	i.mu.Lock()
 	i.rec = rec
 	i.mu.Unlock()
-	return !i.p.live(rec)
+	if i.p.live(rec) {
+		return false
+	}
+	// Stopped by a limit under gVisor: booted again on its files (revive.go); the call that
+	// failed stays failed.
+	return !i.p.reviveDead(ctx, i.id)
 }
 
 // Info returns the sandbox's record and whether its init still runs.

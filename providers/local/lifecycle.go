@@ -272,6 +272,10 @@ func (p *Provider) reapIDs(ctx context.Context, ids []string, wait bool) (int, e
 			continue
 		}
 		if rec, err = p.lay.readRecord(id); err == nil && p.dead(rec, time.Now()) {
+			if why := p.revivable(rec, time.Now()); why != "" && p.revive(ctx, rec, why) == nil {
+				lk.Unlock()
+				continue // booted again on its files (revive.go)
+			}
 			if err := p.teardown(ctx, rec); err != nil {
 				errs = append(errs, err)
 			} else if !rec.Pooled {
@@ -421,8 +425,15 @@ func (p *Provider) Connect(ctx context.Context, id string) (provider.Instance, e
 		return nil, errNotFound(id)
 	}
 	if p.dead(rec, time.Now()) {
+		if p.reviveDead(ctx, id) {
+			if rec, err = p.lay.readRecord(id); err == nil {
+				return p.instance(rec), nil
+			}
+		}
 		if lk, err := p.lockSandbox(ctx, id); err == nil {
-			p.teardown(ctx, rec)
+			if rec, err = p.lay.readRecord(id); err == nil && p.dead(rec, time.Now()) {
+				p.teardown(ctx, rec)
+			}
 			lk.Unlock()
 		}
 		return nil, errNotFound(id)

@@ -134,6 +134,9 @@ type record struct {
 	// host's namespace: their disk and rootfs are mounted at the host paths.
 	HolderPID   int    `json:"holderPID,omitempty"`
 	HolderStart uint64 `json:"holderStart,omitempty"`
+	// Restarts are the times its gVisor sandbox stopped at a limit and was booted again on
+	// its files (revive.go), the last ones, oldest first.
+	Restarts []Restart `json:"restarts,omitempty"`
 	// Egress is the egress proxy of a sandbox with network "allow" (egress.go).
 	Egress *egressProc `json:"egress,omitempty"`
 	// Caps are the sandbox's capabilities, fixed at creation (they depend on its runtime).
