@@ -176,8 +176,9 @@
 // reach one another. iptables masquerades the subnet and a firewall (firewall.go) lets
 // sandboxes reach the public internet only: not the host (any of its addresses), not
 // private, carrier-grade NAT, link-local (cloud metadata), documentation, benchmarking,
-// multicast or reserved ranges, not IPv6, but port 53 of their nameservers and what
-// Config.AllowPrivate opens. net.ipv4.ip_forward is turned on. The last sandbox's teardown
+// multicast or reserved ranges, not IPv6, but port 53 of their nameservers, what
+// Config.AllowPrivate opens and the recorded address and port of the package mirror their
+// template was made from (mirror.go; Config.NoTemplateMirror turns it off). net.ipv4.ip_forward is turned on. The last sandbox's teardown
 // removes the bridge and the rules. "allow" lists fail with CodeUnsupported. resolv.conf
 // gets the host's IPv4 nameservers that are not loopback (systemd-resolved's upstream ones
 // when the host names only its stub).
