@@ -272,9 +272,14 @@ func (p *Provider) reapIDs(ctx context.Context, ids []string, wait bool) (int, e
 			continue
 		}
 		if rec, err = p.lay.readRecord(id); err == nil && p.dead(rec, time.Now()) {
-			if why := p.revivable(rec, time.Now()); why != "" && p.revive(ctx, rec, why) == nil {
-				lk.Unlock()
-				continue // booted again on its files (revive.go)
+			if why := p.revivable(rec, time.Now()); why != "" {
+				// Booted again on its files, or left paused without memory if the boot
+				// failed (revive.go): either way not removed.
+				p.revive(ctx, rec, why)
+				if rec, err = p.lay.readRecord(id); err != nil || !p.dead(rec, time.Now()) {
+					lk.Unlock()
+					continue
+				}
 			}
 			if err := p.teardown(ctx, rec); err != nil {
 				errs = append(errs, err)
@@ -425,10 +430,11 @@ func (p *Provider) Connect(ctx context.Context, id string) (provider.Instance, e
 		return nil, errNotFound(id)
 	}
 	if p.dead(rec, time.Now()) {
-		if p.reviveDead(ctx, id) {
-			if rec, err = p.lay.readRecord(id); err == nil {
-				return p.instance(rec), nil
-			}
+		// Booted again on its files, or left paused without memory if the boot failed
+		// (revive.go): either way it is there.
+		p.reviveDead(ctx, id)
+		if rec, err = p.lay.readRecord(id); err == nil && !p.dead(rec, time.Now()) {
+			return p.instance(rec), nil
 		}
 		if lk, err := p.lockSandbox(ctx, id); err == nil {
 			if rec, err = p.lay.readRecord(id); err == nil && p.dead(rec, time.Now()) {

@@ -134,7 +134,7 @@ func (p *Provider) revive(ctx context.Context, rec *record, why string) error {
 }
 
 // reviveDead boots sandbox id again if it died of a limit (revivable), under its lock, and
-// reports whether it runs again.
+// reports whether it runs again (a boot that failed leaves it paused without memory).
 func (p *Provider) reviveDead(ctx context.Context, id string) bool {
 	rec, err := p.lay.readRecord(id)
 	if err != nil || p.revivable(rec, time.Now()) == "" {
