@@ -24,8 +24,9 @@ import (
 // it stopped (Instance.Restarts). Every process it ran has ended, as after a reboot.
 //
 // Only those two causes are revived, read from the sandbox's host cgroups before anything
-// is removed: an agent that exited for its idle timeout or deadline, or a sandbox whose
-// holder died, is removed as before. A sandbox revived reviveMax times within reviveWindow
+// is removed (pids.events, the OOM kill count). An agent that ended at its idle timeout or
+// deadline says so in its run directory (agent.Config.EndFile, endedAsTold), and such a
+// sandbox, or one whose holder died, is removed as before, whatever its cgroups counted. A sandbox revived reviveMax times within reviveWindow
 // is removed too, so a template whose start command bombs cannot loop for ever.
 
 // Restart is one time the provider found a sandbox stopped and booted it again.
