@@ -273,6 +273,17 @@ type Info struct {
 	// WORKDIR, E2B's setWorkdir): where a command given no cwd runs. "" when the template
 	// names none; the SDK then uses its default, /workspace.
 	Workdir string
+	// Restarts are the times the provider found the sandbox stopped by one of its limits
+	// and booted it again on its files, with why, oldest first (the local provider's gVisor
+	// sandboxes after a fork bomb or a memory hog: docs/security.md, finding 7); empty for a
+	// provider that never does.
+	Restarts []Restart
+}
+
+// Restart is one time a provider found a sandbox stopped and booted it again.
+type Restart struct {
+	At     time.Time `json:"at"`
+	Reason string    `json:"reason"`
 }
 
 // ListFilter selects sandboxes for List.

@@ -105,6 +105,9 @@ type Info struct {
 	Runtime   string    // the isolation runtime, where the provider has several; "" otherwise
 	Deadline  time.Time // the hard lifetime deadline; zero: none, or the provider cannot say
 	Workdir   string    // the template's working directory; "" when it names none (see Sandbox.Workdir)
+	// Restarts are the times the provider found the sandbox stopped by one of its limits
+	// and booted it again on its files (every process ended), with why, oldest first.
+	Restarts []provider.Restart
 }
 
 // InfoOf is the SDK's Info of a provider's description of a sandbox (provider.Provider.List,
@@ -113,6 +116,7 @@ func InfoOf(in provider.Info) Info {
 	return Info{
 		ID: in.ID, Key: in.Key, Labels: in.Labels, State: in.State, CreatedAt: in.CreatedAt,
 		Template: in.Template, Runtime: in.Runtime, Deadline: in.Deadline, Workdir: in.Workdir,
+		Restarts: in.Restarts,
 	}
 }
 

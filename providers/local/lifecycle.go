@@ -361,6 +361,7 @@ func info(r *record) provider.Info {
 	return provider.Info{
 		ID: r.ID, Key: r.Key, Labels: r.Labels, State: st, CreatedAt: r.CreatedAt,
 		Template: r.Template, Runtime: r.Runtime, Deadline: r.Deadline, Workdir: r.Workdir,
+		Restarts: r.Restarts,
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tupper-dev/tupper/provider"
 )
 
 // A gVisor sandbox is one kernel: when its processes reach the pids limit, the sentry can
@@ -21,19 +23,13 @@ import (
 // a sandbox comes back by itself instead of simply being gone: its holder keeps its disk,
 // and the next Connect, List, reap or call on it that finds it stopped boots it again on
 // its files, as the resume of a pause without memory does (coldpause.go), and records why
-// it stopped (Instance.Restarts). Every process it ran has ended, as after a reboot.
+// it stopped (provider.Info.Restarts, Instance.Restarts). Every process it ran has ended, as after a reboot.
 //
 // Only those two causes are revived, read from the sandbox's host cgroups before anything
 // is removed (pids.events, the OOM kill count). An agent that ended at its idle timeout or
 // deadline says so in its run directory (agent.Config.EndFile, endedAsTold), and such a
 // sandbox, or one whose holder died, is removed as before, whatever its cgroups counted. A sandbox revived reviveMax times within reviveWindow
 // is removed too, so a template whose start command bombs cannot loop for ever.
-
-// Restart is one time the provider found a sandbox stopped and booted it again.
-type Restart struct {
-	At     time.Time `json:"at"`
-	Reason string    `json:"reason"`
-}
 
 const (
 	reviveMax    = 3
@@ -122,7 +118,7 @@ func (p *Provider) revive(ctx context.Context, rec *record, why string) error {
 	if err != nil {
 		return err
 	}
-	rec.Restarts = append(rec.Restarts, Restart{At: time.Now().UTC().Truncate(time.Millisecond), Reason: why})
+	rec.Restarts = append(rec.Restarts, provider.Restart{At: time.Now().UTC().Truncate(time.Millisecond), Reason: why})
 	if n := len(rec.Restarts); n > keptRestarts {
 		rec.Restarts = rec.Restarts[n-keptRestarts:]
 	}
@@ -158,7 +154,7 @@ func (p *Provider) reviveDead(ctx context.Context, id string) bool {
 
 // Restarts returns the times the provider found the sandbox stopped by a limit and booted
 // it again, with why, oldest first (at most the last 16).
-func (i *Instance) Restarts(ctx context.Context) ([]Restart, error) {
+func (i *Instance) Restarts(ctx context.Context) ([]provider.Restart, error) {
 	rec, err := i.p.lay.readRecord(i.id)
 	if err != nil {
 		return nil, err

@@ -900,6 +900,9 @@ func (s *secSuite) forkBomb(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if in, err := bomb.Info(s.ctx); err != nil || len(in.Restarts) != len(restarts) {
+		t.Errorf("Info's restarts: %+v %v, want %+v", in.Restarts, err, restarts)
+	}
 	newBoot := run(t, bomb, "cat "+kernelBootID)
 	if s.rt == RuntimeRunsc && !alive(rec) {
 		if len(restarts) != 1 || !strings.Contains(restarts[0].Reason, "pids limit") || newBoot == bootID {
@@ -987,6 +990,10 @@ func (s *secSuite) memoryHog(t *testing.T) {
 		// the cgroup's OOM killer can only kill the whole sandbox, which comes back by itself
 		// on its files (revive.go), the reason recorded.
 		t.Logf("under runsc the hog took its whole sandbox down: %v", err)
+		// The sentry may still be ending: the next call revives it once it has.
+		for start := time.Now(); alive(rec) && time.Since(start) < 30*time.Second; {
+			time.Sleep(50 * time.Millisecond)
+		}
 		if got := run(t, hog, "echo agent-ok"); got != "agent-ok" {
 			t.Errorf("the hog's sandbox after it stopped: %q", got)
 		}

@@ -136,7 +136,7 @@ type record struct {
 	HolderStart uint64 `json:"holderStart,omitempty"`
 	// Restarts are the times its gVisor sandbox stopped at a limit and was booted again on
 	// its files (revive.go), the last ones, oldest first.
-	Restarts []Restart `json:"restarts,omitempty"`
+	Restarts []provider.Restart `json:"restarts,omitempty"`
 	// Egress is the egress proxy of a sandbox with network "allow" (egress.go).
 	Egress *egressProc `json:"egress,omitempty"`
 	// Caps are the sandbox's capabilities, fixed at creation (they depend on its runtime).

@@ -254,7 +254,17 @@ func infoOf(sb api.Sandbox) provider.Info {
 	return provider.Info{
 		ID: sb.ID, Key: sb.Key, Labels: labels, State: provider.State(sb.State), CreatedAt: sb.CreatedAt,
 		Template: sb.Template, Runtime: sb.Runtime, Deadline: sb.Deadline, Workdir: sb.Workdir,
+		Restarts: restartsOf(sb.Restarts),
 	}
+}
+
+// restartsOf is the provider's form of the server's restarts of a sandbox.
+func restartsOf(rs []api.Restart) []provider.Restart {
+	var out []provider.Restart
+	for _, r := range rs {
+		out = append(out, provider.Restart{At: r.At, Reason: r.Reason})
+	}
+	return out
 }
 
 // ceilMS rounds a duration up to whole milliseconds, so a positive one never becomes 0.

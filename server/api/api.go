@@ -189,6 +189,15 @@ type Sandbox struct {
 	Capabilities []string          `json:"capabilities,omitempty"`
 	OnTimeout    string            `json:"onTimeout,omitempty"`
 	AutoResume   bool              `json:"autoResume,omitempty"`
+	// Restarts are the times the provider found the sandbox stopped by one of its limits
+	// and booted it again on its files, with why, oldest first (provider.Info.Restarts).
+	Restarts []Restart `json:"restarts,omitempty"`
+}
+
+// Restart is one time a sandbox was found stopped by a limit and booted again.
+type Restart struct {
+	At     time.Time `json:"at"`
+	Reason string    `json:"reason"`
 }
 
 // Snapshot is a snapshot on the wire (GET /v1/snapshots, /v1/snapshots/{id}).
