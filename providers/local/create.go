@@ -967,7 +967,14 @@ func (p *Provider) writeAgentDir(rec *record, spec provider.CreateSpec, tc templ
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		return err
 	}
-	for _, f := range []string{dir, path} {
+	// The end file exists before the agent starts: the agent holds it open from its start,
+	// and gVisor restores an open file by walking to it again, so the run directory of a
+	// sandbox restored from a checkpoint (a fork's child, a full snapshot's) must have it.
+	end := filepath.Join(dir, endFileName)
+	if err := os.WriteFile(end, nil, 0o644); err != nil {
+		return err
+	}
+	for _, f := range []string{dir, path, end} {
 		if err := os.Chown(f, int(rec.UIDBase), int(rec.UIDBase)); err != nil {
 			return err
 		}
