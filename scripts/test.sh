@@ -82,7 +82,6 @@ cross_check() {
 }
 group "gofmt" gofmt_check
 group "go vet" go vet ./...
-group "cross builds and vet: macOS and Windows (the Docker provider's platforms)" cross_check
 group "static build" env CGO_ENABLED=0 go build -o bin/tupper ./cmd/tupper
 
 # The Docker provider's group: against the machine's own engine when one answers; else a
@@ -98,14 +97,17 @@ docker_group() {
 	go test -race -count=1 -timeout 30m "$@" ./providers/docker/
 }
 
-# The end-to-end groups (the Docker provider against a real dockerd, E2B's SDK, the JavaScript
-# packages, the debian template from the apt mirror) drive real sandboxes through real
-# servers and clients. They run one after another in the background, beside the main group
-# (whose longest package, providers/local, leaves a core mostly waiting on sandboxes), and
-# their output is printed, whole, when both are done. Each group uses networks of its own,
-# and each runs whatever the one before it did.
+# The cross builds, then the end-to-end groups (the Docker provider against a real dockerd,
+# E2B's SDK, the JavaScript packages, the debian template from the apt mirror), which drive
+# real sandboxes through real servers and clients, run one after another in the background,
+# beside the main group (whose longest package, providers/local, leaves a core mostly
+# waiting on sandboxes), and their output is printed, whole, when both are done. Each group
+# uses networks of its own, and each runs whatever the one before it did. (The cross builds
+# compile the module four more times, minutes on a fresh machine's empty build cache: in
+# the foreground they held everything else back.)
 later_log=$(mktemp /tmp/tupper-test-later.XXXXXX)
 (
+	group "cross builds and vet: macOS and Windows (the Docker provider's platforms)" cross_check
 	group "the Docker provider, against a real dockerd" docker_group "$@"
 	group "E2B SDK compatibility" go test -race -count=1 -timeout 10m "$@" ./test/e2b/
 	group "JavaScript packages (js/)" go test -race -count=1 -timeout 15m "$@" ./test/js/
