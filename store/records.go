@@ -212,8 +212,17 @@ func (s *Store) PutSandbox(ctx context.Context, sb Sandbox, tokenHash []byte) er
 			return dbErr(err)
 		}
 	}
-	return dbErr(tx.Commit())
+	if err := tx.Commit(); err != nil {
+		return dbErr(err)
+	}
+	s.recorded.Add(1)
+	return nil
 }
+
+// Recorded counts the sandboxes this Store has recorded (PutSandbox) since it was opened: a
+// cache of Sandboxes is stale once it changes. Records written by another process do not
+// count.
+func (s *Store) Recorded() uint64 { return s.recorded.Load() }
 
 // AddToken records another token for a live sandbox (a get-or-create that found it).
 func (s *Store) AddToken(ctx context.Context, id string, tokenHash []byte) error {

@@ -29,6 +29,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
@@ -56,6 +57,8 @@ type Store struct {
 	db      *sql.DB
 	path    string
 	exposed string // see Exposed
+
+	recorded atomic.Uint64 // see Recorded
 }
 
 // migrations are applied in order; migration i brings the schema to version i+1. Never edit

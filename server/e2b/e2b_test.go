@@ -486,6 +486,31 @@ func TestSignedURLErrors(t *testing.T) {
 	}
 }
 
+// A signed URL that names no sandbox is checked against the live sandboxes the server lists
+// at most once a second, but a sandbox created since counts at once: its URL, used the
+// moment it is made, is its own (here expired, which only its signer's URLs are told), not
+// "invalid signature". (It was refused for up to a second.)
+func TestSignedURLOfANewSandbox(t *testing.T) {
+	srv := servertest.Start(t, memory.New(), "")
+	u, key := srv.URL, srv.Key
+	past := time.Now().Add(-10 * time.Second).Unix()
+	expired := func(token string) string {
+		q := url.Values{"path": {"/home/user/a.txt"}, "signature_expiration": {strconv.FormatInt(past, 10)}}
+		q.Set("signature", e2b.Signature("/home/user/a.txt", "read", "", token, past))
+		return u + "/files?" + q.Encode()
+	}
+	for i := range 3 {
+		var sb struct{ SandboxID, EnvdAccessToken string }
+		if r := call(t, "POST", u+"/v2/sandboxes", key, `{"templateID":"base"}`, nil, &sb); r.StatusCode != 201 {
+			t.Fatalf("create: %d", r.StatusCode)
+		}
+		var e apiErr
+		if r := call(t, "GET", expired(sb.EnvdAccessToken), "", "", nil, &e); r.StatusCode != 401 || e != (apiErr{401, "signature is already expired"}) {
+			t.Errorf("sandbox %d's URL at once: %d %+v, want its own (expired)", i, r.StatusCode, e)
+		}
+	}
+}
+
 // network.allowPublicTraffic false: create and connect return a traffic access token, the
 // detail says so, and the sandbox's {port}-{id}.{domain} hosts take requests only with the
 // token in e2b-traffic-access-token (403 with E2B's body otherwise, even with an API key);

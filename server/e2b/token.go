@@ -122,16 +122,19 @@ func (s *Server) checkSignatureWith(token, method string, q url.Values, now time
 // hashes per sandbox (a few milliseconds with a thousand), for anyone who asks. So that
 // unauthenticated requests cannot take more than that, one such search runs at a time (the
 // others wait their turn, bounded by their context), over a list of live ids read from the
-// store at most once per second, and each sandbox's token is derived once.
+// store at most once per second, or again as soon as the store has recorded a sandbox since
+// (so a sandbox's URLs work the moment it is created), and each sandbox's token is derived
+// once.
 const signedScanListTTL = time.Second
 
 type signedScan struct {
 	turn chan struct{} // a semaphore of one
 
-	mu     sync.Mutex
-	ids    []string
-	listed time.Time
-	tokens map[string]string // envd tokens by id, of the listed ids
+	mu       sync.Mutex
+	ids      []string
+	listed   time.Time
+	recorded uint64            // the store's Recorded when ids were listed
+	tokens   map[string]string // envd tokens by id, of the listed ids
 }
 
 func newSignedScan() *signedScan { return &signedScan{turn: make(chan struct{}, 1)} }
@@ -151,7 +154,7 @@ func (s *Server) signedSandbox(ctx context.Context, method string, q url.Values,
 	}
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
-	if sc.ids == nil || now.Sub(sc.listed) > signedScanListTTL || now.Before(sc.listed) {
+	if recorded := s.st.Recorded(); sc.ids == nil || recorded != sc.recorded || now.Sub(sc.listed) > signedScanListTTL || now.Before(sc.listed) {
 		recs, err := s.st.Sandboxes(ctx)
 		if err != nil {
 			return "", err
@@ -166,7 +169,7 @@ func (s *Server) signedSandbox(ctx context.Context, method string, q url.Values,
 				tokens[rec.ID] = s.envdToken(rec.ID)
 			}
 		}
-		sc.ids, sc.tokens, sc.listed = ids, tokens, now
+		sc.ids, sc.tokens, sc.listed, sc.recorded = ids, tokens, now, recorded
 	}
 	for _, id := range sc.ids {
 		switch err := s.checkSignatureWith(sc.tokens[id], method, q, now); err {
