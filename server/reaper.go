@@ -16,9 +16,10 @@ import (
 // events).
 func (s *Server) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
 	go func() { defer wg.Done(); s.deliverLoop(ctx) }()
 	go func() { defer wg.Done(); s.reapLoop(ctx) }()
+	go func() { defer wg.Done(); s.deadlineLoop(ctx) }()
 	go func() { defer wg.Done(); s.egressLoop(ctx) }()
 	wg.Wait()
 	return nil
@@ -40,6 +41,90 @@ func (s *Server) reapLoop(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// deadlineLoop acts at the moment they pass on the deadlines the server enforces itself:
+// it pauses a running sandbox created with onTimeout pause (or pause-cold), and destroys one
+// whose provider has no deadline of its own (no "timeout" capability). It sleeps until the
+// earliest of them, or until the store records a sandbox or moves a deadline. A failure
+// waits for Reconcile, every ReapInterval, which is also the backstop for all of it.
+func (s *Server) deadlineLoop(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		changed := s.st.DeadlineChanged()
+		next, err := s.reapDeadlines(ctx)
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("acting on deadlines", "err", err)
+		}
+		var fire <-chan time.Time
+		if !next.IsZero() {
+			timer.Reset(time.Until(next))
+			fire = timer.C
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		case <-fire:
+		}
+		timer.Stop()
+	}
+}
+
+// reapDeadlines pauses or destroys the sandboxes whose server-enforced deadline has passed
+// (deadlineLoop) and returns the earliest deadline still to come (zero: none).
+func (s *Server) reapDeadlines(ctx context.Context) (next time.Time, err error) {
+	recs, err := s.st.Sandboxes(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	providerTimes := s.prov.Capabilities().Has(provider.CapTimeout)
+	now := time.Now()
+	for _, rec := range recs {
+		pauses := store.PausesAtTimeout(rec.OnTimeout)
+		if rec.Deadline.IsZero() || (!pauses && providerTimes) || (pauses && rec.State != provider.StateRunning) {
+			continue
+		}
+		if rec.Deadline.After(now) {
+			if next.IsZero() || rec.Deadline.Before(next) {
+				next = rec.Deadline
+			}
+			continue
+		}
+		if pauses {
+			s.pauseAtDeadline(ctx, rec.ID, rec.Deadline)
+		} else {
+			s.destroyAtDeadline(ctx, rec.ID, rec.Deadline)
+		}
+	}
+	return next, nil
+}
+
+// pauseAtDeadline pauses a sandbox that pauses at its timeout, its deadline passed. Both the
+// deadline loop and Reconcile call it, one at a time; a sandbox paused already is no error.
+func (s *Server) pauseAtDeadline(ctx context.Context, id string, deadline time.Time) {
+	s.deadlineMu.Lock()
+	defer s.deadlineMu.Unlock()
+	if err := s.lc.PauseAtTimeout(ctx, id, deadline); err != nil && !errors.Is(err, provider.CodeConflict) && !errors.Is(err, provider.CodeNotFound) {
+		s.log.Warn("pausing a sandbox at its deadline", "sandbox", id, "err", err)
+	}
+}
+
+// destroyAtDeadline destroys a sandbox past its deadline and records sandbox.timeout. Both
+// the deadline loop and Reconcile call it, one at a time.
+func (s *Server) destroyAtDeadline(ctx context.Context, id string, deadline time.Time) {
+	s.deadlineMu.Lock()
+	defer s.deadlineMu.Unlock()
+	done := s.lc.DestroyingNow(id)
+	defer done()
+	err := s.prov.Destroy(ctx, id)
+	if err != nil && !errors.Is(err, provider.CodeNotFound) {
+		s.log.Warn("destroying a sandbox past its deadline", "sandbox", id, "err", err)
+		return
+	}
+	s.lc.Gone(ctx, id, EventTimedOut, map[string]any{"deadline": deadline.UTC()})
 }
 
 // deadlineGrace is how long past its deadline the server leaves a sandbox to its provider
@@ -101,19 +186,12 @@ func (s *Server) Reconcile(ctx context.Context) error {
 			// The provider has no deadline of its own for it: the server pauses it at its
 			// deadline (and a paused one has none).
 			if in.State == provider.StateRunning && !rec.Deadline.IsZero() && now.After(rec.Deadline) {
-				if err := s.lc.PauseAtTimeout(ctx, rec.ID, rec.Deadline); err != nil && !errors.Is(err, provider.CodeConflict) {
-					s.log.Warn("pausing a sandbox at its deadline", "sandbox", rec.ID, "err", err)
-				}
+				s.pauseAtDeadline(ctx, rec.ID, rec.Deadline)
 			}
 			continue
 		}
 		if !deadline.IsZero() && now.After(deadline.Add(deadlineGrace)) {
-			err := s.prov.Destroy(ctx, rec.ID)
-			if err != nil && !errors.Is(err, provider.CodeNotFound) {
-				s.log.Warn("destroying a sandbox past its deadline", "sandbox", rec.ID, "err", err)
-				continue
-			}
-			s.lc.Gone(ctx, rec.ID, EventTimedOut, map[string]any{"deadline": deadline.UTC()})
+			s.destroyAtDeadline(ctx, rec.ID, deadline)
 		}
 	}
 	return nil

@@ -118,8 +118,10 @@ func (s *Server) toJSON(in sandbox.Info, rec store.Sandbox) api.Sandbox {
 		key = in.Key
 	}
 	deadline := in.Deadline
-	if store.PausesAtTimeout(rec.OnTimeout) {
-		deadline = rec.Deadline // the server's: it pauses the sandbox then
+	if store.PausesAtTimeout(rec.OnTimeout) || deadline.IsZero() {
+		// The server's: it pauses the sandbox then, or destroys it when the provider has no
+		// deadline of its own.
+		deadline = rec.Deadline
 	}
 	return api.Sandbox{
 		ID: in.ID, Provider: s.prov.Name(), Key: key, Labels: labels, State: string(in.State),

@@ -137,6 +137,9 @@ type Server struct {
 	missingMu sync.Mutex
 	missing   map[string]bool
 
+	// deadlineMu makes the deadline loop and Reconcile act on a deadline one at a time.
+	deadlineMu sync.Mutex
+
 	wake chan struct{} // a new event may have queued deliveries
 
 	mcp *mcpserver.HTTPHandler // /mcp

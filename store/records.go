@@ -216,7 +216,29 @@ func (s *Store) PutSandbox(ctx context.Context, sb Sandbox, tokenHash []byte) er
 		return dbErr(err)
 	}
 	s.recorded.Add(1)
+	s.deadlineChanged()
 	return nil
+}
+
+// DeadlineChanged returns a channel that is closed the next time this Store records a
+// sandbox or moves a deadline (PutSandbox, SetDeadline): a timer set for the earliest
+// deadline is stale then. Writes by another process do not close it.
+func (s *Store) DeadlineChanged() <-chan struct{} {
+	s.wakeMu.Lock()
+	defer s.wakeMu.Unlock()
+	if s.wake == nil {
+		s.wake = make(chan struct{})
+	}
+	return s.wake
+}
+
+func (s *Store) deadlineChanged() {
+	s.wakeMu.Lock()
+	defer s.wakeMu.Unlock()
+	if s.wake != nil {
+		close(s.wake)
+		s.wake = nil
+	}
 }
 
 // Recorded counts the sandboxes this Store has recorded (PutSandbox) since it was opened: a
@@ -351,6 +373,9 @@ func (s *Store) SetPaused(ctx context.Context, id string, memoryDropped bool) er
 // SetDeadline records a live sandbox's hard deadline (zero: none).
 func (s *Store) SetDeadline(ctx context.Context, id string, d time.Time) error {
 	_, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET deadline = ? WHERE id = ? AND destroyed_at IS NULL`, unixMilli(d), id)
+	if err == nil {
+		s.deadlineChanged()
+	}
 	return dbErr(err)
 }
 

@@ -29,6 +29,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -59,6 +60,9 @@ type Store struct {
 	exposed string // see Exposed
 
 	recorded atomic.Uint64 // see Recorded
+
+	wakeMu sync.Mutex
+	wake   chan struct{} // see DeadlineChanged
 }
 
 // migrations are applied in order; migration i brings the schema to version i+1. Never edit
