@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 )
 
@@ -61,15 +62,46 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	msg := e.Message
-	if msg == "" && e.Err != nil {
-		msg = e.Err.Error()
-	}
-	msg = StripCredentials(msg)
+	msg := e.text()
 	if e.Op != "" {
 		return fmt.Sprintf("%s: %s: %s", e.Op, e.Code, msg)
 	}
 	return fmt.Sprintf("%s: %s", e.Code, msg)
+}
+
+// text is the message (else the cause's text) without the op and code, credentials removed.
+func (e *Error) text() string {
+	msg := e.Message
+	if msg == "" && e.Err != nil {
+		msg = e.Err.Error()
+	}
+	return StripCredentials(msg)
+}
+
+// MessageOf is err's text without the code that its first *Error renders ("op: code: msg"
+// becomes "op: msg"), credentials removed: what an API sends beside the code ({"code",
+// "message"}), since every client renders an error as "code: message", as Error does one
+// without an op (which is what a client's error is), and what is printed beside a code or a
+// status already shown. The text of the errors that wrap the *Error stays. An err without
+// an *Error is its text.
+func MessageOf(err error) string {
+	if err == nil {
+		return ""
+	}
+	full := err.Error()
+	var e *Error
+	if errors.As(err, &e) {
+		bare := e.text()
+		if e.Op != "" {
+			bare = e.Op + ": " + bare
+		}
+		if i := strings.Index(full, e.Error()); i >= 0 {
+			full = full[:i] + bare + full[i+len(e.Error()):]
+		} else {
+			full = bare
+		}
+	}
+	return StripCredentials(full)
 }
 
 // Unwrap returns the cause.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -52,5 +53,36 @@ func TestErrorIs(t *testing.T) {
 	}
 	if Code("nope").Valid() {
 		t.Error("an unknown code is valid")
+	}
+}
+
+// MessageOf is what an API sends beside the code: without the code an *Error renders, so that a client's "code: message" shows the code once; text wrapped around it
+// stays.
+func TestMessageOf(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"nil", nil, ""},
+		{"an *Error", Errorf(CodeNotFound, "no sandbox %q", "x"), `no sandbox "x"`},
+		{"with an op", &Error{Code: CodeNotFound, Op: "snapshot", Message: "no snapshot s"}, "snapshot: no snapshot s"},
+		{"wrapped", fmt.Errorf("creating: %w", &Error{Code: CodeConflict, Op: "volume", Message: "taken"}), "creating: volume: taken"},
+		{"a cause without a message", &Error{Code: CodeProvider, Err: errors.New("boom")}, "boom"},
+		{"credentials", Errorf(CodeUnauthorized, "bad key ak_0123456789abcdef0123"), "bad key " + StripCredentials("ak_0123456789abcdef0123")},
+		{"a foreign error", errors.New("boom"), "boom"},
+	} {
+		got := MessageOf(tc.err)
+		if got != tc.want {
+			t.Errorf("%s: MessageOf = %q, want %q", tc.name, got, tc.want)
+		}
+		if tc.err == nil {
+			continue
+		}
+		// A client's error made of the code and the message renders the code once.
+		client := &Error{Code: CodeOf(tc.err), Message: got}
+		if n := strings.Count(client.Error(), string(client.Code)); n != 1 {
+			t.Errorf("%s: the client's %q holds the code %d times", tc.name, client.Error(), n)
+		}
 	}
 }

@@ -195,20 +195,3 @@ func withInstall(err error, r Registration) error {
 	}
 	return &Error{Code: CodeOf(err), Message: fmt.Sprintf("%s (install: %s)", MessageOf(err), r.Install), Err: err}
 }
-
-// MessageOf is err's text without the code that Error.Error puts before the message: for
-// printing beside a code or a status already shown.
-func MessageOf(err error) string {
-	var e *Error
-	if errors.As(err, &e) {
-		msg := e.Message
-		if msg == "" && e.Err != nil {
-			msg = e.Err.Error()
-		}
-		if e.Op != "" {
-			msg = e.Op + ": " + msg
-		}
-		return StripCredentials(msg)
-	}
-	return StripCredentials(err.Error())
-}

@@ -24,8 +24,8 @@ type apiError struct {
 	Message string        `json:"message"`
 }
 
-// toAPIError turns err into the wire form: its code (provider.CodeOf) and a message stripped
-// of credentials.
+// toAPIError turns err into the wire form: its code (provider.CodeOf) and its message without
+// that code (provider.MessageOf: clients print "code: message"), stripped of credentials.
 func toAPIError(err error) apiError {
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
@@ -35,7 +35,7 @@ func toAPIError(err error) apiError {
 	if !code.Valid() {
 		code = provider.CodeInternal
 	}
-	return apiError{Code: code, Message: provider.StripCredentials(err.Error())}
+	return apiError{Code: code, Message: provider.MessageOf(err)}
 }
 
 func statusOf(e apiError, err error) int {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tupper-dev/tupper/providers/memory"
+	"github.com/tupper-dev/tupper/providers/remote"
 	"github.com/tupper-dev/tupper/server/api"
 	"github.com/tupper-dev/tupper/store"
 )
@@ -246,6 +247,16 @@ func TestErrors(t *testing.T) {
 	e.want(404, &ae, "GET", "/v1/sandboxes/sb_nope", e.key, nil)
 	if ae.Code != "not_found" {
 		t.Fatalf("404 code = %s", ae.Code)
+	}
+	// The message is the error's without its code, which the body has beside it: a client
+	// prints "code: message" (Go's remote provider as provider.Error does, @tupper/sdk's
+	// TupperError), and the code once. It was "not_found: not_found: …".
+	if strings.Contains(ae.Message, "not_found") || ae.Message == "" {
+		t.Errorf("404 message %q repeats the code", ae.Message)
+	}
+	_, err := remote.New(remote.Config{URL: e.ts.URL, APIKey: e.key}).Connect(t.Context(), "sb_nope")
+	if want := "not_found: " + ae.Message; err == nil || err.Error() != want || strings.Count(err.Error(), "not_found") != 1 {
+		t.Errorf("the remote provider's error: %v, want %q", err, want)
 	}
 	e.want(404, &ae, "POST", "/v1/sandboxes/"+sb.ID+"/files/read", e.key, map[string]string{"path": "/nope"})
 	e.want(404, &ae, "GET", "/v1/sandboxes/"+sb.ID+"/processes/nope", e.key, nil)

@@ -3,7 +3,7 @@
 import { test, after } from "node:test";
 import assert from "node:assert/strict";
 import { TupperError } from "@tupper/sdk";
-import { client, boxOptions, checkExchanges, url } from "./helpers.mjs";
+import { client, boxOptions, checkExchanges, url, apiKey } from "./helpers.mjs";
 
 const c = client();
 const box = await c.create({ ...boxOptions, key: "sdk-test", secrets: { API_TOKEN: "s3cr3t-value" }, env: { GREETING: "hi" }, trackChanges: true });
@@ -184,6 +184,19 @@ test("errors carry the API's codes", async () => {
   await assert.rejects(client("ak_wrong").list(), (e) => e instanceof TupperError && e.code === "unauthorized" && e.status === 401);
   await assert.rejects(c.get("sb-does-not-exist"), (e) => e instanceof TupperError && e.code === "not_found" && e.status === 404);
   await assert.rejects(box.run(""), (e) => e instanceof TupperError && e.code === "invalid_argument" && e.status === 400);
+});
+
+test("an error shows its code once, as Go's provider.Error does: code: message", async () => {
+  // The server's message is the error's without its code; TupperError puts the code before
+  // it. It was "not_found: not_found: …".
+  const res = await fetch(url + "/v1/sandboxes/sb-does-not-exist", { headers: { Authorization: `Bearer ${apiKey}` } });
+  const body = await res.json();
+  assert.equal(body.code, "not_found");
+  assert.doesNotMatch(body.message, /not_found/);
+  const err = await c.get("sb-does-not-exist").then(() => null, (e) => e);
+  assert.ok(err instanceof TupperError);
+  assert.equal(err.message, `not_found: ${body.message}`);
+  await assert.rejects(box.files.read("nope.txt"), (e) => e instanceof TupperError && e.message.split("not_found").length === 2);
 });
 
 test("every exchange above is in the served OpenAPI document", async () => {

@@ -11,7 +11,11 @@ export type ErrorCode =
   | "edit_not_found" | "edit_not_unique" | "timeout" | "aborted" | "unauthorized"
   | "forbidden" | "unavailable" | "resource_exhausted" | "provider" | "internal";
 
-/** A failure the server reported: its code, message and HTTP status. */
+/**
+ * A failure the server reported: its code, message and HTTP status. Its message reads
+ * "code: message", as Go's provider.Error renders an error that came over the API; the
+ * server's message holds no code of its own.
+ */
 export class TupperError extends Error {
   readonly code: ErrorCode;
   readonly status: number;
