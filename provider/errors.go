@@ -78,12 +78,11 @@ func (e *Error) text() string {
 	return StripCredentials(msg)
 }
 
-// MessageOf is err's text without the code that its first *Error renders ("op: code: msg"
-// becomes "op: msg"), credentials removed: what an API sends beside the code ({"code",
-// "message"}), since every client renders an error as "code: message", as Error does one
-// without an op (which is what a client's error is), and what is printed beside a code or a
-// status already shown. The text of the errors that wrap the *Error stays. An err without
-// an *Error is its text.
+// MessageOf is err's text without the "op: code: " that its first *Error renders before its
+// message, credentials removed: what an API sends beside the code ({"code", "message"}),
+// since every client renders an error as "code: message", as Error does one without an op
+// (which is what a client's error is; the client's own call names its op). The text of the
+// errors that wrap the *Error stays. An err without an *Error is its text.
 func MessageOf(err error) string {
 	if err == nil {
 		return ""
@@ -91,14 +90,10 @@ func MessageOf(err error) string {
 	full := err.Error()
 	var e *Error
 	if errors.As(err, &e) {
-		bare := e.text()
-		if e.Op != "" {
-			bare = e.Op + ": " + bare
-		}
 		if i := strings.Index(full, e.Error()); i >= 0 {
-			full = full[:i] + bare + full[i+len(e.Error()):]
+			full = full[:i] + e.text() + full[i+len(e.Error()):]
 		} else {
-			full = bare
+			full = e.text()
 		}
 	}
 	return StripCredentials(full)

@@ -56,7 +56,7 @@ func TestErrorIs(t *testing.T) {
 	}
 }
 
-// MessageOf is what an API sends beside the code: without the code an *Error renders, so that a client's "code: message" shows the code once; text wrapped around it
+// MessageOf is what an API sends beside the code: without the op and code an *Error renders, so that a client's "code: message" shows the code once; text wrapped around it
 // stays.
 func TestMessageOf(t *testing.T) {
 	for _, tc := range []struct {
@@ -66,8 +66,8 @@ func TestMessageOf(t *testing.T) {
 	}{
 		{"nil", nil, ""},
 		{"an *Error", Errorf(CodeNotFound, "no sandbox %q", "x"), `no sandbox "x"`},
-		{"with an op", &Error{Code: CodeNotFound, Op: "snapshot", Message: "no snapshot s"}, "snapshot: no snapshot s"},
-		{"wrapped", fmt.Errorf("creating: %w", &Error{Code: CodeConflict, Op: "volume", Message: "taken"}), "creating: volume: taken"},
+		{"with an op", &Error{Code: CodeNotFound, Op: "snapshot", Message: "no snapshot s"}, "no snapshot s"},
+		{"wrapped", fmt.Errorf("creating: %w", &Error{Code: CodeConflict, Op: "volume", Message: "taken"}), "creating: taken"},
 		{"a cause without a message", &Error{Code: CodeProvider, Err: errors.New("boom")}, "boom"},
 		{"credentials", Errorf(CodeUnauthorized, "bad key ak_0123456789abcdef0123"), "bad key " + StripCredentials("ak_0123456789abcdef0123")},
 		{"a foreign error", errors.New("boom"), "boom"},

@@ -161,7 +161,7 @@ func Resolve(ctx context.Context, opts ResolveOptions) (Provider, error) {
 		if err == nil {
 			return p, nil
 		}
-		reasons = append(reasons, MessageOf(err))
+		reasons = append(reasons, reason(err))
 	}
 	for _, name := range List() {
 		r, _ := Lookup(name)
@@ -172,7 +172,7 @@ func Resolve(ctx context.Context, opts ResolveOptions) (Provider, error) {
 		if err == nil {
 			return p, nil
 		}
-		reasons = append(reasons, MessageOf(err))
+		reasons = append(reasons, reason(err))
 	}
 	return nil, Errorf(CodeUnavailable, "no sandbox provider is available: %s", strings.Join(reasons, "; "))
 }
@@ -188,10 +188,20 @@ func build(ctx context.Context, r Registration) (Provider, error) {
 	return p, nil
 }
 
+// reason is why a provider cannot be built: err's message, after its op (which names the
+// provider when the provider's own error did not).
+func reason(err error) string {
+	var e *Error
+	if errors.As(err, &e) && e.Op != "" {
+		return e.Op + ": " + MessageOf(err)
+	}
+	return MessageOf(err)
+}
+
 // withInstall adds r.Install to err when err says something r.Install provides is missing.
 func withInstall(err error, r Registration) error {
 	if r.Install == "" || !errors.Is(err, ErrMissing) || strings.Contains(err.Error(), r.Install) {
 		return err
 	}
-	return &Error{Code: CodeOf(err), Message: fmt.Sprintf("%s (install: %s)", MessageOf(err), r.Install), Err: err}
+	return &Error{Code: CodeOf(err), Message: fmt.Sprintf("%s (install: %s)", reason(err), r.Install), Err: err}
 }

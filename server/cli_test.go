@@ -79,3 +79,63 @@ func TestCLIAgainstServer(t *testing.T) {
 		t.Fatal("the server logged the key")
 	}
 }
+
+// TestSnapshotCLIAgainstServer: `tupper snapshot ls` (and --json), `inspect` and `rm` go
+// through the server as `tupper snapshot ID` does, and `tupper inspect ID` shows a sandbox.
+func TestSnapshotCLIAgainstServer(t *testing.T) {
+	home := localServeHome(t, "listing snapshots needs a provider that lists them: ")
+	srv := serve(t, home, "local")
+	henv := []string{"TUPPER_HOME=" + home}
+	key, errOut, err := tupper(t, henv, "keys", "create")
+	if err != nil {
+		t.Fatalf("keys create: %v: %s", err, errOut)
+	}
+	env := append(henv, "TUPPER_URL="+srv.url, "TUPPER_API_KEY="+strings.TrimSpace(key), "TUPPER_PROVIDER=")
+	id, errOut, err := tupper(t, env, "create", "--label", "via=cli", "--network", "none")
+	if err != nil {
+		t.Fatalf("create: %v: %s", err, errOut)
+	}
+	id = strings.TrimSpace(id)
+	defer tupper(t, env, "rm", id)
+	out, errOut, err := tupper(t, env, "inspect", id)
+	var sb struct {
+		ID, Provider, State string
+		Labels              map[string]string
+	}
+	if err != nil || json.Unmarshal([]byte(out), &sb) != nil || sb.ID != id || sb.Provider != "remote" || sb.State != "running" || sb.Labels["via"] != "cli" {
+		t.Errorf("inspect: %q %v %s", out, err, errOut)
+	}
+	if _, errOut, err := tupper(t, env, "inspect", "sb-nope"); err == nil || !strings.Contains(errOut, "not_found") {
+		t.Errorf("inspect of no sandbox: %v %s", err, errOut)
+	}
+	snap, errOut, err := tupper(t, env, "snapshot", id)
+	snap = strings.TrimSpace(snap)
+	if err != nil || snap == "" {
+		t.Fatalf("snapshot: %q %v %s", snap, err, errOut)
+	}
+	out, errOut, err = tupper(t, env, "snapshot", "ls", "--json")
+	var list struct {
+		Snapshots []struct{ ID, Name, Kind, SandboxID string }
+	}
+	if err != nil || json.Unmarshal([]byte(out), &list) != nil || len(list.Snapshots) != 1 ||
+		list.Snapshots[0].ID != snap || list.Snapshots[0].SandboxID != id || list.Snapshots[0].Kind != "filesystem" {
+		t.Fatalf("snapshot ls --json: %q %v %s", out, err, errOut)
+	}
+	if out, errOut, err := tupper(t, env, "snapshot", "ls"); err != nil || !strings.HasPrefix(out, "ID") || !strings.Contains(out, snap) {
+		t.Errorf("snapshot ls: %q %v %s", out, err, errOut)
+	}
+	out, errOut, err = tupper(t, env, "snapshot", "inspect", snap)
+	var one struct{ ID, SandboxID string }
+	if err != nil || json.Unmarshal([]byte(out), &one) != nil || one.ID != snap || one.SandboxID != id {
+		t.Errorf("snapshot inspect: %q %v %s", out, err, errOut)
+	}
+	if _, errOut, err := tupper(t, env, "snapshot", "rm", snap); err != nil {
+		t.Fatalf("snapshot rm: %v %s", err, errOut)
+	}
+	if out, _, err := tupper(t, env, "snapshot", "ls", "--json"); err != nil || json.Unmarshal([]byte(out), &list) != nil || len(list.Snapshots) != 0 {
+		t.Errorf("snapshot ls --json after rm: %q %v", out, err)
+	}
+	if _, errOut, err := tupper(t, env, "snapshot", "rm", snap); err == nil || !strings.Contains(errOut, "not_found") {
+		t.Errorf("snapshot rm again: %v %s", err, errOut)
+	}
+}

@@ -85,6 +85,7 @@ var subcommands = []struct {
 	{"network", newNetworkCmd},
 	{"cp", newCpCmd},
 	{"ls", newLsCmd},
+	{"inspect", newInspectCmd},
 	{"rm", newRmCmd},
 	{"doctor", newDoctorCmd},
 	{"version", newVersionCmd},

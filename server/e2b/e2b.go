@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -154,14 +153,9 @@ func writeError(w http.ResponseWriter, err error) {
 	writeJSON(w, status, apiError{Code: status, Message: provider.StripCredentials(message(err))})
 }
 
-// message is an error's text without the "op: code: " prefixes of provider.Error.
-func message(err error) string {
-	var pe *provider.Error
-	if errors.As(err, &pe) && pe.Message != "" {
-		return pe.Message
-	}
-	return err.Error()
-}
+// message is an error's text without the "op: code: " prefixes of provider.Error, as the
+// native API sends it.
+func message(err error) string { return provider.MessageOf(err) }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	var buf bytes.Buffer
