@@ -217,12 +217,16 @@ func (s *Server) proxySigned(w http.ResponseWriter, r *http.Request, _ *caller) 
 }
 
 // serveHostPreview serves a port of a sandbox named by its host, {port}-{id}.{domain}, or by
-// E2B's routing headers (e2b.Server.SandboxPort): public ports to anyone, others to a caller
+// E2B's routing headers (e2b.Server.SandboxPort): a sandbox that is not live is E2B's 502
+// "The sandbox was not found" to anyone (e2b.SandboxGone); public ports to anyone, others to a caller
 // with an API key or the sandbox's token; but every port of a sandbox created through E2B's
 // API with allowPublicTraffic false only with its traffic access token (e2b.PublicTraffic).
 func (s *Server) serveHostPreview(w http.ResponseWriter, r *http.Request, id string, port int) {
 	r.SetPathValue("id", id)
 	r.SetPathValue("port", strconv.Itoa(port))
+	if s.e2b.SandboxGone(w, r, id) {
+		return // E2B's host forms answer a sandbox that is gone as E2B's proxy does
+	}
 	if restricted, ok := s.e2b.PublicTraffic(w, r, id); restricted {
 		if !ok {
 			return

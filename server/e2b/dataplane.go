@@ -103,7 +103,19 @@ func ParsePortHost(host, domain string) (port int, id string, ok bool) {
 	return port, id, true
 }
 
-// notFoundBody is what E2B's proxy answers for a sandbox it does not know.
+// SandboxGone answers a request for a port of sandbox id (SandboxPort) as E2B's proxy does
+// when the sandbox is not live (killed, timed out, never made): 502 "The sandbox was not
+// found", whatever the credential, and reports whether it did. A live sandbox's request is
+// left alone.
+func (s *Server) SandboxGone(w http.ResponseWriter, r *http.Request, id string) bool {
+	if _, err := s.st.Sandbox(r.Context(), id); !errors.Is(err, provider.CodeNotFound) {
+		return false
+	}
+	writeSandboxNotFound(w, id)
+	return true
+}
+
+// writeSandboxNotFound is what E2B's proxy answers for a sandbox it does not know.
 func writeSandboxNotFound(w http.ResponseWriter, id string) {
 	writeJSON(w, http.StatusBadGateway, map[string]any{"sandboxId": id, "message": "The sandbox was not found", "code": http.StatusBadGateway})
 }

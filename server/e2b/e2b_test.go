@@ -573,6 +573,40 @@ func TestPrivateTraffic(t *testing.T) {
 	}
 }
 
+// A request to a port of a sandbox that was killed (or never was), by E2B's host form or
+// its routing headers, is E2B's proxy answer, 502 "The sandbox was not found", with a
+// credential or without; it was the preview's 401, or 404 with a key.
+func TestPortOfAGoneSandbox(t *testing.T) {
+	srv := servertest.Start(t, memory.New(), "", func(c *server.Config) { c.Domain = "sandboxes.test" })
+	u, key := srv.URL, srv.Key
+	killed, _, _ := created(t, u, key, `{"templateID":"base"}`, nil)
+	if r := call(t, "DELETE", u+"/sandboxes/"+killed, key, "", nil, nil); r.StatusCode != 204 {
+		t.Fatalf("kill: %d", r.StatusCode)
+	}
+	for _, id := range []string{killed, "nosuchsandbox0000000"} {
+		for _, c := range []struct {
+			name string
+			key  string
+			hdr  map[string]string
+		}{
+			{"host form", "", map[string]string{"Host": "8080-" + id + ".sandboxes.test"}},
+			{"host form with a key", key, map[string]string{"Host": "8080-" + id + ".sandboxes.test"}},
+			{"routing headers", "", map[string]string{"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": "8080"}},
+			{"routing headers with a key", key, map[string]string{"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": "8080"}},
+		} {
+			var e struct {
+				SandboxID string `json:"sandboxId"`
+				Code      any    `json:"code"`
+				Message   string `json:"message"`
+			}
+			r := call(t, "GET", u+"/index.html", c.key, "", c.hdr, &e)
+			if r.StatusCode != 502 || e.Code != float64(502) || e.SandboxID != id || e.Message != "The sandbox was not found" {
+				t.Errorf("%s, %s: %d %+v, want 502 The sandbox was not found", id, c.name, r.StatusCode, e)
+			}
+		}
+	}
+}
+
 // A request to a port of a sandbox ({port}-{id}.{domain}, not envd's) is the sandbox's, whatever
 // its path or headers: its web app's /health, /v2/sandboxes or signed-looking /files are not
 // E2B's API. (They were: E2B's control plane and signed-URL routing came first.)

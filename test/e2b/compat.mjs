@@ -960,6 +960,14 @@ export async function run(sdk, sdkVersion) {
     const res = await fetch(`${process.env.E2B_SANDBOX_URL}/health`, { headers: { 'E2b-Sandbox-Id': id } })
     assert.equal(res.status, 502)
     assert.equal((await res.json()).message, 'The sandbox was not found')
+    // A port of it, as E2B's proxy answers: 502 too, with a key or without.
+    for (const key of [undefined, process.env.E2B_API_KEY]) {
+      const port = await fetch(`${process.env.E2B_SANDBOX_URL}/`, {
+        headers: { 'E2b-Sandbox-Id': id, 'E2b-Sandbox-Port': '8080', ...(key ? { 'X-API-Key': key } : {}) },
+      })
+      assert.equal(port.status, 502)
+      assert.deepEqual(await port.json(), { sandboxId: id, message: 'The sandbox was not found', code: 502 })
+    }
   })
 
   console.log(failed ? `${failed} step(s) failed` : 'all steps passed')
