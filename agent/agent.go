@@ -366,18 +366,25 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // userFor picks the request's user: name if given, else the Basic auth
-// user, else the default user.
+// user, else the default user. A user the sandbox does not have is refused in
+// envd's words, which E2B's SDKs show: "invalid username: 'NAME'" (the
+// default user's: "invalid default user: 'NAME'").
 func (a *Agent) userFor(name string, r http.Header) (*osUser, error) {
 	if name == "" {
 		name = basicUser(r)
 	}
+	what := "username"
 	if name == "" {
-		name = a.cfg.DefaultUser
+		name, what = a.cfg.DefaultUser, "default user"
 	}
 	if name == "" {
 		return a.users.byUID(uint32(a.euid)), nil
 	}
-	return a.users.lookup(name)
+	u, err := a.users.lookup(name)
+	if err != nil {
+		return nil, fmt.Errorf("invalid %s: '%s'", what, name)
+	}
+	return u, nil
 }
 
 func basicUser(h http.Header) string {

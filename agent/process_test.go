@@ -116,6 +116,17 @@ func TestExecEnvCwdUser(t *testing.T) {
 	}
 }
 
+// A user the sandbox does not have is refused in envd's words, as E2B's SDKs show them
+// (commands.run with a user, a template's runCmd with one): it was "user "x" not found in
+// /etc/passwd".
+func TestExecUnknownUser(t *testing.T) {
+	ta := startAgent(t, agent.Config{})
+	_, err := ta.c.WithUser("no-such-user").Exec(ctxT(t), client.ExecRequest{Command: "true"})
+	if client.CodeOf(err) != client.CodeUnauthenticated || !strings.HasSuffix(err.Error(), "invalid username: 'no-such-user'") {
+		t.Errorf("exec as an unknown user: %v", err)
+	}
+}
+
 // alive reports whether pid exists and is not a zombie.
 func alive(pid int) bool {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")

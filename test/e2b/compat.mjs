@@ -89,6 +89,13 @@ export async function run(sdk, sdkVersion) {
     assert.equal(errs.join(''), 'to-stderr\n')
   })
 
+  await step('a user the sandbox does not have, in envd\'s words', async () => {
+    await assert.rejects(sbx.commands.run('true', { user: 'no-such-user' }), (err) => {
+      assert.match(String(err.message), /invalid username: 'no-such-user'/)
+      return true
+    })
+  })
+
   await step('streaming arrives before the command ends', async () => {
     let firstAt = 0
     const t0 = Date.now()
