@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -15,10 +16,12 @@ import (
 // pausable is the memory provider with pause (a flag per sandbox, which Info and List
 // report), enough for the server to pause a sandbox at its timeout without a runtime.
 // Without timeout it also drops the "timeout" capability, so that the server enforces
-// every deadline itself.
+// every deadline itself. With dial set, every port of its sandboxes is that address
+// (previews: "preview" and DialPort).
 type pausable struct {
 	*memory.Provider
 	noTimeout bool
+	dial      string
 
 	mu     sync.Mutex
 	paused map[string]bool
@@ -33,6 +36,9 @@ func (p *pausable) Capabilities() provider.Capabilities {
 	c[provider.CapPause] = true
 	if p.noTimeout {
 		delete(c, provider.CapTimeout)
+	}
+	if p.dial != "" {
+		c[provider.CapPreview] = true
 	}
 	return c
 }
@@ -95,6 +101,11 @@ func (i *pausableInstance) id(ctx context.Context) string {
 func (i *pausableInstance) Pause(ctx context.Context) error {
 	i.p.setPaused(i.id(ctx), true)
 	return nil
+}
+
+func (i *pausableInstance) DialPort(ctx context.Context, port int) (net.Conn, error) {
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", i.p.dial)
 }
 
 func (i *pausableInstance) Resume(ctx context.Context) error {

@@ -323,6 +323,9 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 	var transport http.RoundTripper = s.previews
 	target := &url.URL{Scheme: "http", Host: strconv.Itoa(port) + "-" + id + portHostSuffix}
 	host := "localhost:" + strconv.Itoa(port)
+	if m := s.e2b.MaskedHost(r.Context(), id, port); m != "" {
+		host = m // E2B's network.maskRequestHost
+	}
 	raw, err := b.PortTarget(r.Context(), port)
 	if err != nil {
 		writeError(w, err)

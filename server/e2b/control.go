@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"maps"
+	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -233,6 +234,11 @@ func (s *Server) options(ctx context.Context, req newSandbox, defTimeout int64, 
 			return opts, err
 		}
 		allowOut, denyOut = n.AllowOut, n.DenyOut
+		if n.MaskRequestHost != nil {
+			if err := validMaskHost(*n.MaskRequestHost); err != nil {
+				return opts, err
+			}
+		}
 		// Header transforms: bound secrets that set headers, outside the sandbox.
 		if opts.BoundSecrets, err = s.ruleHeaders(ctx, keyID, n.Rules); err != nil {
 			return opts, err
@@ -248,6 +254,44 @@ func (s *Server) options(ctx context.Context, req newSandbox, defTimeout int64, 
 	}
 	opts.Network = withEgressProxy(opts.Network, egressProxy)
 	return opts, opts.Validate()
+}
+
+// maskPort is what E2B replaces in network.maskRequestHost with the port a request is for.
+const maskPort = "${PORT}"
+
+// validMaskHost checks network.maskRequestHost as E2B does: with ${PORT} as a port, a host
+// name (ASCII letters, digits, '-', '_' and '.') or an address, with or without a :port.
+func validMaskHost(mask string) error {
+	bad := provider.Errorf(provider.CodeInvalidArgument, "mask request host is not valid: %s", mask)
+	h := strings.ReplaceAll(mask, maskPort, "1")
+	if strings.Contains(h, ":") && !strings.HasSuffix(h, "]") {
+		host, port, err := net.SplitHostPort(h)
+		if err != nil {
+			return bad
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return bad
+		}
+		h = host
+	}
+	if ip, err := netip.ParseAddr(strings.Trim(h, "[]")); err == nil && ip.IsValid() {
+		return nil
+	}
+	if h == "" || len(h) > 253 || strings.Trim(h, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") != "" {
+		return bad
+	}
+	return nil
+}
+
+// MaskedHost is the Host header that requests to port of sandbox id carry into it: the
+// sandbox's network.maskRequestHost, ${PORT} replaced by the port, as E2B's proxy sends it
+// (with the client's host in X-Forwarded-Host); "" for a sandbox created without one.
+func (s *Server) MaskedHost(ctx context.Context, id string, port int) string {
+	rec, err := s.st.Sandbox(ctx, id)
+	if err != nil || rec.Labels[labelMaskHost] == "" {
+		return ""
+	}
+	return strings.ReplaceAll(rec.Labels[labelMaskHost], maskPort, strconv.Itoa(port))
 }
 
 // egressProxyOf parses E2B's SandboxEgressProxyConfig (nil when absent or null): a SOCKS5
@@ -395,6 +439,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, keyID string, de
 	if n := req.Network; n != nil && n.AllowPublicTraffic != nil && !*n.AllowPublicTraffic {
 		labels[labelPublicTraffic] = "false"
 	}
+	if n := req.Network; n != nil && n.MaskRequestHost != nil && *n.MaskRequestHost != "" {
+		labels[labelMaskHost] = *n.MaskRequestHost
+	}
 	if hasMCP(req.MCP) {
 		labels[labelMCP] = "true"
 	}
@@ -445,8 +492,8 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, _ string) {
 		listedSandbox: s.listed(box.Record, box.Info), EnvdAccessToken: s.envdToken(box.Record.ID), Domain: s.domain(),
 		Lifecycle: &sandboxLifecycle{OnTimeout: e2bOnTimeout(box.Record.OnTimeout), AutoResume: box.Record.AutoResume},
 	}
-	if private(box.Record.Labels) {
-		d.Network = &networkDetail{AllowPublicTraffic: false}
+	if mask := box.Record.Labels[labelMaskHost]; private(box.Record.Labels) || mask != "" {
+		d.Network = &networkDetail{AllowPublicTraffic: !private(box.Record.Labels), MaskRequestHost: mask}
 	}
 	// The egress proxy in force, without its password, from providers that report it.
 	if b, err := s.lc.Peek(r.Context(), box.Record.ID); err == nil {

@@ -90,7 +90,8 @@ type sandboxDetail struct {
 
 // networkDetail is the part of E2B's SandboxNetworkConfig a detail reports.
 type networkDetail struct {
-	AllowPublicTraffic bool `json:"allowPublicTraffic"`
+	AllowPublicTraffic bool   `json:"allowPublicTraffic"`
+	MaskRequestHost    string `json:"maskRequestHost,omitempty"`
 	// EgressProxy is E2B's SandboxEgressProxyInfo: the address and username, never the
 	// password.
 	EgressProxy *provider.EgressProxy `json:"egressProxy,omitempty"`
@@ -140,6 +141,9 @@ const (
 	// labelPublicTraffic, "false", records network.allowPublicTraffic false: the sandbox's
 	// ports take requests only with its traffic access token (PublicTraffic).
 	labelPublicTraffic = reservedPrefix + "allow-public-traffic"
+	// labelMaskHost records network.maskRequestHost: the Host header the sandbox's ports see
+	// (MaskedHost).
+	labelMaskHost = reservedPrefix + "mask-request-host"
 )
 
 // metadata is what E2B reports as a sandbox's metadata: its labels without the server's.

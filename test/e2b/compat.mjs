@@ -604,6 +604,31 @@ export async function run(sdk, sdkVersion) {
     }
   })
 
+  await step('network.maskRequestHost: the sandbox\'s ports see the mask as Host', async () => {
+    const m = await Sandbox.create('base', { network: { maskRequestHost: 'app-${PORT}.internal' }, timeoutMs: 120_000 })
+    try {
+      assert.equal((await m.getInfo()).network?.maskRequestHost, 'app-${PORT}.internal')
+      await m.files.write('echo_host.py', [
+        'import http.server',
+        'class H(http.server.BaseHTTPRequestHandler):',
+        '    def do_GET(self):',
+        "        b = (self.headers.get('Host', '') + '|' + self.headers.get('X-Forwarded-Host', '')).encode()",
+        '        self.send_response(200); self.send_header("Content-Length", str(len(b))); self.end_headers(); self.wfile.write(b)',
+        "http.server.HTTPServer(('0.0.0.0', 8091), H).serve_forever()",
+      ].join('\n') + '\n')
+      await m.commands.run('exec python3 echo_host.py', { background: true })
+      const body = await until('the server in the sandbox', 20_000, async () => {
+        const r = await fetch(new URL('/', process.env.E2B_SANDBOX_URL), {
+          headers: { 'E2b-Sandbox-Id': m.sandboxId, 'E2b-Sandbox-Port': '8091', 'X-API-Key': process.env.E2B_API_KEY },
+        })
+        return r.status === 200 ? await r.text() : null
+      })
+      assert.equal(body.split('|')[0], 'app-8091.internal')
+    } finally {
+      await m.kill()
+    }
+  })
+
   // egressProbe runs in a sandbox: "rcode NAME..." asks the sandbox's nameserver for each
   // NAME's AAAA record and prints the answer's rcode (0 answered, 3 no such name); "connect
   // ADDR PORT" connects and reads, printing how it ended. Under a policy neither sends a
