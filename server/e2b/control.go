@@ -436,8 +436,10 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, keyID string, de
 		labels[sandbox.SDKLabel] = "true"
 		labels[labelSDKAdded] = "true"
 	}
-	if n := req.Network; n != nil && n.AllowPublicTraffic != nil && !*n.AllowPublicTraffic {
-		labels[labelPublicTraffic] = "false"
+	if n := req.Network; n != nil && n.AllowPublicTraffic != nil {
+		// Absent, the ports need a credential (docs/e2b.md says why); asked for either
+		// way, they are as E2B's.
+		labels[labelPublicTraffic] = strconv.FormatBool(*n.AllowPublicTraffic)
 	}
 	if n := req.Network; n != nil && n.MaskRequestHost != nil && *n.MaskRequestHost != "" {
 		labels[labelMaskHost] = *n.MaskRequestHost

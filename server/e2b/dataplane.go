@@ -246,12 +246,19 @@ const HeaderTrafficToken = "E2b-Traffic-Access-Token"
 // (trafficAccessToken of create and connect) in the e2b-traffic-access-token header, which
 // is then all they need, as on E2B: restricted is true, and ok says whether the token is
 // the sandbox's. When it is not, PublicTraffic has answered 403 with E2B's proxy error
-// body; when it is, it removes the header, so the token does not reach the sandbox. For any
-// other sandbox restricted is false, w and r are left alone, and the server's own rules
-// for previews apply.
+// body; when it is, it removes the header, so the token does not reach the sandbox. One
+// created with allowPublicTraffic true takes them from anyone, as on E2B: restricted and ok
+// are true. For any other sandbox restricted is false, w and r are left alone, and the
+// server's own rules for previews apply (a credential unless the port is public).
 func (s *Server) PublicTraffic(w http.ResponseWriter, r *http.Request, id string) (restricted, ok bool) {
 	rec, err := s.st.Sandbox(r.Context(), id)
-	if err != nil || !private(rec.Labels) || !idPattern.MatchString(id) {
+	if err != nil || !idPattern.MatchString(id) {
+		return false, false
+	}
+	if public(rec.Labels) {
+		return true, true
+	}
+	if !private(rec.Labels) {
 		return false, false
 	}
 	tok := r.Header.Get(HeaderTrafficToken)

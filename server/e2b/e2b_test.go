@@ -515,12 +515,14 @@ func TestSignedURLOfANewSandbox(t *testing.T) {
 // detail says so, and the sandbox's {port}-{id}.{domain} hosts take requests only with the
 // token in e2b-traffic-access-token (403 with E2B's body otherwise, even with an API key);
 // with it, the request goes on to the preview (which the memory provider cannot serve:
-// 501). Other sandboxes keep the server's own rules.
+// 501). allowPublicTraffic true makes the ports public, as on E2B; a sandbox that did not
+// ask keeps the server's own rules (a credential).
 func TestPrivateTraffic(t *testing.T) {
 	srv := servertest.Start(t, memory.New(), "", func(c *server.Config) { c.Domain = "sandboxes.test" })
 	u, key := srv.URL, srv.Key
 	priv, _, tok := created(t, u, key, `{"templateID":"base","network":{"allowPublicTraffic":false}}`, nil)
 	open, _, openTok := created(t, u, key, `{"templateID":"base","network":{"allowPublicTraffic":true}}`, nil)
+	def, _, _ := created(t, u, key, `{"templateID":"base"}`, nil)
 	if tok == nil || len(*tok) != 40 || openTok != nil {
 		t.Fatalf("trafficAccessToken: private %v, public %v", tok, openTok)
 	}
@@ -552,8 +554,13 @@ func TestPrivateTraffic(t *testing.T) {
 		{"private, the other sandbox's envd token", "", with(host(priv), "E2b-Traffic-Access-Token", "sbt_x"), 403},
 		{"private, an API key", key, host(priv), 403},
 		{"private, the token", "", with(host(priv), "E2b-Traffic-Access-Token", *tok), 501},
-		{"public, no credential", "", host(open), 401},
+		// allowPublicTraffic true, asked for: anyone, as on E2B (the memory provider then
+		// cannot serve the port: 501).
+		{"public, no credential", "", host(open), 501},
 		{"public, an API key", key, host(open), 501},
+		// Not asked for: the server's preview rules, a credential (docs/e2b.md says why).
+		{"default, no credential", "", host(def), 401},
+		{"default, an API key", key, host(def), 501},
 	} {
 		var e struct {
 			SandboxID string `json:"sandboxId"`

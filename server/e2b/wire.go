@@ -138,8 +138,9 @@ const (
 	// made through the SDK (as every sandbox of the server is), by which `tupper ls` lists
 	// them; the client did not set it, so E2B's API does not show it.
 	labelSDKAdded = reservedPrefix + "sdk-label-added"
-	// labelPublicTraffic, "false", records network.allowPublicTraffic false: the sandbox's
-	// ports take requests only with its traffic access token (PublicTraffic).
+	// labelPublicTraffic records network.allowPublicTraffic as the client set it: "false",
+	// the sandbox's ports take requests only with its traffic access token; "true", they take
+	// them from anyone, as E2B's; absent, the server's preview rules (PublicTraffic).
 	labelPublicTraffic = reservedPrefix + "allow-public-traffic"
 	// labelMaskHost records network.maskRequestHost: the Host header the sandbox's ports see
 	// (MaskedHost).
@@ -161,6 +162,10 @@ func metadata(labels map[string]string) map[string]string {
 // private reports whether the sandbox of a record takes public traffic only with its
 // traffic access token.
 func private(labels map[string]string) bool { return labels[labelPublicTraffic] == "false" }
+
+// public reports whether the sandbox of a record was created with network.allowPublicTraffic
+// true: its ports take requests from anyone.
+func public(labels map[string]string) bool { return labels[labelPublicTraffic] == "true" }
 
 func (s *Server) size() provider.Size { return provider.Sizes["small"] }
 

@@ -604,6 +604,24 @@ export async function run(sdk, sdkVersion) {
     }
   })
 
+  await step('network.allowPublicTraffic true: its ports take anyone, as E2B\'s; without it a credential', async () => {
+    const pub = await Sandbox.create('base', { network: { allowPublicTraffic: true }, timeoutMs: 120_000 })
+    try {
+      await pub.files.write('www/index.html', 'public')
+      await pub.commands.run('cd www && exec python3 -m http.server 8092', { background: true })
+      const get = (id) => fetch(new URL('/index.html', process.env.E2B_SANDBOX_URL),
+        { headers: { 'E2b-Sandbox-Id': id, 'E2b-Sandbox-Port': '8092' } })
+      const body = await until('the server in the sandbox', 20_000, async () => {
+        const r = await get(pub.sandboxId)
+        return r.status === 200 ? await r.text() : null
+      })
+      assert.equal(body, 'public')
+      assert.equal((await get(sbx.sandboxId)).status, 401, 'a port of a sandbox that did not ask for public traffic, without a credential')
+    } finally {
+      await pub.kill()
+    }
+  })
+
   await step('network.maskRequestHost: the sandbox\'s ports see the mask as Host', async () => {
     const m = await Sandbox.create('base', { network: { maskRequestHost: 'app-${PORT}.internal' }, timeoutMs: 120_000 })
     try {
