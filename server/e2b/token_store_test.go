@@ -84,11 +84,20 @@ func newMemoryServer(t *testing.T) (*Server, *store.Store) {
 }
 
 // signedSandbox finds the signer among the live records, reads the list at most once per
-// signedScanListTTL, and runs one search at a time: a second caller waits for its turn and
-// gives up with its context.
+// signedScanListTTL unless this server recorded a sandbox since, and runs one search at a
+// time: a second caller waits for its turn and gives up with its context.
 func TestSignedSandboxScan(t *testing.T) {
-	s, st := newMemoryServer(t)
+	dir := t.TempDir()
 	ctx := t.Context()
+	st, err := store.Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	s, err := New(ctx, Config{Provider: memory.New(), Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
 	now := time.Now()
 	for _, id := range []string{"aaaaaaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbbbbbb"} {
 		if err := st.PutSandbox(ctx, store.Sandbox{ID: id, Provider: "memory", CreatedAt: now}, nil); err != nil {
@@ -108,15 +117,30 @@ func TestSignedSandboxScan(t *testing.T) {
 	if _, err := s.signedSandbox(ctx, "POST", signed("bbbbbbbbbbbbbbbbbbbb", now.Unix()+60), now); err != errSignatureInvalid {
 		t.Fatalf("a read URL used to write: %v", err)
 	}
-	// A sandbox made within the list's lifetime is found once the list is read again.
+	// A sandbox this server records within the list's lifetime is found at once: the list
+	// is read again (a new sandbox's URLs work the moment it exists).
 	if err := st.PutSandbox(ctx, store.Sandbox{ID: "cccccccccccccccccccc", Provider: "memory", CreatedAt: now}, nil); err != nil {
 		t.Fatal(err)
 	}
 	q := signed("cccccccccccccccccccc", now.Unix()+60)
-	if _, err := s.signedSandbox(ctx, "GET", q, now.Add(signedScanListTTL/2)); err != errSignatureInvalid {
-		t.Fatalf("a sandbox newer than the cached list: %v", err)
+	if id, err := s.signedSandbox(ctx, "GET", q, now.Add(signedScanListTTL/4)); err != nil || id != "cccccccccccccccccccc" {
+		t.Fatalf("a sandbox recorded since the list was read: %q %v", id, err)
 	}
-	if id, err := s.signedSandbox(ctx, "GET", q, now.Add(2*signedScanListTTL)); err != nil || id != "cccccccccccccccccccc" {
+	// One another process records (here another Store on the same database) is found once
+	// the list's lifetime is over.
+	other, err := store.Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if err := other.PutSandbox(ctx, store.Sandbox{ID: "dddddddddddddddddddd", Provider: "memory", CreatedAt: now}, nil); err != nil {
+		t.Fatal(err)
+	}
+	q = signed("dddddddddddddddddddd", now.Unix()+60)
+	if _, err := s.signedSandbox(ctx, "GET", q, now.Add(signedScanListTTL/2)); err != errSignatureInvalid {
+		t.Fatalf("a sandbox another process recorded, within the list's lifetime: %v", err)
+	}
+	if id, err := s.signedSandbox(ctx, "GET", q, now.Add(2*signedScanListTTL)); err != nil || id != "dddddddddddddddddddd" {
 		t.Fatalf("after the list's lifetime: %q %v", id, err)
 	}
 	// One search at a time.
