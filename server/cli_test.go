@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tupper-dev/tupper/providers/local"
 	"github.com/tupper-dev/tupper/server/servertest"
 )
 
@@ -81,7 +82,8 @@ func TestCLIAgainstServer(t *testing.T) {
 }
 
 // TestSnapshotCLIAgainstServer: `tupper snapshot ls` (and --json), `inspect` and `rm` go
-// through the server as `tupper snapshot ID` does, and `tupper inspect ID` shows a sandbox.
+// through the server as `tupper snapshot ID` does, `tupper inspect ID` shows a sandbox, and
+// `tupper template ls`, `inspect` and `rm` show the server's templates, not this machine's.
 func TestSnapshotCLIAgainstServer(t *testing.T) {
 	home := localServeHome(t, "listing snapshots needs a provider that lists them: ")
 	srv := serve(t, home, "local")
@@ -137,5 +139,54 @@ func TestSnapshotCLIAgainstServer(t *testing.T) {
 	}
 	if _, errOut, err := tupper(t, env, "snapshot", "rm", snap); err == nil || !strings.Contains(errOut, "not_found") {
 		t.Errorf("snapshot rm again: %v %s", err, errOut)
+	}
+
+	// The server's templates: its home is not this command's (TUPPER_HOME points elsewhere),
+	// and only the server's store holds "served-only".
+	lp, err := local.New(local.Config{Home: home, AgentPath: servertest.Binary(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lp.Close()
+	servertest.BusyboxTemplate(t, lp, "served-only")
+	tenv := append(env, "TUPPER_HOME="+t.TempDir())
+	out, errOut, err = tupper(t, tenv, "template", "ls", "--json")
+	var tl struct {
+		Templates []struct {
+			Name    string
+			Builtin bool
+		}
+	}
+	names := map[string]bool{}
+	if err == nil && json.Unmarshal([]byte(out), &tl) == nil {
+		for _, tp := range tl.Templates {
+			names[tp.Name] = true
+		}
+	}
+	if !names["host"] || !names["served-only"] {
+		t.Errorf("template ls --json: %q %v %s, want host and served-only", out, err, errOut)
+	}
+	if out, errOut, err := tupper(t, tenv, "template", "ls"); err != nil || !strings.HasPrefix(out, "NAME") || !strings.Contains(out, "host") || strings.Contains(out, "store:") {
+		t.Errorf("template ls: %q %v %s", out, err, errOut)
+	}
+	out, errOut, err = tupper(t, tenv, "template", "inspect", "served-only")
+	var ti struct {
+		Name   string
+		Layers int
+	}
+	if err != nil || json.Unmarshal([]byte(out), &ti) != nil || ti.Name != "served-only" || ti.Layers == 0 {
+		t.Errorf("template inspect served-only: %q %v %s", out, err, errOut)
+	}
+	if _, errOut, err := tupper(t, tenv, "template", "inspect", "no-such-template"); err == nil || !strings.Contains(errOut, "not_found") {
+		t.Errorf("template inspect of none: %v %s", err, errOut)
+	}
+	if _, errOut, err := tupper(t, tenv, "template", "rm", "host"); err == nil || !strings.Contains(errOut, "invalid_argument") {
+		t.Errorf("template rm host: %v %s", err, errOut)
+	}
+	if out, errOut, err := tupper(t, tenv, "template", "rm", "served-only"); err != nil || out != "served-only\n" {
+		t.Errorf("template rm served-only: %q %v %s", out, err, errOut)
+	}
+	if _, errOut, err := tupper(t, tenv, "template", "inspect", "served-only"); err == nil || !strings.Contains(errOut, "not_found") {
+		t.Errorf("template inspect after rm: %v %s", err, errOut)
 	}
 }

@@ -9,33 +9,13 @@ import (
 	"os"
 	"path"
 	"strings"
-	"time"
 
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/server/api"
 	"github.com/tupper-dev/tupper/server/builds"
 	"github.com/tupper-dev/tupper/template"
 	"github.com/tupper-dev/tupper/template/dockerfile"
 )
-
-// templateJSON is provider.TemplateInfo on the wire.
-type templateJSON struct {
-	Name    string     `json:"name"`
-	Tags    []string   `json:"tags,omitempty"`
-	Builtin bool       `json:"builtin"`
-	Source  string     `json:"source,omitempty"`
-	Layers  int        `json:"layers"`
-	Size    int64      `json:"sizeBytes"`
-	Created *time.Time `json:"createdAt,omitempty"`
-}
-
-func toTemplateJSON(t provider.TemplateInfo) templateJSON {
-	out := templateJSON{Name: t.Name, Tags: t.Tags, Builtin: t.Builtin, Source: t.Source, Layers: t.Layers, Size: t.Size}
-	if !t.Created.IsZero() {
-		c := t.Created.UTC()
-		out.Created = &c
-	}
-	return out
-}
 
 // templates are the provider's (provider.Templater), shared by every key of the server:
 // what a create's template names. Without the interface there are none to list.
@@ -53,9 +33,9 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request, _ *caller
 		writeError(w, err)
 		return
 	}
-	out := []templateJSON{}
+	out := []api.Template{}
 	for _, t := range all {
-		out = append(out, toTemplateJSON(t))
+		out = append(out, api.TemplateOf(t))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"templates": out})
 }
@@ -72,7 +52,7 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request, _ *caller) 
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, toTemplateJSON(t))
+	writeJSON(w, http.StatusOK, api.TemplateOf(t))
 }
 
 // deleteTemplate removes a template and the layers no other template uses; one that a

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tupper-dev/tupper/internal/testenv"
 	"github.com/tupper-dev/tupper/providers/local"
+	"github.com/tupper-dev/tupper/server/api"
 	"github.com/tupper-dev/tupper/template"
 )
 
@@ -51,16 +52,16 @@ func TestTemplatesAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var list struct{ Templates []templateJSON }
+	var list struct{ Templates []api.Template }
 	e.want(200, &list, "GET", "/v1/templates", e.key, nil)
-	got := map[string]templateJSON{}
+	got := map[string]api.Template{}
 	for _, tp := range list.Templates {
 		got[tp.Name] = tp
 	}
 	if !got["host"].Builtin || !got["debian"].Builtin || !got["base"].Builtin || got["tiny"].Builtin || got["tiny"].Layers != 1 || got["tiny"].Size != 5 || got["tiny"].Created == nil {
 		t.Fatalf("templates: %+v", list.Templates)
 	}
-	var one templateJSON
+	var one api.Template
 	e.want(200, &one, "GET", "/v1/templates/tiny:1", e.key, nil)
 	if one.Name != "tiny" || one.Source != "test" {
 		t.Errorf("by tag: %+v", one)
@@ -71,7 +72,7 @@ func TestTemplatesAPI(t *testing.T) {
 	if !one.Builtin || one.Name != "host" {
 		t.Errorf("host: %+v", one)
 	}
-	one = templateJSON{}
+	one = api.Template{}
 	e.want(200, &one, "GET", "/v1/templates/base", e.key, nil)
 	if !one.Builtin || one.Name != "base" || one.Layers != 0 {
 		t.Errorf("base, not made: %+v", one)
@@ -97,7 +98,7 @@ func TestTemplatesAPI(t *testing.T) {
 // TestTemplatesUnsupported: a provider without templates lists none and refuses deletes.
 func TestTemplatesUnsupported(t *testing.T) {
 	e := newEnv(t) // the memory provider
-	var list struct{ Templates []templateJSON }
+	var list struct{ Templates []api.Template }
 	e.want(200, &list, "GET", "/v1/templates", e.key, nil)
 	if len(list.Templates) != 0 {
 		t.Errorf("templates: %+v", list.Templates)

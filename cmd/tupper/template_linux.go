@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/providers/local"
+	"github.com/tupper-dev/tupper/sandbox"
+	"github.com/tupper-dev/tupper/server/api"
 	"github.com/tupper-dev/tupper/store"
 	"github.com/tupper-dev/tupper/template"
 )
@@ -43,6 +46,7 @@ func newTemplateCmd() *cobra.Command {
 			"The built-in template host (the host's own /usr) is always there. See docs/templates.md.",
 	}
 	cmd.PersistentFlags().StringVar(&home, "home", store.Home(), "state directory ($TUPPER_HOME)")
+	var server providerFlags // ls, inspect and rm with --url: a server's templates
 	open := func() (*template.Store, error) { return template.Open(home) }
 
 	var (
@@ -100,6 +104,9 @@ func newTemplateCmd() *cobra.Command {
 		Short: "List templates: name, tags, layers, size, source, created; and the store's disk use",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if server.url != "" {
+				return serverTemplates(cmd, &server, lsJSON)
+			}
 			lp, err := local.New(local.Config{Home: home})
 			if err != nil {
 				return templateErr(err)
@@ -125,20 +132,7 @@ func newTemplateCmd() *cobra.Command {
 				enc.SetIndent("", "  ")
 				return enc.Encode(map[string]any{"templates": rows, "store": map[string]any{"layers": u.Layers, "bytes": u.Bytes, "unreferenced": u.Unreferenced}})
 			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tTAGS\tLAYERS\tSIZE\tSOURCE\tCREATED")
-			for _, r := range rows {
-				if r.Layers == 0 {
-					fmt.Fprintf(tw, "%s\t-\t-\t-\t%s\t-\n", r.Name, r.Source)
-					continue
-				}
-				tags := strings.Join(r.Tags, ",")
-				if tags == "" {
-					tags = "-"
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", r.Name, tags, r.Layers, bytesHuman(r.Size), r.Source, r.Created.Local().Format(time.DateTime))
-			}
-			tw.Flush()
+			printTemplateRows(cmd, rows)
 			fmt.Fprintf(cmd.OutOrStdout(), "\nstore: %d layers, %s (shared layers counted once); %s in layers no template uses\n", u.Layers, bytesHuman(u.Bytes), bytesHuman(u.Unreferenced))
 			return nil
 		},
@@ -150,6 +144,17 @@ func newTemplateCmd() *cobra.Command {
 		Short: "Print a template's record and its layers as JSON",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if server.url != "" {
+				prov, err := server.resolveExisting(cmd.Context())
+				if err != nil {
+					return templateErr(err)
+				}
+				t, err := sandbox.InspectTemplate(cmd.Context(), prov, args[0])
+				if err != nil {
+					return templateErr(err)
+				}
+				return printJSON(cmd, api.TemplateOf(t))
+			}
 			enc := json.NewEncoder(cmd.OutOrStdout())
 			enc.SetIndent("", "  ")
 			if args[0] == local.TemplateHost {
@@ -196,6 +201,17 @@ func newTemplateCmd() *cobra.Command {
 			"uses any more. A template in use by a sandbox or snapshot is refused unless --force.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if server.url != "" {
+				prov, err := server.resolveExisting(cmd.Context())
+				if err != nil {
+					return templateErr(err)
+				}
+				if err := sandbox.DeleteTemplate(cmd.Context(), prov, args[0], force); err != nil {
+					return templateErr(err)
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), args[0])
+				return nil
+			}
 			if args[0] == local.TemplateHost {
 				return templateErr(provider.Errorf(provider.CodeInvalidArgument, "template %q is built in and cannot be removed", local.TemplateHost))
 			}
@@ -245,8 +261,51 @@ func newTemplateCmd() *cobra.Command {
 			return nil
 		},
 	}
+	for _, c := range []*cobra.Command{ls, inspect, rm} {
+		c.Flags().StringVar(&server.url, "url", os.Getenv("TUPPER_URL"),
+			"a tupper server whose templates to use instead of this machine's (default: $TUPPER_URL; the API key is $TUPPER_API_KEY)")
+	}
 	cmd.AddCommand(imp, newTemplateBuildCmd(&home), ls, inspect, rm, prune)
 	return cmd
+}
+
+// serverTemplates is `template ls` against a server: its templates, through the SDK
+// (providers/remote), with no store line (the server's disk is not this machine's).
+func serverTemplates(cmd *cobra.Command, pf *providerFlags, asJSON bool) error {
+	prov, err := pf.resolveExisting(cmd.Context())
+	if err != nil {
+		return templateErr(err)
+	}
+	all, err := sandbox.Templates(cmd.Context(), prov)
+	if err != nil {
+		return templateErr(err)
+	}
+	rows := make([]templateRow, 0, len(all))
+	for _, t := range all {
+		rows = append(rows, templateRow{Name: t.Name, Builtin: t.Builtin, Tags: t.Tags, Layers: t.Layers, Size: t.Size, Source: t.Source, Created: t.Created})
+	}
+	if asJSON {
+		return printJSON(cmd, map[string]any{"templates": rows})
+	}
+	return printTemplateRows(cmd, rows)
+}
+
+// printTemplateRows prints `template ls`'s table.
+func printTemplateRows(cmd *cobra.Command, rows []templateRow) error {
+	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tTAGS\tLAYERS\tSIZE\tSOURCE\tCREATED")
+	for _, r := range rows {
+		if r.Layers == 0 {
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t%s\t-\n", r.Name, r.Source)
+			continue
+		}
+		tags := strings.Join(r.Tags, ",")
+		if tags == "" {
+			tags = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", r.Name, tags, r.Layers, bytesHuman(r.Size), r.Source, r.Created.Local().Format(time.DateTime))
+	}
+	return tw.Flush()
 }
 
 // templateRow is a line of `template ls`.

@@ -233,3 +233,33 @@ func (s Snapshot) Info() provider.SnapshotInfo {
 		ExpiresAt: s.ExpiresAt, Size: s.Size, Volumes: s.Volumes,
 	}
 }
+
+// Template is a template on the wire (GET /v1/templates, /v1/templates/{name}).
+type Template struct {
+	Name    string     `json:"name"`
+	Tags    []string   `json:"tags,omitempty"`
+	Builtin bool       `json:"builtin"`
+	Source  string     `json:"source,omitempty"`
+	Layers  int        `json:"layers"`
+	Size    int64      `json:"sizeBytes"`
+	Created *time.Time `json:"createdAt,omitempty"`
+}
+
+// TemplateOf is t on the wire.
+func TemplateOf(t provider.TemplateInfo) Template {
+	out := Template{Name: t.Name, Tags: t.Tags, Builtin: t.Builtin, Source: t.Source, Layers: t.Layers, Size: t.Size}
+	if !t.Created.IsZero() {
+		c := t.Created.UTC()
+		out.Created = &c
+	}
+	return out
+}
+
+// Info is t as the provider contract's.
+func (t Template) Info() provider.TemplateInfo {
+	out := provider.TemplateInfo{Name: t.Name, Tags: t.Tags, Builtin: t.Builtin, Source: t.Source, Layers: t.Layers, Size: t.Size}
+	if t.Created != nil {
+		out.Created = *t.Created
+	}
+	return out
+}
