@@ -17,7 +17,8 @@ import (
 // provider/connectcode (the client gives REST statuses Connect's names); a connection
 // that failed is CodeUnavailable; anything else CodeProvider. A CodeProvider or
 // CodeUnavailable failure of a sandbox that Config.Gone says has stopped is CodeNotFound.
-// The agent's messages are untrusted text: credentials are stripped from them.
+// An error the agent reported keeps its message, without the code it now carries as the
+// contract's. The agent's messages are untrusted text: credentials are stripped from them.
 func (e *Envd) Err(ctx context.Context, err error, op string) error {
 	if err == nil {
 		return nil
@@ -43,5 +44,10 @@ func (e *Envd) Err(ctx context.Context, err error, op string) error {
 	if (code == provider.CodeProvider || code == provider.CodeUnavailable) && e.cfg.Gone != nil && e.cfg.Gone(context.WithoutCancel(ctx)) {
 		return &provider.Error{Code: provider.CodeNotFound, Op: op, Message: fmt.Sprintf("sandbox %s has stopped", e.cfg.ID), Err: err}
 	}
-	return &provider.Error{Code: code, Op: op, Message: provider.StripCredentials(err.Error()), Err: err}
+	msg := err.Error()
+	if ce := (*client.Error)(nil); errors.As(err, &ce) && ce.Message != "" {
+		// Its code is now the error's: its text ("agent: not_found: …") would show it twice.
+		msg = ce.Message
+	}
+	return &provider.Error{Code: code, Op: op, Message: provider.StripCredentials(msg), Err: err}
 }
