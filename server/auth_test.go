@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/tupper-dev/tupper/server/api"
 )
 
 // TestAuthMatrix sends every authenticated route no credential, a malformed one, a revoked
@@ -96,7 +98,7 @@ func TestAuthMatrix(t *testing.T) {
 func TestNoCredentialsInLogs(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.AllowPrivateWebhooks = true })
 	sb := e.create(map[string]any{"secrets": map[string]string{"API_TOKEN": "s3cr3t-value-123"}})
-	var wh webhookJSON
+	var wh api.Webhook
 	e.want(201, &wh, "POST", "/v1/webhooks", e.key, map[string]any{"url": "http://127.0.0.1:1/hook"})
 	var signed struct{ URL string }
 	e.want(200, &signed, "POST", "/v1/sandboxes/"+sb.ID+"/files/presign", sb.Token, map[string]string{"path": "a.txt", "method": "PUT"})

@@ -190,3 +190,47 @@ func TestSnapshotCLIAgainstServer(t *testing.T) {
 		t.Errorf("template inspect after rm: %v %s", err, errOut)
 	}
 }
+
+// TestWebhookCLIAgainstServer: `tupper webhook create`, `ls` (and --json) and `rm` manage the
+// server's webhooks; create prints the secret on stdout only; without a server it says so.
+func TestWebhookCLIAgainstServer(t *testing.T) {
+	home := t.TempDir()
+	srv := serve(t, home, "memory")
+	henv := []string{"TUPPER_HOME=" + home, "TUPPER_URL="}
+	if _, errOut, err := tupper(t, henv, "webhook", "ls"); err == nil || !strings.Contains(errOut, "pass --url") {
+		t.Errorf("webhook ls without a server: %v %s", err, errOut)
+	}
+	key, errOut, err := tupper(t, henv, "keys", "create")
+	if err != nil {
+		t.Fatalf("keys create: %v: %s", err, errOut)
+	}
+	env := append(henv, "TUPPER_URL="+srv.url, "TUPPER_API_KEY="+strings.TrimSpace(key), "TUPPER_PROVIDER=")
+	secret, errOut, err := tupper(t, env, "webhook", "create", "http://127.0.0.1:9/hook", "--event", "sandbox.created")
+	if err != nil || strings.TrimSpace(secret) == "" || strings.ContainsAny(strings.TrimSpace(secret), " \n") || !strings.Contains(errOut, "created webhook wh") {
+		t.Fatalf("webhook create: %q %v %s", secret, err, errOut)
+	}
+	out, errOut, err := tupper(t, env, "webhook", "ls", "--json")
+	var list struct {
+		Webhooks []struct {
+			ID, URL, Secret string
+			Events          []string
+		}
+	}
+	if err != nil || json.Unmarshal([]byte(out), &list) != nil || len(list.Webhooks) != 1 || list.Webhooks[0].URL != "http://127.0.0.1:9/hook" ||
+		len(list.Webhooks[0].Events) != 1 || list.Webhooks[0].Secret != "" {
+		t.Fatalf("webhook ls --json: %q %v %s", out, err, errOut)
+	}
+	id := list.Webhooks[0].ID
+	if out, errOut, err := tupper(t, env, "webhook", "ls"); err != nil || !strings.Contains(out, id) || strings.Contains(out, strings.TrimSpace(secret)) {
+		t.Errorf("webhook ls: %q %v %s", out, err, errOut)
+	}
+	if _, errOut, err := tupper(t, env, "webhook", "rm", id); err != nil {
+		t.Fatalf("webhook rm: %v %s", err, errOut)
+	}
+	if out, _, err := tupper(t, env, "webhook", "ls", "--json"); err != nil || json.Unmarshal([]byte(out), &list) != nil || len(list.Webhooks) != 0 {
+		t.Errorf("webhook ls --json after rm: %q %v", out, err)
+	}
+	if _, errOut, err := tupper(t, env, "webhook", "rm", id); err == nil || !strings.Contains(errOut, "not_found") {
+		t.Errorf("webhook rm again: %v %s", err, errOut)
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/server/api"
 	"github.com/tupper-dev/tupper/store"
 )
 
@@ -88,14 +89,6 @@ func (s *Server) writeEvents(w http.ResponseWriter, r *http.Request, f store.Eve
 	writeJSON(w, http.StatusOK, map[string]any{"events": evs})
 }
 
-type webhookJSON struct {
-	ID        string    `json:"id"`
-	URL       string    `json:"url"`
-	Events    []string  `json:"events"`
-	Secret    string    `json:"secret,omitempty"`
-	CreatedAt time.Time `json:"createdAt"`
-}
-
 func (s *Server) createWebhook(w http.ResponseWriter, r *http.Request, _ *caller) {
 	var req struct {
 		URL    string   `json:"url"`
@@ -129,7 +122,7 @@ func (s *Server) createWebhook(w http.ResponseWriter, r *http.Request, _ *caller
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, webhookJSON{ID: h.ID, URL: h.URL, Events: h.Events, Secret: h.Secret, CreatedAt: h.CreatedAt})
+	writeJSON(w, http.StatusCreated, api.Webhook{ID: h.ID, URL: h.URL, Events: h.Events, Secret: h.Secret, CreatedAt: h.CreatedAt})
 }
 
 func (s *Server) listWebhooks(w http.ResponseWriter, r *http.Request, _ *caller) {
@@ -138,9 +131,9 @@ func (s *Server) listWebhooks(w http.ResponseWriter, r *http.Request, _ *caller)
 		writeError(w, err)
 		return
 	}
-	out := make([]webhookJSON, 0, len(hs))
+	out := make([]api.Webhook, 0, len(hs))
 	for _, h := range hs {
-		out = append(out, webhookJSON{ID: h.ID, URL: h.URL, Events: h.Events, CreatedAt: h.CreatedAt})
+		out = append(out, api.Webhook{ID: h.ID, URL: h.URL, Events: h.Events, CreatedAt: h.CreatedAt})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"webhooks": out})
 }

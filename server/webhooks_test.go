@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tupper-dev/tupper/server/api"
 	"github.com/tupper-dev/tupper/store"
 )
 
@@ -64,7 +65,7 @@ func TestWebhookSignedAndRetried(t *testing.T) {
 		close(done)
 	}))
 	defer recv.Close()
-	var wh webhookJSON
+	var wh api.Webhook
 	e.want(201, &wh, "POST", "/v1/webhooks", e.key, map[string]any{"url": recv.URL + "/hook", "events": []string{EventCreated}})
 	if len(wh.Secret) < 20 || wh.ID == "" {
 		t.Fatalf("webhook = %+v", wh)
@@ -72,7 +73,7 @@ func TestWebhookSignedAndRetried(t *testing.T) {
 	mu.Lock()
 	secret = wh.Secret
 	mu.Unlock()
-	var list struct{ Webhooks []webhookJSON }
+	var list struct{ Webhooks []api.Webhook }
 	e.want(200, &list, "GET", "/v1/webhooks", e.key, nil)
 	if len(list.Webhooks) != 1 || list.Webhooks[0].Secret != "" {
 		t.Fatalf("list shows %+v (secrets must not be listed)", list)
@@ -197,7 +198,7 @@ func TestWebhookAllowPrivateAndRedirects(t *testing.T) {
 		got.Add(1)
 	}))
 	defer recv.Close()
-	var direct, moved webhookJSON
+	var direct, moved api.Webhook
 	e.want(201, &direct, "POST", "/v1/webhooks", e.key, map[string]any{"url": recv.URL + "/hook"})
 	e.want(201, &moved, "POST", "/v1/webhooks", e.key, map[string]any{"url": recv.URL + "/moved"})
 	e.create(nil)

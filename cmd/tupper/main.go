@@ -92,6 +92,7 @@ var subcommands = []struct {
 	{"agent", newAgentCmd},
 	{"serve", newServeCmd},
 	{"keys", newKeysCmd},
+	{"webhook", newWebhookCmd},
 	{"logs", newLogsCmd},
 	{"snapshot", newSnapshotCmd},
 	{"pause", newPauseCmd},

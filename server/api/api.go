@@ -263,3 +263,13 @@ func (t Template) Info() provider.TemplateInfo {
 	}
 	return out
 }
+
+// Webhook is a webhook on the wire (POST and GET /v1/webhooks). Secret, which signs its
+// deliveries, is only in the answer of its create.
+type Webhook struct {
+	ID        string    `json:"id"`
+	URL       string    `json:"url"`
+	Events    []string  `json:"events"`
+	Secret    string    `json:"secret,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
+}
