@@ -15,7 +15,8 @@
 // sandbox-sdk=true and keys under "tupper.e2b/", stay internal); envVars the environment of
 // every command; timeout (seconds: 15 by default on v1, 300 on v2) the hard lifetime, which
 // the provider enforces (or, for a provider that cannot, the server's reaper);
-// network.allowPublicTraffic false a traffic access token (PublicTraffic). Also served:
+// network.allowPublicTraffic false a traffic access token, true ports open to anyone
+// (PublicTraffic); network.maskRequestHost the Host its ports see (MaskedHost). Also served:
 // connect (v1 and v2: 200 when running, 201 when resumed from pause), list (GET /sandboxes:
 // running ones; GET /v2/sandboxes: metadata, state, template and startedAfter (at or after)
 // filters, order, limit and X-Next-Token paging; both newest first by default), get, kill,
@@ -51,7 +52,8 @@
 // native API), except for GET /health and for /files with a valid signed URL (E2B's v1
 // scheme, verified here with the sandbox's token). A signed /files URL without
 // E2b-Sandbox-Id (a browser, curl) is routed by its signature. Unknown sandboxes answer 502
-// {"sandboxId", "message": "The sandbox was not found", "code": 502}, as E2B's proxy does;
+// {"sandboxId", "message": "The sandbox was not found", "code": 502}, as E2B's proxy does,
+// on envd's port and on their other ports alike (SandboxGone);
 // paused ones "The sandbox is paused", at once, from the store's record (a connection kept
 // to a frozen agent would never answer). A signed URL that has expired is refused with
 // envd's message.
