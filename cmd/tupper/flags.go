@@ -118,7 +118,14 @@ func (f *createFlags) resolve(ctx context.Context) (provider.Provider, error) {
 	if err != nil || len(allow) == 0 && !f.noMirror {
 		return prov, err
 	}
-	return localWith(prov, localOptions{allowPrivate: allow, noTemplateMirror: f.noMirror}, "--allow-private and --no-template-mirror")
+	var given []string // the error names the flags the user gave
+	if len(allow) > 0 {
+		given = append(given, "--allow-private")
+	}
+	if f.noMirror {
+		given = append(given, "--no-template-mirror")
+	}
+	return localWith(prov, localOptions{allowPrivate: allow, noTemplateMirror: f.noMirror}, strings.Join(given, " and "))
 }
 
 func (f *createFlags) register(cmd *cobra.Command) {
