@@ -231,7 +231,15 @@ func (s *Server) requestBuild(w http.ResponseWriter, r *http.Request, keyID stri
 	})
 }
 
-var hashRe = regexp.MustCompile(`^[0-9a-f]{64}$`)
+// The validation patterns below are compiled on first use, not at start-up: every tupper
+// command links this package, and `tupper exec` or `tupper version` should not pay for
+// compiling them (hashRe's {64} alone is 64 copies of its class).
+var hashRe = lazyRegexp(`^[0-9a-f]{64}$`)
+
+// lazyRegexp returns a function that compiles expr the first time it is called.
+func lazyRegexp(expr string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
+}
 
 // uploadSignature signs an upload of the file hash for build id until expires.
 func (s *Server) uploadSignature(id, hash string, expires int64) string {
@@ -248,7 +256,7 @@ func (s *Server) fileUploadLink(w http.ResponseWriter, r *http.Request, keyID st
 		return
 	}
 	hash := r.PathValue("hash")
-	if !hashRe.MatchString(hash) {
+	if !hashRe().MatchString(hash) {
 		writeError(w, provider.Errorf(provider.CodeInvalidArgument, "files hash %q: 64 lowercase hex digits", hash))
 		return
 	}
@@ -277,7 +285,7 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	id, hash := q.Get("build"), r.PathValue("hash")
 	exp, err := strconv.ParseInt(q.Get("expires"), 10, 64)
-	if err != nil || !hashRe.MatchString(hash) ||
+	if err != nil || !hashRe().MatchString(hash) ||
 		!hmac.Equal([]byte(q.Get("signature")), []byte(s.uploadSignature(id, hash, exp))) {
 		writeError(w, provider.Errorf(provider.CodeUnauthorized, "invalid upload signature"))
 		return
@@ -377,10 +385,10 @@ func (s *Server) startBuild(w http.ResponseWriter, r *http.Request, keyID string
 }
 
 var (
-	envKeyRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	userRe   = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*(:[A-Za-z0-9_][A-Za-z0-9_.-]*)?$`)
-	modeRe   = regexp.MustCompile(`^[0-7]{3,4}$`)
-	baseRe   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/@-]*$`)
+	envKeyRe = lazyRegexp(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	userRe   = lazyRegexp(`^[A-Za-z0-9_][A-Za-z0-9_.-]*(:[A-Za-z0-9_][A-Za-z0-9_.-]*)?$`)
+	modeRe   = lazyRegexp(`^[0-7]{3,4}$`)
+	baseRe   = lazyRegexp(`^[A-Za-z0-9][A-Za-z0-9._:/@-]*$`)
 )
 
 // quoteWord quotes s for a Dockerfile instruction that expands variables (ENV, WORKDIR):
@@ -419,7 +427,7 @@ func translate(ctx context.Context, req buildStart, uploads, ctxDir string, maxU
 	if base == "" {
 		base = req.FromImage
 	}
-	if !baseRe.MatchString(base) {
+	if !baseRe().MatchString(base) {
 		return bad("base %q is not a template name or an image reference", base)
 	}
 	var lines []string
@@ -445,7 +453,7 @@ func translate(ctx context.Context, req buildStart, uploads, ctxDir string, maxU
 			}
 			run := "RUN " + jsonArray("/bin/sh", "-c", st.Args[0])
 			if len(st.Args) == 2 && st.Args[1] != "" && st.Args[1] != user {
-				if !userRe.MatchString(st.Args[1]) {
+				if !userRe().MatchString(st.Args[1]) {
 					return bad("step %s: user %q", name, st.Args[1])
 				}
 				add(name, "USER "+st.Args[1])
@@ -462,7 +470,7 @@ func translate(ctx context.Context, req buildStart, uploads, ctxDir string, maxU
 			if src == "" || path.IsAbs(src) || slices.Contains(strings.Split(src, "/"), "..") || dest == "" || strings.ContainsAny(src+dest, "\r\n\x00") {
 				return bad("step %s: COPY %q %q: the source must be relative to the context, without '..'", name, src, dest)
 			}
-			if !hashRe.MatchString(st.FilesHash) {
+			if !hashRe().MatchString(st.FilesHash) {
 				return bad("step %s: COPY needs the filesHash of its uploaded files", name)
 			}
 			if !unpacked[st.FilesHash] {
@@ -483,13 +491,13 @@ func translate(ctx context.Context, req buildStart, uploads, ctxDir string, maxU
 			}
 			line := "COPY "
 			if len(st.Args) > 2 && st.Args[2] != "" {
-				if !userRe.MatchString(st.Args[2]) {
+				if !userRe().MatchString(st.Args[2]) {
 					return bad("step %s: user %q", name, st.Args[2])
 				}
 				line += "--chown=" + st.Args[2] + " "
 			}
 			if len(st.Args) > 3 && st.Args[3] != "" {
-				if !modeRe.MatchString(st.Args[3]) {
+				if !modeRe().MatchString(st.Args[3]) {
 					return bad("step %s: mode %q is not octal", name, st.Args[3])
 				}
 				line += "--chmod=" + st.Args[3] + " "
@@ -501,7 +509,7 @@ func translate(ctx context.Context, req buildStart, uploads, ctxDir string, maxU
 			}
 			var kv []string
 			for j := 0; j < len(st.Args); j += 2 {
-				if !envKeyRe.MatchString(st.Args[j]) {
+				if !envKeyRe().MatchString(st.Args[j]) {
 					return bad("step %s: environment variable name %q", name, st.Args[j])
 				}
 				v, err := quoteWord(st.Args[j+1])
@@ -521,7 +529,7 @@ func translate(ctx context.Context, req buildStart, uploads, ctxDir string, maxU
 			}
 			add(name, "WORKDIR "+d)
 		case "USER":
-			if len(st.Args) != 1 || !userRe.MatchString(st.Args[0]) {
+			if len(st.Args) != 1 || !userRe().MatchString(st.Args[0]) {
 				return bad("step %s: USER takes a user name or id", name)
 			}
 			user = st.Args[0]
