@@ -54,6 +54,7 @@ func newBenchCmd() *cobra.Command {
 			if !o.api && o.densityMax == 0 && o.park == 0 && o.fork == 0 {
 				o.cli = true
 			}
+			settle = o.settle
 			b := &bencher{cmd: cmd, o: o, self: selfPath()}
 			return b.run(cmd.Context())
 		},
@@ -74,6 +75,7 @@ func newBenchCmd() *cobra.Command {
 	fl.IntVar(&o.park, "park", 0, "run the park section with this many parked sandboxes per runtime (0: skip)")
 	fl.StringVar(&o.parkRuntimes, "park-runtimes", "", "comma-separated runtimes of the park section (default: runsc and the default runtime)")
 	fl.IntVar(&o.fork, "fork", 0, "run the fork section with this many rounds of each fork per runtime (0: skip)")
+	fl.DurationVar(&o.settle, "settle", settle, "untimed pause after each operation when several are timed in turn (0: none); see docs/performance.md")
 	fl.StringVar(&o.forkRuntimes, "fork-runtimes", "", "comma-separated runtimes of the fork section (default: runsc and the default runtime)")
 	return cmd
 }
@@ -92,11 +94,12 @@ type benchOptions struct {
 	parkRuntimes    string
 	fork            int
 	forkRuntimes    string
+	settle          time.Duration
 }
 
 func (o benchOptions) validate() error {
-	if o.n < 1 || o.execN < 1 || o.idle < 0 || o.pool < 1 || o.densityMax < 0 || o.park < 0 || o.fork < 0 {
-		return fmt.Errorf("--n, --exec-n and --pool must be at least 1, --idle, --density-max, --park and --fork not negative")
+	if o.n < 1 || o.execN < 1 || o.idle < 0 || o.pool < 1 || o.densityMax < 0 || o.park < 0 || o.fork < 0 || o.settle < 0 {
+		return fmt.Errorf("--n, --exec-n and --pool must be at least 1, --idle, --density-max, --park, --fork and --settle not negative")
 	}
 	if o.provider != "local" && o.provider != "docker" {
 		return fmt.Errorf("--provider %s: bench measures local or docker", o.provider)
@@ -164,9 +167,11 @@ func measure(n int, f func() error) (stats, error) {
 }
 
 // settle is the untimed pause after each call when measureEach alternates several
-// operations: what one leaves running when it returns (Docker's shim and runc exiting after
-// an exec, a destroy's teardown) would otherwise be timed as part of the next one, on a
-// 2-core machine most of it.
+// operations (--settle): what one leaves running when it returns (Docker's shim and runc
+// exiting after an exec, a destroy's teardown) would otherwise be timed as part of the next
+// one, on a 2-core machine most of it. It also means that every operation starts from an
+// idle machine, as an agent's command a few seconds after the last one does, which costs
+// more than a tight loop: caches and CPUs have gone cold (docs/performance.md measures both).
 var settle = 50 * time.Millisecond
 
 // measureEach times n rounds of fs after one warm-up round, each round calling every f in
@@ -182,7 +187,7 @@ func measureEach(n int, fs ...func() error) ([]stats, error) {
 			if timed {
 				ds[i] = append(ds[i], time.Since(start))
 			}
-			if len(fs) > 1 {
+			if len(fs) > 1 && settle > 0 {
 				time.Sleep(settle)
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -184,7 +185,8 @@ func TestBenchSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the bench smoke run takes a minute")
 	}
-	r := tupper(t, home, "", "bench", "--cli", "--api", "--n", "1", "--exec-n", "2", "--idle", "1", "--pool", "1",
+	// --exec-n 20: enough for a p50 that the ratio below can be checked on.
+	r := tupper(t, home, "", "bench", "--cli", "--api", "--n", "1", "--exec-n", "20", "--idle", "1", "--pool", "1",
 		"--e2b", filepath.Join(t.TempDir(), "none"), "--density-max", "2", "--density-runtimes", "runc",
 		"--park", "2", "--park-runtimes", "runsc,crun", "--fork", "1", "--fork-runtimes", "runsc,runc")
 	t.Logf("stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
@@ -194,8 +196,9 @@ func TestBenchSmoke(t *testing.T) {
 	dur := `[0-9.]+ (µs|ms|s)`
 	want := []string{
 		`create → first command +tupper SDK in process \(\w+\) +1 +` + dur,
-		`exec true +tupper exec \(whole process\) +2 +` + dur,
-		`exec true +tupper API: POST /v1/sandboxes/\{id\}/run +2 +` + dur + ` +` + dur,
+		`exec true +tupper exec \(whole process\) +20 +` + dur,
+		`start-up +tupper version \(whole process\) +20 +` + dur,
+		`exec true +tupper API: POST /v1/sandboxes/\{id\}/run +20 +` + dur + ` +` + dur,
 		`create → first command +tupper API, no pool: .* +1 +` + dur,
 		`create → first command +tupper API, pool of 1: the same \([01] of 1 from the pool\) +1 +` + dur,
 		`… → destroyed +tupper API, pool of 1: the same +1 +` + dur,
@@ -221,7 +224,7 @@ func TestBenchSmoke(t *testing.T) {
 	} else {
 		want = append(want,
 			`exec true +tupper API: POST .* faster than Docker API`,
-			`exec true +Docker API: exec create, start \(attached\), inspect +2 +`+dur,
+			`exec true +Docker API: exec create, start \(attached\), inspect +20 +`+dur,
 			`create → first command +Docker API: create, start, wait .* +1 +`+dur,
 			`create → first command +docker run --rm true \(whole process\) +1 +`+dur,
 			`write\+read 64 MiB +docker cp in and out .* +1 +`+dur,
@@ -232,6 +235,7 @@ func TestBenchSmoke(t *testing.T) {
 			t.Errorf("no line matches %s", re)
 		}
 	}
+	checkExecRatio(t, r.stdout)
 	if !strings.Contains(r.stderr, "E2B SDK: skipped: E2B's SDK is not installed in") {
 		t.Errorf("the E2B part did not say why it was skipped: %s", r.stderr)
 	}
@@ -248,5 +252,62 @@ func TestBenchSmoke(t *testing.T) {
 			return nil
 		})
 		t.Errorf("bench left the sandbox directory %s: %v", d.Name(), files)
+	}
+}
+
+// minExecRatio is how many times faster than the runtime's own exec (`crun exec`, `runc
+// exec`: a whole process that joins the sandbox's namespaces and cgroups) the SDK's exec
+// round trip into the same sandbox must be, at p50, in the bench smoke test. Quiet, the
+// ratio is about 8 (the target; docs/performance.md); a loaded machine slows both sides, and
+// a CI machine's load read between 6 and 9. A ratio, not a time, so that the check does not
+// depend on the machine's speed; 4 leaves a loaded machine room and still fails when the
+// round trip gets twice as slow as it is, as it did once (issue 28).
+const minExecRatio = 4.0
+
+// checkExecRatio finds the SDK's exec row and its comparison with the runtime's exec in the
+// bench's output and fails below minExecRatio.
+func checkExecRatio(t *testing.T, stdout string) {
+	t.Helper()
+	ratio, rt, ok := execRatio(stdout)
+	if !ok {
+		t.Errorf("no comparison of the SDK's exec with the runtime's own exec")
+		return
+	}
+	t.Logf("SDK exec is %.1fx faster than %s exec at p50 (at least %.0fx wanted)", ratio, rt, minExecRatio)
+	if ratio < minExecRatio {
+		t.Errorf("the SDK's exec round trip is only %.1fx faster than %s exec into the same sandbox (want at least %.0fx): the hot path got slower", ratio, rt, minExecRatio)
+	}
+}
+
+// execRatio is how many times faster than the runtime's exec the bench's output says the
+// SDK's exec was at p50 (below 1: slower), and which runtime.
+func execRatio(stdout string) (ratio float64, runtime string, ok bool) {
+	m := regexp.MustCompile(`(?m)^exec true +tupper SDK in process +[0-9]+ .*?([0-9.]+)x (faster|slower) than (\w+) exec`).FindStringSubmatch(stdout)
+	if m == nil {
+		return 0, "", false
+	}
+	ratio, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		return 0, "", false
+	}
+	if m[2] == "slower" {
+		ratio = 1 / ratio
+	}
+	return ratio, m[3], true
+}
+
+func TestExecRatio(t *testing.T) {
+	out := "OPERATION  WHAT  N  P50  P99  COMPARED\n" +
+		"exec true  tupper SDK in process  20  2.5 ms  28.7 ms  9.2x faster than crun exec (p99 2.6x)\n" +
+		"exec true  tupper exec (whole process)  20  12.2 ms  42.6 ms  1.9x faster than crun exec (p99 1.7x)\n"
+	if r, rt, ok := execRatio(out); !ok || r != 9.2 || rt != "crun" {
+		t.Errorf("got %v %q %v", r, rt, ok)
+	}
+	if r, _, ok := execRatio("exec true  tupper SDK in process  20  9 ms  9 ms  2.0x slower than runc exec (p99 1.0x)\n"); !ok || r != 0.5 {
+		t.Errorf("slower: got %v %v", r, ok)
+	}
+	// The whole-process row compares with the runtime too; it must not be taken for the SDK's.
+	if _, _, ok := execRatio("exec true  tupper SDK in process  20  2.5 ms  28.7 ms\nexec true  tupper exec (whole process)  20  12.2 ms  42.6 ms  1.9x faster than crun exec\n"); ok {
+		t.Error("took another row's comparison")
 	}
 }
