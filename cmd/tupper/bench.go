@@ -75,8 +75,8 @@ func newBenchCmd() *cobra.Command {
 	fl.IntVar(&o.park, "park", 0, "run the park section with this many parked sandboxes per runtime (0: skip)")
 	fl.StringVar(&o.parkRuntimes, "park-runtimes", "", "comma-separated runtimes of the park section (default: runsc and the default runtime)")
 	fl.IntVar(&o.fork, "fork", 0, "run the fork section with this many rounds of each fork per runtime (0: skip)")
-	fl.DurationVar(&o.settle, "settle", settle, "untimed pause after each operation when several are timed in turn (0: none); see docs/performance.md")
 	fl.StringVar(&o.forkRuntimes, "fork-runtimes", "", "comma-separated runtimes of the fork section (default: runsc and the default runtime)")
+	fl.DurationVar(&o.settle, "settle", settle, "untimed pause after each operation when several are timed in turn (0: none); see docs/performance.md")
 	return cmd
 }
 
