@@ -37,7 +37,8 @@ func newBenchCmd() *cobra.Command {
 			"  --cli          tupper run / exec and the SDK in process against docker run / exec\n" +
 			"  --api          a tupper serve it starts itself, with and without a warm pool, over\n" +
 			"                 keep-alive HTTP, against Docker Engine's API on its unix socket, and\n" +
-			"                 E2B's JS SDK against the same server (--e2b)\n" +
+			"                 E2B's JS SDK against the same server (--e2b), and N creates sent\n" +
+			"                 at once (--concurrent N)\n" +
 			"  --density-max  idle sandboxes created one by one until create latency doubles, host\n" +
 			"                 memory runs short or N are up, with host memory per idle sandbox\n" +
 			"  --park         N idle sandboxes created and paused with the pause that releases\n" +
@@ -76,6 +77,7 @@ func newBenchCmd() *cobra.Command {
 	fl.StringVar(&o.parkRuntimes, "park-runtimes", "", "comma-separated runtimes of the park section (default: runsc and the default runtime)")
 	fl.IntVar(&o.fork, "fork", 0, "run the fork section with this many rounds of each fork per runtime (0: skip)")
 	fl.StringVar(&o.forkRuntimes, "fork-runtimes", "", "comma-separated runtimes of the fork section (default: runsc and the default runtime)")
+	fl.IntVar(&o.concurrent, "concurrent", 0, "in the API section, also this many creates sent at once to the server without a pool (0: skip)")
 	fl.DurationVar(&o.settle, "settle", settle, "untimed pause after each operation when several are timed in turn (0: none); see docs/performance.md")
 	return cmd
 }
@@ -95,11 +97,12 @@ type benchOptions struct {
 	fork            int
 	forkRuntimes    string
 	settle          time.Duration
+	concurrent      int
 }
 
 func (o benchOptions) validate() error {
-	if o.n < 1 || o.execN < 1 || o.idle < 0 || o.pool < 1 || o.densityMax < 0 || o.park < 0 || o.fork < 0 || o.settle < 0 {
-		return fmt.Errorf("--n, --exec-n and --pool must be at least 1, --idle, --density-max, --park, --fork and --settle not negative")
+	if o.n < 1 || o.execN < 1 || o.idle < 0 || o.pool < 1 || o.densityMax < 0 || o.park < 0 || o.fork < 0 || o.settle < 0 || o.concurrent < 0 {
+		return fmt.Errorf("--n, --exec-n and --pool must be at least 1, --idle, --density-max, --park, --fork, --settle and --concurrent not negative")
 	}
 	if o.provider != "local" && o.provider != "docker" {
 		return fmt.Errorf("--provider %s: bench measures local or docker", o.provider)

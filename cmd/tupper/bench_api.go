@@ -197,11 +197,67 @@ func (b *bencher) apiSection(ctx context.Context, rt, image string) error {
 		r3.versus(dfull.stats(), "Docker API")
 		r4.versus(dfull.stats(), "Docker API")
 	}
+	if b.o.concurrent > 0 {
+		if err := b.concurrentCreates(ctx, api); err != nil {
+			return err
+		}
+	}
 	title := fmt.Sprintf("HTTP API: tupper serve (%s), one keep-alive client", rt)
 	if docker != nil {
 		title = fmt.Sprintf("HTTP APIs: tupper serve (%s) and Docker Engine, one keep-alive client each", rt)
 	}
 	return b.flush(title)
+}
+
+// concurrentCreates sends --concurrent creates to the server without a pool at once, each
+// on a connection of its own, and times each and the whole burst; then it destroys them.
+func (b *bencher) concurrentCreates(ctx context.Context, api *tupperAPI) error {
+	n := b.o.concurrent
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		ids  []string
+		lat  samples
+		errs []error
+	)
+	start := time.Now()
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.Now()
+			id, err := api.create(ctx)
+			d := time.Since(t)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			ids, lat = append(ids, id), append(lat, d)
+		}()
+	}
+	wg.Wait()
+	all := time.Since(start)
+	for _, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := api.destroy(context.WithoutCancel(ctx), id); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		return fmt.Errorf("%d concurrent creates: %d failed, the first: %w", n, len(errs), errs[0])
+	}
+	b.add("concurrent creates", fmt.Sprintf("tupper API, no pool: %d POST /v1/sandboxes at once, each", n), lat.stats())
+	b.figure("concurrent creates", fmt.Sprintf("tupper API, no pool: %d at once, all done", n), fmtDur(all),
+		fmt.Sprintf("p95 of each %s", fmtDur(lat.percentile(95))))
+	return nil
 }
 
 // dockerCycle times a container of image running true through Docker's API: created,

@@ -186,7 +186,7 @@ func TestBenchSmoke(t *testing.T) {
 		t.Skip("-short: the bench smoke run takes a minute")
 	}
 	// --exec-n 20: enough for a p50 that the ratio below can be checked on.
-	r := tupper(t, home, "", "bench", "--cli", "--api", "--n", "1", "--exec-n", "20", "--idle", "1", "--pool", "1",
+	r := tupper(t, home, "", "bench", "--cli", "--api", "--n", "1", "--exec-n", "20", "--idle", "1", "--pool", "1", "--concurrent", "2",
 		"--e2b", filepath.Join(t.TempDir(), "none"), "--density-max", "2", "--density-runtimes", "runc",
 		"--park", "2", "--park-runtimes", "runsc,crun", "--fork", "1", "--fork-runtimes", "runsc,runc")
 	t.Logf("stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
@@ -202,6 +202,8 @@ func TestBenchSmoke(t *testing.T) {
 		`create → first command +tupper API, no pool: .* +1 +` + dur,
 		`create → first command +tupper API, pool of 1: the same \([01] of 1 from the pool\) +1 +` + dur,
 		`… → destroyed +tupper API, pool of 1: the same +1 +` + dur,
+		`concurrent creates +tupper API, no pool: 2 POST /v1/sandboxes at once, each +2 +` + dur,
+		`concurrent creates +tupper API, no pool: 2 at once, all done +` + dur,
 		`idle density +runc: idle sandboxes live before create got 2x slower +≥ 2 +stopped at 2: --density-max 2 reached`,
 		`memory per idle sandbox +runc, 2 sandboxes \(cgroups [0-9.]+ MiB`,
 		`pause +runsc: saved to disk \(pause-frees-memory\) +2 +` + dur,
