@@ -33,31 +33,24 @@ func newForkCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			prov, err := pf.resolveExisting(ctx)
-			if err != nil {
-				return err
-			}
-			box, err := sandbox.Connect(ctx, prov, args[0], sandbox.ConnectOptions{SkipRecoverSecrets: true})
-			if err != nil {
-				return err
-			}
-			defer box.Close()
-			kids, err := box.Fork(ctx, sandbox.ForkOptions{N: n, Timeout: timeout, Labels: lab})
-			if err != nil {
-				return err
-			}
-			ids := make([]string, 0, len(kids))
-			for _, k := range kids {
-				ids = append(ids, k.ID)
-				k.Close()
-			}
-			if asJSON {
-				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{"sandbox": box.ID, "kind": box.ForkKind(), "ids": ids})
-			}
-			for _, id := range ids {
-				fmt.Fprintln(cmd.OutOrStdout(), id)
-			}
-			return nil
+			return withSandbox(ctx, &pf, args[0], func(box *sandbox.Sandbox) error {
+				kids, err := box.Fork(ctx, sandbox.ForkOptions{N: n, Timeout: timeout, Labels: lab})
+				if err != nil {
+					return err
+				}
+				ids := make([]string, 0, len(kids))
+				for _, k := range kids {
+					ids = append(ids, k.ID)
+					k.Close()
+				}
+				if asJSON {
+					return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{"sandbox": box.ID, "kind": box.ForkKind(), "ids": ids})
+				}
+				for _, id := range ids {
+					fmt.Fprintln(cmd.OutOrStdout(), id)
+				}
+				return nil
+			})
 		},
 	}
 	pf.register(cmd)

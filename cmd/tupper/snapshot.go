@@ -32,28 +32,21 @@ func newSnapshotCmd() *cobra.Command {
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			prov, err := pf.resolveExisting(ctx)
-			if err != nil {
-				return err
-			}
-			box, err := sandbox.Connect(ctx, prov, args[0], sandbox.ConnectOptions{SkipRecoverSecrets: true})
-			if err != nil {
-				return err
-			}
-			defer box.Close()
-			kind := sandbox.SnapshotFilesystem
-			if full {
-				kind = sandbox.SnapshotFull
-			}
-			snap, err := box.Snapshot(ctx, sandbox.SnapshotOptions{ExpiresIn: expires.Truncate(time.Millisecond), Kind: kind, Name: name})
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]string{"id": snap, "sandbox": box.ID})
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), snap) // cmd.Println writes to stderr
-			return nil
+			return withSandbox(ctx, &pf, args[0], func(box *sandbox.Sandbox) error {
+				kind := sandbox.SnapshotFilesystem
+				if full {
+					kind = sandbox.SnapshotFull
+				}
+				snap, err := box.Snapshot(ctx, sandbox.SnapshotOptions{ExpiresIn: expires.Truncate(time.Millisecond), Kind: kind, Name: name})
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]string{"id": snap, "sandbox": box.ID})
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), snap) // cmd.Println writes to stderr
+				return nil
+			})
 		},
 	}
 	pf.register(cmd)
