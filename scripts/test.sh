@@ -90,7 +90,9 @@ docker_group() {
 	local docker_sock=${DOCKER_HOST:-unix:///var/run/docker.sock} dockerd_dir
 	if ! curl -fsS --unix-socket "${docker_sock#unix://}" http://docker/_ping >/dev/null 2>&1; then
 		dockerd_dir=$(mktemp -d /tmp/tupper-dockerd.XXXXXX)
-		trap 'scripts/dockerd.sh stop "$dockerd_dir"' EXIT
+		# Expanded now: the trap runs when the group's subshell exits, where this
+		# function's local is gone.
+		trap "scripts/dockerd.sh stop '$dockerd_dir'" EXIT
 		DOCKER_HOST=$(scripts/dockerd.sh start "$dockerd_dir")
 		export DOCKER_HOST
 	fi
