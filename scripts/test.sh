@@ -14,43 +14,11 @@ cd "$(dirname "$0")/.."
 # /usr/local/sbin first, as on a usual root PATH: setup.sh puts a current runsc there.
 export PATH="/usr/local/sbin:/usr/local/bin:$PATH:/usr/local/go/bin"
 start=$SECONDS
+
+# group and summary (scripts/groups.sh): every group runs, and the summary says each one's
+# result.
+. scripts/groups.sh
 results=$(mktemp -d /tmp/tupper-test-results.XXXXXX)
-
-# group NAME CMD...: runs CMD as group NAME under `set -e` in a subshell and records its
-# exit code and duration in $results.
-group() {
-	local name=$1 t=$SECONDS rc
-	shift
-	echo "== $name"
-	# Not `|| rc=$?`: bash ignores set -e inside a command whose status a || tests.
-	(set -e; "$@")
-	rc=$?
-	printf '%s\t%s\t%s\n' "$rc" "$((SECONDS - t))" "$name" >"$results/$(date +%s%N)"
-	[ "$rc" -eq 0 ] || echo "== $name: FAILED (exit $rc)" >&2
-	return 0
-}
-
-summary() {
-	local failed=0 rc secs name
-	echo
-	echo "== summary ($(( (SECONDS - start) / 60 )) min $(( (SECONDS - start) % 60 )) s in all)"
-	for f in "$results"/*; do
-		[ -f "$f" ] || continue
-		IFS=$'\t' read -r rc secs name <"$f"
-		if [ "$rc" -eq 0 ]; then
-			printf '  pass  %5ss  %s\n' "$secs" "$name"
-		else
-			printf '  FAIL  %5ss  %s (exit %s)\n' "$secs" "$name" "$rc"
-			failed=$((failed + 1))
-		fi
-	done
-	rm -rf "$results"
-	if [ "$failed" -ne 0 ]; then
-		echo "FAILED: $failed group(s), listed above" >&2
-		return 1
-	fi
-	echo "all groups passed"
-}
 
 echo "== set-up"
 t=$SECONDS
@@ -58,7 +26,7 @@ if ! scripts/setup.sh --test; then
 	echo "FAILED: set-up (its last lines say which step and what to do); no test can run without it" >&2
 	exit 1
 fi
-echo "== set-up took $((SECONDS - t)) s"
+printf '0\t%s\tset-up\n' "$((SECONDS - t))" >"$results/0"
 
 gofmt_check() {
 	local unformatted
