@@ -57,7 +57,9 @@ func TestE2BSDK(t *testing.T) {
 				t.Fatal(err)
 			}
 			testenv.NPMProject(t, dir)
-			env := []string{"E2B_API_URL=" + srv.URL, "E2B_SANDBOX_URL=" + srv.URL, "E2B_API_KEY=" + key, "E2B_VOLUME_API_URL=" + srv.URL, "TUPPER_TEST_TEMPLATE=bb"}
+			env := []string{"E2B_API_URL=" + srv.URL, "E2B_SANDBOX_URL=" + srv.URL, "E2B_API_KEY=" + key, "E2B_VOLUME_API_URL=" + srv.URL, "TUPPER_TEST_TEMPLATE=bb",
+				// The script's build contexts and the template SDK's own, removed with the test.
+				"TMPDIR=" + t.TempDir()}
 			out, err := command(t, 5*time.Minute, dir, env, node, "run.mjs")
 			if err != nil {
 				t.Fatalf("e2b SDK %s against tupper serve: %v\n%s", project, err, out)
