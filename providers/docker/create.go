@@ -12,6 +12,7 @@ import (
 	"maps"
 	"net/netip"
 	"os"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -153,8 +154,14 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 	}
 	maps.Copy(env, spec.Env)
 	maps.Copy(env, spec.Secrets)
+	// The image's working directory (its WORKDIR) is where commands given no cwd run, as under
+	// docker run; /workspace where it names none.
+	workdir := workspace
+	if img.Config != nil && img.Config.WorkingDir != "" {
+		workdir = path.Clean("/" + img.Config.WorkingDir)
+	}
 	acfg := agent.Config{
-		Env: env, DefaultWorkdir: workspace, AccessToken: token,
+		Env: env, DefaultWorkdir: workdir, AccessToken: token,
 		IdleTimeoutSeconds: int64((spec.IdleTimeout + time.Second - 1) / time.Second),
 		Protocol:           agentspec.Version,
 	}
@@ -210,7 +217,7 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 			Entrypoint:   []string{agentBinPath, "agent", "--listen", listen, "--config", "-"},
 			Cmd:          nil,
 			User:         "0:0",
-			WorkingDir:   workspace, // made by the engine where the image has none
+			WorkingDir:   workdir, // made by the engine where the image lacks it
 			OpenStdin:    true,
 			StdinOnce:    true,
 			AttachStdin:  true,

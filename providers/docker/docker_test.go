@@ -14,6 +14,7 @@ import (
 
 	"github.com/tupper-dev/tupper/internal/testenv"
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/sandbox"
 )
 
 // TestCreateExecDestroy makes a sandbox of the host template, runs a command through the
@@ -60,6 +61,13 @@ func TestCreateExecDestroy(t *testing.T) {
 // for this test binary, and removes it when the test ends.
 func busyboxImage(t *testing.T, p *Provider) string {
 	t.Helper()
+	return busyboxImageWith(t, p, "busybox")
+}
+
+// busyboxImageWith imports busybox as image tupper-test-NAME with the Dockerfile
+// instructions changes besides ENV FROM_IMAGE=yes.
+func busyboxImageWith(t *testing.T, p *Provider, name string, changes ...string) string {
+	t.Helper()
 	bb := testenv.RequireBinary(t, "busybox")
 	b, err := os.ReadFile(bb)
 	if err != nil {
@@ -69,9 +77,9 @@ func busyboxImage(t *testing.T, p *Provider) string {
 	for _, c := range []string{"sh", "cat", "echo", "env", "id"} {
 		files = append(files, tarFile{name: "bin/" + c, link: "busybox"})
 	}
-	ref := fmt.Sprintf("tupper-test-busybox:%d", os.Getpid())
+	ref := fmt.Sprintf("tupper-test-%s:%d", name, os.Getpid())
 	res, err := p.cli.ImageImport(t.Context(), client.ImageImportSource{Source: bytes.NewReader(makeTar(files)), SourceName: "-"}, ref,
-		client.ImageImportOptions{Changes: []string{"ENV FROM_IMAGE=yes"}})
+		client.ImageImportOptions{Changes: append([]string{"ENV FROM_IMAGE=yes"}, changes...)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,6 +89,38 @@ func busyboxImage(t *testing.T, p *Provider) string {
 		p.cli.ImageRemove(context.Background(), ref, client.ImageRemoveOptions{Force: true})
 	})
 	return ref
+}
+
+// TestImageWorkdir: an image's WORKDIR is where commands given no cwd run and what the
+// sandbox reports (the SDK resolves relative paths against it), as under docker run; an
+// image without one keeps /workspace.
+func TestImageWorkdir(t *testing.T) {
+	p := newTestProvider(t, Config{})
+	ctx := t.Context()
+	for _, c := range []struct{ image, want string }{
+		{busyboxImageWith(t, p, "busybox-workdir", "WORKDIR /app"), "/app"},
+		{busyboxImage(t, p), "/workspace"},
+	} {
+		box, err := sandbox.Create(ctx, p, sandbox.CreateOptions{Template: c.image})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer box.Destroy(context.Background())
+		if box.Workdir != c.want {
+			t.Errorf("%s: Workdir %q, want %q", c.image, box.Workdir, c.want)
+		}
+		res, err := box.Run(ctx, "pwd; echo hi > rel.txt", sandbox.RunOptions{})
+		if err != nil || !res.OK || strings.TrimSpace(res.Stdout) != c.want {
+			t.Errorf("%s: pwd %+v %v, want %s", c.image, res, err, c.want)
+		}
+		b, err := box.Files.ReadText(ctx, "rel.txt")
+		if err != nil || b != "hi\n" {
+			t.Errorf("%s: reading rel.txt, relative to the working directory: %q %v", c.image, b, err)
+		}
+		if res, err := box.Run(ctx, "cat "+c.want+"/rel.txt", sandbox.RunOptions{Cwd: "/"}); err != nil || res.Stdout != "hi\n" {
+			t.Errorf("%s: rel.txt is not in %s: %+v %v", c.image, c.want, res, err)
+		}
+	}
 }
 
 // TestImageTemplateCopiedAgent runs a sandbox of an image that is not the host template,

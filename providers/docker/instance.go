@@ -277,6 +277,7 @@ func info(in container.InspectResponse) provider.Info {
 	out := provider.Info{
 		ID: l[labelSandbox], Key: l[labelKey], Template: l[labelTemplate], Runtime: l[labelRuntime],
 		State: provider.StateStopped, Deadline: deadlineOf(strings.TrimPrefix(in.Name, "/"), l),
+		Workdir: in.Config.WorkingDir, // the image's WORKDIR, else /workspace (create.go)
 	}
 	json.Unmarshal([]byte(l[labelUsers]), &out.Labels)
 	if out.Labels == nil {
