@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -108,9 +109,14 @@ func (p *Provider) coldStop(ctx context.Context, rt ociRuntime, rec *record) err
 	if err := leaveCgroups(rec); err != nil {
 		return err
 	}
-	if err := removeContainer(ctx, rt, rec); err != nil {
+	if err := removeContainer(ctx, rt, rec); err != nil && !initGone(rec, initExitWait) {
 		return err
 	}
+	// The runtime's delete may fail with the container's init killed all the same (its
+	// cgroups still busy with processes that are exiting, on a loaded host): what counts is
+	// that the init is gone. The sandbox is then stopped, and the next boot deletes what is
+	// left of the container first (coldBoot). Taking it for running again would record a
+	// sandbox whose init is dying, which the next reap would remove with its files.
 	removeCgroups(rec.ID)
 	var errs []error
 	if rec.Runtime != RuntimeRunsc && rec.IP != "" && p.net != nil {
@@ -124,6 +130,21 @@ func (p *Provider) coldStop(ctx context.Context, rt ociRuntime, rec *record) err
 	rec.InitPID, rec.InitStart = 0, 0
 	errs = append(errs, p.lay.writeRecord(rec))
 	return errors.Join(errs...)
+}
+
+// initExitWait is how long coldStop waits for a killed init to be gone.
+const initExitWait = 3 * time.Second
+
+// initGone reports whether sandbox rec's init has exited, waiting up to timeout for it.
+func initGone(rec *record, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for alive(rec) {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
 }
 
 // removeContainer force-deletes sandbox rec's container; should the runtime fail, it kills
