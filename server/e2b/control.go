@@ -655,12 +655,16 @@ func (s *Server) resumeAndExtend(w http.ResponseWriter, r *http.Request, d time.
 	}
 	status := http.StatusOK
 	if box.Info.State == provider.StatePaused || mustResume {
-		if err := s.lc.Resume(ctx, id); err != nil {
+		switch err := s.lc.Resume(ctx, id); {
+		case err == nil:
+			s.proxy.closeIdle()
+			status = http.StatusCreated
+		case !mustResume && errors.Is(err, provider.CodeConflict):
+			// Running by now (another connect resumed it first): what a connect asks for.
+		default:
 			writeError(w, e2bError(id, err))
 			return
 		}
-		s.proxy.closeIdle()
-		status = http.StatusCreated
 	}
 	if _, err := s.lc.ExtendTimeout(ctx, id, d); err != nil {
 		writeError(w, e2bError(id, err))
