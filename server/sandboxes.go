@@ -127,17 +127,8 @@ func (s *Server) toJSON(in sandbox.Info, rec store.Sandbox) api.Sandbox {
 		ID: in.ID, Provider: s.prov.Name(), Key: key, Labels: labels, State: string(in.State),
 		CreatedAt: in.CreatedAt.UTC(), Deadline: deadline.UTC(), Template: in.Template, Runtime: in.Runtime,
 		Workdir: in.Workdir, OnTimeout: rec.OnTimeout, AutoResume: rec.AutoResume,
-		Restarts: apiRestarts(in.Restarts),
+		Restarts: api.RestartsOf(in.Restarts),
 	}
-}
-
-// apiRestarts is restarts on the wire.
-func apiRestarts(restarts []provider.Restart) []api.Restart {
-	var out []api.Restart
-	for _, r := range restarts {
-		out = append(out, api.Restart{At: r.At.UTC(), Reason: r.Reason})
-	}
-	return out
 }
 
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, c *caller) {

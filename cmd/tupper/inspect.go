@@ -24,15 +24,11 @@ func newInspectCmd() *cobra.Command {
 				for _, c := range box.Capabilities.List() {
 					caps = append(caps, string(c))
 				}
-				var restarts []api.Restart
-				for _, r := range in.Restarts {
-					restarts = append(restarts, api.Restart{At: r.At.UTC(), Reason: r.Reason})
-				}
 				// The server's JSON of a sandbox, whichever provider answered.
 				return printJSON(cmd, api.Sandbox{
 					ID: in.ID, Provider: box.Provider, Key: in.Key, Labels: in.Labels, State: string(in.State),
 					CreatedAt: in.CreatedAt.UTC(), Deadline: in.Deadline.UTC(), Template: in.Template, Runtime: in.Runtime,
-					Workdir: in.Workdir, Capabilities: caps, Restarts: restarts,
+					Workdir: in.Workdir, Capabilities: caps, Restarts: api.RestartsOf(in.Restarts),
 				})
 			})
 		},

@@ -194,6 +194,15 @@ type Sandbox struct {
 	Restarts []Restart `json:"restarts,omitempty"`
 }
 
+// RestartsOf is a provider's restarts of a sandbox on the wire (times in UTC); nil for none.
+func RestartsOf(restarts []provider.Restart) []Restart {
+	var out []Restart
+	for _, r := range restarts {
+		out = append(out, Restart{At: r.At.UTC(), Reason: r.Reason})
+	}
+	return out
+}
+
 // Restart is one time a sandbox was found stopped by a limit and booted again.
 type Restart struct {
 	At     time.Time `json:"at"`
