@@ -38,10 +38,12 @@ gofmt_check() {
 }
 # Tests that need Linux (real sandboxes) carry a linux build tag; the rest vet everywhere.
 cross_check() {
-	local target
+	local target cmd
 	for target in darwin/amd64 darwin/arm64 windows/amd64 windows/arm64; do
-		GOOS=${target%/*} GOARCH=${target#*/} CGO_ENABLED=0 go build -o /dev/null ./cmd/tupper ||
-			{ echo "tupper does not build for $target" >&2; return 1; }
+		for cmd in tupper tupper-bench; do
+			GOOS=${target%/*} GOARCH=${target#*/} CGO_ENABLED=0 go build -o /dev/null ./cmd/$cmd ||
+				{ echo "$cmd does not build for $target" >&2; return 1; }
+		done
 	done
 	for target in darwin/arm64 windows/amd64; do
 		GOOS=${target%/*} GOARCH=${target#*/} CGO_ENABLED=0 go vet ./... ||
@@ -50,7 +52,7 @@ cross_check() {
 }
 group "gofmt" gofmt_check
 group "go vet" go vet ./...
-group "static build" env CGO_ENABLED=0 go build -o bin/tupper ./cmd/tupper
+group "static build" env CGO_ENABLED=0 go build -o bin/ ./cmd/tupper ./cmd/tupper-bench
 
 # The Docker provider's group: against the machine's own engine when one answers; else a
 # private dockerd, stopped (with every container it ran) when the group ends.

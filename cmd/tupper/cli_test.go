@@ -37,31 +37,8 @@ func runCmd(t *testing.T, cmd *exec.Cmd) result {
 	return result{out, errOut, code}
 }
 
-func requireLocal(t *testing.T) string {
-	t.Helper()
-	testenv.RequireRoot(t)
-	testenv.RequireBinary(t, "runc")
-	// A short home: unix socket paths below it must stay under 108 bytes.
-	home, err := os.MkdirTemp("/tmp", "tc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Sandboxes run as unprivileged host uids, which must be able to traverse the home.
-	if err := os.Chmod(home, 0o711); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		// Whatever a failed test left behind.
-		r := tupper(t, home, "", "ls", "--json")
-		var rows []struct{ ID string }
-		_ = json.Unmarshal([]byte(r.stdout), &rows)
-		for _, row := range rows {
-			tupper(t, home, "", "rm", row.ID)
-		}
-		os.RemoveAll(home)
-	})
-	return home
-}
+// requireLocal returns a TUPPER_HOME for the local provider, or skips (fails under CI).
+func requireLocal(t *testing.T) string { return testenv.LocalHome(t) }
 
 func TestRunMemoryProvider(t *testing.T) {
 	r := tupper(t, t.TempDir(), "", "run", "--provider", "memory", "--", "sh", "-c", "echo out; echo err >&2; exit 7")

@@ -29,11 +29,6 @@ func (f *createFlags) announceBuiltin(provider.Provider) {}
 // localDoctorLines are none off Linux: there is no local provider to pick a runtime for.
 func localDoctorLines(context.Context) []string { return nil }
 
-// localSections refuses: bench without --provider docker measures the local provider.
-func (b *bencher) localSections(context.Context) error {
-	return fmt.Errorf("bench of the local provider %s", needsLinux)
-}
-
 // newAgentCmd is `tupper agent`, which runs inside Linux sandboxes only.
 func newAgentCmd() *cobra.Command {
 	return linuxOnlyCmd("agent", "the in-sandbox agent")

@@ -355,7 +355,7 @@ func (b *bencher) startServe(ctx context.Context, home string, pool int) (*serve
 		args = append(args, "--runtime", b.o.runtime)
 	}
 	// Not CommandContext: stop sends SIGTERM, so the server destroys its pool on the way out.
-	cmd := exec.Command(b.self, args...)
+	cmd := exec.Command(b.tupper, args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err

@@ -82,7 +82,7 @@ func (b *bencher) cliSection(ctx context.Context, prov *local.Provider, rt, imag
 		runArgs = append(runArgs, "--runtime", b.o.runtime)
 	}
 	runArgs = append(runArgs, "--", "true")
-	fs := []func() error{sdkCreate, func() error { return runQuiet(ctx, b.self, runArgs...) }}
+	fs := []func() error{sdkCreate, func() error { return runQuiet(ctx, b.tupper, runArgs...) }}
 	if dockerOK {
 		fs = append(fs, func() error {
 			return runQuiet(ctx, "docker", "run", "--rm", "--network", "none", image, "/bin/true")
@@ -109,7 +109,7 @@ func (b *bencher) cliSection(ctx context.Context, prov *local.Provider, rt, imag
 	names, labels := []string{}, []string{"tupper SDK in process", "tupper exec (whole process)"}
 	fs = []func() error{
 		func() error { return runTrue(ctx, box) },
-		func() error { return runQuiet(ctx, b.self, "exec", "--provider", "local", box.ID, "--", "true") },
+		func() error { return runQuiet(ctx, b.tupper, "exec", "--provider", "local", box.ID, "--", "true") },
 	}
 	if rtBin, err := exec.LookPath(rt); err == nil {
 		args := []string{"--root", filepath.Join(prov.Home(), rt), "exec", box.ID, "/bin/true"}
@@ -149,7 +149,7 @@ func (b *bencher) cliSection(ctx context.Context, prov *local.Provider, rt, imag
 
 	// 2b. The CLI's own start-up: a whole process that does nothing else. Every command
 	// pays it, `tupper exec` included (docs/performance.md: package init).
-	s1, err := measure(b.o.execN, func() error { return runQuiet(ctx, b.self, "version") })
+	s1, err := measure(b.o.execN, func() error { return runQuiet(ctx, b.tupper, "version") })
 	if err != nil {
 		return err
 	}

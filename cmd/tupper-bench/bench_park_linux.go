@@ -32,26 +32,13 @@ func (b *bencher) parkSection(ctx context.Context, prov *local.Provider, default
 
 func (b *bencher) park(ctx context.Context, prov *local.Provider, rt string) error {
 	opts := sandbox.CreateOptions{Network: sandbox.NetworkNone, Runtime: rt, Labels: benchLabels}
-	var ids []string
-	defer func() { destroyAll(context.WithoutCancel(ctx), prov, ids) }()
-	total, before := meminfo("MemTotal"), meminfo("MemAvailable")
+	before := meminfo("MemAvailable")
 	idleBefore := cpuBusy(5 * time.Second)
 	var creates, pauses samples
-	kind := ""
-	stop := fmt.Sprintf("--park %d reached", b.o.park)
-	for len(ids) < b.o.park {
-		if meminfo("MemAvailable") < total/5 {
-			stop = "the host's available memory fell below a fifth"
-			break
-		}
-		start := time.Now()
-		box, err := sandbox.Create(ctx, prov, opts)
-		if err != nil {
-			stop = fmt.Sprintf("create %d failed: %v", len(ids)+1, err)
-			break
-		}
-		creates = append(creates, time.Since(start))
-		ids = append(ids, box.ID)
+	kind, skipped := "", false
+	ids, stop := fillHost(ctx, prov, opts, b.o.park, "--park", func(box *sandbox.Sandbox, d time.Duration) string {
+		defer box.Close()
+		creates = append(creates, d)
 		pause := sandbox.PauseOptions{}
 		switch {
 		case box.Capabilities.Has(provider.CapPauseFreesMemory):
@@ -59,21 +46,23 @@ func (b *bencher) park(ctx context.Context, prov *local.Provider, rt string) err
 		case box.Capabilities.Has(provider.CapPauseCold):
 			kind, pause.DropMemory = "memory dropped (pause-cold)", true
 		default:
-			box.Close()
-			b.note("park %s: no pause that releases memory under this runtime; skipped", rt)
-			return nil
+			skipped = true
+			return "no pause that releases memory"
 		}
-		start = time.Now()
-		err = box.PauseWith(ctx, pause)
-		box.Close()
-		if err != nil {
-			stop = fmt.Sprintf("pause %d failed: %v", len(ids), err)
-			break
+		start := time.Now()
+		if err := box.PauseWith(ctx, pause); err != nil {
+			return fmt.Sprintf("pause %d failed: %v", len(creates), err)
 		}
 		pauses = append(pauses, time.Since(start))
-		if len(ids)%50 == 0 {
-			b.note("park %s: %d parked", rt, len(ids))
+		if len(pauses)%50 == 0 {
+			b.note("park %s: %d parked", rt, len(pauses))
 		}
+		return ""
+	})
+	defer destroyAll(context.WithoutCancel(ctx), prov, ids)
+	if skipped {
+		b.note("park %s: no pause that releases memory under this runtime; skipped", rt)
+		return nil
 	}
 	n := len(pauses)
 	if n == 0 {

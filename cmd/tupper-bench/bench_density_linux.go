@@ -63,34 +63,22 @@ func sectionRuntimes(list, defaultRT string) []string {
 
 func (b *bencher) density(ctx context.Context, prov *local.Provider, rt string) error {
 	opts := sandbox.CreateOptions{Network: sandbox.NetworkNone, Runtime: rt, Labels: benchLabels}
-	var ids []string
-	defer func() { destroyAll(context.WithoutCancel(ctx), prov, ids) }()
-	total, before := meminfo("MemTotal"), meminfo("MemAvailable")
+	before := meminfo("MemAvailable")
 	var lat samples
-	stop := fmt.Sprintf("--density-max %d reached", b.o.densityMax)
 	doubled := -1
-	for len(ids) < b.o.densityMax {
-		if meminfo("MemAvailable") < total/5 {
-			stop = "the host's available memory fell below a fifth"
-			break
-		}
-		start := time.Now()
-		box, err := sandbox.Create(ctx, prov, opts)
-		d := time.Since(start)
-		if err != nil {
-			stop = fmt.Sprintf("create %d failed: %v", len(ids)+1, err)
-			break
-		}
+	ids, stop := fillHost(ctx, prov, opts, b.o.densityMax, "--density-max", func(box *sandbox.Sandbox, d time.Duration) string {
 		box.Close()
-		ids, lat = append(ids, box.ID), append(lat, d)
+		lat = append(lat, d)
 		if at, ok := doubledAt(lat, densityWindow); ok {
-			doubled, stop = at, "create latency doubled"
-			break
+			doubled = at
+			return "create latency doubled"
 		}
-		if len(ids)%50 == 0 {
-			b.note("density %s: %d idle sandboxes, the last create took %s", rt, len(ids), fmtDur(d))
+		if len(lat)%50 == 0 {
+			b.note("density %s: %d idle sandboxes, the last create took %s", rt, len(lat), fmtDur(d))
 		}
-	}
+		return ""
+	})
+	defer destroyAll(context.WithoutCancel(ctx), prov, ids)
 	if len(ids) == 0 {
 		b.figure("idle density", rt, "0", stop)
 		return nil
@@ -110,6 +98,30 @@ func (b *bencher) density(ctx context.Context, prov *local.Provider, rt string) 
 	b.figure("memory per idle sandbox", fmt.Sprintf("%s, %d sandboxes (%s)", rt, n, mem), fmtMiB(float64(mem.total())/float64(n)),
 		fmt.Sprintf("host MemAvailable fell %s per sandbox", fmtMiB(float64(drop)/float64(n))))
 	return nil
+}
+
+// fillHost creates sandboxes with opts one at a time and hands each to made (open, with how
+// long its create took), until max are made, the host's available memory falls below a
+// fifth, a create fails, or made says why to stop. It returns the sandboxes made, for the
+// caller to destroy, and why it stopped: "FLAG MAX reached" when nothing else stopped it.
+func fillHost(ctx context.Context, prov *local.Provider, opts sandbox.CreateOptions, max int, flag string,
+	made func(box *sandbox.Sandbox, took time.Duration) (stop string)) (ids []string, stop string) {
+	total := meminfo("MemTotal")
+	for len(ids) < max {
+		if meminfo("MemAvailable") < total/5 {
+			return ids, "the host's available memory fell below a fifth"
+		}
+		start := time.Now()
+		box, err := sandbox.Create(ctx, prov, opts)
+		if err != nil {
+			return ids, fmt.Sprintf("create %d failed: %v", len(ids)+1, err)
+		}
+		ids = append(ids, box.ID)
+		if stop := made(box, time.Since(start)); stop != "" {
+			return ids, stop
+		}
+	}
+	return ids, fmt.Sprintf("%s %d reached", flag, max)
 }
 
 // destroyAll destroys the sandboxes ids, a few at a time.
