@@ -49,6 +49,9 @@ func (f *providerFlags) resolveFor(ctx context.Context, existing bool) (provider
 		}
 		return p, nil
 	}
+	if err := checkProviderName(f.name); err != nil {
+		return nil, err
+	}
 	return provider.Resolve(ctx, provider.ResolveOptions{Name: f.name, Existing: existing})
 }
 

@@ -52,7 +52,7 @@ func newServeCmd() *cobra.Command {
 			}
 			logger := slog.New(slog.NewTextHandler(errw, &slog.HandlerOptions{Level: level}))
 			if provName == "remote" {
-				return fmt.Errorf("--provider remote would serve another server's sandboxes; pick a provider on this host (local, memory)")
+				return fmt.Errorf("--provider remote would serve another server's sandboxes; pick a provider on this host (local, docker)")
 			}
 			// First of all: a second server on this state directory stops here, before it
 			// starts a pool or touches the first one's records.
@@ -63,6 +63,9 @@ func newServeCmd() *cobra.Command {
 			defer claim.Unlock()
 			allow, err := parseAllowPrivate(allowPrivate)
 			if err != nil {
+				return err
+			}
+			if err := checkProviderName(provName); err != nil {
 				return err
 			}
 			prov, err := provider.Resolve(ctx, provider.ResolveOptions{Name: provName})
@@ -120,7 +123,7 @@ func newServeCmd() *cobra.Command {
 				return err
 			}
 			fmt.Fprintf(errw, "tupper: serving on http://%s (provider %s, state %s)\n", ln.Addr(), prov.Name(), st.Path())
-			if prov.Name() == "memory" {
+			if prov.Name() == memoryProvider { // in a build with the memory provider (-tags tupper_memory)
 				fmt.Fprintln(errw, "tupper: warning: the memory provider isolates nothing and forgets its sandboxes when the server stops")
 			}
 			if host, _, err := net.SplitHostPort(ln.Addr().String()); err == nil {
