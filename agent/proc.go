@@ -230,102 +230,141 @@ func (e *errStart) Error() string { return e.msg }
 // start launches a process and returns it with first already subscribed,
 // so no output can be missed.
 func (a *Agent) start(spec startSpec, first *subscriber) (*proc, error) {
-	u := spec.user
-	cwd := spec.cfg.GetCwd()
-	if cwd == "" {
-		cwd = a.cfg.DefaultWorkdir
-	}
-	dir, err := a.resolvePath(cwd, u)
+	cmd, err := a.resolveCommand(spec)
 	if err != nil {
-		return nil, &errStart{msg: err.Error()}
+		return nil, err
 	}
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		return nil, &errStart{msg: fmt.Sprintf("cwd %q does not exist or is not a directory", dir)}
-	}
-
-	env := a.buildEnv(u, spec.cfg.GetEnvs(), spec.pty != nil)
-	prog, err := lookPath(spec.cfg.GetCmd(), dir, envValue(env, "PATH"))
+	std, err := a.openStdio(spec)
 	if err != nil {
-		return nil, &errStart{msg: err.Error()}
+		return nil, err
 	}
-	argv := append([]string{spec.cfg.GetCmd()}, spec.cfg.GetArgs()...)
-
-	var (
-		childFDs []int // the child's ends, closed in the parent after fork
-		readers  []*os.File
-		kinds    []int
-		stdinW   *os.File
-		term     *os.File
-	)
-	closeAll := func() {
-		for _, fd := range childFDs {
-			unix.Close(fd)
-		}
-		for _, f := range readers {
-			f.Close()
-		}
-		if stdinW != nil {
-			stdinW.Close()
-		}
-	}
-	var fds [3]uintptr
-	if spec.pty != nil {
-		m, s, err := openPTY(spec.pty.GetSize().GetCols(), spec.pty.GetSize().GetRows())
-		if err != nil {
-			return nil, fmt.Errorf("allocate pty: %w", err)
-		}
-		term = m
-		childFDs = append(childFDs, s)
-		fds = [3]uintptr{uintptr(s), uintptr(s), uintptr(s)}
-		readers, kinds = []*os.File{m}, []int{3}
-	} else {
-		if spec.stdin {
-			w, r, err := pipe(false)
-			if err != nil {
-				return nil, err
-			}
-			childFDs = append(childFDs, r)
-			stdinW = w
-			fds[0] = uintptr(r)
-		} else {
-			fds[0] = uintptr(a.devNull)
-		}
-		for i := 1; i <= 2; i++ {
-			r, w, err := pipe(true)
-			if err != nil {
-				closeAll()
-				return nil, err
-			}
-			childFDs = append(childFDs, w)
-			readers = append(readers, r)
-			kinds = append(kinds, i)
-			fds[i] = uintptr(w)
-		}
-	}
-
 	pid, exited, err := a.reaper.spawn(func() (int, error) {
-		return a.forkExec(prog, argv, env, dir, u, fds[:], spec.pty != nil)
+		return a.forkExec(cmd.prog, cmd.argv, cmd.env, cmd.dir, spec.user, std.fds[:], spec.pty != nil)
 	})
-	for _, fd := range childFDs {
-		unix.Close(fd)
-	}
-	childFDs = nil
+	std.closeChildEnds()
 	if err != nil {
-		closeAll()
-		if term != nil {
-			term.Close()
-		}
+		std.closeParentEnds()
 		// fork fails with EAGAIN at the pids limit and ENOMEM when memory is full: the
 		// sandbox is out of a resource, not the request at fault, and a later try may work.
 		exhausted := errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.ENOMEM)
 		return nil, &errStart{msg: fmt.Sprintf("start %q: %v", spec.cfg.GetCmd(), err), exhausted: exhausted}
 	}
+	p := a.track(pid, spec, std, first)
+	go a.wait(p, std, exited)
+	return p, nil
+}
 
-	p := &proc{pid: pid, config: spec.cfg, tag: spec.tag, term: term, stdin: stdinW,
-		subs: map[*subscriber]struct{}{}, done: make(chan struct{})}
-	if spec.pty != nil {
-		p.stdin = nil
+// command is what a process runs: the program found, its arguments, environment and
+// working directory.
+type command struct {
+	prog string
+	argv []string
+	env  []string
+	dir  string
+}
+
+// resolveCommand resolves what spec runs as its user sees it: a cwd that is not an existing
+// directory, or a program not found, is the request's fault (errStart).
+func (a *Agent) resolveCommand(spec startSpec) (command, error) {
+	cwd := spec.cfg.GetCwd()
+	if cwd == "" {
+		cwd = a.cfg.DefaultWorkdir
 	}
+	dir, err := a.resolvePath(cwd, spec.user)
+	if err != nil {
+		return command{}, &errStart{msg: err.Error()}
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return command{}, &errStart{msg: fmt.Sprintf("cwd %q does not exist or is not a directory", dir)}
+	}
+	env := a.buildEnv(spec.user, spec.cfg.GetEnvs(), spec.pty != nil)
+	prog, err := lookPath(spec.cfg.GetCmd(), dir, envValue(env, "PATH"))
+	if err != nil {
+		return command{}, &errStart{msg: err.Error()}
+	}
+	argv := append([]string{spec.cfg.GetCmd()}, spec.cfg.GetArgs()...)
+	return command{prog: prog, argv: argv, env: env, dir: dir}, nil
+}
+
+// stdio are a process's standard streams: the child's ends, given to fork and closed in
+// the agent right after, and the agent's ends, which it reads and writes.
+type stdio struct {
+	fds      [3]uintptr // the child's stdin, stdout and stderr
+	childFDs []int      // the child's ends the agent opened
+	readers  []*os.File // the output the agent reads: stdout and stderr, or the terminal
+	kinds    []int      // each reader's event kind: 1 stdout, 2 stderr, 3 terminal
+	stdin    *os.File   // the write end of stdin's pipe; nil without stdin or with a PTY
+	term     *os.File   // PTY master, nil without a PTY
+}
+
+// openStdio opens the process's streams: one terminal for all three with a PTY, else a
+// pipe for stdin (or /dev/null) and one each for stdout and stderr. On error nothing is
+// left open.
+func (a *Agent) openStdio(spec startSpec) (*stdio, error) {
+	std := &stdio{}
+	if spec.pty != nil {
+		m, s, err := openPTY(spec.pty.GetSize().GetCols(), spec.pty.GetSize().GetRows())
+		if err != nil {
+			return nil, fmt.Errorf("allocate pty: %w", err)
+		}
+		std.term = m
+		std.childFDs = []int{s}
+		std.fds = [3]uintptr{uintptr(s), uintptr(s), uintptr(s)}
+		std.readers, std.kinds = []*os.File{m}, []int{3}
+		return std, nil
+	}
+	std.fds[0] = uintptr(a.devNull)
+	if spec.stdin {
+		w, r, err := pipe(false)
+		if err != nil {
+			return nil, err
+		}
+		std.childFDs = append(std.childFDs, r)
+		std.stdin = w
+		std.fds[0] = uintptr(r)
+	}
+	for i := 1; i <= 2; i++ {
+		r, w, err := pipe(true)
+		if err != nil {
+			std.closeChildEnds()
+			std.closeParentEnds()
+			return nil, err
+		}
+		std.childFDs = append(std.childFDs, w)
+		std.readers = append(std.readers, r)
+		std.kinds = append(std.kinds, i)
+		std.fds[i] = uintptr(w)
+	}
+	return std, nil
+}
+
+// closeChildEnds closes the child's ends in the agent: after fork only the child holds
+// them, so the agent's reads end when the child's writers are gone.
+func (std *stdio) closeChildEnds() {
+	for _, fd := range std.childFDs {
+		unix.Close(fd)
+	}
+	std.childFDs = nil
+}
+
+// closeParentEnds closes the agent's ends of a process that never started.
+func (std *stdio) closeParentEnds() {
+	for _, f := range std.readers {
+		f.Close()
+	}
+	if std.stdin != nil {
+		std.stdin.Close()
+	}
+	if std.term != nil {
+		std.term.Close()
+	}
+}
+
+// track adds the started process to the agent's table with first subscribed, and arms
+// its timeout, which kills its whole process group.
+func (a *Agent) track(pid int, spec startSpec, std *stdio, first *subscriber) *proc {
+	p := &proc{pid: pid, config: spec.cfg, tag: spec.tag, term: std.term, stdin: std.stdin,
+		subs: map[*subscriber]struct{}{}, done: make(chan struct{})}
 	if first != nil {
 		p.subs[first] = struct{}{}
 	}
@@ -337,54 +376,62 @@ func (a *Agent) start(spec startSpec, first *subscriber) (*proc, error) {
 			_ = p.signalGroup(unix.SIGKILL)
 		})
 	}
+	return p
+}
 
+// wait pumps p's output into events until p exits and its output is drained (drainGrace),
+// then ends it: its streams closed, it is finished in the table and the end event is the
+// last each subscriber gets.
+func (a *Agent) wait(p *proc, std *stdio, exited <-chan unix.WaitStatus) {
 	var wg sync.WaitGroup
-	for i, f := range readers {
+	for i, f := range std.readers {
 		wg.Add(1)
 		go func(f *os.File, kind int) {
 			defer wg.Done()
 			pump(p, f, kind)
-		}(f, kinds[i])
+		}(f, std.kinds[i])
 	}
-	go func() {
-		ws := <-exited
-		if p.timer != nil {
-			p.timer.Stop()
+	ws := <-exited
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	grace := time.Now().Add(drainGrace)
+	for _, f := range std.readers {
+		_ = f.SetReadDeadline(grace)
+	}
+	wg.Wait()
+	for _, f := range std.readers {
+		if f != std.term {
+			f.Close()
 		}
-		grace := time.Now().Add(drainGrace)
-		for _, f := range readers {
-			_ = f.SetReadDeadline(grace)
+	}
+	p.closeStdin()
+	a.end(p, endEvent(ws))
+}
+
+// end records p's end, finishes it in the table and sends the end event to each
+// subscriber still there.
+func (a *Agent) end(p *proc, end *process.ProcessEvent_EndEvent) {
+	p.mu.Lock()
+	if p.term != nil {
+		p.term.Close()
+	}
+	p.end = end
+	subs := make([]*subscriber, 0, len(p.subs))
+	for s := range p.subs {
+		subs = append(subs, s)
+	}
+	p.mu.Unlock()
+	a.procs.finish(p)
+	a.touch()
+	ev := &process.ProcessEvent{Event: &process.ProcessEvent_End{End: end}}
+	for _, s := range subs {
+		select {
+		case s.ch <- ev:
+		case <-s.gone:
 		}
-		wg.Wait()
-		for _, f := range readers {
-			if f != term {
-				f.Close()
-			}
-		}
-		p.closeStdin()
-		p.mu.Lock()
-		if p.term != nil {
-			p.term.Close()
-		}
-		end := endEvent(ws)
-		p.end = end
-		subs := make([]*subscriber, 0, len(p.subs))
-		for s := range p.subs {
-			subs = append(subs, s)
-		}
-		p.mu.Unlock()
-		a.procs.finish(p)
-		a.touch()
-		ev := &process.ProcessEvent{Event: &process.ProcessEvent_End{End: end}}
-		for _, s := range subs {
-			select {
-			case s.ch <- ev:
-			case <-s.gone:
-			}
-		}
-		close(p.done)
-	}()
-	return p, nil
+	}
+	close(p.done)
 }
 
 // pipe returns a pipe whose parent end is a pollable *os.File (the read
