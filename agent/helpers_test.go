@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tupper-dev/tupper/agent"
+	"github.com/tupper-dev/tupper/agent/agenttest"
 	"github.com/tupper-dev/tupper/agent/client"
 )
 
@@ -32,37 +33,19 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// testAgent is an agent served in-process (agenttest.Serve) with a client of it.
 type testAgent struct {
 	c    *client.Client
 	sock string
-	dir  string
-	done chan error
-	stop context.CancelFunc
 }
 
 // startAgent serves the agent in-process on a unix socket in a temp dir.
 func startAgent(t testing.TB, cfg agent.Config) *testAgent {
 	t.Helper()
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "agent.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- agent.Serve(ctx, ln, cfg) }()
-	ta := &testAgent{c: client.NewWithOptions(client.Options{SocketPath: sock, AccessToken: cfg.AccessToken}), sock: sock, dir: dir, done: done, stop: cancel}
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Error("agent did not stop")
-		}
-		ta.c.Close()
-	})
-	return ta
+	sock, _ := agenttest.Serve(t, cfg)
+	c := client.NewWithOptions(client.Options{SocketPath: sock, AccessToken: cfg.AccessToken})
+	t.Cleanup(func() { c.Close() })
+	return &testAgent{c: c, sock: sock}
 }
 
 func ctxT(t testing.TB) context.Context {

@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,22 +14,17 @@ import (
 	"time"
 
 	"github.com/tupper-dev/tupper/agent"
+	"github.com/tupper-dev/tupper/agent/agenttest"
 	"github.com/tupper-dev/tupper/agent/client"
 	"github.com/tupper-dev/tupper/internal/testenv"
 )
 
+// serve returns a client of an agent served in-process (agenttest.Serve).
 func serve(tb testing.TB, cfg agent.Config) *client.Client {
 	tb.Helper()
-	sock := filepath.Join(tb.TempDir(), "a.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- agent.Serve(ctx, ln, cfg) }()
+	sock, _ := agenttest.Serve(tb, cfg)
 	c := client.New(sock)
-	tb.Cleanup(func() { cancel(); <-done; c.Close() })
+	tb.Cleanup(func() { c.Close() })
 	return c
 }
 

@@ -21,38 +21,12 @@ import (
 	"time"
 
 	"github.com/tupper-dev/tupper/agent"
+	"github.com/tupper-dev/tupper/agent/agenttest"
 	"github.com/tupper-dev/tupper/agent/client"
 	"github.com/tupper-dev/tupper/internal/testenv"
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/provider/agentinst"
 )
-
-// serve runs a real agent in-process on a unix socket; stop ends it (also at cleanup).
-func serve(t *testing.T, cfg agent.Config) (sock string, stop func()) {
-	t.Helper()
-	sock = filepath.Join(t.TempDir(), "agent.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- agent.Serve(ctx, ln, cfg) }()
-	var stopped atomic.Bool
-	stop = func() {
-		if stopped.Swap(true) {
-			return
-		}
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Error("the agent did not stop")
-		}
-	}
-	t.Cleanup(stop)
-	return sock, stop
-}
 
 // newAgent is the instance half over the agent at sock.
 func newAgent(t *testing.T, sock string, cfg agentinst.Config) *agentinst.Agent {
@@ -71,7 +45,7 @@ func ctxT(t *testing.T) context.Context {
 }
 
 func TestExecResults(t *testing.T) {
-	sock, _ := serve(t, agent.Config{DefaultWorkdir: "/"})
+	sock, _ := agenttest.Serve(t, agent.Config{DefaultWorkdir: "/"})
 	a := newAgent(t, sock, agentinst.Config{})
 	for _, tc := range []struct {
 		cmd      string
@@ -115,7 +89,7 @@ func (w *failingWriter) Write(p []byte) (int, error) {
 
 // A command whose output cannot be written is killed, and Exec says why.
 func TestExecWriterFails(t *testing.T) {
-	sock, _ := serve(t, agent.Config{DefaultWorkdir: "/"})
+	sock, _ := agenttest.Serve(t, agent.Config{DefaultWorkdir: "/"})
 	a := newAgent(t, sock, agentinst.Config{})
 	pidFile := filepath.Join(t.TempDir(), "pid")
 	_, err := a.Exec(ctxT(t), provider.ExecRequest{
@@ -150,7 +124,7 @@ func waitGone(t *testing.T, pid int) {
 
 // A detached command outlives its ctx with stdin, stdout and stderr on /dev/null.
 func TestDetach(t *testing.T) {
-	sock, _ := serve(t, agent.Config{DefaultWorkdir: "/"})
+	sock, _ := agenttest.Serve(t, agent.Config{DefaultWorkdir: "/"})
 	a := newAgent(t, sock, agentinst.Config{})
 	ctx, cancel := context.WithCancel(ctxT(t))
 	res, err := a.Exec(ctx, provider.ExecRequest{Command: "sleep 60", Cwd: "/", Detach: true})
@@ -180,7 +154,7 @@ func TestDetach(t *testing.T) {
 // Errors get the contract's codes: from the agent's Connect codes and REST statuses, from a
 // failed connection, and from Config.Gone and Config.Check.
 func TestErrors(t *testing.T) {
-	sock, stop := serve(t, agent.Config{DefaultWorkdir: "/"})
+	sock, stop := agenttest.Serve(t, agent.Config{DefaultWorkdir: "/"})
 	var gone atomic.Bool
 	a := newAgent(t, sock, agentinst.Config{Gone: func(context.Context) bool { return gone.Load() }})
 	dir := t.TempDir()
@@ -231,7 +205,7 @@ func TestErrors(t *testing.T) {
 
 // Config.Check refuses a call before it is sent; a paused sandbox (CodeConflict) is busy.
 func TestCheck(t *testing.T) {
-	sock, _ := serve(t, agent.Config{DefaultWorkdir: "/"})
+	sock, _ := agenttest.Serve(t, agent.Config{DefaultWorkdir: "/"})
 	var paused atomic.Bool
 	a := newAgent(t, sock, agentinst.Config{Check: func(context.Context) error {
 		if paused.Load() {
@@ -261,7 +235,7 @@ func ptr(m uint32) *uint32 { return &m }
 // The agent's fast path for a mode (sent with the file) and envd's (chmod afterwards) leave
 // the same file, as the host sees it and as Stat reports it.
 func TestWriteModeMatchesEnvd(t *testing.T) {
-	sock, _ := serve(t, agent.Config{DefaultWorkdir: "/"})
+	sock, _ := agenttest.Serve(t, agent.Config{DefaultWorkdir: "/"})
 	fast := newAgent(t, sock, agentinst.Config{})
 	base := agentinst.NewEnvd(agentinst.Config{ID: "sb1", Client: client.New(sock)})
 	defer base.Close()
@@ -306,7 +280,7 @@ func TestWriteModeMatchesEnvd(t *testing.T) {
 // the default user applies where a command names none, and a command's own user wins.
 func TestEnvdOverHTTP(t *testing.T) {
 	testenv.RequireRoot(t)
-	sock, _ := serve(t, agent.Config{DefaultWorkdir: "/", AccessToken: "tok"})
+	sock, _ := agenttest.Serve(t, agent.Config{DefaultWorkdir: "/", AccessToken: "tok"})
 	var unrouted atomic.Int32
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
