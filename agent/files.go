@@ -21,6 +21,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/tupper-dev/tupper/internal/filemode"
 )
 
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
@@ -235,7 +237,7 @@ func (a *Agent) postFiles(w http.ResponseWriter, r *http.Request) {
 			jsonError(w, http.StatusBadRequest, fmt.Sprintf("invalid mode %q: want octal like 0644", m))
 			return
 		}
-		mode = fs.FileMode(n&0o777) | unixModeBits(uint32(n))
+		mode = filemode.FromUnix(uint32(n))
 	}
 	md, err := metadataOf(r.Header)
 	if err != nil {
@@ -327,20 +329,6 @@ func (a *Agent) postFiles(w http.ResponseWriter, r *http.Request) {
 		out = append(out, uploaded{Path: p, Name: filepath.Base(p), Type: "file", Metadata: md})
 	}
 	writeJSON(w, http.StatusOK, out)
-}
-
-func unixModeBits(n uint32) fs.FileMode {
-	var m fs.FileMode
-	if n&0o4000 != 0 {
-		m |= fs.ModeSetuid
-	}
-	if n&0o2000 != 0 {
-		m |= fs.ModeSetgid
-	}
-	if n&0o1000 != 0 {
-		m |= fs.ModeSticky
-	}
-	return m
 }
 
 // writeFile writes r to p, creating parent directories; new files and

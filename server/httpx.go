@@ -13,6 +13,7 @@ import (
 
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/provider/httpcode"
+	"github.com/tupper-dev/tupper/server/internal/httpjson"
 )
 
 // MaxJSONBody is the largest JSON request body; past it the server answers 413.
@@ -52,18 +53,9 @@ func writeError(w http.ResponseWriter, err error) {
 	writeJSON(w, statusOf(e, err), e)
 }
 
+// writeJSON answers with status and v as JSON.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		http.Error(w, `{"code":"internal","message":"encoding the response failed"}`, http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
-	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes())
+	httpjson.Write(w, status, v, `{"code":"internal","message":"encoding the response failed"}`)
 }
 
 func badRequest(format string, args ...any) error {

@@ -13,6 +13,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/tupper-dev/tupper/agent/spec/filesystem"
+	"github.com/tupper-dev/tupper/internal/filemode"
 )
 
 // FileType is the kind of a directory entry.
@@ -131,17 +132,7 @@ func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, o Writ
 		q.Set("username", c.user)
 	}
 	if o.Mode != 0 {
-		m := uint32(o.Mode.Perm())
-		if o.Mode&fs.ModeSetuid != 0 {
-			m |= 0o4000
-		}
-		if o.Mode&fs.ModeSetgid != 0 {
-			m |= 0o2000
-		}
-		if o.Mode&fs.ModeSticky != 0 {
-			m |= 0o1000
-		}
-		q.Set("mode", "0"+strconv.FormatUint(uint64(m), 8))
+		q.Set("mode", "0"+strconv.FormatUint(uint64(filemode.Unix(o.Mode)), 8))
 	}
 	if r == nil {
 		r = http.NoBody

@@ -3,12 +3,12 @@ package agentinst
 import (
 	"context"
 	"io"
-	"io/fs"
 	"net"
 	"strings"
 	"time"
 
 	"github.com/tupper-dev/tupper/agent/client"
+	"github.com/tupper-dev/tupper/internal/filemode"
 	"github.com/tupper-dev/tupper/provider"
 )
 
@@ -68,7 +68,7 @@ func (a *Agent) WriteFile(ctx context.Context, path string, r io.Reader, mode *u
 	}
 	var o client.WriteOptions
 	if mode != nil {
-		o.Mode = fs.FileMode(*mode&0o777) | unixModeBits(*mode)
+		o.Mode = filemode.FromUnix(*mode)
 	}
 	if err := a.c.WriteFile(ctx, path, r, o); err != nil {
 		return a.Err(ctx, err, "files.write")
@@ -77,21 +77,6 @@ func (a *Agent) WriteFile(ctx context.Context, path string, r io.Reader, mode *u
 		return a.chmod(ctx, path, 0)
 	}
 	return nil
-}
-
-// unixModeBits maps setuid, setgid and sticky bits to fs.FileMode.
-func unixModeBits(m uint32) fs.FileMode {
-	var out fs.FileMode
-	if m&0o4000 != 0 {
-		out |= fs.ModeSetuid
-	}
-	if m&0o2000 != 0 {
-		out |= fs.ModeSetgid
-	}
-	if m&0o1000 != 0 {
-		out |= fs.ModeSticky
-	}
-	return out
 }
 
 // Busy reports whether a command started through the agent is running (GET /tupper/busy).

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/tupper-dev/tupper/internal/filemode"
 )
 
 // errno is a file system error with the wording of the C library, so that utilities print
@@ -257,34 +259,11 @@ func (fi *fileInfo) Type() fs.FileMode          { return fi.mode.Type() }
 func (fi *fileInfo) Info() (fs.FileInfo, error) { return fi, nil }
 
 // perm returns the permission bits in the 0o7777 form.
-func (fi *fileInfo) perm() uint32 { return modeToPerm(fi.mode) }
-
-func modeToPerm(m fs.FileMode) uint32 {
-	p := uint32(m.Perm())
-	if m&fs.ModeSetuid != 0 {
-		p |= 0o4000
-	}
-	if m&fs.ModeSetgid != 0 {
-		p |= 0o2000
-	}
-	if m&fs.ModeSticky != 0 {
-		p |= 0o1000
-	}
-	return p
-}
+func (fi *fileInfo) perm() uint32 { return filemode.Unix(fi.mode) }
 
 func (n *node) info(name string) *fileInfo {
 	fi := &fileInfo{name: name, mtime: n.mtime, target: n.target, kind: n.kind, nlink: 1}
-	mode := fs.FileMode(n.perm & 0o777)
-	if n.perm&0o4000 != 0 {
-		mode |= fs.ModeSetuid
-	}
-	if n.perm&0o2000 != 0 {
-		mode |= fs.ModeSetgid
-	}
-	if n.perm&0o1000 != 0 {
-		mode |= fs.ModeSticky
-	}
+	mode := filemode.FromUnix(n.perm)
 	switch n.kind {
 	case kindDir:
 		mode |= fs.ModeDir

@@ -1,17 +1,15 @@
 package e2b
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"strings"
 
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/provider/httpcode"
 	"github.com/tupper-dev/tupper/server/builds"
+	"github.com/tupper-dev/tupper/server/internal/httpjson"
 	"github.com/tupper-dev/tupper/server/lifecycle"
 	"github.com/tupper-dev/tupper/store"
 )
@@ -157,17 +155,7 @@ func writeError(w http.ResponseWriter, err error) {
 // native API sends it.
 func message(err error) string { return provider.MessageOf(err) }
 
+// writeJSON answers with status and v as JSON.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		buf.Reset()
-		buf.WriteString(`{"code":500,"message":"encoding the response failed"}`)
-		status = http.StatusInternalServerError
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
-	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes())
+	httpjson.Write(w, status, v, `{"code":500,"message":"encoding the response failed"}`)
 }
