@@ -76,9 +76,7 @@ func newKeysCmd() *cobra.Command {
 				if keys == nil {
 					keys = []store.APIKey{}
 				}
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(keys)
+				return printJSON(cmd, keys)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tPREFIX\tNAME\tCREATED\tREVOKED")

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -51,9 +50,7 @@ func newLsCmd() *cobra.Command {
 				for _, in := range infos {
 					rows = append(rows, row{in.ID, in.Key, in.Labels, string(in.State), in.CreatedAt})
 				}
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(rows)
+				return printJSON(cmd, rows)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tSTATE\tCREATED\tKEY\tLABELS")

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -39,7 +38,7 @@ func newVolumeCmd() *cobra.Command {
 				return err
 			}
 			if createJSON {
-				return printVolumeJSON(cmd, v)
+				return printJSON(cmd, v)
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), v.Name)
 			return nil
@@ -63,9 +62,7 @@ func newVolumeCmd() *cobra.Command {
 				return err
 			}
 			if lsJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(map[string]any{"volumes": list})
+				return printJSON(cmd, map[string]any{"volumes": list})
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tSIZE\tUSED\tCREATED\tMOUNTED BY")
@@ -94,7 +91,7 @@ func newVolumeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printVolumeJSON(cmd, v)
+			return printJSON(cmd, v)
 		},
 	}
 
@@ -120,10 +117,4 @@ func newVolumeCmd() *cobra.Command {
 		cmd.AddCommand(c)
 	}
 	return cmd
-}
-
-func printVolumeJSON(cmd *cobra.Command, v sandbox.VolumeInfo) error {
-	enc := json.NewEncoder(cmd.OutOrStdout())
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
