@@ -149,6 +149,19 @@ type resolved struct {
 	path   string // the physical absolute path, symbolic links resolved
 }
 
+// existing resolves p (resolve) and requires that it exists; a failure is op's error on p.
+// The lock must be held.
+func (f *memFS) existing(op, p string, follow bool) (resolved, error) {
+	r, err := f.resolve(p, follow)
+	if err != nil {
+		return resolved{}, pathErr(op, p, err)
+	}
+	if r.n == nil {
+		return resolved{}, pathErr(op, p, errNotExist)
+	}
+	return r, nil
+}
+
 // resolve looks p up, following symbolic links in every component and, when follow is set,
 // in the final one. ".." is resolved physically, after the links before it. A missing final
 // component is not an error: the result then has n == nil and a valid parent. A path ending
@@ -290,12 +303,9 @@ func (n *node) info(name string) *fileInfo {
 func (f *memFS) Stat(p string, follow bool) (*fileInfo, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	r, err := f.resolve(p, follow)
+	r, err := f.existing("stat", p, follow)
 	if err != nil {
-		return nil, pathErr("stat", p, err)
-	}
-	if r.n == nil {
-		return nil, pathErr("stat", p, errNotExist)
+		return nil, err
 	}
 	name := r.name
 	if name == "" {
@@ -323,12 +333,9 @@ func (f *memFS) RealPath(p string, mustExist bool) (string, error) {
 func (f *memFS) ReadDir(p string) ([]*fileInfo, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	r, err := f.resolve(p, true)
+	r, err := f.existing("open", p, true)
 	if err != nil {
-		return nil, pathErr("open", p, err)
-	}
-	if r.n == nil {
-		return nil, pathErr("open", p, errNotExist)
+		return nil, err
 	}
 	if r.n.kind != kindDir {
 		return nil, pathErr("open", p, errNotDir)
@@ -355,12 +362,9 @@ type walkEntry struct {
 func (f *memFS) Walk(root string, followRoot bool) ([]walkEntry, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	r, err := f.resolve(root, followRoot)
+	r, err := f.existing("stat", root, followRoot)
 	if err != nil {
-		return nil, pathErr("stat", root, err)
-	}
-	if r.n == nil {
-		return nil, pathErr("stat", root, errNotExist)
+		return nil, err
 	}
 	name := r.name
 	if name == "" {
@@ -452,12 +456,9 @@ func (f *memFS) RemoveAll(p string) error {
 func (f *memFS) remove(p string, all bool) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	r, err := f.resolve(p, false)
+	r, err := f.existing("remove", p, false)
 	if err != nil {
-		return pathErr("remove", p, err)
-	}
-	if r.n == nil {
-		return pathErr("remove", p, errNotExist)
+		return err
 	}
 	if r.parent == nil {
 		return pathErr("remove", p, errBusy)
@@ -475,12 +476,9 @@ func (f *memFS) remove(p string, all bool) error {
 func (f *memFS) Rename(oldp, newp string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	src, err := f.resolve(oldp, false)
+	src, err := f.existing("rename", oldp, false)
 	if err != nil {
-		return pathErr("rename", oldp, err)
-	}
-	if src.n == nil {
-		return pathErr("rename", oldp, errNotExist)
+		return err
 	}
 	if src.parent == nil {
 		return pathErr("rename", oldp, errBusy)
@@ -534,12 +532,9 @@ func (f *memFS) Symlink(target, p string) error {
 func (f *memFS) Link(oldp, newp string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	src, err := f.resolve(oldp, false)
+	src, err := f.existing("link", oldp, false)
 	if err != nil {
-		return pathErr("link", oldp, err)
-	}
-	if src.n == nil {
-		return pathErr("link", oldp, errNotExist)
+		return err
 	}
 	if src.n.kind == kindDir {
 		return pathErr("link", oldp, errPerm)
@@ -560,12 +555,9 @@ func (f *memFS) Link(oldp, newp string) error {
 func (f *memFS) Chmod(p string, perm uint32) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	r, err := f.resolve(p, true)
+	r, err := f.existing("chmod", p, true)
 	if err != nil {
-		return pathErr("chmod", p, err)
-	}
-	if r.n == nil {
-		return pathErr("chmod", p, errNotExist)
+		return err
 	}
 	r.n.perm = perm & 0o7777
 	return nil
@@ -575,12 +567,9 @@ func (f *memFS) Chmod(p string, perm uint32) error {
 func (f *memFS) Chtimes(p string, t time.Time) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	r, err := f.resolve(p, true)
+	r, err := f.existing("utime", p, true)
 	if err != nil {
-		return pathErr("utime", p, err)
-	}
-	if r.n == nil {
-		return pathErr("utime", p, errNotExist)
+		return err
 	}
 	r.n.mtime = t
 	return nil
@@ -590,12 +579,9 @@ func (f *memFS) Chtimes(p string, t time.Time) error {
 func (f *memFS) ReadFile(p string) ([]byte, error) {
 	f.mu.Lock() // marks the data shared
 	defer f.mu.Unlock()
-	r, err := f.resolve(p, true)
+	r, err := f.existing("open", p, true)
 	if err != nil {
-		return nil, pathErr("open", p, err)
-	}
-	if r.n == nil {
-		return nil, pathErr("open", p, errNotExist)
+		return nil, err
 	}
 	switch r.n.kind {
 	case kindDir:

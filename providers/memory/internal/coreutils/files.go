@@ -355,6 +355,29 @@ func lsTime(t time.Time) string {
 	return t.Format("Jan _2 15:04")
 }
 
+// The bits each letter of a symbolic mode selects: whoBits for whom ("ugoa"), permBits for
+// what ("rwxXst"). X is x for a directory or a file with an x bit set (permBitsX), else
+// nothing.
+var (
+	whoBits   = map[byte]uint32{'u': 0o4700, 'g': 0o2070, 'o': 0o1007, 'a': 0o7777}
+	permBits  = map[byte]uint32{'r': 0o444, 'w': 0o222, 'x': 0o111, 'X': 0, 's': 0o6000, 't': 0o1000}
+	permBitsX = map[byte]uint32{'r': 0o444, 'w': 0o222, 'x': 0o111, 'X': 0o111, 's': 0o6000, 't': 0o1000}
+)
+
+// modeLetters reads the letters of s from i on that bits names, and returns their bits
+// together and the index of the first letter it does not name.
+func modeLetters(s string, i int, bits map[byte]uint32) (uint32, int) {
+	var m uint32
+	for ; i < len(s); i++ {
+		b, ok := bits[s[i]]
+		if !ok {
+			break
+		}
+		m |= b
+	}
+	return m, i
+}
+
 // parseMode parses an octal mode, or a symbolic one ([ugoa]*[+-=][rwxXst]*, comma-separated)
 // applied to cur.
 func parseMode(s string, cur uint32, isDir bool) (uint32, bool) {
@@ -369,21 +392,7 @@ func parseMode(s string, cur uint32, isDir bool) (uint32, bool) {
 	}
 	mode := cur
 	for _, clause := range strings.Split(s, ",") {
-		i := 0
-		var who uint32
-		for i < len(clause) && strings.IndexByte("ugoa", clause[i]) >= 0 {
-			switch clause[i] {
-			case 'u':
-				who |= 0o4700
-			case 'g':
-				who |= 0o2070
-			case 'o':
-				who |= 0o1007
-			case 'a':
-				who |= 0o7777
-			}
-			i++
-		}
+		who, i := modeLetters(clause, 0, whoBits)
 		if who == 0 {
 			who = 0o7777 &^ 0o022 // as with umask 022
 			who |= 0o0022 &^ 0o022
@@ -396,27 +405,12 @@ func parseMode(s string, cur uint32, isDir bool) (uint32, bool) {
 			if op != '+' && op != '-' && op != '=' {
 				return 0, false
 			}
-			i++
-			var bits uint32
-			for i < len(clause) && strings.IndexByte("rwxXst", clause[i]) >= 0 {
-				switch clause[i] {
-				case 'r':
-					bits |= 0o444
-				case 'w':
-					bits |= 0o222
-				case 'x':
-					bits |= 0o111
-				case 'X':
-					if isDir || mode&0o111 != 0 {
-						bits |= 0o111
-					}
-				case 's':
-					bits |= 0o6000
-				case 't':
-					bits |= 0o1000
-				}
-				i++
+			perms := permBits
+			if isDir || mode&0o111 != 0 {
+				perms = permBitsX
 			}
+			var bits uint32
+			bits, i = modeLetters(clause, i+1, perms)
 			bits &= who
 			switch op {
 			case '+':
