@@ -29,16 +29,7 @@ import (
 // nothing. The durations of the pause and the resume are logged (the machine is shared:
 // not asserted).
 func TestPauseCold(t *testing.T) {
-	for _, rt := range runtimes {
-		t.Run(rt, func(t *testing.T) {
-			testenv.RequireRoot(t)
-			testenv.RequireBinary(t, rt)
-			if !inPrivateNetns(t) {
-				return
-			}
-			testPauseCold(t, rt)
-		})
-	}
+	forRuntimesInNetns(t, false, testPauseCold)
 }
 
 func testPauseCold(t *testing.T, rt string) {

@@ -80,16 +80,7 @@ var (
 // TestEgressPolicy is network "allow" under each runtime, as an adversary root in the
 // sandbox would try it: one sandbox per runtime, shared by the subtests.
 func TestEgressPolicy(t *testing.T) {
-	for _, rt := range runtimes {
-		t.Run(rt, func(t *testing.T) {
-			testenv.RequireRoot(t)
-			testenv.RequireBinary(t, rt)
-			if !inPrivateNetns(t) {
-				return
-			}
-			testEgress(t, rt)
-		})
-	}
+	forRuntimesInNetns(t, false, testEgress)
 }
 
 // egressHelperSource is the in-sandbox client of the egress tests. Each command prints one

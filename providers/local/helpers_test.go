@@ -6,11 +6,13 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -159,13 +161,62 @@ func runCode(t testing.TB, inst provider.Instance, cmd string) (stdout, stderr s
 	return strings.TrimSpace(o.String()), strings.TrimSpace(e.String()), res.ExitCode
 }
 
+// countingListener listens on a free TCP port of host and counts the connections it
+// accepts, closing each at once; the listener is closed when the test ends.
+func countingListener(t testing.TB, host string) (net.Listener, *atomic.Int64) {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var accepted atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			c.Close()
+		}
+	}()
+	return ln, &accepted
+}
+
 // runtimes are the runtimes a test runs under.
 var runtimes = []string{RuntimeRunc, RuntimeRunsc, RuntimeCrun}
 
+// forRuntimes runs f as a subtest per runtime.
 func forRuntimes(t *testing.T, f func(t *testing.T, rt string)) {
 	for _, rt := range runtimes {
 		t.Run(rt, func(t *testing.T) { f(t, rt) })
 	}
+}
+
+// forRuntimesAsRoot runs f as a parallel subtest per runtime, each skipped without root.
+func forRuntimesAsRoot(t *testing.T, f func(t *testing.T, rt string)) {
+	forRuntimes(t, func(t *testing.T, rt string) {
+		t.Parallel()
+		testenv.RequireRoot(t)
+		f(t, rt)
+	})
+}
+
+// forRuntimesInNetns runs f as a subtest per runtime in a network namespace of the test's
+// own (inPrivateNetns), where it plays the host's network; each is skipped without root or
+// the runtime's binary. With parallel the runtimes' subtests run at once.
+func forRuntimesInNetns(t *testing.T, parallel bool, f func(t *testing.T, rt string)) {
+	forRuntimes(t, func(t *testing.T, rt string) {
+		if parallel {
+			t.Parallel()
+		}
+		testenv.RequireRoot(t)
+		testenv.RequireBinary(t, rt)
+		if inPrivateNetns(t) {
+			f(t, rt)
+		}
+	})
 }
 
 // mountsUnder returns the mount points under dir in every mount namespace on the host that

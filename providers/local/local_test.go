@@ -16,7 +16,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -438,22 +437,7 @@ func TestNetworkAll(t *testing.T) {
 			t.Errorf("the host cannot reach the sandbox at %s:8080: %v", rec.IP, derr)
 		}
 
-		var accepted atomic.Int64
-		ln, err := net.Listen("tcp", p.net.gateway.String()+":0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				accepted.Add(1)
-				c.Close()
-			}
-		}()
+		ln, accepted := countingListener(t, p.net.gateway.String())
 		port := ln.Addr().(*net.TCPAddr).Port
 		_, stderr, code := runCode(t, inst, fmt.Sprintf("bash -c 'exec 3<>/dev/tcp/%s/%d'", p.net.gateway, port))
 		if code == 0 || !strings.Contains(stderr, "No route to host") || accepted.Load() != 0 {

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tupper-dev/tupper/internal/testenv"
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/template"
 )
@@ -33,21 +32,13 @@ const labMirrorOther = 7003
 // a provider with NoTemplateMirror. Every address is in network namespaces the test makes
 // (netsec_test.go's lab).
 func TestTemplateMirror(t *testing.T) {
-	for _, rt := range runtimes {
-		t.Run(rt, func(t *testing.T) {
-			t.Parallel()
-			testenv.RequireRoot(t)
-			testenv.RequireBinary(t, rt)
-			if !inPrivateNetns(t) {
-				return
-			}
-			l := newNetLabOn(t, rt, "tpmir"+rt)
-			inNetns(t, l.up, func() {
-				l.serveTCP(t, net.JoinHostPort(labPrivate.String(), strconv.Itoa(labMirrorOther)), l.upTCP)
-			})
-			l.mirror(t)
+	forRuntimesInNetns(t, true, func(t *testing.T, rt string) {
+		l := newNetLabOn(t, rt, "tpmir"+rt)
+		inNetns(t, l.up, func() {
+			l.serveTCP(t, net.JoinHostPort(labPrivate.String(), strconv.Itoa(labMirrorOther)), l.upTCP)
 		})
-	}
+		l.mirror(t)
+	})
 }
 
 // mirrorTemplates puts into p's store "plain", a busybox template with the lab's helper,

@@ -45,17 +45,9 @@ import (
 // One provider opens 172.31.77.0/24 and 10.99.0.0/30 (which holds the host's own transit
 // address) with AllowPrivate, a second shares its bridge and opens nothing.
 func TestSecurityNetwork(t *testing.T) {
-	for _, rt := range runtimes {
-		t.Run(rt, func(t *testing.T) {
-			t.Parallel()
-			testenv.RequireRoot(t)
-			testenv.RequireBinary(t, rt)
-			if !inPrivateNetns(t) {
-				return
-			}
-			newNetLab(t, rt).run(t)
-		})
-	}
+	forRuntimesInNetns(t, true, func(t *testing.T, rt string) {
+		newNetLab(t, rt).run(t)
+	})
 }
 
 // netnsChildEnv names, in a child started by inPrivateNetns, the test it is to run.

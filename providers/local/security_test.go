@@ -571,22 +571,7 @@ func (s *secSuite) hostLoopback(t *testing.T) {
 	// Network all does not reach the host either: the firewall refuses everything a
 	// sandbox sends to the host's addresses, the gateway's included, whether or not
 	// something listens there (the egress matrix is TestSecurityNetwork's).
-	var gwConns atomic.Int64
-	gw, err := net.Listen("tcp", net.JoinHostPort(s.p.net.gateway.String(), "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gw.Close()
-	go func() {
-		for {
-			c, err := gw.Accept()
-			if err != nil {
-				return
-			}
-			gwConns.Add(1)
-			c.Close()
-		}
-	}()
+	gw, gwConns := countingListener(t, s.p.net.gateway.String())
 	for _, addr := range []string{gw.Addr().String(), net.JoinHostPort(s.p.net.gateway.String(), strconv.Itoa(e.loopPort))} {
 		if r := s.helper(t, s.a, "connect "+addr); r["connect"] != "EHOSTUNREACH" {
 			t.Errorf("network all: connect to the host at %s: %q, want EHOSTUNREACH (refused by the firewall)", addr, r["connect"])
