@@ -442,12 +442,17 @@ func deadlineUnix(t time.Time) int64 {
 }
 
 func (c *Client) postDeadline(ctx context.Context, s string) error {
-	body := strings.NewReader(s)
-	req, err := c.newRequest(ctx, http.MethodPost, "/tupper/deadline", nil, body)
+	return c.post(ctx, "/tupper/deadline", nil, "application/json", strings.NewReader(s))
+}
+
+// post sends body of contentType to path with query q, for an answer 200 whose body is
+// read and dropped (so the connection is reused).
+func (c *Client) post(ctx context.Context, path string, q url.Values, contentType string, body io.Reader) error {
+	req, err := c.newRequest(ctx, http.MethodPost, path, q, body)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Type", contentType)
 	resp, err := c.do(req, http.StatusOK)
 	if err != nil {
 		return err

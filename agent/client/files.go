@@ -137,18 +137,7 @@ func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, o Writ
 	if r == nil {
 		r = http.NoBody
 	}
-	req, err := c.newRequest(ctx, http.MethodPost, "/files", q, r)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/octet-stream")
-	resp, err := c.do(req, http.StatusOK)
-	if err != nil {
-		return err
-	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
-	resp.Body.Close()
-	return nil
+	return c.post(ctx, "/files", q, "application/octet-stream", r)
 }
 
 // Stat describes path without following a final symlink.
