@@ -11,13 +11,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tupper-dev/tupper/agent"
 	"github.com/tupper-dev/tupper/agent/client"
+	"github.com/tupper-dev/tupper/internal/syncbuf"
 )
 
 func TestExecOutputAndExitCodes(t *testing.T) {
@@ -239,7 +239,7 @@ func TestDetachAttachSignal(t *testing.T) {
 func TestCancelKillsProcess(t *testing.T) {
 	ta := startAgent(t, agent.Config{})
 	ctx, cancel := context.WithCancel(ctxT(t))
-	var out syncBuffer
+	var out syncbuf.Buffer
 	done := make(chan struct{})
 	var res client.ExecResult
 	var err error
@@ -260,23 +260,6 @@ func TestCancelKillsProcess(t *testing.T) {
 		t.Errorf("pid %d vs %d", pid, res.PID)
 	}
 	waitDead(t, pid)
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func TestOutputOfBackgroundChildDoesNotHang(t *testing.T) {
@@ -319,7 +302,7 @@ func TestOutputWrittenBeforeExitIsKept(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	var out syncBuffer
+	var out syncbuf.Buffer
 	res, err := ta.c.Exec(ctxT(t), client.ExecRequest{Command: "(timeout 5 yes &); echo started", Stdout: &out})
 	if err != nil || res.ExitCode != 0 || !strings.Contains(out.String(), "started") {
 		t.Fatal(res, err)

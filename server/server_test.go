@@ -13,29 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tupper-dev/tupper/internal/syncbuf"
 	"github.com/tupper-dev/tupper/providers/memory"
 	"github.com/tupper-dev/tupper/providers/remote"
 	"github.com/tupper-dev/tupper/server/api"
 	"github.com/tupper-dev/tupper/store"
 )
-
-// syncBuffer is a log sink safe for the server's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 type env struct {
 	t    *testing.T
@@ -43,7 +26,7 @@ type env struct {
 	ts   *httptest.Server
 	st   *store.Store
 	key  string
-	logs *syncBuffer
+	logs *syncbuf.Buffer
 }
 
 func newEnv(t *testing.T, mod ...func(*Config)) *env {
@@ -60,7 +43,7 @@ func newEnvLoop(t *testing.T, loop bool, mod ...func(*Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	ts := httptest.NewUnstartedServer(nil)
 	cfg := Config{
 		Provider: memory.New(), Store: st, BaseURL: "http://" + ts.Listener.Addr().String(),
