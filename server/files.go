@@ -249,13 +249,19 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request, _ *caller) {
 	})
 }
 
-func (s *Server) statFile(w http.ResponseWriter, r *http.Request, _ *caller) {
+// withPath is withBox for a request whose query names a file (pathParam): a bad path is
+// answered before the sandbox is looked up.
+func (s *Server) withPath(w http.ResponseWriter, r *http.Request, fn func(b *sandbox.Sandbox, p string) error) {
 	p, err := pathParam(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	s.withBox(w, r, func(b *sandbox.Sandbox) error {
+	s.withBox(w, r, func(b *sandbox.Sandbox) error { return fn(b, p) })
+}
+
+func (s *Server) statFile(w http.ResponseWriter, r *http.Request, _ *caller) {
+	s.withPath(w, r, func(b *sandbox.Sandbox, p string) error {
 		fi, err := b.Files.Stat(r.Context(), p)
 		if err != nil {
 			return err
@@ -266,12 +272,7 @@ func (s *Server) statFile(w http.ResponseWriter, r *http.Request, _ *caller) {
 }
 
 func (s *Server) existsFile(w http.ResponseWriter, r *http.Request, _ *caller) {
-	p, err := pathParam(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	s.withBox(w, r, func(b *sandbox.Sandbox) error {
+	s.withPath(w, r, func(b *sandbox.Sandbox, p string) error {
 		ok, err := b.Files.Exists(r.Context(), p)
 		if err != nil {
 			return err

@@ -102,6 +102,22 @@ func durMS(name string, ms int64) (time.Duration, error) {
 	return time.Duration(ms) * time.Millisecond, nil
 }
 
+// decodeMS decodes r's body, which may be empty, into req, and returns the milliseconds
+// *ms of one of its fields (name on the wire) as a duration; else it answers the error and
+// returns false.
+func decodeMS(w http.ResponseWriter, r *http.Request, req any, name string, ms *int64) (time.Duration, bool) {
+	if err := decode(w, r, req, true); err != nil {
+		writeError(w, err)
+		return 0, false
+	}
+	d, err := durMS(name, *ms)
+	if err != nil {
+		writeError(w, err)
+		return 0, false
+	}
+	return d, true
+}
+
 func queryBool(r *http.Request, name string) (bool, error) {
 	v := r.URL.Query().Get(name)
 	if v == "" {

@@ -175,13 +175,8 @@ func (s *Server) stopProcess(w http.ResponseWriter, r *http.Request, _ *caller) 
 	var req struct {
 		GraceMS int64 `json:"graceMs,omitempty"`
 	}
-	if err := decode(w, r, &req, true); err != nil {
-		writeError(w, err)
-		return
-	}
-	grace, err := durMS("graceMs", req.GraceMS)
-	if err != nil {
-		writeError(w, err)
+	grace, ok := decodeMS(w, r, &req, "graceMs", &req.GraceMS)
+	if !ok {
 		return
 	}
 	s.withProcess(w, r, func(b *sandbox.Sandbox, p *sandbox.Process) error {
@@ -217,13 +212,8 @@ func (s *Server) waitProcess(w http.ResponseWriter, r *http.Request, _ *caller) 
 	var req struct {
 		TimeoutMS int64 `json:"timeoutMs,omitempty"`
 	}
-	if err := decode(w, r, &req, true); err != nil {
-		writeError(w, err)
-		return
-	}
-	timeout, err := durMS("timeoutMs", req.TimeoutMS)
-	if err != nil {
-		writeError(w, err)
+	timeout, ok := decodeMS(w, r, &req, "timeoutMs", &req.TimeoutMS)
+	if !ok {
 		return
 	}
 	s.withProcess(w, r, func(b *sandbox.Sandbox, p *sandbox.Process) error {

@@ -547,6 +547,20 @@ func timeoutBody(w http.ResponseWriter, r *http.Request, field string, required 
 	return time.Duration(secs) * time.Second, true, nil
 }
 
+// timeoutOr is the body's optional timeout field, or def when it is absent or 0; a bad one
+// is answered, and ok is false.
+func timeoutOr(w http.ResponseWriter, r *http.Request, field string, def time.Duration) (d time.Duration, ok bool) {
+	d, given, err := timeoutBody(w, r, field, false)
+	if err != nil {
+		writeError(w, err)
+		return 0, false
+	}
+	if !given || d == 0 {
+		d = def
+	}
+	return d, true
+}
+
 func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request, _ string) {
 	d, _, err := timeoutBody(w, r, "timeout", true)
 	if err != nil {
@@ -613,13 +627,9 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request, _ string)
 
 // refresh is the old keep-alive: extend the lifetime by duration seconds when that is later.
 func (s *Server) refresh(w http.ResponseWriter, r *http.Request, _ string) {
-	d, ok, err := timeoutBody(w, r, "duration", false)
-	if err != nil {
-		writeError(w, err)
+	d, ok := timeoutOr(w, r, "duration", defaultTimeoutV2*time.Second)
+	if !ok {
 		return
-	}
-	if !ok || d == 0 {
-		d = defaultTimeoutV2 * time.Second
 	}
 	id := r.PathValue("sandboxID")
 	if _, err := s.lc.ExtendTimeout(r.Context(), id, d); err != nil {
@@ -632,13 +642,9 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request, _ string) {
 // connect resumes a paused sandbox (201) and extends its lifetime to d from now when that
 // is later, as E2B does.
 func (s *Server) connect(w http.ResponseWriter, r *http.Request, _ string) {
-	d, ok, err := timeoutBody(w, r, "timeout", false)
-	if err != nil {
-		writeError(w, err)
+	d, ok := timeoutOr(w, r, "timeout", connectTimeout*time.Second)
+	if !ok {
 		return
-	}
-	if !ok || d == 0 {
-		d = connectTimeout * time.Second
 	}
 	s.resumeAndExtend(w, r, d, false)
 }
@@ -697,13 +703,9 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request, _ string) {
 
 // resume is E2B's deprecated POST /sandboxes/{id}/resume: 201 Sandbox, 409 when running.
 func (s *Server) resume(w http.ResponseWriter, r *http.Request, _ string) {
-	d, ok, err := timeoutBody(w, r, "timeout", false)
-	if err != nil {
-		writeError(w, err)
+	d, ok := timeoutOr(w, r, "timeout", defaultTimeoutV1*time.Second)
+	if !ok {
 		return
-	}
-	if !ok || d == 0 {
-		d = defaultTimeoutV1 * time.Second
 	}
 	s.resumeAndExtend(w, r, d, true)
 }
