@@ -13,7 +13,6 @@ import (
 
 	"github.com/tupper-dev/tupper/internal/testenv"
 	"github.com/tupper-dev/tupper/provider"
-	"github.com/tupper-dev/tupper/providers/local"
 	"github.com/tupper-dev/tupper/server/servertest"
 )
 
@@ -23,24 +22,8 @@ import (
 // paused, and a command through its API resumes it with its processes running on and its
 // timeout given again; paused once more, a request to a preview port resumes it too.
 func TestOnTimeoutPauseAutoResume(t *testing.T) {
-	if ok, why := servertest.CanRunLocal(); !ok {
-		testenv.Skip(t, "local provider: "+why)
-	}
 	testenv.RequireBinary(t, "runsc")
-	prov, err := local.New(servertest.LocalConfig(t, 72))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := prov.Available(context.Background()); err != nil {
-		testenv.Skip(t, "local provider: "+err.Error())
-	}
-	t.Cleanup(func() {
-		infos, _ := prov.List(context.Background(), provider.ListFilter{})
-		for _, in := range infos {
-			_ = prov.Destroy(context.Background(), in.ID)
-		}
-		prov.Close()
-	})
+	prov := servertest.Local(t, 72)
 	srv := servertest.Start(t, prov, "")
 	ctx := context.Background()
 	type box struct {

@@ -54,9 +54,7 @@ func workdirTemplate(t *testing.T, prov provider.Provider, name string) {
 // through the server's REST API (its run route, and providers/remote, which the CLI uses
 // with --url). A template without one keeps /workspace.
 func TestTemplateWorkdir(t *testing.T) {
-	if ok, why := servertest.CanRunLocal(); !ok {
-		testenv.Skip(t, "template workdirs need real sandboxes: "+why)
-	}
+	servertest.RequireLocal(t, "template workdirs need real sandboxes")
 	prov := servertest.Provider(t, 6)
 	workdirTemplate(t, prov, "wd")
 	servertest.BusyboxTemplate(t, prov, "bb")

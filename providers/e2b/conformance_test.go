@@ -5,7 +5,6 @@ package e2b_test
 import (
 	"testing"
 
-	"github.com/tupper-dev/tupper/internal/testenv"
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/providers/e2b"
 	"github.com/tupper-dev/tupper/sandboxtest"
@@ -17,9 +16,7 @@ import (
 // the local provider (runc). It needs root and runc (the memory provider has no envd data
 // plane): skipped on a developer's machine without them, failed under CI=true.
 func TestConformance(t *testing.T) {
-	if ok, why := servertest.CanRunLocal(); !ok {
-		testenv.Skip(t, "the E2B data plane needs real sandboxes: "+why)
-	}
+	servertest.RequireLocal(t, "the E2B data plane needs real sandboxes")
 	sandboxtest.Run(t, func(t testing.TB) provider.Provider {
 		prov := servertest.Provider(t, 6)
 		srv := servertest.Start(t, prov, "")

@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tupper-dev/tupper/internal/testenv"
 	"github.com/tupper-dev/tupper/server/e2b"
 	"github.com/tupper-dev/tupper/server/servertest"
 )
@@ -23,9 +22,7 @@ import (
 // localServer is a server on the local provider: the envd data plane needs real sandboxes.
 func localServer(t *testing.T) *servertest.Server {
 	t.Helper()
-	if ok, why := servertest.CanRunLocal(); !ok {
-		testenv.Skip(t, "the envd data plane runs real sandboxes: "+why)
-	}
+	servertest.RequireLocal(t, "the envd data plane runs real sandboxes")
 	return servertest.Start(t, servertest.Provider(t, 41), "")
 }
 

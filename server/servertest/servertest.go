@@ -38,6 +38,15 @@ func CanRunLocal() (bool, string) {
 	return true, ""
 }
 
+// RequireLocal skips the test loudly (failing under CI=true) when this machine cannot run the
+// local provider (CanRunLocal); needs says what needs it.
+func RequireLocal(t testing.TB, needs string) {
+	t.Helper()
+	if ok, why := CanRunLocal(); !ok {
+		testenv.Skip(t, needs+": "+why)
+	}
+}
+
 // LocalConfig is a local provider configuration of its own for a test: its own home, and
 // its own subnet and bridge numbered n (1..200), so packages testing at once never meet.
 func LocalConfig(t testing.TB, n int) local.Config {
@@ -94,9 +103,7 @@ func Provider(t testing.TB, n int) provider.Provider {
 // it. Its sandboxes are destroyed when the test ends.
 func Local(t testing.TB, n int) *local.Provider {
 	t.Helper()
-	if ok, why := CanRunLocal(); !ok {
-		testenv.Skip(t, "local provider: "+why)
-	}
+	RequireLocal(t, "local provider")
 	p, err := local.New(LocalConfig(t, n))
 	if err != nil {
 		t.Fatal(err)

@@ -26,9 +26,7 @@ import (
 // TestE2BSDK needs root and runc (real sandboxes: the memory provider has no envd data
 // plane), node and npm, and the npm registry for `npm ci` the first time.
 func TestE2BSDK(t *testing.T) {
-	if ok, why := servertest.CanRunLocal(); !ok {
-		testenv.Skip(t, "E2B compatibility runs real sandboxes: "+why)
-	}
+	servertest.RequireLocal(t, "E2B compatibility runs real sandboxes")
 	node := testenv.RequireBinary(t, "node")
 	if testing.Short() {
 		t.Skip("-short: the E2B SDK runs take a minute")

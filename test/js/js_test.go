@@ -72,9 +72,7 @@ var (
 // TestJS needs root and runc (real sandboxes), node and npm, and the npm registry for the
 // first `npm ci` (which also brings Node 22 on linux x64 and arm64).
 func TestJS(t *testing.T) {
-	if ok, why := servertest.CanRunLocal(); !ok {
-		testenv.Skip(t, "the JavaScript packages are tested on real sandboxes: "+why)
-	}
+	servertest.RequireLocal(t, "the JavaScript packages are tested on real sandboxes")
 	node := testenv.RequireBinary(t, "node")
 	npm := testenv.RequireBinary(t, "npm")
 	if testing.Short() {
