@@ -161,11 +161,11 @@ func runCode(t testing.TB, inst provider.Instance, cmd string) (stdout, stderr s
 	return strings.TrimSpace(o.String()), strings.TrimSpace(e.String()), res.ExitCode
 }
 
-// countingListener listens on a free TCP port of host and counts the connections it
-// accepts, closing each at once; the listener is closed when the test ends.
-func countingListener(t testing.TB, host string) (net.Listener, *atomic.Int64) {
+// countingListener listens on address and counts the connections it accepts, closing each
+// at once; the listener is closed when the test ends.
+func countingListener(t testing.TB, network, address string) (net.Listener, *atomic.Int64) {
 	t.Helper()
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	ln, err := net.Listen(network, address)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -437,7 +437,7 @@ func TestNetworkAll(t *testing.T) {
 			t.Errorf("the host cannot reach the sandbox at %s:8080: %v", rec.IP, derr)
 		}
 
-		ln, accepted := countingListener(t, p.net.gateway.String())
+		ln, accepted := countingListener(t, "tcp", net.JoinHostPort(p.net.gateway.String(), "0"))
 		port := ln.Addr().(*net.TCPAddr).Port
 		_, stderr, code := runCode(t, inst, fmt.Sprintf("bash -c 'exec 3<>/dev/tcp/%s/%d'", p.net.gateway, port))
 		if code == 0 || !strings.Contains(stderr, "No route to host") || accepted.Load() != 0 {

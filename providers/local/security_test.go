@@ -571,7 +571,7 @@ func (s *secSuite) hostLoopback(t *testing.T) {
 	// Network all does not reach the host either: the firewall refuses everything a
 	// sandbox sends to the host's addresses, the gateway's included, whether or not
 	// something listens there (the egress matrix is TestSecurityNetwork's).
-	gw, gwConns := countingListener(t, s.p.net.gateway.String())
+	gw, gwConns := countingListener(t, "tcp", net.JoinHostPort(s.p.net.gateway.String(), "0"))
 	for _, addr := range []string{gw.Addr().String(), net.JoinHostPort(s.p.net.gateway.String(), strconv.Itoa(e.loopPort))} {
 		if r := s.helper(t, s.a, "connect "+addr); r["connect"] != "EHOSTUNREACH" {
 			t.Errorf("network all: connect to the host at %s: %q, want EHOSTUNREACH (refused by the firewall)", addr, r["connect"])
@@ -1456,22 +1456,7 @@ func TestSecurityDialSymlink(t *testing.T) {
 	p := newTestProvider(t, RuntimeRunc)
 	inst := create(t, p, provider.CreateSpec{Network: netNone})
 	hostSock := filepath.Join(t.TempDir(), "host.sock")
-	ln, err := net.Listen("unix", hostSock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	var accepted atomic.Int64
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			c.Close()
-		}
-	}()
+	_, accepted := countingListener(t, "unix", hostSock)
 	sock := p.lay.socket(inst.ID())
 	if err := os.Rename(sock, sock+".real"); err != nil {
 		t.Fatal(err)
