@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/tupper-dev/tupper/server/api"
 )
 
 func TestRunStreams(t *testing.T) {
@@ -63,7 +65,7 @@ func TestFilesAPI(t *testing.T) {
 	if rd["encoding"] != "base64" || rd["content"] != "//4A" {
 		t.Fatalf("read binary: %v", rd)
 	}
-	var st fileInfoJSON
+	var st api.FileInfo
 	e.want(200, &st, "GET", p+"/files/stat?path=src/a.go", sb.Token, nil)
 	if st.Type != "file" || st.Mode&0o777 != 0o600 || st.Path != "/workspace/src/a.go" {
 		t.Fatalf("stat: %+v", st)
@@ -76,17 +78,17 @@ func TestFilesAPI(t *testing.T) {
 	e.want(204, nil, "POST", p+"/files/edit", sb.Token, map[string]string{"path": "src/a.go", "find": "TODO x", "replace": "DONE"})
 	e.want(204, nil, "POST", p+"/files/mkdir", sb.Token, map[string]string{"path": "d/e"})
 	e.want(204, nil, "POST", p+"/files/rename", sb.Token, map[string]string{"from": "src/b.bin", "to": "d/e/b.bin"})
-	var ls struct{ Entries []fileInfoJSON }
+	var ls struct{ Entries []api.FileInfo }
 	e.want(200, &ls, "GET", p+"/files/list?path=/workspace&recursive=true&glob=**/*.bin", sb.Token, nil)
 	if len(ls.Entries) != 1 || ls.Entries[0].Path != "/workspace/d/e/b.bin" {
 		t.Fatalf("list: %+v", ls)
 	}
-	var ms struct{ Matches []matchJSON }
+	var ms struct{ Matches []api.Match }
 	e.want(200, &ms, "POST", p+"/files/search", sb.Token, map[string]string{"query": "DONE"})
 	if len(ms.Matches) != 1 || ms.Matches[0].Line != 2 {
 		t.Fatalf("search: %+v", ms)
 	}
-	var ch changesJSON
+	var ch api.Changes
 	e.want(200, &ch, "GET", p+"/files/changes", sb.Token, nil)
 	if len(ch.Added) != 2 {
 		t.Fatalf("changes: %+v", ch)
@@ -150,7 +152,7 @@ func TestExecTimeoutFrame(t *testing.T) {
 	e := newEnv(t)
 	sb := e.create(nil)
 	_, data := e.do("POST", "/v1/sandboxes/"+sb.ID+"/exec", sb.Token, `{"command":"sleep 5","cwd":"/workspace","timeoutMs":100}`+"\n")
-	var last ExecFrame
+	var last api.ExecFrame
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for sc.Scan() {
 		if err := json.Unmarshal(sc.Bytes(), &last); err != nil {

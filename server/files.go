@@ -7,24 +7,16 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"time"
 	"unicode/utf8"
 
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
+	"github.com/tupper-dev/tupper/server/api"
 )
 
-// fileInfoJSON is a file system entry on the wire.
-type fileInfoJSON struct {
-	Path       string    `json:"path"`
-	Type       string    `json:"type"`
-	Size       int64     `json:"size"`
-	Mode       uint32    `json:"mode"`
-	ModifiedAt time.Time `json:"modifiedAt"`
-}
-
-func fileJSON(fi sandbox.FileInfo) fileInfoJSON {
-	return fileInfoJSON{Path: fi.Path, Type: string(fi.Type), Size: fi.Size, Mode: fi.Mode, ModifiedAt: fi.ModifiedAt.UTC()}
+// fileJSON is fi on the wire.
+func fileJSON(fi sandbox.FileInfo) api.FileInfo {
+	return api.FileInfo{Path: fi.Path, Type: string(fi.Type), Size: fi.Size, Mode: fi.Mode, ModifiedAt: fi.ModifiedAt.UTC()}
 }
 
 func pathParam(r *http.Request) (string, error) {
@@ -135,15 +127,11 @@ func (s *Server) writeBody(w http.ResponseWriter, r *http.Request, b *sandbox.Sa
 	return nil
 }
 
-type readRequest struct {
-	Path string `json:"path"`
-}
-
 // MaxReadBytes bounds POST files/read; larger files are for GET files/content.
 const MaxReadBytes = 16 << 20
 
 func (s *Server) readFile(w http.ResponseWriter, r *http.Request, _ *caller) {
-	var req readRequest
+	var req api.PathRequest
 	if err := decode(w, r, &req, false); err != nil {
 		writeError(w, err)
 		return
@@ -240,7 +228,7 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request, _ *caller) {
 		if err != nil {
 			return err
 		}
-		out := make([]fileInfoJSON, 0, len(infos))
+		out := make([]api.FileInfo, 0, len(infos))
 		for _, fi := range infos {
 			out = append(out, fileJSON(fi))
 		}
@@ -283,10 +271,7 @@ func (s *Server) existsFile(w http.ResponseWriter, r *http.Request, _ *caller) {
 }
 
 func (s *Server) removeFile(w http.ResponseWriter, r *http.Request, _ *caller) {
-	var req struct {
-		Path      string `json:"path"`
-		Recursive bool   `json:"recursive,omitempty"`
-	}
+	var req api.RemoveRequest
 	if err := decode(w, r, &req, false); err != nil {
 		writeError(w, err)
 		return
@@ -301,7 +286,7 @@ func (s *Server) removeFile(w http.ResponseWriter, r *http.Request, _ *caller) {
 }
 
 func (s *Server) makeDir(w http.ResponseWriter, r *http.Request, _ *caller) {
-	var req readRequest
+	var req api.PathRequest
 	if err := decode(w, r, &req, false); err != nil {
 		writeError(w, err)
 		return
@@ -316,10 +301,7 @@ func (s *Server) makeDir(w http.ResponseWriter, r *http.Request, _ *caller) {
 }
 
 func (s *Server) renameFile(w http.ResponseWriter, r *http.Request, _ *caller) {
-	var req struct {
-		From string `json:"from"`
-		To   string `json:"to"`
-	}
+	var req api.RenameRequest
 	if err := decode(w, r, &req, false); err != nil {
 		writeError(w, err)
 		return
@@ -333,19 +315,8 @@ func (s *Server) renameFile(w http.ResponseWriter, r *http.Request, _ *caller) {
 	})
 }
 
-type matchJSON struct {
-	Path string `json:"path"`
-	Line int    `json:"line"`
-	Text string `json:"text"`
-}
-
 func (s *Server) searchFiles(w http.ResponseWriter, r *http.Request, _ *caller) {
-	var req struct {
-		Query      string `json:"query"`
-		Path       string `json:"path,omitempty"`
-		Glob       string `json:"glob,omitempty"`
-		MaxMatches int    `json:"maxMatches,omitempty"`
-	}
+	var req api.SearchRequest
 	if err := decode(w, r, &req, false); err != nil {
 		writeError(w, err)
 		return
@@ -355,19 +326,17 @@ func (s *Server) searchFiles(w http.ResponseWriter, r *http.Request, _ *caller) 
 		if err != nil {
 			return err
 		}
-		out := make([]matchJSON, 0, len(ms))
+		out := api.Matches{Matches: make([]api.Match, 0, len(ms))}
 		for _, m := range ms {
-			out = append(out, matchJSON{m.Path, m.Line, m.Text})
+			out.Matches = append(out.Matches, api.Match{Path: m.Path, Line: m.Line, Text: m.Text})
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"matches": out})
+		writeJSON(w, http.StatusOK, out)
 		return nil
 	})
 }
 
 func (s *Server) markFiles(w http.ResponseWriter, r *http.Request, _ *caller) {
-	var req struct {
-		Name string `json:"name,omitempty"`
-	}
+	var req api.MarkRequest
 	if err := decode(w, r, &req, true); err != nil {
 		writeError(w, err)
 		return
@@ -380,13 +349,6 @@ func (s *Server) markFiles(w http.ResponseWriter, r *http.Request, _ *caller) {
 		writeJSON(w, http.StatusOK, map[string]string{"name": name})
 		return nil
 	})
-}
-
-type changesJSON struct {
-	Added    []string `json:"added"`
-	Modified []string `json:"modified"`
-	Removed  []string `json:"removed"`
-	Patch    string   `json:"patch"`
 }
 
 func nonNil(s []string) []string {
@@ -402,7 +364,7 @@ func (s *Server) changes(w http.ResponseWriter, r *http.Request, _ *caller) {
 		if err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusOK, changesJSON{nonNil(c.Added), nonNil(c.Modified), nonNil(c.Removed), c.Patch})
+		writeJSON(w, http.StatusOK, api.Changes{Added: nonNil(c.Added), Modified: nonNil(c.Modified), Removed: nonNil(c.Removed), Patch: c.Patch})
 		return nil
 	})
 }

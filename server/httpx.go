@@ -14,32 +14,27 @@ import (
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/provider/httpcode"
 	"github.com/tupper-dev/tupper/server/internal/httpjson"
+	"github.com/tupper-dev/tupper/server/api"
 )
 
 // MaxJSONBody is the largest JSON request body; past it the server answers 413.
 const MaxJSONBody = 8 << 20
 
-// apiError is the body of every error response.
-type apiError struct {
-	Code    provider.Code `json:"code"`
-	Message string        `json:"message"`
-}
-
 // toAPIError turns err into the wire form: its code (provider.CodeOf) and its message without
 // that code (provider.MessageOf: clients print "code: message"), stripped of credentials.
-func toAPIError(err error) apiError {
+func toAPIError(err error) api.Error {
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
-		return apiError{Code: provider.CodeResourceExhausted, Message: fmt.Sprintf("request body is larger than %d bytes", mbe.Limit)}
+		return api.Error{Code: provider.CodeResourceExhausted, Message: fmt.Sprintf("request body is larger than %d bytes", mbe.Limit)}
 	}
 	code := provider.CodeOf(err)
 	if !code.Valid() {
 		code = provider.CodeInternal
 	}
-	return apiError{Code: code, Message: provider.MessageOf(err)}
+	return api.Error{Code: code, Message: provider.MessageOf(err)}
 }
 
-func statusOf(e apiError, err error) int {
+func statusOf(e api.Error, err error) int {
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return http.StatusRequestEntityTooLarge

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
+	"github.com/tupper-dev/tupper/server/api"
 )
 
 type runRequest struct {
@@ -96,31 +97,6 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, _ *caller) {
 	})
 }
 
-// ExecHeader is the first line of a POST /v1/sandboxes/{id}/exec body: one raw provider
-// command. When Stdin is true, the rest of the body is the command's standard input,
-// streamed (the server reads it while it streams the output: full duplex).
-type ExecHeader struct {
-	Command   string            `json:"command"`
-	Cwd       string            `json:"cwd"`
-	Env       map[string]string `json:"env,omitempty"`
-	User      string            `json:"user,omitempty"`
-	Stdin     bool              `json:"stdin,omitempty"`
-	Detach    bool              `json:"detach,omitempty"`
-	TimeoutMS int64             `json:"timeoutMs,omitempty"`
-}
-
-// ExecFrame is one NDJSON line of an exec response: output ("stdout"/"stderr" with Data),
-// the end ("exit"), or a failure ("error").
-type ExecFrame struct {
-	Type     string        `json:"type"`
-	Data     []byte        `json:"data,omitempty"`
-	ExitCode int           `json:"exitCode,omitempty"`
-	Signal   string        `json:"signal,omitempty"`
-	PID      int           `json:"pid,omitempty"`
-	Code     provider.Code `json:"code,omitempty"`
-	Message  string        `json:"message,omitempty"`
-}
-
 // frameWriter serializes frames from the command's two output streams.
 type frameWriter struct {
 	mu  sync.Mutex
@@ -129,7 +105,7 @@ type frameWriter struct {
 	err error
 }
 
-func (f *frameWriter) send(fr ExecFrame) error {
+func (f *frameWriter) send(fr api.ExecFrame) error {
 	line, _ := json.Marshal(fr)
 	line = append(line, '\n')
 	f.mu.Lock()
@@ -153,7 +129,7 @@ type streamOut struct {
 }
 
 func (s streamOut) Write(p []byte) (int, error) {
-	if err := s.f.send(ExecFrame{Type: s.name, Data: bytes.Clone(p)}); err != nil {
+	if err := s.f.send(api.ExecFrame{Type: s.name, Data: bytes.Clone(p)}); err != nil {
 		return 0, err
 	}
 	return len(p), nil
@@ -169,7 +145,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, _ *caller) {
 		writeError(w, err)
 		return
 	}
-	var h ExecHeader
+	var h api.ExecHeader
 	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&h); err != nil {
@@ -199,7 +175,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, _ *caller) {
 				return err
 			}
 			w.Header().Set("Content-Type", "application/x-ndjson")
-			line, _ := json.Marshal(ExecFrame{Type: "exit", PID: res.PID})
+			line, _ := json.Marshal(api.ExecFrame{Type: "exit", PID: res.PID})
 			_, _ = w.Write(append(line, '\n'))
 			return nil
 		}
@@ -219,10 +195,10 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, _ *caller) {
 		res, err := b.Native.Exec(ctx, req)
 		if err != nil {
 			e := toAPIError(err)
-			_ = fw.send(ExecFrame{Type: "error", Code: e.Code, Message: e.Message})
+			_ = fw.send(api.ExecFrame{Type: "error", Code: e.Code, Message: e.Message})
 			return nil
 		}
-		_ = fw.send(ExecFrame{Type: "exit", ExitCode: res.ExitCode, Signal: res.Signal, PID: res.PID})
+		_ = fw.send(api.ExecFrame{Type: "exit", ExitCode: res.ExitCode, Signal: res.Signal, PID: res.PID})
 		return nil
 	})
 }

@@ -48,14 +48,8 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request, _ *caller) {
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
 }
 
-type infoJSON struct {
-	Provider     string   `json:"provider"`
-	Capabilities []string `json:"capabilities"`
-	EventTypes   []string `json:"eventTypes"`
-}
-
 func (s *Server) info(w http.ResponseWriter, r *http.Request, _ *caller) {
-	writeJSON(w, http.StatusOK, infoJSON{Provider: s.prov.Name(), Capabilities: capList(s.Capabilities()), EventTypes: EventTypes})
+	writeJSON(w, http.StatusOK, api.Info{Provider: s.prov.Name(), Capabilities: capList(s.Capabilities()), EventTypes: EventTypes})
 }
 
 func capList(c provider.Capabilities) []string {
@@ -181,7 +175,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, _ *caller
 	for _, l := range list {
 		out = append(out, s.toJSON(l.Info, l.Record))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"sandboxes": out})
+	writeJSON(w, http.StatusOK, api.SandboxList{Sandboxes: out})
 }
 
 // withBox runs fn with the live sandbox named by {id}.
@@ -244,11 +238,7 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request, _ *caller) {
 }
 
 func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, c *caller) {
-	var req struct {
-		ExpiresInMS int64  `json:"expiresInMs,omitempty"`
-		Kind        string `json:"kind,omitempty"`
-		Name        string `json:"name,omitempty"`
-	}
+	var req api.SnapshotRequest
 	if err := decode(w, r, &req, true); err != nil {
 		writeError(w, err)
 		return
@@ -269,15 +259,11 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, c *caller) {
 	if kind == "" {
 		kind = string(provider.SnapshotFilesystem)
 	}
-	writeJSON(w, http.StatusCreated, map[string]string{"id": id, "kind": kind})
-}
-
-type timeoutRequest struct {
-	TimeoutMS int64 `json:"timeoutMs"`
+	writeJSON(w, http.StatusCreated, api.SnapshotTaken{ID: id, Kind: kind})
 }
 
 func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request, _ *caller) {
-	var req timeoutRequest
+	var req api.TimeoutRequest
 	if err := decode(w, r, &req, false); err != nil {
 		writeError(w, err)
 		return
@@ -394,7 +380,7 @@ func (s *Server) busy(w http.ResponseWriter, r *http.Request, _ *caller) {
 		if err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusOK, map[string]bool{"busy": busy})
+		writeJSON(w, http.StatusOK, api.Busy{Busy: busy})
 		return nil
 	})
 }

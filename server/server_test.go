@@ -214,7 +214,7 @@ func TestGetOrCreateByKey(t *testing.T) {
 func TestErrors(t *testing.T) {
 	e := newEnv(t)
 	sb := e.create(nil)
-	var ae apiError
+	var ae api.Error
 	e.want(400, &ae, "POST", "/v1/sandboxes", e.key, `{"nope": 1}`)
 	if ae.Code != "invalid_argument" || !strings.Contains(ae.Message, "nope") {
 		t.Fatalf("unknown field: %+v", ae)

@@ -66,18 +66,10 @@ func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request, _ *calle
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// forkRequest is the body of POST /v1/sandboxes/{id}/fork.
-type forkRequest struct {
-	N         int               `json:"n,omitempty"`
-	Labels    map[string]string `json:"labels,omitempty"`
-	TimeoutMS int64             `json:"timeoutMs,omitempty"`
-	Network   *api.Network      `json:"network,omitempty"`
-}
-
 // fork makes children of a sandbox: memory and processes included where the sandbox has
 // "snapshot-full", its files elsewhere. Each child comes with its own token.
 func (s *Server) fork(w http.ResponseWriter, r *http.Request, c *caller) {
-	var req forkRequest
+	var req api.ForkRequest
 	if err := decode(w, r, &req, true); err != nil {
 		writeError(w, err)
 		return
@@ -105,5 +97,5 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, c *caller) {
 		j.Capabilities = capList(s.Capabilities())
 		out = append(out, j)
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{"sandboxes": out})
+	writeJSON(w, http.StatusCreated, api.SandboxList{Sandboxes: out})
 }

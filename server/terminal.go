@@ -13,25 +13,12 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/server/api"
 )
 
 // MaxTerminalSize is the largest number of columns or rows of a terminal over the API, as in
 // the SDK.
 const MaxTerminalSize = 1000
-
-// terminalControl is a text message on a terminal's WebSocket: from the client
-// {"type":"resize","cols":…,"rows":…}; from the server {"type":"exit","exitCode":…,"signal":…}
-// before it closes, or {"type":"error","code":…,"message":…} for a control message it
-// refused (the terminal goes on).
-type terminalControl struct {
-	Type     string        `json:"type"`
-	Cols     int           `json:"cols,omitempty"`
-	Rows     int           `json:"rows,omitempty"`
-	ExitCode *int          `json:"exitCode,omitempty"`
-	Signal   string        `json:"signal,omitempty"`
-	Code     provider.Code `json:"code,omitempty"`
-	Message  string        `json:"message,omitempty"`
-}
 
 // terminalChunk is the most terminal output sent in one binary message.
 const terminalChunk = 32 << 10
@@ -58,7 +45,7 @@ func checkTerminalSize(cols, rows int) error {
 
 // terminal serves GET /v1/sandboxes/{id}/terminal?cols=&rows=: a login shell on a PTY over a
 // WebSocket. Binary messages carry the terminal's bytes both ways; text messages carry JSON
-// control (see terminalControl). The terminal is opened before the upgrade, so a bad size,
+// control (see api.TerminalControl). The terminal is opened before the upgrade, so a bad size,
 // an unknown sandbox or a provider without terminals is an ordinary JSON error; closing the
 // WebSocket kills the shell.
 func (s *Server) terminal(w http.ResponseWriter, r *http.Request, _ *caller) {
@@ -150,7 +137,7 @@ func serveTerminal(ctx context.Context, conn *websocket.Conn, term provider.Term
 		}
 		if err := terminalCommand(ctx, term, data); err != nil {
 			e := toAPIError(err)
-			msg, _ := json.Marshal(terminalControl{Type: "error", Code: e.Code, Message: e.Message})
+			msg, _ := json.Marshal(api.TerminalControl{Type: "error", Code: e.Code, Message: e.Message})
 			if conn.Write(ctx, websocket.MessageText, msg) != nil {
 				break
 			}
@@ -163,7 +150,7 @@ func serveTerminal(ctx context.Context, conn *websocket.Conn, term provider.Term
 
 // terminalCommand carries out one control message from the client.
 func terminalCommand(ctx context.Context, term provider.Terminal, data []byte) error {
-	var c terminalControl
+	var c api.TerminalControl
 	if err := json.Unmarshal(data, &c); err != nil {
 		return badRequest("malformed control message: %s", strings.TrimPrefix(err.Error(), "json: "))
 	}
@@ -192,12 +179,12 @@ func sendExit(ctx context.Context, conn *websocket.Conn, term provider.Terminal)
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {
 			e := toAPIError(err)
-			msg, _ := json.Marshal(terminalControl{Type: "error", Code: e.Code, Message: e.Message})
+			msg, _ := json.Marshal(api.TerminalControl{Type: "error", Code: e.Code, Message: e.Message})
 			_ = conn.Write(ctx, websocket.MessageText, msg)
 		}
 		return
 	}
 	code := res.ExitCode
-	msg, _ := json.Marshal(terminalControl{Type: "exit", ExitCode: &code, Signal: res.Signal})
+	msg, _ := json.Marshal(api.TerminalControl{Type: "exit", ExitCode: &code, Signal: res.Signal})
 	_ = conn.Write(ctx, websocket.MessageText, msg)
 }

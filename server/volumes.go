@@ -2,36 +2,13 @@ package server
 
 import (
 	"net/http"
-	"time"
 
 	"github.com/tupper-dev/tupper/sandbox"
+	"github.com/tupper-dev/tupper/server/api"
 )
 
-// volumeJSON is a volume in the native API.
-type volumeJSON struct {
-	Name      string    `json:"name"`
-	SizeMB    int       `json:"sizeMB"`
-	UsedBytes int64     `json:"usedBytes"`
-	CreatedAt time.Time `json:"createdAt"`
-	MountedBy []string  `json:"mountedBy"`
-}
-
-func toVolumeJSON(in sandbox.VolumeInfo) volumeJSON {
-	out := volumeJSON{Name: in.Name, SizeMB: in.SizeMB, UsedBytes: in.UsedBytes, CreatedAt: in.CreatedAt.UTC(), MountedBy: in.MountedBy}
-	if out.MountedBy == nil {
-		out.MountedBy = []string{}
-	}
-	return out
-}
-
-// volumeRequest is the body of POST /v1/volumes.
-type volumeRequest struct {
-	Name   string `json:"name"`
-	SizeMB int    `json:"sizeMB,omitempty"`
-}
-
 func (s *Server) createVolume(w http.ResponseWriter, r *http.Request, _ *caller) {
-	var req volumeRequest
+	var req api.VolumeRequest
 	if err := decode(w, r, &req, false); err != nil {
 		writeError(w, err)
 		return
@@ -41,7 +18,7 @@ func (s *Server) createVolume(w http.ResponseWriter, r *http.Request, _ *caller)
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, toVolumeJSON(in))
+	writeJSON(w, http.StatusCreated, api.VolumeOf(in))
 }
 
 func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request, _ *caller) {
@@ -50,9 +27,9 @@ func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request, _ *caller) 
 		writeError(w, err)
 		return
 	}
-	out := make([]volumeJSON, 0, len(list))
+	out := make([]api.Volume, 0, len(list))
 	for _, in := range list {
-		out = append(out, toVolumeJSON(in))
+		out = append(out, api.VolumeOf(in))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"volumes": out})
 }
@@ -63,7 +40,7 @@ func (s *Server) getVolume(w http.ResponseWriter, r *http.Request, _ *caller) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, toVolumeJSON(in))
+	writeJSON(w, http.StatusOK, api.VolumeOf(in))
 }
 
 func (s *Server) deleteVolume(w http.ResponseWriter, r *http.Request, _ *caller) {

@@ -152,7 +152,7 @@ func TestWebhookTargetsRefused(t *testing.T) {
 		"http://172.16.0.1/", "http://192.168.1.1/", "http://100.64.0.1/", "http://[fd00::1]/",
 		"http://[fe80::1]/", "http://0.0.0.0:8080/",
 	} {
-		var ae apiError
+		var ae api.Error
 		quiet.want(400, &ae, "POST", "/v1/webhooks", quiet.key, map[string]any{"url": u})
 		if !strings.Contains(ae.Message, "not a public address") {
 			t.Errorf("%s: %q", u, ae.Message)
@@ -214,7 +214,7 @@ func TestWebhookAllowPrivateAndRedirects(t *testing.T) {
 	// A metadata service stays refused, on a server of its own that makes no event (so a
 	// regression queues no delivery to it).
 	quiet := newEnv(t, func(c *Config) { c.AllowPrivateWebhooks = true })
-	var ae apiError
+	var ae api.Error
 	quiet.want(400, &ae, "POST", "/v1/webhooks", quiet.key, map[string]any{"url": "http://169.254.169.254/"})
 	if !strings.Contains(ae.Message, "link-local") {
 		t.Errorf("metadata target with the flag: %q", ae.Message)

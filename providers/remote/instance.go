@@ -60,35 +60,13 @@ func (in *Instance) Info(ctx context.Context) (provider.Info, error) {
 // Close does nothing: the instance holds no connection of its own.
 func (in *Instance) Close() error { return nil }
 
-// execHeader and execFrame are the wire form of POST /v1/sandboxes/{id}/exec (see the
-// server's OpenAPI document).
-type execHeader struct {
-	Command   string            `json:"command"`
-	Cwd       string            `json:"cwd"`
-	Env       map[string]string `json:"env,omitempty"`
-	User      string            `json:"user,omitempty"`
-	Stdin     bool              `json:"stdin,omitempty"`
-	Detach    bool              `json:"detach,omitempty"`
-	TimeoutMS int64             `json:"timeoutMs,omitempty"`
-}
-
-type execFrame struct {
-	Type     string        `json:"type"`
-	Data     []byte        `json:"data,omitempty"`
-	ExitCode int           `json:"exitCode,omitempty"`
-	Signal   string        `json:"signal,omitempty"`
-	PID      int           `json:"pid,omitempty"`
-	Code     provider.Code `json:"code,omitempty"`
-	Message  string        `json:"message,omitempty"`
-}
-
 // serverGrace is how much longer than the caller's deadline the server lets a command run;
 // the caller's deadline ends the request first, which makes the server kill the command.
 const serverGrace = 5 * time.Second
 
 // Exec runs one command on the server, streaming stdin up and output down in one request.
 func (in *Instance) Exec(ctx context.Context, req provider.ExecRequest) (provider.ExecResult, error) {
-	h := execHeader{Command: req.Command, Cwd: req.Cwd, Env: req.Env, User: req.User, Detach: req.Detach, Stdin: req.Stdin != nil && !req.Detach}
+	h := api.ExecHeader{Command: req.Command, Cwd: req.Cwd, Env: req.Env, User: req.User, Detach: req.Detach, Stdin: req.Stdin != nil && !req.Detach}
 	if dl, ok := ctx.Deadline(); ok && !req.Detach {
 		h.TimeoutMS = ceilMS(time.Until(dl) + serverGrace)
 	}
@@ -114,7 +92,7 @@ func (in *Instance) Exec(ctx context.Context, req provider.ExecRequest) (provide
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 64<<20)
 	for sc.Scan() {
-		var f execFrame
+		var f api.ExecFrame
 		if err := json.Unmarshal(sc.Bytes(), &f); err != nil {
 			return provider.ExecResult{}, provider.Errorf(provider.CodeProvider, "exec: malformed frame from the server: %v", err)
 		}
@@ -135,11 +113,7 @@ func (in *Instance) Exec(ctx context.Context, req provider.ExecRequest) (provide
 			if ctx.Err() != nil {
 				return provider.ExecResult{}, fmt.Errorf("exec: %w", ctx.Err())
 			}
-			code := f.Code
-			if !code.Valid() {
-				code = provider.CodeProvider
-			}
-			return provider.ExecResult{}, &provider.Error{Code: code, Message: f.Message}
+			return provider.ExecResult{}, api.Error{Code: f.Code, Message: f.Message}.Err()
 		}
 	}
 	if ctx.Err() != nil {
@@ -230,98 +204,70 @@ func (in *Instance) PreviewURL(ctx context.Context, port int) (string, error) {
 	return out.SignedURL, nil
 }
 
-type fileInfoJSON struct {
-	Path       string    `json:"path"`
-	Type       string    `json:"type"`
-	Size       int64     `json:"size"`
-	Mode       uint32    `json:"mode"`
-	ModifiedAt time.Time `json:"modifiedAt"`
-}
-
-func (f fileInfoJSON) info() provider.FileInfo {
-	return provider.FileInfo{Path: f.Path, Type: provider.FileType(f.Type), Size: f.Size, Mode: f.Mode, ModifiedAt: f.ModifiedAt}
-}
-
 // Stat describes path.
 func (in *Instance) Stat(ctx context.Context, path string) (provider.FileInfo, error) {
-	var fi fileInfoJSON
+	var fi api.FileInfo
 	if err := in.p.call(ctx, http.MethodGet, in.filePath("stat", path, nil), nil, &fi); err != nil {
 		return provider.FileInfo{}, err
 	}
-	return fi.info(), nil
+	return fi.Info(), nil
 }
 
 // ListDir lists dir.
 func (in *Instance) ListDir(ctx context.Context, dir string, recursive bool) ([]provider.FileInfo, error) {
-	var out struct {
-		Entries []fileInfoJSON `json:"entries"`
-	}
 	extra := url.Values{}
 	if recursive {
 		extra.Set("recursive", "true")
 	}
-	if err := in.p.call(ctx, http.MethodGet, in.filePath("list", dir, extra), nil, &out); err != nil {
-		return nil, err
-	}
-	infos := make([]provider.FileInfo, 0, len(out.Entries))
-	for _, e := range out.Entries {
-		infos = append(infos, e.info())
-	}
-	return infos, nil
+	return list(ctx, in.p, in.filePath("list", dir, extra), "entries", api.FileInfo.Info)
 }
 
 // Remove removes path.
 func (in *Instance) Remove(ctx context.Context, path string, recursive bool) error {
-	return in.p.call(ctx, http.MethodPost, in.path+"/files/remove", map[string]any{"path": path, "recursive": recursive}, nil)
+	return in.p.call(ctx, http.MethodPost, in.path+"/files/remove", api.RemoveRequest{Path: path, Recursive: recursive}, nil)
 }
 
 // MakeDir creates dir and its parents.
 func (in *Instance) MakeDir(ctx context.Context, dir string) error {
-	return in.p.call(ctx, http.MethodPost, in.path+"/files/mkdir", map[string]any{"path": dir}, nil)
+	return in.p.call(ctx, http.MethodPost, in.path+"/files/mkdir", api.PathRequest{Path: dir}, nil)
 }
 
 // Rename moves from to to.
 func (in *Instance) Rename(ctx context.Context, from, to string) error {
-	return in.p.call(ctx, http.MethodPost, in.path+"/files/rename", map[string]any{"from": from, "to": to}, nil)
+	return in.p.call(ctx, http.MethodPost, in.path+"/files/rename", api.RenameRequest{From: from, To: to}, nil)
 }
 
 // Search finds lines containing query below dir.
 func (in *Instance) Search(ctx context.Context, query, dir, glob string, max int) ([]provider.SearchMatch, error) {
-	var out struct {
-		Matches []provider.SearchMatch `json:"matches"`
-	}
-	body := map[string]any{"query": query, "path": dir, "glob": glob, "maxMatches": max}
+	var out api.Matches
+	body := api.SearchRequest{Query: query, Path: dir, Glob: glob, MaxMatches: max}
 	if err := in.p.call(ctx, http.MethodPost, in.path+"/files/search", body, &out); err != nil {
 		return nil, err
 	}
-	return out.Matches, nil
+	matches := make([]provider.SearchMatch, 0, len(out.Matches))
+	for _, m := range out.Matches {
+		matches = append(matches, provider.SearchMatch{Path: m.Path, Line: m.Line, Text: m.Text})
+	}
+	return matches, nil
 }
 
 // Mark records a checkpoint of /workspace (the server tracks /workspace; dir is that).
 func (in *Instance) Mark(ctx context.Context, dir, name string) error {
-	return in.p.call(ctx, http.MethodPost, in.path+"/files/mark", map[string]any{"name": name}, nil)
+	return in.p.call(ctx, http.MethodPost, in.path+"/files/mark", api.MarkRequest{Name: name}, nil)
 }
 
 // Changes compares /workspace with checkpoint name.
 func (in *Instance) Changes(ctx context.Context, dir, name string) (provider.Changes, error) {
-	var out provider.Changes
-	var raw struct {
-		Added    []string `json:"added"`
-		Modified []string `json:"modified"`
-		Removed  []string `json:"removed"`
-		Patch    string   `json:"patch"`
-	}
+	var raw api.Changes
 	if err := in.p.call(ctx, http.MethodGet, in.path+"/files/changes?since="+url.QueryEscape(name), nil, &raw); err != nil {
-		return out, err
+		return provider.Changes{}, err
 	}
 	return provider.Changes{Added: raw.Added, Modified: raw.Modified, Removed: raw.Removed, Patch: raw.Patch}, nil
 }
 
 // Busy reports whether a command or background process runs in the sandbox.
 func (in *Instance) Busy(ctx context.Context) (bool, error) {
-	var out struct {
-		Busy bool `json:"busy"`
-	}
+	var out api.Busy
 	err := in.p.call(ctx, http.MethodGet, in.path+"/busy", nil, &out)
 	return out.Busy, err
 }
@@ -352,10 +298,8 @@ func (in *Instance) Resume(ctx context.Context) error {
 
 // Snapshot captures the sandbox and returns the snapshot's id.
 func (in *Instance) Snapshot(ctx context.Context, expires time.Duration) (string, error) {
-	var out struct {
-		ID string `json:"id"`
-	}
-	err := in.p.call(ctx, http.MethodPost, in.path+"/snapshot", map[string]any{"expiresInMs": ceilMS(expires)}, &out)
+	var out api.SnapshotTaken
+	err := in.p.call(ctx, http.MethodPost, in.path+"/snapshot", api.SnapshotRequest{ExpiresInMS: ceilMS(expires)}, &out)
 	return out.ID, err
 }
 
@@ -387,5 +331,5 @@ func (in *Instance) Egress(ctx context.Context, after string) (provider.EgressLo
 
 // SetTimeout moves the sandbox's deadline to d from now.
 func (in *Instance) SetTimeout(ctx context.Context, d time.Duration) error {
-	return in.p.call(ctx, http.MethodPost, in.path+"/timeout", map[string]any{"timeoutMs": ceilMS(d)}, nil)
+	return in.p.call(ctx, http.MethodPost, in.path+"/timeout", api.TimeoutRequest{TimeoutMS: ceilMS(d)}, nil)
 }

@@ -117,10 +117,7 @@ func (p *Provider) Capabilities() provider.Capabilities {
 }
 
 func (p *Provider) fetchInfo(ctx context.Context) error {
-	var info struct {
-		Provider     string   `json:"provider"`
-		Capabilities []string `json:"capabilities"`
-	}
+	var info api.Info
 	if err := p.call(ctx, http.MethodGet, "/v1/info", nil, &info); err != nil {
 		return err
 	}
@@ -154,16 +151,10 @@ func (p *Provider) Available(ctx context.Context) error {
 	return nil
 }
 
-// apiError is the server's error body.
-type apiError struct {
-	Code    provider.Code `json:"code"`
-	Message string        `json:"message"`
-}
-
 // errorFrom turns a non-2xx response into a *provider.Error with the server's code.
 func errorFrom(resp *http.Response) error {
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	var e apiError
+	var e api.Error
 	if json.Unmarshal(data, &e) == nil && e.Code.Valid() {
 		return &provider.Error{Code: e.Code, Message: e.Message}
 	}
@@ -245,6 +236,20 @@ func (p *Provider) call(ctx context.Context, method, path string, in, out any) e
 	return nil
 }
 
+// list gets path, whose answer is an object that holds a list of W under field (as
+// {"templates": [...]}), and converts each element with conv.
+func list[W, T any](ctx context.Context, p *Provider, path, field string, conv func(W) T) ([]T, error) {
+	var out map[string][]W
+	if err := p.call(ctx, http.MethodGet, path, nil, &out); err != nil {
+		return nil, err
+	}
+	items := make([]T, 0, len(out[field]))
+	for _, w := range out[field] {
+		items = append(items, conv(w))
+	}
+	return items, nil
+}
+
 // infoOf is the provider's description of the server's sandbox sb.
 func infoOf(sb api.Sandbox) provider.Info {
 	labels := maps.Clone(sb.Labels)
@@ -310,9 +315,7 @@ func (p *Provider) GetOrCreate(ctx context.Context, spec provider.CreateSpec) (p
 
 // FindByKey returns the live sandbox made with key.
 func (p *Provider) FindByKey(ctx context.Context, key string) (provider.Instance, error) {
-	var list struct {
-		Sandboxes []api.Sandbox `json:"sandboxes"`
-	}
+	var list api.SandboxList
 	if err := p.call(ctx, http.MethodGet, "/v1/sandboxes?key="+url.QueryEscape(key), nil, &list); err != nil {
 		return nil, err
 	}
@@ -340,9 +343,7 @@ func (p *Provider) List(ctx context.Context, filter provider.ListFilter) ([]prov
 	for k, v := range filter.Labels {
 		q.Add("label", k+"="+v)
 	}
-	var list struct {
-		Sandboxes []api.Sandbox `json:"sandboxes"`
-	}
+	var list api.SandboxList
 	path := "/v1/sandboxes"
 	if len(q) > 0 {
 		path += "?" + q.Encode()

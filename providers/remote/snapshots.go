@@ -19,16 +19,8 @@ var (
 // SnapshotKind takes a snapshot of req.Kind with req.Name on the server
 // (POST /v1/sandboxes/{id}/snapshot).
 func (in *Instance) SnapshotKind(ctx context.Context, req provider.SnapshotRequest) (string, error) {
-	var out struct {
-		ID string `json:"id"`
-	}
-	body := map[string]any{"expiresInMs": ceilMS(req.Expires)}
-	if req.Kind != "" {
-		body["kind"] = string(req.Kind)
-	}
-	if req.Name != "" {
-		body["name"] = req.Name
-	}
+	var out api.SnapshotTaken
+	body := api.SnapshotRequest{ExpiresInMS: ceilMS(req.Expires), Kind: string(req.Kind), Name: req.Name}
 	err := in.p.call(ctx, http.MethodPost, in.path+"/snapshot", body, &out)
 	return out.ID, err
 }
@@ -36,12 +28,10 @@ func (in *Instance) SnapshotKind(ctx context.Context, req provider.SnapshotReque
 // Fork is the server's fork (POST /v1/sandboxes/{id}/fork): the server decides the kind
 // from the sandbox (memory and processes under runsc, files elsewhere).
 func (in *Instance) Fork(ctx context.Context, req provider.ForkRequest) ([]provider.Instance, error) {
-	var out struct {
-		Sandboxes []api.Sandbox `json:"sandboxes"`
-	}
-	body := map[string]any{"n": req.N, "labels": req.Labels}
+	var out api.SandboxList
+	body := api.ForkRequest{N: req.N, Labels: req.Labels}
 	if req.Timeout > 0 {
-		body["timeoutMs"] = ceilMS(req.Timeout)
+		body.TimeoutMS = ceilMS(req.Timeout)
 	}
 	if err := in.p.call(ctx, http.MethodPost, in.path+"/fork", body, &out); err != nil {
 		return nil, err
@@ -55,17 +45,7 @@ func (in *Instance) Fork(ctx context.Context, req provider.ForkRequest) ([]provi
 
 // Snapshots lists the server's snapshots (GET /v1/snapshots).
 func (p *Provider) Snapshots(ctx context.Context) ([]provider.SnapshotInfo, error) {
-	var out struct {
-		Snapshots []api.Snapshot `json:"snapshots"`
-	}
-	if err := p.call(ctx, http.MethodGet, "/v1/snapshots", nil, &out); err != nil {
-		return nil, err
-	}
-	list := make([]provider.SnapshotInfo, 0, len(out.Snapshots))
-	for _, s := range out.Snapshots {
-		list = append(list, s.Info())
-	}
-	return list, nil
+	return list(ctx, p, "/v1/snapshots", "snapshots", api.Snapshot.Info)
 }
 
 // SnapshotInfo describes one of the server's snapshots (GET /v1/snapshots/{id}).

@@ -13,17 +13,7 @@ var _ provider.Templater = (*Provider)(nil)
 
 // Templates lists the server's templates (GET /v1/templates).
 func (p *Provider) Templates(ctx context.Context) ([]provider.TemplateInfo, error) {
-	var out struct {
-		Templates []api.Template `json:"templates"`
-	}
-	if err := p.call(ctx, http.MethodGet, "/v1/templates", nil, &out); err != nil {
-		return nil, err
-	}
-	list := make([]provider.TemplateInfo, 0, len(out.Templates))
-	for _, t := range out.Templates {
-		list = append(list, t.Info())
-	}
-	return list, nil
+	return list(ctx, p, "/v1/templates", "templates", api.Template.Info)
 }
 
 // Template describes one of the server's templates by name or tag

@@ -12,6 +12,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/server/api"
 )
 
 var _ provider.Terminaler = (*Instance)(nil)
@@ -42,17 +43,6 @@ var (
 	_ provider.Terminal       = (*Terminal)(nil)
 	_ provider.TerminalWaiter = (*Terminal)(nil)
 )
-
-// control is a text message on the WebSocket (the server's terminalControl).
-type control struct {
-	Type     string        `json:"type"`
-	Cols     int           `json:"cols,omitempty"`
-	Rows     int           `json:"rows,omitempty"`
-	ExitCode *int          `json:"exitCode,omitempty"`
-	Signal   string        `json:"signal,omitempty"`
-	Code     provider.Code `json:"code,omitempty"`
-	Message  string        `json:"message,omitempty"`
-}
 
 func checkSize(cols, rows int) error {
 	if cols < 1 || rows < 1 || cols > maxTerminalSize || rows > maxTerminalSize {
@@ -123,7 +113,7 @@ func (t *Terminal) readLoop(ctx context.Context) {
 			}
 			continue
 		}
-		var c control
+		var c api.TerminalControl
 		if json.Unmarshal(msg, &c) != nil {
 			continue
 		}
@@ -197,7 +187,7 @@ func (t *Terminal) Resize(ctx context.Context, cols, rows int) error {
 	if err := checkSize(cols, rows); err != nil {
 		return err
 	}
-	msg, _ := json.Marshal(control{Type: "resize", Cols: cols, Rows: rows})
+	msg, _ := json.Marshal(api.TerminalControl{Type: "resize", Cols: cols, Rows: rows})
 	if err := t.conn.Write(ctx, websocket.MessageText, msg); err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("terminal.resize: %w", ctx.Err())

@@ -282,3 +282,39 @@ type Webhook struct {
 	Secret    string    `json:"secret,omitempty"`
 	CreatedAt time.Time `json:"createdAt"`
 }
+
+// SandboxList is the answer of GET /v1/sandboxes and of a fork.
+type SandboxList struct {
+	Sandboxes []Sandbox `json:"sandboxes"`
+}
+
+// ForkRequest is the body of POST /v1/sandboxes/{id}/fork (optional).
+type ForkRequest struct {
+	N         int               `json:"n,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	TimeoutMS int64             `json:"timeoutMs,omitempty"`
+	Network   *Network          `json:"network,omitempty"`
+}
+
+// SnapshotRequest is the body of POST /v1/sandboxes/{id}/snapshot (optional).
+type SnapshotRequest struct {
+	ExpiresInMS int64  `json:"expiresInMs,omitempty"`
+	Kind        string `json:"kind,omitempty"`
+	Name        string `json:"name,omitempty"`
+}
+
+// SnapshotTaken is the answer of POST /v1/sandboxes/{id}/snapshot.
+type SnapshotTaken struct {
+	ID   string `json:"id"`
+	Kind string `json:"kind"`
+}
+
+// TimeoutRequest is the body of POST /v1/sandboxes/{id}/timeout: the lifetime from now.
+type TimeoutRequest struct {
+	TimeoutMS int64 `json:"timeoutMs"`
+}
+
+// Busy is the answer of GET /v1/sandboxes/{id}/busy.
+type Busy struct {
+	Busy bool `json:"busy"`
+}
