@@ -2,10 +2,14 @@ package server
 
 import (
 	"encoding/json"
+	"maps"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/tupper-dev/tupper/server/api"
 )
 
 // TestOpenAPIMatchesRoutes walks the route table (the ServeMux patterns) and the checked-in
@@ -62,6 +66,51 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	for k := range got {
 		if !want[k] {
 			t.Errorf("openapi.json documents %s, which is not a route", k)
+		}
+	}
+}
+
+// TestOpenAPIMatchesWireTypes checks that each type of server/api has exactly the fields of
+// its schema in openapi.json, the document @tupper/sdk's types are generated from: the Go
+// ends and the TypeScript one read the same shapes.
+func TestOpenAPIMatchesWireTypes(t *testing.T) {
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]json.RawMessage `json:"properties"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(OpenAPI, &doc); err != nil {
+		t.Fatalf("openapi.json: %v", err)
+	}
+	for schema, v := range map[string]any{
+		"CreateSandbox": api.CreateRequest{}, "PauseRequest": api.PauseRequest{}, "Sandbox": api.Sandbox{},
+		"SandboxList": api.SandboxList{}, "SnapshotInfo": api.Snapshot{}, "Template": api.Template{},
+		"Webhook": api.Webhook{}, "Fork": api.ForkRequest{}, "SnapshotRequest": api.SnapshotRequest{},
+		"Snapshot": api.SnapshotTaken{}, "Timeout": api.TimeoutRequest{}, "Busy": api.Busy{},
+		"ExecHeader": api.ExecHeader{}, "ExecFrame": api.ExecFrame{}, "TerminalControl": api.TerminalControl{},
+		"Error": api.Error{}, "Info": api.Info{}, "FileInfo": api.FileInfo{}, "Path": api.PathRequest{},
+		"Remove": api.RemoveRequest{}, "Rename": api.RenameRequest{}, "Search": api.SearchRequest{},
+		"Match": api.Match{}, "Matches": api.Matches{}, "Mark": api.MarkRequest{}, "Changes": api.Changes{},
+		"Volume": api.Volume{}, "CreateVolume": api.VolumeRequest{},
+	} {
+		s, ok := doc.Components.Schemas[schema]
+		if !ok {
+			t.Errorf("openapi.json has no schema %s (for %T)", schema, v)
+			continue
+		}
+		want := slices.Sorted(maps.Keys(s.Properties))
+		var got []string
+		typ := reflect.TypeOf(v)
+		for i := range typ.NumField() {
+			if name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ","); name != "" && name != "-" {
+				got = append(got, name)
+			}
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("%T has the fields %v, schema %s %v", v, got, schema, want)
 		}
 	}
 }
