@@ -57,6 +57,39 @@ func TestAIToolsMatchGo(t *testing.T) {
 	}
 }
 
+// sdkTypes is @tupper/sdk's types of the API, generated from server/openapi.json by
+// openapi-typescript (npm run gen:types in js/).
+var sdkTypes = filepath.Join("packages", "sdk", "src", "openapi.ts")
+
+// TestSDKTypesMatchOpenAPI regenerates @tupper/sdk's types from server/openapi.json with the
+// generator the lockfile pins and fails when the checked-in file differs: a change to the
+// API's document must come with the SDK's types (and a change to those, with the document).
+// It needs node and npm (npm ci installs the generator), not sandboxes.
+func TestSDKTypesMatchOpenAPI(t *testing.T) {
+	dir, err := filepath.Abs(filepath.Join("..", "..", "js"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.NPMProject(t, dir)
+	node := testenv.RequireBinary(t, "node")
+	gen := filepath.Join(t.TempDir(), "openapi.ts")
+	cli := filepath.Join(dir, "node_modules", "openapi-typescript", "bin", "cli.js")
+	if out, err := command(t, 2*time.Minute, dir, nil, node, cli, filepath.Join("..", "server", "openapi.json"), "-o", gen); err != nil {
+		t.Fatalf("openapi-typescript: %v\n%s", err, out)
+	}
+	want, err := os.ReadFile(gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(dir, sdkTypes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("js/%s is stale against server/openapi.json: run `npm run gen:types` in js/ and commit the result", sdkTypes)
+	}
+}
+
 // Which Node runs which test files. The system's Node (Debian's 20, installed by
 // scripts/setup.sh --test: the oldest Node the packages claim, @tupper/mastra aside) runs every
 // file but those in node22Only. Node 22 comes from the npm workspace itself: an optional

@@ -1,15 +1,20 @@
 // @tupper/sdk: a typed client of tupper serve's REST API (/v1). It uses only fetch, so it
 // runs in Node and in edge and browser runtimes alike; the terminal also needs a WebSocket
 // that sends headers (Node 22's, or the ws package's passed in).
+//
+// The shapes on the wire are generated from the server's OpenAPI document into openapi.ts
+// (npm run gen:types; never edit it by hand); the names below are the SDK's for them.
+import type { components } from "./openapi.js";
 import { openTerminal, type Terminal, type TerminalOptions } from "./terminal.js";
 
 export * from "./terminal.js";
+export type { components, paths, operations } from "./openapi.js";
+
+/** The API's schemas (server/openapi.json), by name. */
+export type Schemas = components["schemas"];
 
 /** The codes of the API's errors (docs/errors.md). */
-export type ErrorCode =
-  | "not_found" | "unsupported" | "invalid_argument" | "conflict" | "process_exited"
-  | "edit_not_found" | "edit_not_unique" | "timeout" | "aborted" | "unauthorized"
-  | "forbidden" | "unavailable" | "resource_exhausted" | "provider" | "internal";
+export type ErrorCode = Schemas["ErrorCode"];
 
 /**
  * A failure the server reported: its code, message and HTTP status. Its message reads
@@ -44,146 +49,51 @@ export interface ClientOptions {
 export type Network =
   | { mode: "all" }
   | { mode: "none" }
-  | { mode: "allow"; allow?: string[]; deny?: string[]; learn?: boolean };
+  | ({ mode: "allow" } & Pick<Exclude<Schemas["Network"], string>, "allow" | "deny" | "learn">);
 
 /** One destination a sandbox with a policy asked for or reached. */
-export interface EgressEntry {
-  time: string;
-  /** "dns" (a name asked) or "connect" (a connection). */
-  kind: "dns" | "connect";
-  /** The name asked, or the TLS SNI / HTTP Host of a connection. */
-  name?: string;
-  /** A connection without a name: the allowed name whose answer held the address. */
-  via?: string;
-  /** dns: the query type (A, AAAA, …). */
-  type?: string;
-  /** connect: address and port. */
-  dest?: string;
-  allowed: boolean;
-  /** Why it was refused (or failed). */
-  reason?: string;
-}
+export type EgressEntry = Schemas["EgressEntry"];
 
 /** A page of a sandbox's egress record; read on from cursor while more. */
-export interface EgressLog { entries: EgressEntry[]; cursor: string; more?: boolean }
+export type EgressLog = Schemas["EgressLog"];
 
-export interface CreateOptions {
-  /** Get-or-create: an existing live sandbox with this key is returned instead of a new one. */
-  key?: string;
-  labels?: Record<string, string>;
-  env?: Record<string, string>;
-  /**
-   * Set as environment variables and redacted from every output. A value { value, hosts } is
-   * a bound secret: the sandbox holds only a placeholder, which the server's egress proxy
-   * replaces with the value in HTTP(S) requests to those hosts (docs/network.md).
-   */
-  secrets?: Record<string, string | { value: string; hosts: string[] }>;
-  template?: string;
-  runtime?: string;
+/** The allow list that permits what a sandbox reached, and the destinations refused. */
+export type EgressLearned = Schemas["EgressLearned"];
+
+/**
+ * What a new sandbox is made of (POST /v1/sandboxes): key (get-or-create), labels, env,
+ * secrets (a value { value, hosts } is a bound secret: the sandbox holds only a placeholder,
+ * which the server's egress proxy replaces with the value in HTTP(S) requests to those hosts;
+ * docs/network.md), template, runtime, network, ports, size, timeoutMs (lifetime),
+ * idleTimeoutMs, from (a snapshot id), trackChanges and volumes (made with /v1/volumes).
+ */
+export interface CreateOptions extends Omit<Schemas["CreateSandbox"], "network"> {
   network?: Network;
-  ports?: number[];
-  size?: { name?: "small" | "medium" | "large"; cpu?: number; memoryMb?: number; diskGb?: number };
-  /** Lifetime in milliseconds. */
-  timeoutMs?: number;
-  /** Destroyed after this long without use. */
-  idleTimeoutMs?: number;
-  /** A snapshot id to start from. */
-  from?: string;
-  trackChanges?: boolean;
-  labelsExact?: boolean;
-  /** Named volumes (made with the server's /v1/volumes) mounted at their paths. */
-  volumes?: { name: string; path: string; readOnly?: boolean }[];
 }
 
-export interface SandboxInfo {
-  id: string;
-  token?: string;
-  created?: boolean;
-  provider: string;
-  key?: string;
-  labels: Record<string, string>;
-  state: "running" | "paused" | "stopped";
-  createdAt: string;
-  deadline?: string;
-  template?: string;
-  runtime?: string;
-  /** The template's working directory, where a command without a cwd runs; absent: /workspace. */
-  workdir?: string;
-  capabilities?: string[];
-}
+export type SandboxInfo = Schemas["Sandbox"];
 
-export interface RunOptions {
-  cwd?: string;
-  env?: Record<string, string>;
-  timeoutMs?: number;
-  stdin?: string;
-  maxOutputBytes?: number;
+export interface RunOptions extends Omit<Schemas["Run"], "command"> {
   /** Called with each piece of output as it arrives (the request then streams). */
   onStdout?: (text: string) => void;
   onStderr?: (text: string) => void;
   signal?: AbortSignal;
 }
 
-export interface RunResult {
-  ok: boolean;
-  exitCode: number;
-  stdout: string;
-  stderr: string;
-  output: string;
-  durationMs: number;
-  truncated: boolean;
-  timedOut: boolean;
-  aborted?: boolean;
-  signal?: string;
-  cwd: string;
-  command: string;
-}
+export type RunResult = Schemas["RunResult"];
 
-export interface StartProcessOptions {
-  name?: string;
-  cwd?: string;
-  env?: Record<string, string>;
-  /** Ready when the port accepts connections (or answers HTTP at path), or a line matches log (RE2). */
-  ready?: { port?: number; path?: string; http?: boolean; log?: string };
-  readyTimeoutMs?: number;
-}
+/** ready: ready when the port accepts connections (or answers HTTP at path), or a line matches log (RE2). */
+export type StartProcessOptions = Omit<Schemas["StartProcess"], "command">;
 
-export interface ProcessInfo {
-  name: string;
-  command: string;
-  status: "running" | "exited";
-  pid?: number;
-  ready?: boolean;
-  url?: string;
-  startedAt?: string;
-}
+export type ProcessInfo = Schemas["Process"];
+export type LogPage = Schemas["LogPage"];
+export type WaitResult = Schemas["WaitResult"];
+export type FileInfo = Schemas["FileInfo"];
+export type Match = Schemas["Match"];
+export type Changes = Schemas["Changes"];
 
-export interface LogPage { text: string; nextCursor: string; truncated: boolean }
-export interface WaitResult { status: "running" | "exited"; exitCode?: number; signal?: string }
-
-export interface FileInfo {
-  path: string;
-  type: "file" | "dir" | "symlink" | "other";
-  size: number;
-  mode: number;
-  modifiedAt: string;
-}
-
-export interface Match { path: string; line: number; text: string }
-export interface Changes { added: string[]; modified: string[]; removed: string[]; patch: string }
-
-export interface GitOptions {
-  dir?: string;
-  branch?: string;
-  depth?: number;
-  /** Used for this call only; never stored in the sandbox or shown in output. */
-  token?: string;
-  message?: string;
-  all?: boolean;
-  author?: string;
-  remote?: string;
-  create?: boolean;
-}
+/** The options of a git call; token is used for this call only, never stored in the sandbox or shown in output. */
+export type GitOptions = Omit<Schemas["Git"], "url">;
 
 type Query = Record<string, string | number | boolean | undefined>;
 
@@ -257,7 +167,7 @@ export class Client {
 
   /** Lists the sandboxes, optionally only those with a key or with labels ("k=v"). */
   async list(filter: { key?: string; label?: string } = {}): Promise<SandboxInfo[]> {
-    const out = await this.json<{ sandboxes: SandboxInfo[] }>({ method: "GET", path: "/v1/sandboxes", query: filter });
+    const out = await this.json<Schemas["SandboxList"]>({ method: "GET", path: "/v1/sandboxes", query: filter });
     return out.sandboxes;
   }
 }
@@ -362,8 +272,8 @@ export class Sandbox {
    * Sums up the whole egress record: the allow list that permits what the sandbox reached
    * (learn mode's output) and the destinations its policy refused, first refused first.
    */
-  async egressLearned(): Promise<{ allow: string[]; denied: string[] }> {
-    return this.client.json<{ allow: string[]; denied: string[] }>({ method: "GET", path: this.path("/egress/learned") });
+  async egressLearned(): Promise<EgressLearned> {
+    return this.client.json<EgressLearned>({ method: "GET", path: this.path("/egress/learned") });
   }
 
   /** Sets the sandbox's lifetime from now. */
@@ -372,8 +282,8 @@ export class Sandbox {
   }
 
   /** Saves the sandbox's files as a snapshot; create({ from: id }) starts a sandbox from it. */
-  async snapshot(opts: { expiresInMs?: number } = {}): Promise<string> {
-    const out = await this.client.json<{ id: string }>({ method: "POST", path: this.path("/snapshot"), json: opts });
+  async snapshot(opts: Pick<Schemas["SnapshotRequest"], "expiresInMs"> = {}): Promise<string> {
+    const out = await this.client.json<Schemas["Snapshot"]>({ method: "POST", path: this.path("/snapshot"), json: opts });
     return out.id;
   }
 
@@ -382,14 +292,14 @@ export class Sandbox {
    * memory and processes included where the sandbox can take a full snapshot (runsc), its
    * files elsewhere. The original keeps running; each copy is independent.
    */
-  async fork(opts: { n?: number; labels?: Record<string, string>; timeoutMs?: number } = {}): Promise<Sandbox[]> {
-    const out = await this.client.json<{ sandboxes: SandboxInfo[] }>({ method: "POST", path: this.path("/fork"), json: opts });
+  async fork(opts: Omit<Schemas["Fork"], "network"> = {}): Promise<Sandbox[]> {
+    const out = await this.client.json<Schemas["SandboxList"]>({ method: "POST", path: this.path("/fork"), json: opts });
     return out.sandboxes.map((info) => new Sandbox(this.client, info));
   }
 
   /** Sets a named mark for changes(since). */
   async mark(name?: string): Promise<string> {
-    const out = await this.client.json<{ name: string }>({ method: "POST", path: this.path("/files/mark"), json: name ? { name } : {} });
+    const out = await this.client.json<Schemas["Marked"]>({ method: "POST", path: this.path("/files/mark"), json: name ? { name } : {} });
     return out.name;
   }
 
@@ -409,7 +319,7 @@ export class Sandbox {
 
   /** Exposes a port and returns the URL it is reachable at. */
   async expose(port: number): Promise<string> {
-    const out = await this.client.json<{ port: number; url: string }>({ method: "POST", path: this.path(`/ports/${port}/expose`), json: {} });
+    const out = await this.client.json<Schemas["Port"]>({ method: "POST", path: this.path(`/ports/${port}/expose`), json: {} });
     return out.url;
   }
 }
@@ -420,7 +330,7 @@ export class Files {
 
   /** Reads a text file (up to 16 MiB). */
   async read(path: string): Promise<string> {
-    const out = await this.box.client.json<{ content: string; encoding?: string }>({ method: "POST", path: this.box.path("/files/read"), json: { path } });
+    const out = await this.box.client.json<Schemas["FileContent"]>({ method: "POST", path: this.box.path("/files/read"), json: { path } });
     return out.encoding === "base64" ? new TextDecoder().decode(fromBase64(out.content)) : out.content;
   }
 
@@ -445,7 +355,7 @@ export class Files {
   }
 
   async list(path = "", opts: { recursive?: boolean; glob?: string } = {}): Promise<FileInfo[]> {
-    const out = await this.box.client.json<{ entries: FileInfo[] }>({ method: "GET", path: this.box.path("/files/list"), query: { path, ...opts } });
+    const out = await this.box.client.json<Schemas["FileList"]>({ method: "GET", path: this.box.path("/files/list"), query: { path, ...opts } });
     return out.entries ?? [];
   }
 
@@ -454,7 +364,7 @@ export class Files {
   }
 
   async exists(path: string): Promise<boolean> {
-    const out = await this.box.client.json<{ exists: boolean }>({ method: "GET", path: this.box.path("/files/exists"), query: { path } });
+    const out = await this.box.client.json<Schemas["Exists"]>({ method: "GET", path: this.box.path("/files/exists"), query: { path } });
     return out.exists;
   }
 
@@ -471,8 +381,8 @@ export class Files {
   }
 
   /** Lines containing a literal string, below path. */
-  async search(query: string, opts: { path?: string; glob?: string; maxMatches?: number } = {}): Promise<Match[]> {
-    const out = await this.box.client.json<{ matches: Match[] }>({ method: "POST", path: this.box.path("/files/search"), json: { query, ...opts } });
+  async search(query: string, opts: Omit<Schemas["Search"], "query"> = {}): Promise<Match[]> {
+    const out = await this.box.client.json<Schemas["Matches"]>({ method: "POST", path: this.box.path("/files/search"), json: { query, ...opts } });
     return out.matches ?? [];
   }
 }
@@ -480,10 +390,10 @@ export class Files {
 /** Git runs git in the sandbox; tokens are used for one call and never kept. */
 export class Git {
   constructor(private readonly box: Sandbox) {}
-  private call(op: string, opts: GitOptions): Promise<RunResult> {
+  private call(op: string, opts: Schemas["Git"]): Promise<RunResult> {
     return this.box.client.json<RunResult>({ method: "POST", path: this.box.path(`/git/${op}`), json: opts });
   }
-  clone(url: string, opts: GitOptions = {}) { return this.call("clone", { url, ...opts } as GitOptions); }
+  clone(url: string, opts: GitOptions = {}) { return this.call("clone", { url, ...opts }); }
   status(opts: GitOptions = {}) { return this.call("status", opts); }
   diff(opts: GitOptions = {}) { return this.call("diff", opts); }
   commit(message: string, opts: GitOptions = {}) { return this.call("commit", { message, ...opts }); }
@@ -504,7 +414,7 @@ export class Processes {
   }
 
   async list(): Promise<ProcessInfo[]> {
-    const out = await this.box.client.json<{ processes?: ProcessInfo[] }>({ method: "GET", path: this.box.path("/processes") });
+    const out = await this.box.client.json<Schemas["ProcessList"]>({ method: "GET", path: this.box.path("/processes") });
     return out.processes ?? [];
   }
 
@@ -528,7 +438,7 @@ export class Processes {
     }
   }
 
-  async stop(name: string, opts: { graceMs?: number } = {}): Promise<void> {
+  async stop(name: string, opts: Schemas["Stop"] = {}): Promise<void> {
     await this.box.client.request({ method: "POST", path: this.p(name, "/stop"), json: opts });
   }
 
@@ -537,7 +447,7 @@ export class Processes {
   }
 
   /** Waits for the process to exit, or until timeoutMs (then status is "running"). */
-  async wait(name: string, opts: { timeoutMs?: number } = {}): Promise<WaitResult> {
+  async wait(name: string, opts: Schemas["Wait"] = {}): Promise<WaitResult> {
     return this.box.client.json<WaitResult>({ method: "POST", path: this.p(name, "/wait"), json: opts });
   }
 }
@@ -545,7 +455,7 @@ export class Processes {
 async function errorOf(res: Response): Promise<TupperError> {
   const text = await res.text();
   try {
-    const e = JSON.parse(text) as { code?: ErrorCode; message?: string };
+    const e = JSON.parse(text) as Partial<Schemas["Error"]>;
     if (e.code) return new TupperError(e.code, e.message ?? "", res.status);
   } catch {
     // not the API's JSON error: described below

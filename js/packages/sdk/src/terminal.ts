@@ -1,7 +1,7 @@
 // The sandbox terminal: GET /v1/sandboxes/{id}/terminal upgraded to a WebSocket. Binary
 // messages carry the terminal's bytes both ways; text messages carry JSON control (resize
 // from the client; exit and error from the server). See docs/terminal.md.
-import { TupperError, type ErrorCode, type Sandbox } from "./index.js";
+import { TupperError, type Sandbox, type Schemas } from "./index.js";
 
 /** The largest number of columns or rows the API accepts. */
 export const maxTerminalSize = 1000;
@@ -92,7 +92,8 @@ export class Terminal {
   resize(cols: number, rows: number): void {
     checkSize(cols, rows);
     this.open();
-    this.ws.send(JSON.stringify({ type: "resize", cols, rows }));
+    const msg: Schemas["TerminalControl"] = { type: "resize", cols, rows };
+    this.ws.send(JSON.stringify(msg));
   }
 
   /** Closes the terminal, which kills its shell, and waits until it is closed. Idempotent. */
@@ -107,7 +108,7 @@ export class Terminal {
 
   private message(data: unknown): void {
     if (typeof data === "string") {
-      const c = JSON.parse(data) as { type?: string; exitCode?: number; signal?: string; code?: ErrorCode; message?: string };
+      const c = JSON.parse(data) as Partial<Schemas["TerminalControl"]>;
       if (c.type === "exit") {
         this.exit = { exitCode: c.exitCode ?? 0 };
         if (c.signal) this.exit.signal = c.signal;
