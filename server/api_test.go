@@ -47,7 +47,7 @@ func TestRunStreams(t *testing.T) {
 		t.Fatalf("sse: %s", data)
 	}
 	// A timeout is a result.
-	var res runResultJSON
+	var res api.RunResult
 	e.want(200, &res, "POST", "/v1/sandboxes/"+sb.ID+"/run", sb.Token, map[string]any{"command": "sleep 5", "timeoutMs": 100})
 	if !res.TimedOut || res.OK {
 		t.Fatalf("timeout: %+v", res)
@@ -101,7 +101,7 @@ func TestProcessesAPI(t *testing.T) {
 	e := newEnv(t)
 	sb := e.create(nil)
 	p := "/v1/sandboxes/" + sb.ID
-	var pr processJSON
+	var pr api.Process
 	e.want(201, &pr, "POST", p+"/processes", sb.Token, map[string]any{
 		"command": "echo starting; echo ready; sleep 0.3; echo bye", "name": "web", "ready": map[string]string{"log": "^ready$"},
 	})
@@ -125,7 +125,7 @@ func TestProcessesAPI(t *testing.T) {
 	if !strings.Contains(string(data), `"text":"ready"`) || !strings.Contains(string(data), `"text":"bye"`) || strings.Contains(string(data), "starting") || !strings.Contains(string(data), `{"type":"end"}`) {
 		t.Fatalf("lines after the cursor: %s", data)
 	}
-	var list struct{ Processes []processJSON }
+	var list struct{ Processes []api.Process }
 	e.want(200, &list, "GET", p+"/processes", sb.Token, nil)
 	if len(list.Processes) != 1 || list.Processes[0].Status != "exited" {
 		t.Fatalf("processes: %+v", list)

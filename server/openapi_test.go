@@ -94,6 +94,9 @@ func TestOpenAPIMatchesWireTypes(t *testing.T) {
 		"Remove": api.RemoveRequest{}, "Rename": api.RenameRequest{}, "Search": api.SearchRequest{},
 		"Match": api.Match{}, "Matches": api.Matches{}, "Mark": api.MarkRequest{}, "Changes": api.Changes{},
 		"Volume": api.Volume{}, "CreateVolume": api.VolumeRequest{},
+		"Run": api.RunRequest{}, "RunResult": api.RunResult{}, "Ready": api.Ready{},
+		"StartProcess": api.StartProcess{}, "Process": api.Process{}, "LogPage": api.LogPage{},
+		"Stop": api.StopProcess{}, "Wait": api.WaitProcess{}, "Expose": api.ExposeRequest{}, "Port": api.Port{},
 	} {
 		s, ok := doc.Components.Schemas[schema]
 		if !ok {

@@ -21,6 +21,7 @@ import (
 	"github.com/tupper-dev/tupper/internal/httpdeadline"
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
+	"github.com/tupper-dev/tupper/server/api"
 )
 
 // DefaultSignedTTL is how long a signed preview or file URL stays valid unless asked otherwise.
@@ -92,20 +93,12 @@ func portParam(r *http.Request) (int, error) {
 	return p, nil
 }
 
-type portJSON struct {
-	Port      int       `json:"port"`
-	Public    bool      `json:"public"`
-	URL       string    `json:"url"`               // path form; needs a credential unless public
-	HostURL   string    `json:"hostUrl,omitempty"` // {port}-{id}.{domain}, when the server has a domain
-	SignedURL string    `json:"signedUrl"`         // works without a credential until expiresAt
-	ExpiresAt time.Time `json:"expiresAt"`
-}
-
-func (s *Server) portJSON(r *http.Request, id string, port int, public bool, ttl time.Duration) portJSON {
+// portJSON is the exposed port of sandbox id on the wire, with a signed URL valid for ttl.
+func (s *Server) portJSON(r *http.Request, id string, port int, public bool, ttl time.Duration) api.Port {
 	exp := time.Now().Add(ttl).Truncate(time.Second)
 	base := s.baseURL()
 	path, _ := s.previewPath(r.Context(), id, port)
-	out := portJSON{
+	out := api.Port{
 		Port: port, Public: public,
 		URL:       path,
 		SignedURL: fmt.Sprintf("%s/v1/preview/%s/", base, s.signPreview(id, port, exp)),
@@ -128,10 +121,7 @@ func (s *Server) exposePort(w http.ResponseWriter, r *http.Request, _ *caller) {
 		writeError(w, err)
 		return
 	}
-	var req struct {
-		Public      bool  `json:"public,omitempty"`
-		ExpiresInMS int64 `json:"expiresInMs,omitempty"`
-	}
+	var req api.ExposeRequest
 	if err := decode(w, r, &req, true); err != nil {
 		writeError(w, err)
 		return
@@ -160,7 +150,7 @@ func (s *Server) listPorts(w http.ResponseWriter, r *http.Request, _ *caller) {
 		if err != nil {
 			return err
 		}
-		out := make([]portJSON, 0, len(ps))
+		out := make([]api.Port, 0, len(ps))
 		for _, p := range ps {
 			out = append(out, s.portJSON(r, b.ID, p.Port, p.Public, DefaultSignedTTL))
 		}

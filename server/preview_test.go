@@ -14,6 +14,7 @@ import (
 
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/providers/memory"
+	"github.com/tupper-dev/tupper/server/api"
 )
 
 // previewProvider is the memory provider with previews: every port of every sandbox is the
@@ -85,7 +86,7 @@ func TestPreview(t *testing.T) {
 		c.Domain = "preview.test"
 	})
 	sb := e.create(nil)
-	var port portJSON
+	var port api.Port
 	e.want(200, &port, "POST", "/v1/sandboxes/"+sb.ID+"/ports/3000/expose", sb.Token, nil)
 	if !strings.HasSuffix(port.URL, "/v1/sandboxes/"+sb.ID+"/proxy/3000/") || port.HostURL != "http://3000-"+sb.ID+".preview.test/" || port.Public {
 		t.Fatalf("expose = %+v", port)
@@ -153,7 +154,7 @@ func TestPreview(t *testing.T) {
 	if _, err := io.ReadFull(br, echo); err != nil || string(echo) != "hello" {
 		t.Fatalf("websocket echo %q %v", echo, err)
 	}
-	var ports struct{ Ports []portJSON }
+	var ports struct{ Ports []api.Port }
 	e.want(200, &ports, "GET", "/v1/sandboxes/"+sb.ID+"/ports", sb.Token, nil)
 	if len(ports.Ports) != 1 || !ports.Ports[0].Public {
 		t.Fatalf("ports = %+v", ports)

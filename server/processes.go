@@ -4,47 +4,21 @@ import (
 	"context"
 	"net/http"
 	"regexp"
-	"time"
 
 	"github.com/tupper-dev/tupper/sandbox"
+	"github.com/tupper-dev/tupper/server/api"
 )
 
-type readyJSON struct {
-	Port int    `json:"port,omitempty"`
-	Path string `json:"path,omitempty"`
-	HTTP bool   `json:"http,omitempty"`
-	Log  string `json:"log,omitempty"` // a regular expression (RE2) a line must match
-}
-
-type startRequest struct {
-	Command        string            `json:"command"`
-	Name           string            `json:"name,omitempty"`
-	Cwd            string            `json:"cwd,omitempty"`
-	Env            map[string]string `json:"env,omitempty"`
-	Ready          *readyJSON        `json:"ready,omitempty"`
-	ReadyTimeoutMS int64             `json:"readyTimeoutMs,omitempty"`
-}
-
-type processJSON struct {
-	Name      string    `json:"name"`
-	Command   string    `json:"command"`
-	Status    string    `json:"status"`
-	PID       int       `json:"pid,omitempty"`
-	Ready     bool      `json:"ready"`
-	URL       string    `json:"url,omitempty"`
-	StartedAt time.Time `json:"startedAt,omitzero"`
-}
-
-func procJSON(ctx context.Context, p *sandbox.Process) (processJSON, error) {
+func procJSON(ctx context.Context, p *sandbox.Process) (api.Process, error) {
 	st, err := p.Status(ctx)
 	if err != nil {
-		return processJSON{}, err
+		return api.Process{}, err
 	}
-	return processJSON{Name: p.Name(), Command: p.Command(), Status: string(st), PID: p.PID(), Ready: p.Ready(), URL: p.URL()}, nil
+	return api.Process{Name: p.Name(), Command: p.Command(), Status: string(st), PID: p.PID(), Ready: p.Ready(), URL: p.URL()}, nil
 }
 
 func (s *Server) startProcess(w http.ResponseWriter, r *http.Request, _ *caller) {
-	var req startRequest
+	var req api.StartProcess
 	if err := decode(w, r, &req, false); err != nil {
 		writeError(w, err)
 		return
@@ -90,9 +64,9 @@ func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request, _ *caller
 		if err != nil {
 			return err
 		}
-		out := make([]processJSON, 0, len(ps))
+		out := make([]api.Process, 0, len(ps))
 		for _, p := range ps {
-			out = append(out, processJSON{Name: p.Name, Command: p.Command, Status: string(p.Status), StartedAt: p.StartedAt.UTC()})
+			out = append(out, api.Process{Name: p.Name, Command: p.Command, Status: string(p.Status), StartedAt: p.StartedAt.UTC()})
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"processes": out})
 		return nil
@@ -132,7 +106,7 @@ func (s *Server) processLogs(w http.ResponseWriter, r *http.Request, _ *caller) 
 		if err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"text": page.Text, "nextCursor": page.NextCursor, "truncated": page.Truncated})
+		writeJSON(w, http.StatusOK, api.LogPage{NextCursor: page.NextCursor, Text: page.Text, Truncated: page.Truncated})
 		return nil
 	})
 }
@@ -172,9 +146,7 @@ func (s *Server) processLines(w http.ResponseWriter, r *http.Request, _ *caller)
 }
 
 func (s *Server) stopProcess(w http.ResponseWriter, r *http.Request, _ *caller) {
-	var req struct {
-		GraceMS int64 `json:"graceMs,omitempty"`
-	}
+	var req api.StopProcess
 	grace, ok := decodeMS(w, r, &req, "graceMs", &req.GraceMS)
 	if !ok {
 		return
@@ -209,9 +181,7 @@ func (s *Server) restartProcess(w http.ResponseWriter, r *http.Request, _ *calle
 }
 
 func (s *Server) waitProcess(w http.ResponseWriter, r *http.Request, _ *caller) {
-	var req struct {
-		TimeoutMS int64 `json:"timeoutMs,omitempty"`
-	}
+	var req api.WaitProcess
 	timeout, ok := decodeMS(w, r, &req, "timeoutMs", &req.TimeoutMS)
 	if !ok {
 		return

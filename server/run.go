@@ -15,33 +15,9 @@ import (
 	"github.com/tupper-dev/tupper/server/api"
 )
 
-type runRequest struct {
-	Command        string            `json:"command"`
-	Cwd            string            `json:"cwd,omitempty"`
-	Env            map[string]string `json:"env,omitempty"`
-	TimeoutMS      int64             `json:"timeoutMs,omitempty"`
-	Stdin          *string           `json:"stdin,omitempty"`
-	MaxOutputBytes int               `json:"maxOutputBytes,omitempty"`
-}
-
-// runResultJSON is sandbox.RunResult on the wire.
-type runResultJSON struct {
-	OK         bool   `json:"ok"`
-	ExitCode   int    `json:"exitCode"`
-	Stdout     string `json:"stdout"`
-	Stderr     string `json:"stderr"`
-	Output     string `json:"output"`
-	DurationMS int64  `json:"durationMs"`
-	Truncated  bool   `json:"truncated"`
-	TimedOut   bool   `json:"timedOut"`
-	Aborted    bool   `json:"aborted,omitempty"`
-	Signal     string `json:"signal,omitempty"`
-	Cwd        string `json:"cwd"`
-	Command    string `json:"command"`
-}
-
-func resultJSON(r *sandbox.RunResult) runResultJSON {
-	return runResultJSON{
+// resultJSON is r on the wire.
+func resultJSON(r *sandbox.RunResult) api.RunResult {
+	return api.RunResult{
 		OK: r.OK, ExitCode: r.ExitCode, Stdout: r.Stdout, Stderr: r.Stderr, Output: r.Output,
 		DurationMS: r.Duration.Milliseconds(), Truncated: r.Truncated, TimedOut: r.TimedOut,
 		Aborted: r.Aborted, Signal: r.Signal, Cwd: r.Cwd, Command: r.Command,
@@ -52,7 +28,7 @@ func resultJSON(r *sandbox.RunResult) runResultJSON {
 // answers with its result, or streams its output first when the client accepts
 // application/x-ndjson or text/event-stream.
 func (s *Server) run(w http.ResponseWriter, r *http.Request, _ *caller) {
-	var req runRequest
+	var req api.RunRequest
 	if err := decode(w, r, &req, false); err != nil {
 		writeError(w, err)
 		return

@@ -147,7 +147,7 @@ func TestCreateRunDelete(t *testing.T) {
 	if sb.Labels["team"] != "a" || sb.State != "running" {
 		t.Fatalf("sandbox = %+v", sb)
 	}
-	var res runResultJSON
+	var res api.RunResult
 	e.want(200, &res, "POST", "/v1/sandboxes/"+sb.ID+"/run", sb.Token,
 		map[string]any{"command": "echo $GREETING; echo err >&2; cat; exit 3", "stdin": "in\n"})
 	if res.ExitCode != 3 || res.OK || res.Stdout != "hi\nin\n" || res.Stderr != "err\n" || res.Cwd != "/workspace" {

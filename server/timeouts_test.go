@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tupper-dev/tupper/providers/memory"
+	"github.com/tupper-dev/tupper/server/api"
 )
 
 // closedWithin reports how long the server took to close c, reading (and discarding) what it
@@ -111,7 +112,7 @@ func TestStreamsOutliveTimeouts(t *testing.T) {
 		t.Errorf("NDJSON run of 3 s: %d %s", resp.StatusCode, body)
 	}
 	t.Logf("NDJSON run took %v", time.Since(start))
-	var res runResultJSON
+	var res api.RunResult
 	e.want(200, &res, "POST", "/v1/sandboxes/"+sb.ID+"/run", sb.Token, map[string]any{"command": "sleep 2; echo late"})
 	if res.Stdout != "late\n" {
 		t.Errorf("plain run of 2 s: %+v", res)
@@ -151,7 +152,7 @@ func TestLinksUseBaseURL(t *testing.T) {
 		c.BaseURL = "https://sandboxes.example.test/"
 	})
 	sb := e.create(nil)
-	var port portJSON
+	var port api.Port
 	e.want(200, &port, "POST", "/v1/sandboxes/"+sb.ID+"/ports/3000/expose", sb.Token, nil, "Host", "attacker.example")
 	var signed struct{ URL string }
 	e.want(200, &signed, "POST", "/v1/sandboxes/"+sb.ID+"/files/presign", sb.Token, map[string]string{"path": "a"}, "Host", "attacker.example")

@@ -190,12 +190,9 @@ func (in *Instance) PreviewURL(ctx context.Context, port int) (string, error) {
 	if ok && time.Until(pv.expires) > time.Minute {
 		return pv.url, nil
 	}
-	var out struct {
-		SignedURL string    `json:"signedUrl"`
-		ExpiresAt time.Time `json:"expiresAt"`
-	}
+	var out api.Port
 	if err := in.p.call(ctx, http.MethodPost, fmt.Sprintf("%s/ports/%d/expose", in.path, port),
-		map[string]any{"expiresInMs": previewTTL.Milliseconds()}, &out); err != nil {
+		api.ExposeRequest{ExpiresInMS: previewTTL.Milliseconds()}, &out); err != nil {
 		return "", err
 	}
 	in.mu.Lock()
