@@ -203,11 +203,7 @@ func (in *Instance) PreviewURL(ctx context.Context, port int) (string, error) {
 
 // Stat describes path.
 func (in *Instance) Stat(ctx context.Context, path string) (provider.FileInfo, error) {
-	var fi api.FileInfo
-	if err := in.p.call(ctx, http.MethodGet, in.filePath("stat", path, nil), nil, &fi); err != nil {
-		return provider.FileInfo{}, err
-	}
-	return fi.Info(), nil
+	return get(ctx, in.p, in.filePath("stat", path, nil), api.FileInfo.Info)
 }
 
 // ListDir lists dir.

@@ -250,6 +250,16 @@ func list[W, T any](ctx context.Context, p *Provider, path, field string, conv f
 	return items, nil
 }
 
+// get gets path, whose answer is one W, and converts it with conv.
+func get[W, T any](ctx context.Context, p *Provider, path string, conv func(W) T) (T, error) {
+	var out W
+	if err := p.call(ctx, http.MethodGet, path, nil, &out); err != nil {
+		var zero T
+		return zero, err
+	}
+	return conv(out), nil
+}
+
 // infoOf is the provider's description of the server's sandbox sb.
 func infoOf(sb api.Sandbox) provider.Info {
 	labels := maps.Clone(sb.Labels)

@@ -50,11 +50,7 @@ func (p *Provider) Snapshots(ctx context.Context) ([]provider.SnapshotInfo, erro
 
 // SnapshotInfo describes one of the server's snapshots (GET /v1/snapshots/{id}).
 func (p *Provider) SnapshotInfo(ctx context.Context, id string) (provider.SnapshotInfo, error) {
-	var out api.Snapshot
-	if err := p.call(ctx, http.MethodGet, "/v1/snapshots/"+url.PathEscape(id), nil, &out); err != nil {
-		return provider.SnapshotInfo{}, err
-	}
-	return out.Info(), nil
+	return get(ctx, p, "/v1/snapshots/"+url.PathEscape(id), api.Snapshot.Info)
 }
 
 // DeleteSnapshot deletes one of the server's snapshots (DELETE /v1/snapshots/{id}).

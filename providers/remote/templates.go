@@ -19,11 +19,7 @@ func (p *Provider) Templates(ctx context.Context) ([]provider.TemplateInfo, erro
 // Template describes one of the server's templates by name or tag
 // (GET /v1/templates/{name}).
 func (p *Provider) Template(ctx context.Context, name string) (provider.TemplateInfo, error) {
-	var out api.Template
-	if err := p.call(ctx, http.MethodGet, "/v1/templates/"+url.PathEscape(name), nil, &out); err != nil {
-		return provider.TemplateInfo{}, err
-	}
-	return out.Info(), nil
+	return get(ctx, p, "/v1/templates/"+url.PathEscape(name), api.Template.Info)
 }
 
 // DeleteTemplate deletes one of the server's templates (DELETE /v1/templates/{name}), one

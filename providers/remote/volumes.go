@@ -28,11 +28,7 @@ func (p *Provider) Volumes(ctx context.Context) ([]provider.VolumeInfo, error) {
 
 // VolumeInfo describes one of the server's volumes (GET /v1/volumes/{name}).
 func (p *Provider) VolumeInfo(ctx context.Context, name string) (provider.VolumeInfo, error) {
-	var out api.Volume
-	if err := p.call(ctx, http.MethodGet, "/v1/volumes/"+url.PathEscape(name), nil, &out); err != nil {
-		return provider.VolumeInfo{}, err
-	}
-	return out.Info(), nil
+	return get(ctx, p, "/v1/volumes/"+url.PathEscape(name), api.Volume.Info)
 }
 
 // DeleteVolume deletes one of the server's volumes (DELETE /v1/volumes/{name}).
