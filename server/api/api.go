@@ -211,16 +211,17 @@ type Restart struct {
 
 // Snapshot is a snapshot on the wire (GET /v1/snapshots, /v1/snapshots/{id}).
 type Snapshot struct {
-	ID        string    `json:"id"`
-	Name      string    `json:"name,omitempty"`
-	Kind      string    `json:"kind"`
+	ID   string `json:"id"`
+	Name string `json:"name,omitempty"` // for people; need not be unique
+	Kind string `json:"kind"`           // filesystem or full (memory and processes too)
+	// Template, Runtime and Network are those of the sandbox it was taken of, SandboxID.
 	Template  string    `json:"template,omitempty"`
-	Runtime   string    `json:"runtime,omitempty"`
+	Runtime   string    `json:"runtime,omitempty"` // a full snapshot restores only on it
 	Network   string    `json:"network,omitempty"`
 	SandboxID string    `json:"sandboxId,omitempty"`
 	CreatedAt time.Time `json:"createdAt"`
 	ExpiresAt time.Time `json:"expiresAt,omitzero"`
-	Size      int64     `json:"size"`
+	Size      int64     `json:"size"` // bytes
 	// Volumes are the volumes the sandbox mounted, mounted again by a sandbox from it.
 	Volumes []provider.VolumeMount `json:"volumes,omitempty"`
 }
