@@ -1,7 +1,11 @@
 // Package api holds the JSON of the native REST API (/v1) that both of its ends use: the
 // server decodes requests into these types and encodes answers from them, and its Go client
 // (providers/remote) does the reverse, so a field added for one is there for the other.
-// server/openapi.json documents the same shapes.
+// Every wire type of /v1 lives here; neither end declares its own copy.
+//
+// server/openapi.json documents the same shapes, and server's TestOpenAPIMatchesWireTypes
+// holds each type here to its schema; @tupper/sdk's TypeScript types are generated from that
+// document (js/packages/sdk/src/openapi.ts, npm run gen:types), so the three cannot drift.
 package api
 
 import (
