@@ -90,10 +90,7 @@ func (s *Server) writeEvents(w http.ResponseWriter, r *http.Request, f store.Eve
 }
 
 func (s *Server) createWebhook(w http.ResponseWriter, r *http.Request, _ *caller) {
-	var req struct {
-		URL    string   `json:"url"`
-		Events []string `json:"events,omitempty"`
-	}
+	var req api.WebhookRequest
 	if err := decode(w, r, &req, false); err != nil {
 		writeError(w, err)
 		return

@@ -158,15 +158,8 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request, _ *caller) {
 	})
 }
 
-type writeRequest struct {
-	Path     string `json:"path"`
-	Content  string `json:"content"`
-	Encoding string `json:"encoding,omitempty"` // "utf-8" (default) or "base64"
-	Mode     string `json:"mode,omitempty"`     // octal, e.g. "0644"
-}
-
 func (s *Server) writeFile(w http.ResponseWriter, r *http.Request, _ *caller) {
-	var req writeRequest
+	var req api.WriteFile
 	if err := decode(w, r, &req, false); err != nil {
 		writeError(w, err)
 		return
@@ -199,11 +192,7 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request, _ *caller) {
 }
 
 func (s *Server) editFile(w http.ResponseWriter, r *http.Request, _ *caller) {
-	var req struct {
-		Path    string `json:"path"`
-		Find    string `json:"find"`
-		Replace string `json:"replace"`
-	}
+	var req api.EditRequest
 	if err := decode(w, r, &req, false); err != nil {
 		writeError(w, err)
 		return

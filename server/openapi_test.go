@@ -97,6 +97,8 @@ func TestOpenAPIMatchesWireTypes(t *testing.T) {
 		"Run": api.RunRequest{}, "RunResult": api.RunResult{}, "Ready": api.Ready{},
 		"StartProcess": api.StartProcess{}, "Process": api.Process{}, "LogPage": api.LogPage{},
 		"Stop": api.StopProcess{}, "Wait": api.WaitProcess{}, "Expose": api.ExposeRequest{}, "Port": api.Port{},
+		"WriteFile": api.WriteFile{}, "Edit": api.EditRequest{}, "Presign": api.PresignRequest{},
+		"KeepAlive": api.KeepAliveRequest{}, "EgressLearned": api.EgressLearned{}, "CreateWebhook": api.WebhookRequest{},
 	} {
 		s, ok := doc.Components.Schemas[schema]
 		if !ok {

@@ -367,11 +367,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 // presign returns an expiring URL that downloads (GET) or uploads (PUT) one file without a
 // credential.
 func (s *Server) presign(w http.ResponseWriter, r *http.Request, _ *caller) {
-	var req struct {
-		Path        string `json:"path"`
-		Method      string `json:"method,omitempty"` // GET (default) or PUT
-		ExpiresInMS int64  `json:"expiresInMs,omitempty"`
-	}
+	var req api.PresignRequest
 	if err := decode(w, r, &req, false); err != nil {
 		writeError(w, err)
 		return

@@ -275,9 +275,7 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request, _ *caller) {
 const DefaultKeepAlive = 5 * time.Minute
 
 func (s *Server) keepAlive(w http.ResponseWriter, r *http.Request, _ *caller) {
-	var req struct {
-		TimeoutMS int64 `json:"timeoutMs,omitempty"`
-	}
+	var req api.KeepAliveRequest
 	if err := decode(w, r, &req, true); err != nil {
 		writeError(w, err)
 		return
@@ -357,10 +355,7 @@ func (s *Server) egressLearned(w http.ResponseWriter, r *http.Request, _ *caller
 		if err != nil {
 			return err
 		}
-		out := struct {
-			Allow  []string `json:"allow"`
-			Denied []string `json:"denied"`
-		}{sandbox.LearnAllowList(entries), sandbox.Denied(entries)}
+		out := api.EgressLearned{Allow: sandbox.LearnAllowList(entries), Denied: sandbox.Denied(entries)}
 		if out.Allow == nil {
 			out.Allow = []string{}
 		}

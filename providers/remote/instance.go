@@ -275,7 +275,7 @@ func (in *Instance) Pause(ctx context.Context) error {
 // when the server's provider declares it. A sandbox paused already, either way, is left as
 // it is (the server answers conflict).
 func (in *Instance) PauseCold(ctx context.Context) error {
-	err := in.p.call(ctx, http.MethodPost, in.path+"/pause", map[string]any{"keepMemory": false}, nil)
+	err := in.p.call(ctx, http.MethodPost, in.path+"/pause", api.PauseRequest{KeepMemory: new(bool)}, nil)
 	if provider.CodeOf(err) == provider.CodeConflict {
 		if info, ierr := in.Info(ctx); ierr == nil && info.State == provider.StatePaused {
 			return nil

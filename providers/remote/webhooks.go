@@ -14,16 +14,7 @@ import (
 
 // Webhooks lists the server's webhooks (GET /v1/webhooks), without their secrets.
 func (p *Provider) Webhooks(ctx context.Context) ([]api.Webhook, error) {
-	var out struct {
-		Webhooks []api.Webhook `json:"webhooks"`
-	}
-	if err := p.call(ctx, http.MethodGet, "/v1/webhooks", nil, &out); err != nil {
-		return nil, err
-	}
-	if out.Webhooks == nil {
-		out.Webhooks = []api.Webhook{}
-	}
-	return out.Webhooks, nil
+	return list(ctx, p, "/v1/webhooks", "webhooks", func(w api.Webhook) api.Webhook { return w })
 }
 
 // CreateWebhook registers target to receive events of the given types (none: every type)
@@ -31,11 +22,7 @@ func (p *Provider) Webhooks(ctx context.Context) ([]api.Webhook, error) {
 // server shows only now.
 func (p *Provider) CreateWebhook(ctx context.Context, target string, events []string) (api.Webhook, error) {
 	var out api.Webhook
-	in := map[string]any{"url": target}
-	if len(events) > 0 {
-		in["events"] = events
-	}
-	err := p.call(ctx, http.MethodPost, "/v1/webhooks", in, &out)
+	err := p.call(ctx, http.MethodPost, "/v1/webhooks", api.WebhookRequest{URL: target, Events: events}, &out)
 	return out, err
 }
 

@@ -323,3 +323,24 @@ type TimeoutRequest struct {
 type Busy struct {
 	Busy bool `json:"busy"`
 }
+
+// KeepAliveRequest is the body of POST /v1/sandboxes/{id}/keepalive (optional; no time:
+// the server's default).
+type KeepAliveRequest struct {
+	TimeoutMS int64 `json:"timeoutMs,omitempty"`
+}
+
+// EgressLearned is the answer of GET /v1/sandboxes/{id}/egress/learned: the allow list that
+// permits what the sandbox reached, and the destinations refused, first refused first. The
+// lists are never null.
+type EgressLearned struct {
+	Allow  []string `json:"allow"`
+	Denied []string `json:"denied"`
+}
+
+// WebhookRequest is the body of POST /v1/webhooks
+// (no events: every type).
+type WebhookRequest struct {
+	URL    string   `json:"url"`
+	Events []string `json:"events,omitempty"`
+}

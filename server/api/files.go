@@ -71,3 +71,27 @@ type Changes struct {
 	Removed  []string `json:"removed"`
 	Patch    string   `json:"patch"`
 }
+
+// WriteFile is the body of POST files/write: Content is UTF-8 text, or base64 with Encoding
+// "base64"; Mode is octal ("0644").
+type WriteFile struct {
+	Path     string `json:"path"`
+	Content  string `json:"content"`
+	Encoding string `json:"encoding,omitempty"`
+	Mode     string `json:"mode,omitempty"`
+}
+
+// EditRequest is the body of POST files/edit: replace the one occurrence of Find.
+type EditRequest struct {
+	Path    string `json:"path"`
+	Find    string `json:"find"`
+	Replace string `json:"replace"`
+}
+
+// PresignRequest is the body of POST /v1/sandboxes/{id}/files/presign: a URL that
+// downloads (GET, the default) or uploads (PUT) one file without a credential.
+type PresignRequest struct {
+	Path        string `json:"path"`
+	Method      string `json:"method,omitempty"`
+	ExpiresInMS int64  `json:"expiresInMs,omitempty"`
+}
