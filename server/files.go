@@ -149,9 +149,9 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request, _ *caller) {
 		if len(data) > MaxReadBytes {
 			return provider.Errorf(provider.CodeResourceExhausted, "file is larger than %d bytes: use GET files/content", MaxReadBytes)
 		}
-		out := map[string]string{"path": req.Path, "encoding": "utf-8", "content": string(data)}
+		out := api.FileContent{Path: req.Path, Encoding: "utf-8", Content: string(data)}
 		if !utf8.Valid(data) {
-			out["encoding"], out["content"] = "base64", base64.StdEncoding.EncodeToString(data)
+			out.Encoding, out.Content = "base64", base64.StdEncoding.EncodeToString(data)
 		}
 		writeJSON(w, http.StatusOK, out)
 		return nil
@@ -221,7 +221,7 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request, _ *caller) {
 		for _, fi := range infos {
 			out = append(out, fileJSON(fi))
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"entries": out})
+		writeJSON(w, http.StatusOK, api.FileList{Entries: out})
 		return nil
 	})
 }
@@ -254,7 +254,7 @@ func (s *Server) existsFile(w http.ResponseWriter, r *http.Request, _ *caller) {
 		if err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusOK, map[string]bool{"exists": ok})
+		writeJSON(w, http.StatusOK, api.Exists{Exists: ok})
 		return nil
 	})
 }
@@ -335,7 +335,7 @@ func (s *Server) markFiles(w http.ResponseWriter, r *http.Request, _ *caller) {
 		if err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"name": name})
+		writeJSON(w, http.StatusOK, api.Marked{Name: name})
 		return nil
 	})
 }

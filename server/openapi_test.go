@@ -99,6 +99,9 @@ func TestOpenAPIMatchesWireTypes(t *testing.T) {
 		"Stop": api.StopProcess{}, "Wait": api.WaitProcess{}, "Expose": api.ExposeRequest{}, "Port": api.Port{},
 		"WriteFile": api.WriteFile{}, "Edit": api.EditRequest{}, "Presign": api.PresignRequest{},
 		"KeepAlive": api.KeepAliveRequest{}, "EgressLearned": api.EgressLearned{}, "CreateWebhook": api.WebhookRequest{},
+		"FileList": api.FileList{}, "FileContent": api.FileContent{}, "Exists": api.Exists{}, "Marked": api.Marked{},
+		"ProcessList": api.ProcessList{}, "WaitResult": api.WaitResult{}, "PortList": api.PortList{}, "Git": api.GitRequest{},
+		"Health": api.Health{},
 	} {
 		s, ok := doc.Components.Schemas[schema]
 		if !ok {

@@ -154,7 +154,7 @@ func (s *Server) listPorts(w http.ResponseWriter, r *http.Request, _ *caller) {
 		for _, p := range ps {
 			out = append(out, s.portJSON(r, b.ID, p.Port, p.Public, DefaultSignedTTL))
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"ports": out})
+		writeJSON(w, http.StatusOK, api.PortList{Ports: out})
 		return nil
 	})
 }

@@ -68,7 +68,7 @@ func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request, _ *caller
 		for _, p := range ps {
 			out = append(out, api.Process{Name: p.Name, Command: p.Command, Status: string(p.Status), StartedAt: p.StartedAt.UTC()})
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"processes": out})
+		writeJSON(w, http.StatusOK, api.ProcessList{Processes: out})
 		return nil
 	})
 }
@@ -196,13 +196,13 @@ func (s *Server) waitProcess(w http.ResponseWriter, r *http.Request, _ *caller) 
 		es, err := p.Wait(ctx)
 		if err != nil {
 			if ctx.Err() == context.DeadlineExceeded && r.Context().Err() == nil {
-				writeJSON(w, http.StatusOK, map[string]any{"status": "running"})
+				writeJSON(w, http.StatusOK, api.WaitResult{Status: "running"})
 				return nil
 			}
 			return err
 		}
 		s.emit(r.Context(), EventProcessExited, b.ID, map[string]any{"name": p.Name(), "exitCode": es.ExitCode, "signal": es.Signal})
-		writeJSON(w, http.StatusOK, map[string]any{"status": "exited", "exitCode": es.ExitCode, "signal": es.Signal})
+		writeJSON(w, http.StatusOK, api.WaitResult{Status: "exited", ExitCode: &es.ExitCode, Signal: &es.Signal})
 		return nil
 	})
 }

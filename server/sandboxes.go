@@ -45,7 +45,7 @@ var EventTypes = []string{
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request, _ *caller) {
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
+	writeJSON(w, http.StatusOK, api.Health{OK: true})
 }
 
 func (s *Server) info(w http.ResponseWriter, r *http.Request, _ *caller) {

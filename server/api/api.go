@@ -344,3 +344,8 @@ type WebhookRequest struct {
 	URL    string   `json:"url"`
 	Events []string `json:"events,omitempty"`
 }
+
+// Health is the answer of GET /v1/health.
+type Health struct {
+	OK bool `json:"ok"`
+}

@@ -95,3 +95,26 @@ type PresignRequest struct {
 	Method      string `json:"method,omitempty"`
 	ExpiresInMS int64  `json:"expiresInMs,omitempty"`
 }
+
+// FileList is the answer of GET files/list.
+type FileList struct {
+	Entries []FileInfo `json:"entries"`
+}
+
+// FileContent is the answer of POST files/read: Content is the file as UTF-8 text, or base64
+// (Encoding "base64") when it is not valid UTF-8.
+type FileContent struct {
+	Content  string `json:"content"`
+	Encoding string `json:"encoding"`
+	Path     string `json:"path"`
+}
+
+// Exists is the answer of GET files/exists.
+type Exists struct {
+	Exists bool `json:"exists"`
+}
+
+// Marked is the answer of POST files/mark: the mark set.
+type Marked struct {
+	Name string `json:"name"`
+}

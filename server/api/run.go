@@ -94,3 +94,37 @@ type Port struct {
 	SignedURL string    `json:"signedUrl"`
 	ExpiresAt time.Time `json:"expiresAt"`
 }
+
+// ProcessList is the answer of GET /v1/sandboxes/{id}/processes.
+type ProcessList struct {
+	Processes []Process `json:"processes"`
+}
+
+// WaitResult is the answer of POST processes/{name}/wait: Status "running" when the wait
+// timed out, else "exited" with ExitCode and Signal (both set, even when 0 and "").
+type WaitResult struct {
+	ExitCode *int    `json:"exitCode,omitempty"`
+	Signal   *string `json:"signal,omitempty"`
+	Status   string  `json:"status"`
+}
+
+// PortList is the answer of GET /v1/sandboxes/{id}/ports.
+type PortList struct {
+	Ports []Port `json:"ports"`
+}
+
+// GitRequest is the body of every git route (/v1/sandboxes/{id}/git/…); each uses the
+// fields it needs. Dir "" is /workspace/app. Token is used for the call only: it goes to a
+// credential helper in the sandbox, never into argv, history or output.
+type GitRequest struct {
+	URL     string `json:"url,omitempty"`     // clone
+	Dir     string `json:"dir,omitempty"`     // the repository
+	Branch  string `json:"branch,omitempty"`  // clone, push, checkout
+	Depth   int    `json:"depth,omitempty"`   // clone
+	Token   string `json:"token,omitempty"`   // clone, push
+	Message string `json:"message,omitempty"` // commit
+	All     bool   `json:"all,omitempty"`     // commit
+	Author  string `json:"author,omitempty"`  // commit
+	Remote  string `json:"remote,omitempty"`  // push
+	Create  bool   `json:"create,omitempty"`  // checkout
+}
