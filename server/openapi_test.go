@@ -101,7 +101,7 @@ func TestOpenAPIMatchesWireTypes(t *testing.T) {
 		"KeepAlive": api.KeepAliveRequest{}, "EgressLearned": api.EgressLearned{}, "CreateWebhook": api.WebhookRequest{},
 		"FileList": api.FileList{}, "FileContent": api.FileContent{}, "Exists": api.Exists{}, "Marked": api.Marked{},
 		"ProcessList": api.ProcessList{}, "WaitResult": api.WaitResult{}, "PortList": api.PortList{}, "Git": api.GitRequest{},
-		"Health": api.Health{},
+		"Health": api.Health{}, "Deadline": api.Deadline{}, "VolumeList": api.VolumeList{},
 	} {
 		s, ok := doc.Components.Schemas[schema]
 		if !ok {

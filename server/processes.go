@@ -133,7 +133,7 @@ func (s *Server) processLines(w http.ResponseWriter, r *http.Request, _ *caller)
 				}
 				return nil
 			}
-			if sw.send("line", map[string]string{"text": line.Text, "stream": line.Stream, "cursor": line.Cursor}) != nil {
+			if sw.send("line", api.Line{Cursor: line.Cursor, Stream: line.Stream, Text: line.Text}) != nil {
 				return nil
 			}
 		}

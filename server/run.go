@@ -59,7 +59,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, _ *caller) {
 		}
 		sw := startStream(w, format)
 		for c := range h.Chunks() {
-			if err := sw.send(c.Stream, map[string]string{"text": c.Text}); err != nil {
+			if err := sw.send(c.Stream, api.Output{Text: c.Text}); err != nil {
 				break // the client left; r.Context() ends the command
 			}
 		}

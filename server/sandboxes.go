@@ -297,7 +297,7 @@ func (s *Server) applyTimeout(w http.ResponseWriter, r *http.Request, ms int64) 
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"deadline": deadline.UTC()})
+	writeJSON(w, http.StatusOK, api.Deadline{Deadline: deadline.UTC()})
 }
 
 // setNetwork replaces a running sandbox's network policy; the body is create's "network".

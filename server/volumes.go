@@ -31,7 +31,7 @@ func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request, _ *caller) 
 	for _, in := range list {
 		out = append(out, api.VolumeOf(in))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"volumes": out})
+	writeJSON(w, http.StatusOK, api.VolumeList{Volumes: out})
 }
 
 func (s *Server) getVolume(w http.ResponseWriter, r *http.Request, _ *caller) {

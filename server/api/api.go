@@ -349,3 +349,8 @@ type WebhookRequest struct {
 type Health struct {
 	OK bool `json:"ok"`
 }
+
+// Deadline is the answer of POST /v1/sandboxes/{id}/timeout and keepalive: the new deadline.
+type Deadline struct {
+	Deadline time.Time `json:"deadline"`
+}

@@ -128,3 +128,16 @@ type GitRequest struct {
 	Remote  string `json:"remote,omitempty"`  // push
 	Create  bool   `json:"create,omitempty"`  // checkout
 }
+
+// Output is an event of a streamed run ("stdout" or "stderr"): a piece of its output.
+type Output struct {
+	Text string `json:"text"`
+}
+
+// Line is a "line" event of GET processes/{name}/lines: one line of output, its stream and
+// the cursor that reads on after it.
+type Line struct {
+	Cursor string `json:"cursor"`
+	Stream string `json:"stream"`
+	Text   string `json:"text"`
+}

@@ -34,3 +34,8 @@ type VolumeRequest struct {
 	Name   string `json:"name"`
 	SizeMB int    `json:"sizeMB,omitempty"`
 }
+
+// VolumeList is the answer of GET /v1/volumes.
+type VolumeList struct {
+	Volumes []Volume `json:"volumes"`
+}

@@ -240,7 +240,7 @@ export class Sandbox {
    * released, and resume starts it again from its files (where the provider declares
    * "pause-cold"; otherwise unsupported, before anything changes).
    */
-  async pause(opts: { keepMemory?: boolean } = {}): Promise<void> {
+  async pause(opts: Schemas["PauseRequest"] = {}): Promise<void> {
     const req: Request = { method: "POST", path: this.path("/pause") };
     if (opts.keepMemory === false) req.json = { keepMemory: false };
     await this.client.request(req);
@@ -278,7 +278,8 @@ export class Sandbox {
 
   /** Sets the sandbox's lifetime from now. */
   async setTimeout(timeoutMs: number): Promise<void> {
-    await this.client.request({ method: "POST", path: this.path("/timeout"), json: { timeoutMs } });
+    const json: Schemas["Timeout"] = { timeoutMs };
+    await this.client.request({ method: "POST", path: this.path("/timeout"), json });
   }
 
   /** Saves the sandbox's files as a snapshot; create({ from: id }) starts a sandbox from it. */
@@ -341,7 +342,7 @@ export class Files {
   }
 
   /** Creates or replaces a file, making its parent directories. mode is octal, e.g. "0755". */
-  async write(path: string, content: string | Uint8Array, opts: { mode?: string } = {}): Promise<void> {
+  async write(path: string, content: string | Uint8Array, opts: Pick<Schemas["WriteFile"], "mode"> = {}): Promise<void> {
     if (typeof content === "string") {
       await this.box.client.request({ method: "POST", path: this.box.path("/files/write"), json: { path, content, ...opts } });
       return;
@@ -368,7 +369,7 @@ export class Files {
     return out.exists;
   }
 
-  async remove(path: string, opts: { recursive?: boolean } = {}): Promise<void> {
+  async remove(path: string, opts: Omit<Schemas["Remove"], "path"> = {}): Promise<void> {
     await this.box.client.request({ method: "POST", path: this.box.path("/files/remove"), json: { path, ...opts } });
   }
 
