@@ -1,7 +1,9 @@
 // Package api holds the JSON of the native REST API (/v1) that both of its ends use: the
 // server decodes requests into these types and encodes answers from them, and its Go client
 // (providers/remote) does the reverse, so a field added for one is there for the other.
-// Every wire type of /v1 lives here; neither end declares its own copy.
+// The request, answer and stream bodies of the sandbox, file, process, volume, snapshot and
+// webhook routes live here; neither end declares its own copy. (The template build request
+// and the plain list wrappers of events, snapshots and templates are still the server's.)
 //
 // server/openapi.json documents the same shapes, and server's TestOpenAPIMatchesWireTypes
 // holds each type here to its schema; @tupper/sdk's TypeScript types are generated from that
