@@ -13,8 +13,8 @@ import (
 
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/provider/httpcode"
-	"github.com/tupper-dev/tupper/server/internal/httpjson"
 	"github.com/tupper-dev/tupper/server/api"
+	"github.com/tupper-dev/tupper/server/internal/httpjson"
 )
 
 // MaxJSONBody is the largest JSON request body; past it the server answers 413.
