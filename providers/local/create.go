@@ -22,6 +22,7 @@ import (
 	agentspec "github.com/tupper-dev/tupper/agent/spec"
 	"github.com/tupper-dev/tupper/egress"
 	"github.com/tupper-dev/tupper/internal/flock"
+	"github.com/tupper-dev/tupper/internal/steps"
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/template"
 )
@@ -359,24 +360,33 @@ func (c *creation) ns(fn func() error) error {
 }
 
 // steps are the creation's steps, in order, each with its undo.
-func (c *creation) steps() []step {
-	return []step{
-		{name: "state directory", do: c.stateDir, undo: c.undoStateDir},
-		{name: "user namespace", do: c.userNamespace, undo: c.undoUserNamespace},
-		{name: "mount namespace", do: c.mountNamespace},
-		{name: "root file system", do: c.rootFS, undo: c.undoRootFS},
-		{name: "volumes", do: c.volumes},
-		{name: "agent directory", do: c.agentDir},
-		{name: "network", do: c.network, undo: c.undoNetwork},
-		{name: "bundle", do: c.bundle},
-		{name: "runtime", do: c.runtime, undo: c.undoRuntime},
-		{name: "holder", do: c.holder, undo: c.undoHolder},
-		{name: "egress proxy", do: c.egressProxy, undo: c.undoEgressProxy},
-		{name: "agent", do: c.agent},
-		{name: "boot image", do: c.saveBoot},
-		{name: "start command", do: c.startCommand},
-		{name: "record", do: c.record},
+func (c *creation) steps() []steps.Step {
+	return []steps.Step{
+		{Name: "state directory", Do: c.stateDir, Undo: c.undoStateDir},
+		{Name: "user namespace", Do: c.userNamespace, Undo: c.undoUserNamespace},
+		{Name: "mount namespace", Do: c.mountNamespace},
+		{Name: "root file system", Do: c.rootFS, Undo: c.undoRootFS},
+		{Name: "volumes", Do: c.volumes},
+		{Name: "agent directory", Do: c.agentDir},
+		{Name: "network", Do: c.network, Undo: c.undoNetwork},
+		{Name: "bundle", Do: c.bundle},
+		{Name: "runtime", Do: c.runtime, Undo: c.undoRuntime},
+		{Name: "holder", Do: c.holder, Undo: c.undoHolder},
+		{Name: "egress proxy", Do: c.egressProxy, Undo: c.undoEgressProxy},
+		{Name: "agent", Do: c.agent},
+		{Name: "boot image", Do: c.saveBoot},
+		{Name: "start command", Do: c.startCommand},
+		{Name: "record", Do: c.record},
 	}
+}
+
+// stepHook, when set (by tests and benchmarks), is told how long each step of a create or
+// of a network change took.
+var stepHook func(name string, d time.Duration)
+
+// runSteps runs a procedure's steps (package steps), timed for stepHook.
+func runSteps(ctx context.Context, list []steps.Step) error {
+	return steps.RunTimed(ctx, list, stepHook)
 }
 
 func (c *creation) stateDir(ctx context.Context) error {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/tupper-dev/tupper/egress"
 	"github.com/tupper-dev/tupper/internal/netrange"
+	"github.com/tupper-dev/tupper/internal/steps"
 	"github.com/tupper-dev/tupper/provider"
 )
 
@@ -672,14 +673,14 @@ func (p *Provider) attachEgress(ctx context.Context, rec *record, pol *egress.Po
 	var socks *egressSockets
 	defer func() { socks.close() }()
 	var open []tcpConn // the sandbox's connections before its rules
-	steps := []step{
-		{name: "policy file", do: func(ctx context.Context) error {
+	list := []steps.Step{
+		{Name: "policy file", Do: func(ctx context.Context) error {
 			return p.writeEgressPolicy(rec.ID, file)
-		}, undo: func() error {
+		}, Undo: func() error {
 			os.Remove(p.lay.egressPolicy(rec.ID))
 			return nil
 		}},
-		{name: "connections", do: func(ctx context.Context) error {
+		{Name: "connections", Do: func(ctx context.Context) error {
 			if nsPath == "" {
 				return nil
 			}
@@ -687,7 +688,7 @@ func (p *Provider) attachEgress(ctx context.Context, rec *record, pol *egress.Po
 			open, err = p.net.connections(ctx, nsPath, rec.IP)
 			return err
 		}},
-		{name: "network", do: func(ctx context.Context) error {
+		{Name: "network", Do: func(ctx context.Context) error {
 			lk, err := p.net.lock(ctx)
 			if err != nil {
 				return err
@@ -695,22 +696,22 @@ func (p *Provider) attachEgress(ctx context.Context, rec *record, pol *egress.Po
 			defer lk.Unlock()
 			socks, err = p.bindEgress(ctx, rec, pol)
 			return err
-		}, undo: func() error {
+		}, Undo: func() error {
 			rec.Egress = nil
 			return errors.Join(p.lay.writeRecord(rec), p.dropEgress(rec))
 		}},
-		{name: "egress proxy", do: func(ctx context.Context) error {
+		{Name: "egress proxy", Do: func(ctx context.Context) error {
 			return p.runEgress(ctx, rec, socks, agentPath, nil)
-		}, undo: func() error {
+		}, Undo: func() error {
 			stopEgress(rec, holderExitTimeout)
 			return nil
 		}},
-		{name: "record", do: func(ctx context.Context) error {
+		{Name: "record", Do: func(ctx context.Context) error {
 			rec.Network = string(provider.NetworkAllow)
 			return p.lay.writeRecord(rec)
 		}},
 	}
-	if err := runSteps(ctx, steps); err != nil {
+	if err := runSteps(ctx, list); err != nil {
 		return err
 	}
 	if nsPath == "" {

@@ -3,8 +3,6 @@
 package local
 
 import (
-	"context"
-	"errors"
 	"slices"
 	"testing"
 
@@ -98,23 +96,6 @@ func denies(s *specs.LinuxSeccomp, name string) bool {
 		}
 	}
 	return false
-}
-
-func TestSteps(t *testing.T) {
-	var log []string
-	st := func(name string, fail bool) step {
-		return step{name: name, do: func(context.Context) error {
-			log = append(log, "do "+name)
-			if fail {
-				return errors.New("boom")
-			}
-			return nil
-		}, undo: func() error { log = append(log, "undo "+name); return nil }}
-	}
-	err := runSteps(context.Background(), []step{st("a", false), st("b", false), st("c", true), st("d", false)})
-	if err == nil || !slices.Equal(log, []string{"do a", "do b", "do c", "undo c", "undo b", "undo a"}) {
-		t.Errorf("err %v, log %v", err, log)
-	}
 }
 
 func TestConfigValidate(t *testing.T) {
