@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	crand "crypto/rand"
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
@@ -16,11 +17,13 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tupper-dev/tupper/providers/local/internal/blocks"
 )
 
 // blocksCrashEnv names the Home of a child process that TestBlocksCrash kills (SIGKILL)
 // while it writes or deletes a snapshot. blocksOpEnv is "write ID SRC" or "delete ID";
-// blocksStopEnv is "STEP:N" (a testHookBlocks step and how many to let pass): there the
+// blocksStopEnv is "STEP:N" (a blocks.CrashHook step and how many to let pass): there the
 // child prints "at" and waits to be killed. Without it the child prints "started" before
 // the operation and "done" after.
 const (
@@ -37,7 +40,7 @@ func blocksCrashChild(home string) int {
 	if stop := os.Getenv(blocksStopEnv); stop != "" {
 		step, n, _ := strings.Cut(stop, ":")
 		left, _ := strconv.Atoi(n)
-		testHookBlocks = func(s string) {
+		blocks.CrashHook = func(s string) {
 			if s != step {
 				return
 			}
@@ -53,9 +56,9 @@ func blocksCrashChild(home string) int {
 	switch op[0] {
 	case "write":
 		meta := snapMeta{ID: op[1], Template: "test", CreatedAt: time.Now().UTC()}
-		err = lay.writeSnapshot(context.Background(), &meta, false, func(tmp string, blocks func(string) *layerBlocks) error {
-			st, err := copyLayerBlocks(context.Background(), op[2], filepath.Join(tmp, "upper"), nil, nil, blocks("upper/"))
-			meta.Size, meta.Inodes = st.bytes, st.inodes
+		err = lay.writeSnapshot(context.Background(), &meta, false, func(tmp string, layer func(string) *blocks.Layer) error {
+			st, err := copyLayerBlocks(context.Background(), op[2], filepath.Join(tmp, "upper"), nil, nil, layer("upper/"))
+			meta.Size, meta.Inodes = st.Bytes, st.Inodes
 			return err
 		})
 	case "delete":
@@ -146,12 +149,12 @@ func checkBlocks(t *testing.T, lay layout, want map[string]string) {
 			t.Errorf("snapshot %s: %v (have %v)", id, err, names)
 			continue
 		}
-		man, err := readManifest(lay.snapshot(id))
+		man, err := blocks.ReadManifest(lay.snapshot(id))
 		if err != nil {
 			t.Fatalf("snapshot %s: manifest: %v", id, err)
 		}
 		if man == nil {
-			man = newManifest() // from before blocks
+			man = blocks.NewManifest() // from before blocks
 		}
 		for _, f := range man.Files {
 			for _, h := range f.Blocks {
@@ -178,7 +181,7 @@ func checkBlocks(t *testing.T, lay layout, want map[string]string) {
 			t.Errorf("block %s leaked: no committed manifest names it", h)
 		}
 	}
-	left, _ := filepath.Glob(filepath.Join(lay.blocks().dir, ".*"))
+	left, _ := filepath.Glob(filepath.Join(lay.blocks().Dir(), ".*"))
 	if len(left) > 0 {
 		t.Errorf("left in the block store: %v", left)
 	}
@@ -225,11 +228,11 @@ func sameTree(t *testing.T, a, b string) {
 func TestBlocksCrash(t *testing.T) {
 	home := t.TempDir()
 	lay := layout{home: home}
-	big1 := randomBytes(t, 3*blockSize+100)
-	big2 := append(randomBytes(t, blockSize), make([]byte, 2*blockSize)...) // and zeros
+	big1 := randomBytes(t, 3*blocks.Size+100)
+	big2 := append(randomBytes(t, blocks.Size), make([]byte, 2*blocks.Size)...) // and zeros
 	t1 := writeTree(t, map[string][]byte{"workspace/big1": big1, "workspace/big2": big2, "etc/small": []byte("small\n")},
 		map[string]string{"workspace/big1.link": "workspace/big1"})
-	t2 := writeTree(t, map[string][]byte{"data/big1.copy": big1, "data/big3": randomBytes(t, 4*blockSize)}, nil)
+	t2 := writeTree(t, map[string][]byte{"data/big1.copy": big1, "data/big3": randomBytes(t, 4*blocks.Size)}, nil)
 	want := map[string]string{}
 	write := func(src, stop string) string {
 		t.Helper()
@@ -269,10 +272,10 @@ func TestBlocksCrash(t *testing.T) {
 	t.Run("killed mid-collection", func(t *testing.T) {
 		// Two snapshots share blocks; the collection after one's delete is killed after
 		// removing a block: the other keeps all of its own.
-		t3 := writeTree(t, map[string][]byte{"workspace/big1": big1, "own": randomBytes(t, 3*blockSize)}, nil)
+		t3 := writeTree(t, map[string][]byte{"workspace/big1": big1, "own": randomBytes(t, 3*blocks.Size)}, nil)
 		s5, s6 := write(t3, ""), write(t1, "")
 		runBlocksChild(t, home, "delete "+s5, "sweep:1", 0)
-		if !fileExists(lay.blocks().wanted()) {
+		if !lay.blocks().Owed() {
 			t.Error("a collection killed midway is not owed")
 		}
 		want[s6] = t1
@@ -309,7 +312,7 @@ func TestBlocksCrash(t *testing.T) {
 // the collector keeps the blocks of the newer ones beside it.
 func TestSnapshotOldFormat(t *testing.T) {
 	lay := layout{home: t.TempDir()}
-	src := writeTree(t, map[string][]byte{"workspace/big": randomBytes(t, 2*blockSize), "small": []byte("x")},
+	src := writeTree(t, map[string][]byte{"workspace/big": randomBytes(t, 2*blocks.Size), "small": []byte("x")},
 		map[string]string{"workspace/big.link": "workspace/big"})
 	old := newID()
 	dir := lay.snapshot(old)
@@ -344,7 +347,7 @@ func TestSnapshotOldFormat(t *testing.T) {
 		}
 	}
 	checkOld()
-	if _, err := lay.blocks().gc(); err != nil {
+	if _, err := lay.blocks().GC(); err != nil {
 		t.Fatal(err)
 	}
 	checkOld()
@@ -355,10 +358,10 @@ func TestSnapshotOldFormat(t *testing.T) {
 // store back.
 func TestBlocksFailedWrite(t *testing.T) {
 	lay := layout{home: t.TempDir()}
-	src := writeTree(t, map[string][]byte{"big": randomBytes(t, 3*blockSize)}, nil)
+	src := writeTree(t, map[string][]byte{"big": randomBytes(t, 3*blocks.Size)}, nil)
 	meta := snapMeta{ID: newID(), Template: "test"}
-	err := lay.writeSnapshot(context.Background(), &meta, false, func(tmp string, blocks func(string) *layerBlocks) error {
-		if _, err := copyLayerBlocks(context.Background(), src, filepath.Join(tmp, "upper"), nil, nil, blocks("upper/")); err != nil {
+	err := lay.writeSnapshot(context.Background(), &meta, false, func(tmp string, layer func(string) *blocks.Layer) error {
+		if _, err := copyLayerBlocks(context.Background(), src, filepath.Join(tmp, "upper"), nil, nil, layer("upper/")); err != nil {
 			return err
 		}
 		if n := len(blockFiles(t, lay.blocks())); n == 0 {
@@ -369,8 +372,30 @@ func TestBlocksFailedWrite(t *testing.T) {
 	if err == nil {
 		t.Fatal("the write did not fail")
 	}
-	if n := len(blockFiles(t, lay.blocks())); n != 0 || fileExists(lay.blocks().wanted()) {
-		t.Errorf("a failed write left %d blocks (collection owed: %v)", n, fileExists(lay.blocks().wanted()))
+	if n := len(blockFiles(t, lay.blocks())); n != 0 || lay.blocks().Owed() {
+		t.Errorf("a failed write left %d blocks (collection owed: %v)", n, lay.blocks().Owed())
 	}
 	checkBlocks(t, lay, map[string]string{})
+}
+
+// blockFiles lists the blocks in a store by name.
+func blockFiles(t *testing.T, s blocks.Store) map[string]bool {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join(s.Dir(), "??", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, p := range paths {
+		out[filepath.Base(p)] = true
+	}
+	return out
+}
+
+func randomBytes(t testing.TB, n int) []byte {
+	b := make([]byte, n)
+	if _, err := crand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -19,7 +19,7 @@ const mib = 1 << 20
 // snapshotStoreBytes is what Home's snapshots take on disk: their directories and the
 // block store.
 func snapshotStoreBytes(p *Provider) (snaps, blocks int64) {
-	return dirBytes(p.lay.snapshots()), dirBytes(p.lay.blocks().dir)
+	return dirBytes(p.lay.snapshots()), dirBytes(p.lay.blocks().Dir())
 }
 
 // Ten filesystem snapshots of a sandbox holding 64 MiB of random data take about one copy

@@ -268,7 +268,7 @@
 // destroy, reap or snapshot. runsc runs with --overlay2=none, so its writes are in the
 // same host layer; named pipes made inside gVisor are not (they live in the sentry).
 //
-// Snapshot contents are stored by content (blocks.go): each regular file of 64 KiB or more,
+// Snapshot contents are stored by content (package internal/blocks): each regular file of 64 KiB or more,
 // in the copy and in a full snapshot's checkpoint image, goes into Home/blocks as blocks of
 // up to 512 KiB named by their SHA-256 and cut at page boundaries chosen by content (so that
 // a memory image whose pages moved still makes the same blocks), stored once however many

@@ -1127,7 +1127,7 @@ func (l *egressLab) boundSecrets(t *testing.T, api *labAPI) {
 		if out, _ := exec.Command("grep", "-rlsF", value, l.p.lay.snapshot(snap.ID)).Output(); !strings.HasSuffix(strings.TrimSpace(string(out)), "/secrets.json") {
 			t.Errorf("the search does not find the value in secrets.json: %q", out)
 		}
-		if out, err := exec.Command("grep", "-rlsF", "--exclude=secrets.json", value, l.p.lay.snapshot(snap.ID), l.p.lay.blocks().dir).Output(); len(out) > 0 {
+		if out, err := exec.Command("grep", "-rlsF", "--exclude=secrets.json", value, l.p.lay.snapshot(snap.ID), l.p.lay.blocks().Dir()).Output(); len(out) > 0 {
 			t.Errorf("the value is in the snapshot's files: %s %v", out, err)
 		}
 		var restored struct{ ID string }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/providers/local/internal/blocks"
 	"github.com/tupper-dev/tupper/sandbox"
 )
 
@@ -165,7 +166,7 @@ func TestTransientSnapshot(t *testing.T) {
 				t.Fatal(err)
 			}
 			dir := filepath.Join(p.cfg.Home, "snapshots", snap)
-			if _, err := os.Stat(filepath.Join(dir, manifestName)); !errors.Is(err, os.ErrNotExist) {
+			if _, err := os.Stat(filepath.Join(dir, blocks.ManifestName)); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("a transient snapshot has a block manifest (%v)", err)
 			}
 			if fi, err := os.Stat(filepath.Join(dir, "upper", "workspace", "big")); err != nil || fi.Size() != 3000000 {

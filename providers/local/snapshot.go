@@ -4,11 +4,9 @@ package local
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,6 +20,8 @@ import (
 
 	"github.com/tupper-dev/tupper/egress"
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/providers/local/internal/blocks"
+	"github.com/tupper-dev/tupper/providers/local/internal/copier"
 )
 
 // A snapshot is a copy of a sandbox's writable layer (the overlay's upper directory: every
@@ -31,7 +31,7 @@ import (
 //	snapshots/<id>/upper/      the copy: modes, owners, symlinks, hard links, device nodes,
 //	                           overlay whiteouts and xattrs (opaque directories) as they were;
 //	                           files of blockMinFile bytes or more are empty placeholders,
-//	                           their contents in the block store (blocks.go)
+//	                           their contents in the block store (package blocks)
 //	snapshots/<id>/image/      a full snapshot's checkpoint image, its large files likewise
 //	snapshots/<id>/blocks.json which blocks make each placeholder (none: an older snapshot,
 //	                           all of whose files are copies)
@@ -43,6 +43,11 @@ import (
 // names the volumes it mounted, which a sandbox from the snapshot mounts again. The files keep the host uids they had in the
 // sandbox's user namespace (never host root, unless the sandbox had no user namespace);
 // restoring shifts them into the new sandbox's range.
+
+// blocks is Home's block store: Home/blocks, whose roots are the committed snapshots.
+func (l layout) blocks() blocks.Store {
+	return blocks.New(filepath.Join(l.home, "blocks"), filepath.Join(l.locks(), "blocks.lock"), l.snapshots(), validID)
+}
 
 func (l layout) snapshots() string             { return filepath.Join(l.home, "snapshots") }
 func (l layout) snapshot(id string) string     { return filepath.Join(l.snapshots(), id) }
@@ -120,12 +125,12 @@ func (p *Provider) readSnapshot(id string) (*snapMeta, error) {
 	return &m, nil
 }
 
-// removeSnapshot deletes a snapshot and collects the blocks only it used (blocks.go).
+// removeSnapshot deletes a snapshot and collects the blocks only it used (package blocks).
 func (p *Provider) removeSnapshot(id string) { p.lay.removeSnapshot(id) }
 
 func (l layout) removeSnapshot(id string) {
 	if l.unlinkSnapshot(id) {
-		l.blocks().gc()
+		l.blocks().GC()
 	}
 }
 
@@ -137,25 +142,25 @@ func (l layout) unlinkSnapshot(id string) bool {
 		return false
 	}
 	// Owed from before the rename: a crash just after it must not leave the blocks.
-	l.blocks().owe()
+	l.blocks().Owe()
 	gone := filepath.Join(l.snapshots(), ".rm-"+id+"-"+strconv.Itoa(os.Getpid()))
 	if os.Rename(l.snapshot(id), gone) != nil {
 		return false
 	}
-	blockStep("removed")
+	blocks.CrashPoint("removed")
 	os.RemoveAll(gone)
-	blockStep("unlinked")
+	blocks.CrashPoint("unlinked")
 	return true
 }
 
 // writeSnapshot writes snapshot meta.ID, committing it only once it is complete and
 // durable. fill writes its contents into the temporary directory tmp, storing large files
-// through the layerBlocks that blocks gives for a prefix of the manifest's paths (see
+// through the blocks.Layer that layer gives for a prefix of the manifest's paths (see
 // copyLayerBlocks), and may set meta's sizes. Until the rename that commits it the snapshot
-// is invisible, and its blocks are garbage should this process die (blocks.go). A plain
-// snapshot (a transient one: provider.SnapshotRequest.Transient) has no blocks: blocks
+// is invisible, and its blocks are garbage should this process die (package blocks). A plain
+// snapshot (a transient one: provider.SnapshotRequest.Transient) has no blocks: layer
 // gives nil, its files are copied whole, and only its metadata is synced.
-func (l layout) writeSnapshot(ctx context.Context, meta *snapMeta, plain bool, fill func(tmp string, blocks func(prefix string) *layerBlocks) error) error {
+func (l layout) writeSnapshot(ctx context.Context, meta *snapMeta, plain bool, fill func(tmp string, layer func(prefix string) *blocks.Layer) error) error {
 	if err := os.MkdirAll(l.snapshots(), 0o700); err != nil {
 		return err
 	}
@@ -163,19 +168,19 @@ func (l layout) writeSnapshot(ctx context.Context, meta *snapMeta, plain bool, f
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return err
 	}
-	lease, err := l.blocks().use(ctx)
+	lease, err := l.blocks().Use(ctx)
 	if err != nil {
 		os.RemoveAll(tmp)
 		return err
 	}
-	defer lease.release()
-	man := newManifest()
+	defer lease.Release()
+	man := blocks.NewManifest()
 	err = func() error {
-		err := fill(tmp, func(prefix string) *layerBlocks {
+		err := fill(tmp, func(prefix string) *blocks.Layer {
 			if plain {
 				return nil
 			}
-			return &layerBlocks{lease: lease, man: man, prefix: prefix, store: true}
+			return lease.Storing(man, prefix)
 		})
 		if err != nil {
 			return err
@@ -187,11 +192,11 @@ func (l layout) writeSnapshot(ctx context.Context, meta *snapMeta, plain bool, f
 		}
 		// The blocks are synced, their names next, then the manifest and the metadata
 		// that name them, then the rename.
-		if err := lease.sync(); err != nil {
+		if err := lease.Sync(); err != nil {
 			return err
 		}
 		if !plain {
-			if err := writeManifest(tmp, man); err != nil {
+			if err := man.Write(tmp); err != nil {
 				return err
 			}
 		}
@@ -199,13 +204,13 @@ func (l layout) writeSnapshot(ctx context.Context, meta *snapMeta, plain bool, f
 		if err != nil {
 			return err
 		}
-		if err := writeSynced(filepath.Join(tmp, "meta.json"), b); err != nil {
+		if err := blocks.WriteSynced(filepath.Join(tmp, "meta.json"), b); err != nil {
 			return err
 		}
 		if err := syncDir(tmp); err != nil {
 			return err
 		}
-		blockStep("commit")
+		blocks.CrashPoint("commit")
 		if err := os.Rename(tmp, l.snapshot(meta.ID)); err != nil {
 			return err
 		}
@@ -214,7 +219,7 @@ func (l layout) writeSnapshot(ctx context.Context, meta *snapMeta, plain bool, f
 	if err != nil {
 		// Its blocks are garbage now: collected once the lease is released (or at the
 		// next reap, should this process die first).
-		lease.s.owe()
+		l.blocks().Owe()
 		os.RemoveAll(tmp)
 	}
 	return err
@@ -260,8 +265,8 @@ func (p *Provider) reapSnapshots() {
 			}
 		}
 	}
-	if bs := p.lay.blocks(); removed || fileExists(bs.wanted()) {
-		bs.gc()
+	if bs := p.lay.blocks(); removed || bs.Owed() {
+		bs.GC()
 	}
 }
 
@@ -406,13 +411,13 @@ func (i *Instance) SnapshotKind(ctx context.Context, req provider.SnapshotReques
 		meta.ExpiresAt = time.Now().Add(expires).UTC()
 	}
 	plain := req.Transient
-	err = p.lay.writeSnapshot(ctx, &meta, plain, func(tmp string, blocks func(string) *layerBlocks) error {
+	err = p.lay.writeSnapshot(ctx, &meta, plain, func(tmp string, layer func(string) *blocks.Layer) error {
 		if len(bound) > 0 {
 			b, err := json.Marshal(bound)
 			if err != nil {
 				return err
 			}
-			if err := writeSynced(filepath.Join(tmp, "secrets.json"), b); err != nil {
+			if err := blocks.WriteSynced(filepath.Join(tmp, "secrets.json"), b); err != nil {
 				return err
 			}
 		}
@@ -421,7 +426,7 @@ func (i *Instance) SnapshotKind(ctx context.Context, req provider.SnapshotReques
 			if err != nil {
 				return err
 			}
-			if err := writeSynced(filepath.Join(tmp, "egress-proxy.json"), b); err != nil {
+			if err := blocks.WriteSynced(filepath.Join(tmp, "egress-proxy.json"), b); err != nil {
 				return err
 			}
 		}
@@ -452,16 +457,16 @@ func (i *Instance) SnapshotKind(ctx context.Context, req provider.SnapshotReques
 			// runsc: /tmp is the host-made disk/tmp, not the layer's (empty) tmp.
 			skip = map[string]bool{"tmp": true}
 		}
-		st, err := copyLayerBlocks(ctx, filepath.Join(disk, "upper"), filepath.Join(tmp, "upper"), nil, skip, blocks("upper/"))
+		st, err := copyLayerBlocks(ctx, filepath.Join(disk, "upper"), filepath.Join(tmp, "upper"), nil, skip, layer("upper/"))
 		if err != nil {
 			return err
 		}
 		if hostTmp {
-			tst, err := copyLayerBlocks(ctx, diskTmp, filepath.Join(tmp, "upper", "tmp"), nil, nil, blocks("upper/tmp/"))
+			tst, err := copyLayerBlocks(ctx, diskTmp, filepath.Join(tmp, "upper", "tmp"), nil, nil, layer("upper/tmp/"))
 			if err != nil {
 				return err
 			}
-			st.bytes, st.inodes = st.bytes+tst.bytes, st.inodes+tst.inodes
+			st.Bytes, st.Inodes = st.Bytes+tst.Bytes, st.Inodes+tst.Inodes
 		}
 		if rec.HolderPID != 0 && !holderAlive(rec) {
 			// Its pid may have been reused under the copy: what was copied is not known
@@ -469,17 +474,17 @@ func (i *Instance) SnapshotKind(ctx context.Context, req provider.SnapshotReques
 			_, err := p.nsPath(rec, p.lay.disk(i.id))
 			return err
 		}
-		meta.Size, meta.Inodes = meta.Size+st.bytes, st.inodes
+		meta.Size, meta.Inodes = meta.Size+st.Bytes, st.Inodes
 		thaw()
 		switch {
 		case full && plain:
 			meta.Size += dirBytes(ckpt)
 		case full:
-			ist, err := copyLayerBlocks(ctx, ckpt, filepath.Join(tmp, "image"), nil, nil, blocks("image/"))
+			ist, err := copyLayerBlocks(ctx, ckpt, filepath.Join(tmp, "image"), nil, nil, layer("image/"))
 			if err != nil {
 				return err
 			}
-			meta.Size += ist.bytes
+			meta.Size += ist.Bytes
 			if err := os.RemoveAll(ckpt); err != nil {
 				return err
 			}
@@ -565,17 +570,17 @@ func snapshotFits(m *snapMeta, diskGB int) error {
 // /tmp goes there instead of into upper, and only when it is a directory: sandbox code may
 // have made it a symlink, and the host binds tmp, a directory it made, whatever the
 // snapshot holds.
-func restoreSnapshot(ctx context.Context, bs blockStore, dir string, m *snapMeta, upper, tmp string, uidBase uint32) error {
+func restoreSnapshot(ctx context.Context, bs blocks.Store, dir string, m *snapMeta, upper, tmp string, uidBase uint32) error {
 	lease, man, err := useSnapshotBlocks(ctx, bs, dir)
 	if err != nil {
 		return err
 	}
-	defer lease.release()
-	blocks := func(prefix string) *layerBlocks {
+	defer lease.Release()
+	layer := func(prefix string) *blocks.Layer {
 		if man == nil {
 			return nil // a snapshot from before blocks: plain copies
 		}
-		return &layerBlocks{lease: lease, man: man, prefix: prefix}
+		return lease.Restoring(man, prefix)
 	}
 	shift := func(id uint32) uint32 {
 		if id >= m.UIDBase && id-m.UIDBase < idMapSize {
@@ -587,7 +592,7 @@ func restoreSnapshot(ctx context.Context, bs blockStore, dir string, m *snapMeta
 	if tmp != "" {
 		skip["tmp"] = true
 	}
-	if _, err := copyLayerBlocks(ctx, filepath.Join(dir, "upper"), upper, shift, skip, blocks("upper/")); err != nil {
+	if _, err := copyLayerBlocks(ctx, filepath.Join(dir, "upper"), upper, shift, skip, layer("upper/")); err != nil {
 		return err
 	}
 	if tmp == "" {
@@ -597,25 +602,25 @@ func restoreSnapshot(ctx context.Context, bs blockStore, dir string, m *snapMeta
 	if fi, err := os.Lstat(src); err != nil || !fi.IsDir() {
 		return nil // no /tmp, or not a directory: the sandbox starts with an empty one
 	}
-	_, err = copyLayerBlocks(ctx, src, tmp, shift, nil, blocks("upper/tmp/"))
+	_, err = copyLayerBlocks(ctx, src, tmp, shift, nil, layer("upper/tmp/"))
 	return err
 }
 
 // useSnapshotBlocks takes the block store for reading the snapshot in dir and reads its
 // manifest (nil for a snapshot from before blocks). Read under the lease, a manifest found
 // is one whose blocks stay until the lease is released.
-func useSnapshotBlocks(ctx context.Context, bs blockStore, dir string) (*blockLease, *blockManifest, error) {
-	lease, err := bs.use(ctx)
+func useSnapshotBlocks(ctx context.Context, bs blocks.Store, dir string) (*blocks.Lease, *blocks.Manifest, error) {
+	lease, err := bs.Use(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
 	if _, err := os.Stat(filepath.Join(dir, "meta.json")); err != nil {
-		lease.release()
+		lease.Release()
 		return nil, nil, provider.Errorf(provider.CodeNotFound, "snapshot %s not found", filepath.Base(dir))
 	}
-	man, err := readManifest(dir)
+	man, err := blocks.ReadManifest(dir)
 	if err != nil {
-		lease.release()
+		lease.Release()
 		return nil, nil, err
 	}
 	return lease, man, nil
@@ -625,395 +630,40 @@ func useSnapshotBlocks(ctx context.Context, bs blockStore, dir string) (*blockLe
 // at into (created): its large files are assembled from blocks, with holes for blocks of
 // zeros. A snapshot from before blocks has its image whole already: its path is returned
 // and into is not made. The caller removes into once the restore is done.
-func snapshotImage(ctx context.Context, bs blockStore, dir, into string) (string, error) {
+func snapshotImage(ctx context.Context, bs blocks.Store, dir, into string) (string, error) {
 	lease, man, err := useSnapshotBlocks(ctx, bs, dir)
 	if err != nil {
 		return "", err
 	}
-	defer lease.release()
+	defer lease.Release()
 	if man == nil {
 		return filepath.Join(dir, "image"), nil
 	}
-	if _, err := copyLayerBlocks(ctx, filepath.Join(dir, "image"), into, nil, nil, &layerBlocks{lease: lease, man: man, prefix: "image/"}); err != nil {
+	if _, err := copyLayerBlocks(ctx, filepath.Join(dir, "image"), into, nil, nil, lease.Restoring(man, "image/")); err != nil {
 		os.RemoveAll(into)
 		return "", err
 	}
 	return into, nil
 }
 
-type copyStats struct{ bytes, inodes int64 }
-
-// copyLayer copies the tree at src to dst (created; if it exists, merged into: existing
-// directories take the source's metadata, other existing entries are replaced). It keeps
-// types, modes, owners (through shift, when not nil), timestamps, xattrs (overlayfs's
-// trusted.overlay.* included, but not origin, which names an inode of the old mount),
-// symlinks as symlinks, hard links among the copied files, holes in sparse files, and
-// device nodes (overlay whiteouts are 0/0 character devices). Relative paths in skip are
-// left alone. Every lookup is relative to an open directory and never follows a symlink, so
-// a tree its owner changes under the copy cannot lead it out of src or dst. A tree deeper
-// than maxCopyDepth is refused (CodeResourceExhausted).
-func copyLayer(ctx context.Context, src, dst string, shift func(uint32) uint32, skip map[string]bool) (copyStats, error) {
+// copyLayer copies the tree at src to dst (package copier), shifting owners through shift
+// (nil: unchanged) and leaving alone the relative paths in skip and the provider's own
+// .tupper at the top.
+func copyLayer(ctx context.Context, src, dst string, shift func(uint32) uint32, skip map[string]bool) (copier.Stats, error) {
 	return copyLayerBlocks(ctx, src, dst, shift, skip, nil)
 }
 
 // copyLayerBlocks is copyLayer storing large files as blocks, or filling them from blocks,
-// through b (blocks.go); nil: copyLayer.
-func copyLayerBlocks(ctx context.Context, src, dst string, shift func(uint32) uint32, skip map[string]bool, b *layerBlocks) (copyStats, error) {
-	c := &copier{ctx: ctx, shift: shift, skip: skip, links: map[[2]uint64]string{}, blocks: b, stored: map[[2]uint64]*blockFile{}}
-	sfd, err := unix.Open(src, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return c.st, fmt.Errorf("open %s: %w", src, err)
+// through b (package blocks); nil: copyLayer.
+func copyLayerBlocks(ctx context.Context, src, dst string, shift func(uint32) uint32, skip map[string]bool, b *blocks.Layer) (copier.Stats, error) {
+	o := copier.Options{Shift: shift, Skip: map[string]bool{".tupper": true}}
+	for k, v := range skip {
+		o.Skip[k] = v
 	}
-	defer unix.Close(sfd)
-	var st unix.Stat_t
-	if err := unix.Fstat(sfd, &st); err != nil {
-		return c.st, err
+	if b != nil {
+		o.Blocks = b
 	}
-	if err := unix.Mkdir(dst, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
-		return c.st, err
-	}
-	dfd, err := unix.Open(dst, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return c.st, err
-	}
-	defer unix.Close(dfd)
-	c.dstRoot = dst
-	if err := c.dir(sfd, dfd, ""); err != nil {
-		return c.st, err
-	}
-	if err := c.meta(sfd, ".", dfd, ".", &st); err != nil {
-		return c.st, err
-	}
-	return c.st, nil
-}
-
-// maxCopyDepth bounds how deep copyLayer descends (two descriptors per level).
-const maxCopyDepth = 512
-
-type copier struct {
-	ctx     context.Context
-	shift   func(uint32) uint32
-	skip    map[string]bool
-	links   map[[2]uint64]string // source dev, inode → destination path, for hard links
-	dstRoot string
-	st      copyStats
-	blocks  *layerBlocks             // nil: files are copied whole
-	stored  map[[2]uint64]*blockFile // source dev, inode → its blocks, for hard links
-}
-
-// xattrFile is entry name of the directory open as fd, or with name ".", that directory.
-// The l*xattr calls have no *at form; /proc/self/fd/FD/NAME pins the directory, and the l
-// variants do not follow NAME. The directory itself is reached through its descriptor (an
-// l call on /proc/self/fd/FD would act on the magic link).
-type xattrFile struct {
-	fd   int
-	name string
-}
-
-func (x xattrFile) path() string { return "/proc/self/fd/" + strconv.Itoa(x.fd) + "/" + x.name }
-
-func (x xattrFile) list(buf []byte) (int, error) {
-	if x.name == "." {
-		return unix.Flistxattr(x.fd, buf)
-	}
-	return unix.Llistxattr(x.path(), buf)
-}
-
-func (x xattrFile) get(attr string, buf []byte) (int, error) {
-	if x.name == "." {
-		return unix.Fgetxattr(x.fd, attr, buf)
-	}
-	return unix.Lgetxattr(x.path(), attr, buf)
-}
-
-func (x xattrFile) set(attr string, val []byte) error {
-	if x.name == "." {
-		return unix.Fsetxattr(x.fd, attr, val, 0)
-	}
-	return unix.Lsetxattr(x.path(), attr, val, 0)
-}
-
-// dir copies the entries of the directory open as sfd into the one open as dfd.
-func (c *copier) dir(sfd, dfd int, rel string) error {
-	if err := c.ctx.Err(); err != nil {
-		return err
-	}
-	// Read the names through a duplicate, so sfd's offset and lifetime stay ours.
-	f := os.NewFile(uintptr(mustDup(sfd)), "dir")
-	if f == nil {
-		return errors.New("dup failed")
-	}
-	names, err := f.Readdirnames(-1)
-	f.Close()
-	if err != nil {
-		return err
-	}
-	for _, name := range names {
-		r := filepath.Join(rel, name)
-		if c.skip[r] || (rel == "" && name == ".tupper") {
-			continue
-		}
-		if err := c.entry(sfd, dfd, name, r); err != nil {
-			return fmt.Errorf("%s: %w", r, err)
-		}
-	}
-	return nil
-}
-
-func mustDup(fd int) int {
-	n, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return -1
-	}
-	return n
-}
-
-func (c *copier) entry(sfd, dfd int, name, rel string) error {
-	var st unix.Stat_t
-	if err := unix.Fstatat(sfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return err
-	}
-	c.st.inodes++
-	c.st.bytes += st.Blocks * 512
-	var dst unix.Stat_t
-	exists := unix.Fstatat(dfd, name, &dst, unix.AT_SYMLINK_NOFOLLOW) == nil
-	typ := st.Mode & unix.S_IFMT
-	if exists && !(typ == unix.S_IFDIR && dst.Mode&unix.S_IFMT == unix.S_IFDIR) {
-		flag := 0
-		if dst.Mode&unix.S_IFMT == unix.S_IFDIR {
-			// A directory of the new sandbox's skeleton that the snapshot replaced.
-			if err := os.RemoveAll(filepath.Join(c.dstRoot, rel)); err != nil {
-				return err
-			}
-		} else if err := unix.Unlinkat(dfd, name, flag); err != nil {
-			return err
-		}
-		exists = false
-	}
-	switch typ {
-	case unix.S_IFDIR:
-		if depth := strings.Count(rel, "/") + 1; depth > maxCopyDepth {
-			// Each level holds two descriptors and a frame until its subtree is done: a
-			// tree sandbox code made arbitrarily deep must not exhaust the host's.
-			return provider.Errorf(provider.CodeResourceExhausted, "directories nested deeper than %d levels", maxCopyDepth)
-		}
-		if !exists {
-			if err := unix.Mkdirat(dfd, name, 0o700); err != nil {
-				return err
-			}
-		}
-		csfd, err := unix.Openat(sfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return err
-		}
-		defer unix.Close(csfd)
-		cdfd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return err
-		}
-		defer unix.Close(cdfd)
-		if err := c.dir(csfd, cdfd, rel); err != nil {
-			return err
-		}
-		// Metadata last: a read-only directory still takes its entries, and the times stay.
-		return c.meta(csfd, ".", cdfd, ".", &st)
-	case unix.S_IFLNK:
-		target := make([]byte, 4096)
-		n, err := unix.Readlinkat(sfd, name, target)
-		if err != nil {
-			return err
-		}
-		if err := unix.Symlinkat(string(target[:n]), dfd, name); err != nil {
-			return err
-		}
-		return c.meta(sfd, name, dfd, name, &st)
-	case unix.S_IFREG:
-		key := [2]uint64{st.Dev, st.Ino}
-		if st.Nlink > 1 {
-			if first, ok := c.links[key]; ok {
-				if f := c.stored[key]; f != nil {
-					// Every name of a stored file is in the manifest: a restore may meet
-					// any of them first.
-					c.blocks.man.Files[c.blocks.prefix+rel] = f
-				}
-				return unix.Linkat(unix.AT_FDCWD, first, dfd, name, 0)
-			}
-		}
-		f, err := c.file(sfd, dfd, name, rel, &st)
-		if err != nil {
-			return err
-		}
-		if f != nil && st.Nlink > 1 {
-			c.stored[key] = f
-		}
-		if st.Nlink > 1 {
-			c.links[key] = filepath.Join(c.dstRoot, rel)
-		}
-		return nil
-	case unix.S_IFCHR, unix.S_IFBLK, unix.S_IFIFO, unix.S_IFSOCK:
-		if err := unix.Mknodat(dfd, name, st.Mode&unix.S_IFMT|0o600, int(st.Rdev)); err != nil {
-			return err
-		}
-		return c.meta(sfd, name, dfd, name, &st)
-	}
-	return fmt.Errorf("unknown file type %#o", typ)
-}
-
-// file copies a regular file's data, keeping its holes, then its metadata. With c.blocks, a
-// file of at least blockMinFile bytes is stored as blocks and its copy left empty (the
-// blocks it returns), or a file stored so is filled from its blocks.
-func (c *copier) file(sfd, dfd int, name, rel string, st *unix.Stat_t) (*blockFile, error) {
-	// O_NONBLOCK: had the entry become a fifo since the stat, opening it must not hang.
-	in, err := unix.Openat(sfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	inf := os.NewFile(uintptr(in), name)
-	defer inf.Close()
-	var ist unix.Stat_t
-	if err := unix.Fstat(in, &ist); err != nil {
-		return nil, err
-	}
-	if ist.Mode&unix.S_IFMT != unix.S_IFREG || ist.Ino != st.Ino {
-		return nil, errors.New("changed during the copy")
-	}
-	out, err := unix.Openat(dfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	outf := os.NewFile(uintptr(out), name)
-	defer outf.Close()
-	if b := c.blocks; b != nil {
-		var f *blockFile
-		switch {
-		case b.store && ist.Size >= blockMinFile:
-			if f, err = b.storeFile(inf, rel); err != nil {
-				return nil, err
-			}
-		case !b.store:
-			if f = b.restoreFile(rel); f != nil {
-				if err := b.lease.fill(outf, f); err != nil {
-					return nil, err
-				}
-			}
-		}
-		if f != nil {
-			return f, c.meta(sfd, name, dfd, name, st)
-		}
-	}
-	return nil, c.copyData(in, inf, outf, ist.Size, sfd, dfd, name, st)
-}
-
-// copyData copies size bytes of in (open as inf too) to outf, keeping holes, then the
-// metadata.
-func (c *copier) copyData(in int, inf, outf *os.File, size int64, sfd, dfd int, name string, st *unix.Stat_t) error {
-	for off := int64(0); off < size; {
-		data, err := unix.Seek(in, off, unix.SEEK_DATA)
-		if errors.Is(err, unix.ENXIO) {
-			break // only a hole is left
-		}
-		if err != nil {
-			return err
-		}
-		hole, err := unix.Seek(in, data, unix.SEEK_HOLE)
-		if err != nil {
-			return err
-		}
-		if _, err := outf.Seek(data, io.SeekStart); err != nil {
-			return err
-		}
-		if _, err := inf.Seek(data, io.SeekStart); err != nil {
-			return err
-		}
-		if _, err := io.CopyN(outf, inf, hole-data); err != nil && !errors.Is(err, io.EOF) {
-			return err
-		}
-		off = hole
-	}
-	if err := outf.Truncate(size); err != nil {
-		return err
-	}
-	return c.meta(sfd, name, dfd, name, st)
-}
-
-// meta gives the destination entry the source's owner, mode, xattrs and times.
-func (c *copier) meta(sfd int, sname string, dfd int, dname string, st *unix.Stat_t) error {
-	uid, gid := st.Uid, st.Gid
-	if c.shift != nil {
-		uid, gid = c.shift(uid), c.shift(gid)
-	}
-	// Owner before mode: chown clears set-id bits.
-	flag := unix.AT_SYMLINK_NOFOLLOW
-	if dname == "." {
-		flag |= unix.AT_EMPTY_PATH
-		dname = ""
-	}
-	if err := unix.Fchownat(dfd, dname, int(uid), int(gid), flag); err != nil {
-		return err
-	}
-	if err := c.xattrs(xattrFile{sfd, orDot(sname)}, xattrFile{dfd, orDot(dname)}); err != nil {
-		return err
-	}
-	isLink := st.Mode&unix.S_IFMT == unix.S_IFLNK
-	if !isLink {
-		// fchmodat cannot refuse to follow, but the entry is one this copier just made
-		// and not a symlink.
-		if err := unix.Fchmodat(dfd, orDot(dname), st.Mode&0o7777, 0); err != nil {
-			return err
-		}
-	}
-	ts := []unix.Timespec{st.Atim, st.Mtim}
-	return unix.UtimesNanoAt(dfd, orDot(dname), ts, unix.AT_SYMLINK_NOFOLLOW)
-}
-
-func orDot(name string) string {
-	if name == "" {
-		return "."
-	}
-	return name
-}
-
-// xattrs copies the extended attributes of src to dst (neither followed). A file
-// capability of the namespaced kind names the namespace's root uid; it is shifted along
-// with the owners.
-func (c *copier) xattrs(src, dst xattrFile) error {
-	buf := make([]byte, 4096)
-	n, err := src.list(buf)
-	if errors.Is(err, unix.ERANGE) {
-		if n, err = src.list(nil); err == nil {
-			buf = make([]byte, n)
-			n, err = src.list(buf)
-		}
-	}
-	if errors.Is(err, unix.ENOTSUP) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	for _, name := range strings.Split(string(buf[:n]), "\x00") {
-		if name == "" || name == "trusted.overlay.origin" {
-			continue
-		}
-		val := make([]byte, 64<<10)
-		m, err := src.get(name, val)
-		if errors.Is(err, unix.ENODATA) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("get %s: %w", name, err)
-		}
-		val = val[:m]
-		if name == "security.capability" && c.shift != nil && len(val) == 24 {
-			// VFS_CAP_REVISION_3: the last four bytes are the root uid of the namespace.
-			root := binary.LittleEndian.Uint32(val[20:])
-			binary.LittleEndian.PutUint32(val[20:], c.shift(root))
-		}
-		if err := dst.set(name, val); err != nil {
-			return fmt.Errorf("set %s: %w", name, err)
-		}
-	}
-	return nil
+	return copier.Copy(ctx, src, dst, o)
 }
 
 var (

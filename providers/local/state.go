@@ -58,7 +58,7 @@ import (
 //	                                layer (see snapshot.go), image/ a full one's checkpoint,
 //	                                blocks.json the manifest of its files kept in blocks/
 //	blocks/<h[:2]>/<h>              up to 512 KiB of a snapshot's file, named by its SHA-256; with
-//	                                locks/blocks.lock (flock), see blocks.go
+//	                                locks/blocks.lock (flock), see package internal/blocks
 //
 // and, shared by every Home that uses the same bridge (see network):
 //

@@ -1,6 +1,6 @@
 //go:build linux
 
-package local
+package blocks
 
 import (
 	"bytes"
@@ -10,13 +10,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
 )
 
 // blockFiles lists the blocks in a store by name.
-func blockFiles(t *testing.T, s blockStore) map[string]bool {
+func blockFiles(t *testing.T, s Store) map[string]bool {
 	t.Helper()
 	out := map[string]bool{}
 	subs, err := os.ReadDir(s.dir)
@@ -49,13 +50,31 @@ func randomBytes(t testing.TB, n int) []byte {
 	return b
 }
 
-func testStore(t *testing.T) blockStore {
+// testStore is a store as the local provider lays it out in its Home: blocks/,
+// locks/blocks.lock and snapshots/, whose committed snapshots are those whose name does
+// not start with a dot (being written: .tmp-, being removed: .rm-).
+func testStore(t *testing.T) Store {
 	home := t.TempDir()
-	return layout{home: home}.blocks()
+	return New(filepath.Join(home, "blocks"), filepath.Join(home, "locks", "blocks.lock"), filepath.Join(home, "snapshots"),
+		func(name string) bool { return !strings.HasPrefix(name, ".") })
+}
+
+// dirBytes is the space the files below dir take.
+func dirBytes(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Sys().(*syscall.Stat_t).Blocks * 512
+			}
+		}
+		return nil
+	})
+	return n
 }
 
 // putBytes stores b as blocks through a file.
-func putBytes(t *testing.T, l *blockLease, b []byte) *blockFile {
+func putBytes(t *testing.T, l *Lease, b []byte) *File {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "in")
 	if err := os.WriteFile(path, b, 0o600); err != nil {
@@ -66,7 +85,7 @@ func putBytes(t *testing.T, l *blockLease, b []byte) *blockFile {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	bf, err := l.put(f)
+	bf, err := l.Put(f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +93,7 @@ func putBytes(t *testing.T, l *blockLease, b []byte) *blockFile {
 }
 
 // fillBytes is what bf restores to, or the fill's error.
-func fillBytes(t *testing.T, l *blockLease, bf *blockFile) ([]byte, *unix.Stat_t, error) {
+func fillBytes(t *testing.T, l *Lease, bf *File) ([]byte, *unix.Stat_t, error) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "out")
 	f, err := os.Create(path)
@@ -82,7 +101,7 @@ func fillBytes(t *testing.T, l *blockLease, bf *blockFile) ([]byte, *unix.Stat_t
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if err := l.fill(f, bf); err != nil {
+	if err := l.Fill(f, bf); err != nil {
 		return nil, nil, err
 	}
 	var st unix.Stat_t
@@ -100,13 +119,13 @@ func fillBytes(t *testing.T, l *blockLease, bf *blockFile) ([]byte, *unix.Stat_t
 // not stored and come back as holes.
 func TestBlockStoreRoundTrip(t *testing.T) {
 	s := testStore(t)
-	l, err := s.use(context.Background())
+	l, err := s.Use(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.release()
-	zeros := make([]byte, 4*blockSize)
-	mixed := append(append(randomBytes(t, blockSize), zeros...), randomBytes(t, 1000)...)
+	defer l.Release()
+	zeros := make([]byte, 4*Size)
+	mixed := append(append(randomBytes(t, Size), zeros...), randomBytes(t, 1000)...)
 	for _, tc := range []struct {
 		name  string
 		data  []byte
@@ -114,20 +133,20 @@ func TestBlockStoreRoundTrip(t *testing.T) {
 	}{
 		{"empty", nil, 0},
 		{"one byte", []byte{7}, 0},
-		{"short of a block", randomBytes(t, blockSize-1), 0},
-		{"one block", randomBytes(t, blockSize), 0},
-		{"a block and a byte", randomBytes(t, blockSize+1), 0},
-		{"partial last block", randomBytes(t, 3*blockSize+12345), 0},
+		{"short of a block", randomBytes(t, Size-1), 0},
+		{"one block", randomBytes(t, Size), 0},
+		{"a block and a byte", randomBytes(t, Size+1), 0},
+		{"partial last block", randomBytes(t, 3*Size+12345), 0},
 		{"zeros", zeros, int64(len(zeros))},
 		{"zeros between data", mixed, int64(len(zeros))},
-		{"partial zero block", make([]byte, blockSize+10), blockSize + 10},
+		{"partial zero block", make([]byte, Size+10), Size + 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bf := putBytes(t, l, tc.data)
 			var sum, zero int64
 			for i, h := range bf.Blocks {
 				n := bf.Lengths[i]
-				if n <= 0 || n > blockSize {
+				if n <= 0 || n > Size {
 					t.Errorf("block %d: %d bytes", i, n)
 				}
 				sum += n
@@ -161,11 +180,11 @@ func TestBlockStoreRoundTrip(t *testing.T) {
 // A sparse file's holes are not read, and stay holes.
 func TestBlockStoreSparse(t *testing.T) {
 	s := testStore(t)
-	l, err := s.use(context.Background())
+	l, err := s.Use(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.release()
+	defer l.Release()
 	path := filepath.Join(t.TempDir(), "sparse")
 	f, err := os.Create(path)
 	if err != nil {
@@ -177,7 +196,7 @@ func TestBlockStoreSparse(t *testing.T) {
 	if _, err := f.WriteAt(tail, at); err != nil {
 		t.Fatal(err)
 	}
-	bf, err := l.put(f)
+	bf, err := l.Put(f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +208,7 @@ func TestBlockStoreSparse(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer out.Close()
-	if err := l.fill(out, bf); err != nil {
+	if err := l.Fill(out, bf); err != nil {
 		t.Fatal(err)
 	}
 	var st unix.Stat_t
@@ -207,16 +226,16 @@ func TestBlockStoreSparse(t *testing.T) {
 // pages it still makes the same blocks after the first cut.
 func TestBlockStoreDedupe(t *testing.T) {
 	s := testStore(t)
-	l, err := s.use(context.Background())
+	l, err := s.Use(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.release()
+	defer l.Release()
 	stored := func() int64 { return dirBytes(s.dir) }
 	// Fixed random data: where blocks are cut depends on it, and the bounds below must
 	// not depend on luck.
 	seeded := mathrand.New(mathrand.NewChaCha8([32]byte{'b', 'l', 'o', 'c', 'k', 's'}))
-	a, b := make([]byte, 8*blockSize), make([]byte, 3*pageSize)
+	a, b := make([]byte, 8*Size), make([]byte, 3*pageSize)
 	for _, buf := range [][]byte{a, b} {
 		for i := range buf {
 			buf[i] = byte(seeded.Uint32())
@@ -233,7 +252,7 @@ func TestBlockStoreDedupe(t *testing.T) {
 	f2 := putBytes(t, l, shifted)
 	added := stored() - one
 	t.Logf("%d bytes stored for %d; %d more for them shifted by %d bytes", one, len(a), added, len(b))
-	if added > int64(len(b))+2*blockSize {
+	if added > int64(len(b))+2*Size {
 		t.Errorf("a's content shifted by three pages added %d bytes, more than its first blocks", added)
 	}
 	if got, _, err := fillBytes(t, l, f2); err != nil || !bytes.Equal(got, shifted) {
@@ -243,7 +262,7 @@ func TestBlockStoreDedupe(t *testing.T) {
 	rep := bytes.Repeat(b[:pageSize], 256) // 1 MiB of one page
 	before := stored()
 	putBytes(t, l, rep)
-	if added := stored() - before; added > 2*blockSize {
+	if added := stored() - before; added > 2*Size {
 		t.Errorf("1 MiB of one repeated page took %d bytes", added)
 	}
 }
@@ -251,12 +270,12 @@ func TestBlockStoreDedupe(t *testing.T) {
 // A damaged or missing block is an error naming it, and its content is never written.
 func TestBlockStoreCorruption(t *testing.T) {
 	s := testStore(t)
-	l, err := s.use(context.Background())
+	l, err := s.Use(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.release()
-	data := randomBytes(t, 2*blockSize+10)
+	defer l.Release()
+	data := randomBytes(t, 2*Size+10)
 	bf := putBytes(t, l, data)
 	damage := func(h string, how func(path string)) {
 		t.Helper()
@@ -273,7 +292,7 @@ func TestBlockStoreCorruption(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer f.Close()
-		err = l.fill(f, bf)
+		err = l.Fill(f, bf)
 		if err == nil || !strings.Contains(err.Error(), h) {
 			t.Fatalf("fill of a damaged block: %v", err)
 		}
@@ -300,43 +319,42 @@ func TestBlockStoreCorruption(t *testing.T) {
 // The collector keeps what committed manifests name, removes the rest, and does not run
 // while the store is in use: it runs when the last user leaves.
 func TestBlockStoreGC(t *testing.T) {
-	lay := layout{home: t.TempDir()}
-	s := lay.blocks()
+	s := testStore(t)
 	ctx := context.Background()
-	l, err := s.use(ctx)
+	l, err := s.Use(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kept := putBytes(t, l, randomBytes(t, 2*blockSize))
-	shared := randomBytes(t, blockSize)
+	kept := putBytes(t, l, randomBytes(t, 2*Size))
+	shared := randomBytes(t, Size)
 	keptShared := putBytes(t, l, shared)
-	orphan := putBytes(t, l, randomBytes(t, blockSize))
+	orphan := putBytes(t, l, randomBytes(t, Size))
 	// A committed snapshot names kept's and keptShared's blocks; one being written (not
 	// committed) names orphan's; one being removed names keptShared's too.
-	committed := newID()
-	for dir, files := range map[string][]*blockFile{committed: {kept, keptShared}, ".tmp-" + newID() + "-1": {orphan}, ".rm-" + newID() + "-1": {keptShared, orphan}} {
-		d := filepath.Join(lay.snapshots(), dir)
+	committed := "c0ffee"
+	for dir, files := range map[string][]*File{committed: {kept, keptShared}, ".tmp-d00d-1": {orphan}, ".rm-beef-1": {keptShared, orphan}} {
+		d := filepath.Join(s.snapshots, dir)
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			t.Fatal(err)
 		}
-		m := newManifest()
+		m := NewManifest()
 		for i, f := range files {
 			m.Files["upper/f"+string(rune('0'+i))] = f
 		}
-		if err := writeManifest(d, m); err != nil {
+		if err := m.Write(d); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if err := os.WriteFile(filepath.Join(s.dir, ".tmp-crashed"), []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := s.gc(); n != 0 || err != nil {
+	if n, err := s.GC(); n != 0 || err != nil {
 		t.Fatalf("gc while in use: removed %d, %v", n, err)
 	}
-	if !fileExists(s.wanted()) || !fileExists(s.path(orphan.Blocks[0])) {
+	if !s.Owed() || !fileExists(s.path(orphan.Blocks[0])) {
 		t.Fatal("gc while in use: no collection owed, or it ran")
 	}
-	l.release() // the last user: collects
+	l.Release() // the last user: collects
 	got := blockFiles(t, s)
 	want := map[string]bool{}
 	for _, h := range append(append([]string{}, kept.Blocks...), keptShared.Blocks...) {
@@ -350,11 +368,11 @@ func TestBlockStoreGC(t *testing.T) {
 			t.Errorf("referenced block %s removed", h)
 		}
 	}
-	if fileExists(s.wanted()) || fileExists(filepath.Join(s.dir, ".tmp-crashed")) {
+	if s.Owed() || fileExists(filepath.Join(s.dir, ".tmp-crashed")) {
 		t.Error("gc left its marker or a crashed writer's temporary file")
 	}
 	// A manifest that cannot be read stops the collection: nothing is removed.
-	if err := os.WriteFile(filepath.Join(lay.snapshots(), committed, manifestName), []byte("{"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(s.snapshots, committed, ManifestName), []byte("{"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.MkdirAll(filepath.Join(s.dir, "00"), 0o700); err != nil {
@@ -363,10 +381,10 @@ func TestBlockStoreGC(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(s.dir, "00", strings.Repeat("0", 64)), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := s.gc(); err == nil || n != 0 || len(blockFiles(t, s)) != len(want)+1 {
+	if n, err := s.GC(); err == nil || n != 0 || len(blockFiles(t, s)) != len(want)+1 {
 		t.Fatalf("gc with a bad manifest: removed %d, %v", n, err)
 	}
-	if !fileExists(s.wanted()) {
+	if !s.Owed() {
 		t.Error("a failed gc owes no collection")
 	}
 }

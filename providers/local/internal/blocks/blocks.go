@@ -1,6 +1,6 @@
 //go:build linux
 
-package local
+package blocks
 
 import (
 	"bytes"
@@ -21,134 +21,87 @@ import (
 	"github.com/tupper-dev/tupper/internal/flock"
 )
 
-// Snapshot contents are stored by content, so that ten snapshots (or the snapshots that
-// carry ten forks) of one sandbox cost about one copy on disk. Under Home:
-//
-//	blocks/<h[:2]>/<h>       a block: up to 512 KiB of a file, named by its SHA-256 (hex);
-//	                         where blocks are cut is chosen by content (see put)
-//	blocks/.tmp-*            a block being written (renamed to its name once on disk)
-//	blocks/.gc-wanted        a collection is owed (see below)
-//	locks/blocks.lock        shared by whoever writes or reads blocks, exclusive for the
-//	                         collector (flock)
-//	snapshots/<id>/blocks.json  the snapshot's manifest: for each of its files stored as
-//	                         blocks, the file's size and its blocks' hashes and lengths
-//
-// What goes into blocks: every regular file of at least blockMinFile bytes of a snapshot's
-// writable layer and of its checkpoint image (runsc's memory and state files). The snapshot's
-// tree keeps an empty placeholder for it with its owner, mode, xattrs and times, so that
-// everything else (directories, symlinks, hard links, whiteouts, small files) keeps the one
-// copy path of copyLayer. Smaller files are copied: below 64 KiB a block file saves little
-// (an inode and a 4 KiB page either way) and a tree of many small files would cost a
-// manifest entry each.
-//
-// Blocks end at page boundaries chosen by the content (put), not every 512 KiB: the same
-// data at another offset, as runsc's memory image is from one checkpoint to the next, then
-// makes the same blocks. A run of zero pages is not stored: the manifest names it "", and
-// a restore leaves a hole there (memory images and sparse files are mostly zeros). A block
-// is written once: to a temporary file, synced, renamed to its hash; a block already there
-// is not written again (nor read to check it). Reading a block checks its hash: a damaged
-// block is an error, never wrong data.
-//
-// Nothing counts references: what a block is used by is derived from the committed
-// manifests each time the collector runs, so no count can drift. The rules that make this
-// safe against a crash at any moment:
-//
-//   - A snapshot is written under snapshots/.tmp-<id>-<pid> while its writer holds the
-//     blocks lock shared; its manifest is written and synced after all its blocks are, and
-//     the directory is renamed to <id> (committed) before the lock is released. A crash
-//     before the rename leaves blocks no committed manifest names: garbage.
-//   - A restore holds the lock shared while it reads blocks.
-//   - Deleting a snapshot renames it out of sight (.rm-<id>-<pid>) and then removes it; its
-//     blocks become garbage at the rename. A crash before the rename leaves the snapshot
-//     whole; after it, gone.
-//   - The collector takes the lock exclusively, so no snapshot is being written or read;
-//     it reads every committed manifest (and collects nothing if one cannot be read), then
-//     removes the blocks none names and the temporary files writers left. A crash in the
-//     middle leaves garbage for the next run, never a missing block.
-//
-// The collector runs when a snapshot is deleted or expires, and when a reap (at every
-// Snapshot, listing and provider reap) removed what a crash left or finds blocks/.gc-wanted.
-// That marker is made before a snapshot is unlinked or a failed write abandoned, and when a
-// collection starts, and removed when one completes: if the store is in use the collector
-// does not wait, and whoever releases the lock next runs it; if a crash stops it (or the
-// delete before it), the next reap runs it.
-
 const (
-	blockSize    = 512 << 10
-	blockMinFile = 64 << 10 // files smaller than this are copied, not stored as blocks
-	manifestName = "blocks.json"
+	// Size is the most a block holds.
+	Size = 512 << 10
+	// MinFile is the size from which a file is stored as blocks: below it a block file saves
+	// little (an inode and a 4 KiB page either way), and a tree of many small files would
+	// cost a manifest entry each.
+	MinFile = 64 << 10
+	// ManifestName is a snapshot's manifest, in its directory.
+	ManifestName = "blocks.json"
 )
 
-// blockFile is one file stored as blocks (see put for where blocks are cut).
-type blockFile struct {
+// File is one file stored as blocks (see put for where blocks are cut).
+type File struct {
 	Size    int64    `json:"size"`
 	Blocks  []string `json:"blocks"`  // SHA-256 in hex of each block in order; "": all zeros
 	Lengths []int64  `json:"lengths"` // each block's length
 }
 
-// blockManifest is a snapshot's blocks.json: its files stored as blocks, by path relative
+// Manifest is a snapshot's blocks.json: its files stored as blocks, by path relative
 // to the snapshot's directory ("upper/workspace/data.bin", "image/pages.img").
-type blockManifest struct {
-	BlockSize int                   `json:"blockSize"`
-	Files     map[string]*blockFile `json:"files"`
+type Manifest struct {
+	BlockSize int              `json:"blockSize"`
+	Files     map[string]*File `json:"files"`
 }
 
-func newManifest() *blockManifest {
-	return &blockManifest{BlockSize: blockSize, Files: map[string]*blockFile{}}
+func NewManifest() *Manifest {
+	return &Manifest{BlockSize: Size, Files: map[string]*File{}}
 }
 
-// readManifest reads a snapshot's manifest; nil, nil for a snapshot without one (stored
+// ReadManifest reads a snapshot's manifest; nil, nil for a snapshot without one (stored
 // before blocks existed: its files are all plain copies).
-func readManifest(dir string) (*blockManifest, error) {
-	b, err := os.ReadFile(filepath.Join(dir, manifestName))
+func ReadManifest(dir string) (*Manifest, error) {
+	b, err := os.ReadFile(filepath.Join(dir, ManifestName))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	var m blockManifest
+	var m Manifest
 	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, manifestName), err)
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, ManifestName), err)
 	}
-	if m.BlockSize != blockSize {
-		return nil, fmt.Errorf("%s: block size %d, not %d", filepath.Join(dir, manifestName), m.BlockSize, blockSize)
+	if m.BlockSize != Size {
+		return nil, fmt.Errorf("%s: block size %d, not %d", filepath.Join(dir, ManifestName), m.BlockSize, Size)
 	}
 	for name, f := range m.Files {
 		if f == nil {
-			return nil, fmt.Errorf("%s: %s: no blocks", filepath.Join(dir, manifestName), name)
+			return nil, fmt.Errorf("%s: %s: no blocks", filepath.Join(dir, ManifestName), name)
 		}
 		var sum int64
 		for _, n := range f.Lengths {
-			if n <= 0 || n > blockSize {
+			if n <= 0 || n > Size {
 				sum = -1
 				break
 			}
 			sum += n
 		}
 		if len(f.Lengths) != len(f.Blocks) || sum != f.Size {
-			return nil, fmt.Errorf("%s: %s: blocks do not make its %d bytes", filepath.Join(dir, manifestName), name, f.Size)
+			return nil, fmt.Errorf("%s: %s: blocks do not make its %d bytes", filepath.Join(dir, ManifestName), name, f.Size)
 		}
 		for _, h := range f.Blocks {
 			if h != "" && !validHash(h) {
-				return nil, fmt.Errorf("%s: %s: bad block name %q", filepath.Join(dir, manifestName), name, h)
+				return nil, fmt.Errorf("%s: %s: bad block name %q", filepath.Join(dir, ManifestName), name, h)
 			}
 		}
 	}
 	return &m, nil
 }
 
-// writeManifest writes m into dir and syncs it.
-func writeManifest(dir string, m *blockManifest) error {
+// Write writes m into dir (a new file) and syncs it.
+func (m *Manifest) Write(dir string) error {
 	b, err := json.Marshal(m)
 	if err != nil {
 		return err
 	}
-	return writeSynced(filepath.Join(dir, manifestName), b)
+	return WriteSynced(filepath.Join(dir, ManifestName), b)
 }
 
-// writeSynced writes a new file and syncs it before closing it.
-func writeSynced(path string, b []byte) error {
+// WriteSynced writes a new file and syncs it before closing it.
+func WriteSynced(path string, b []byte) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
@@ -172,38 +125,52 @@ func validHash(h string) bool {
 	return true
 }
 
-// blockStore is Home's block store.
-type blockStore struct{ dir, lock, snapshots string }
-
-func (l layout) blocks() blockStore {
-	return blockStore{dir: filepath.Join(l.home, "blocks"), lock: filepath.Join(l.locks(), "blocks.lock"), snapshots: l.snapshots()}
+// Store is a block store. Its value is only paths: copies of it are the same store.
+type Store struct {
+	dir, lock, snapshots string
+	committed            func(name string) bool
 }
 
-func (s blockStore) path(h string) string { return filepath.Join(s.dir, h[:2], h) }
+// New is the store of blocks in dir, locked through the file lock, whose roots are the
+// manifests of the directories of snapshots whose name committed accepts (the others are
+// being written or removed).
+func New(dir, lock, snapshots string, committed func(name string) bool) Store {
+	return Store{dir: dir, lock: lock, snapshots: snapshots, committed: committed}
+}
 
-// testHookBlocks, when set by a test, is called at each step that a crash could interrupt:
+// Dir is the directory the blocks are in.
+func (s Store) Dir() string { return s.dir }
+
+// Owed reports whether a collection is owed (see GC).
+func (s Store) Owed() bool { return fileExists(s.wanted()) }
+
+func (s Store) path(h string) string { return filepath.Join(s.dir, h[:2], h) }
+
+// CrashHook, when set by a test, is called at each step that a crash could interrupt:
 // "block" (a block is on disk), "commit" (a snapshot is complete, not yet renamed into
 // place), "removed" (a snapshot was renamed out of sight, not yet removed), "unlinked" (it
 // was removed, its blocks not yet collected), "sweep" (the collector removed a block).
-var testHookBlocks func(step string)
+var CrashHook func(step string)
 
-func blockStep(step string) {
-	if h := testHookBlocks; h != nil {
+// CrashPoint calls CrashHook, if set, at step (its callers' steps included: a snapshot's
+// commit, removal and unlink are the snapshot writer's).
+func CrashPoint(step string) {
+	if h := CrashHook; h != nil {
 		h(step)
 	}
 }
 
-// blockLease is a hold on the store (the lock, shared) for writing or reading blocks.
-type blockLease struct {
-	s     blockStore
+// Lease is a hold on the store (the lock, shared) for writing or reading blocks.
+type Lease struct {
+	s     Store
 	lk    *flock.Lock
-	dirty map[string]bool // directories with new entries, synced by sync
+	dirty map[string]bool // directories with new entries, synced by Sync
 	zero  []byte
 	buf   []byte
 }
 
-// use takes the store for writing or reading blocks until release.
-func (s blockStore) use(ctx context.Context) (*blockLease, error) {
+// Use takes the store for writing or reading blocks until Release.
+func (s Store) Use(ctx context.Context) (*Lease, error) {
 	if err := os.MkdirAll(filepath.Dir(s.lock), 0o700); err != nil {
 		return nil, err
 	}
@@ -211,43 +178,43 @@ func (s blockStore) use(ctx context.Context) (*blockLease, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &blockLease{s: s, lk: lk, dirty: map[string]bool{}}, nil
+	return &Lease{s: s, lk: lk, dirty: map[string]bool{}}, nil
 }
 
-// release gives the store back and collects garbage if a collection is wanted and the
+// Release gives the store back and collects garbage if a collection is wanted and the
 // store is now free.
-func (l *blockLease) release() {
+func (l *Lease) Release() {
 	if l == nil || l.lk == nil {
 		return
 	}
 	l.lk.Unlock()
 	l.lk = nil
 	if fileExists(l.s.wanted()) {
-		l.s.gc()
+		l.s.GC()
 	}
 }
 
-// put stores the file's content as blocks and returns the file they make; a hole of a
+// Put stores the file's content as blocks and returns the file they make; a hole of a
 // sparse file is not read. The blocks are on disk (each synced) but their directories'
-// entries are durable only after sync.
+// entries are durable only after Sync.
 //
 // Blocks are cut at page (4 KiB) boundaries chosen by content, not at fixed offsets, so
 // that the same data shifted by whole pages makes the same blocks: runsc's memory image
 // (pages.img) of one sandbox moves most of its pages by a few pages from one checkpoint
 // to the next. A block ends after a page whose checksum has its low six bits zero (one page
-// in 64, once the block has blockMinCut bytes), at blockSize bytes, or where a run of zero
-// pages starts; a run of zero pages is a block of its own (up to blockSize), stored as a
+// in 64, once the block has blockMinCut bytes), at Size bytes, or where a run of zero
+// pages starts; a run of zero pages is a block of its own (up to Size), stored as a
 // hole.
-func (l *blockLease) put(f *os.File) (*blockFile, error) {
+func (l *Lease) Put(f *os.File) (*File, error) {
 	if l.buf == nil {
-		l.buf, l.zero = make([]byte, blockSize), make([]byte, blockSize)
+		l.buf, l.zero = make([]byte, Size), make([]byte, Size)
 	}
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, err
 	}
 	size := fi.Size()
-	out := &blockFile{Size: size, Blocks: []string{}, Lengths: []int64{}}
+	out := &File{Size: size, Blocks: []string{}, Lengths: []int64{}}
 	cur, zeros := 0, int64(0) // bytes of data in l.buf; bytes of zeros pending
 	flush := func() error {
 		if cur > 0 {
@@ -259,7 +226,7 @@ func (l *blockLease) put(f *os.File) (*blockFile, error) {
 			cur = 0
 		}
 		for zeros > 0 {
-			n := min(zeros, blockSize)
+			n := min(zeros, Size)
 			out.Blocks, out.Lengths = append(out.Blocks, ""), append(out.Lengths, n)
 			zeros -= n
 		}
@@ -316,7 +283,7 @@ func (l *blockLease) put(f *os.File) (*blockFile, error) {
 			}
 		}
 		cur += n
-		if cur+pageSize > blockSize || cur >= blockMinCut && crc32.Checksum(l.buf[cur-n:cur], castagnoli)&63 == 0 {
+		if cur+pageSize > Size || cur >= blockMinCut && crc32.Checksum(l.buf[cur-n:cur], castagnoli)&63 == 0 {
 			if err := flush(); err != nil {
 				return nil, err
 			}
@@ -335,7 +302,7 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-func (l *blockLease) putBlock(b []byte) (string, error) {
+func (l *Lease) putBlock(b []byte) (string, error) {
 	if bytes.Equal(b, l.zero[:len(b)]) {
 		return "", nil
 	}
@@ -368,12 +335,12 @@ func (l *blockLease) putBlock(b []byte) (string, error) {
 		return "", err
 	}
 	l.dirty[sub] = true
-	blockStep("block")
+	CrashPoint("block")
 	return h, nil
 }
 
-// sync makes the names of the blocks written so far durable.
-func (l *blockLease) sync() error {
+// Sync makes the names of the blocks written so far durable.
+func (l *Lease) Sync() error {
 	for d := range l.dirty {
 		if err := syncDir(d); err != nil {
 			return err
@@ -383,11 +350,11 @@ func (l *blockLease) sync() error {
 	return nil
 }
 
-// fill writes f's content into dst, a new empty file, leaving holes for blocks of zeros. A
+// Fill writes f's content into dst, a new empty file, leaving holes for blocks of zeros. A
 // block missing or damaged (its content does not hash to its name) is an error.
-func (l *blockLease) fill(dst *os.File, f *blockFile) error {
+func (l *Lease) Fill(dst *os.File, f *File) error {
 	if l.buf == nil {
-		l.buf, l.zero = make([]byte, blockSize), make([]byte, blockSize)
+		l.buf, l.zero = make([]byte, Size), make([]byte, Size)
 	}
 	var off int64
 	for i, h := range f.Blocks {
@@ -412,7 +379,7 @@ func (l *blockLease) fill(dst *os.File, f *blockFile) error {
 }
 
 // readBlock reads block h into buf and checks it.
-func (l *blockLease) readBlock(h string, buf []byte) ([]byte, error) {
+func (l *Lease) readBlock(h string, buf []byte) ([]byte, error) {
 	bf, err := os.Open(l.s.path(h))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("block %s is missing from %s", h, l.s.dir)
@@ -428,7 +395,7 @@ func (l *blockLease) readBlock(h string, buf []byte) ([]byte, error) {
 	if err == nil {
 		// A full buffer: the block must end here.
 		if m, _ := bf.Read(make([]byte, 1)); m > 0 {
-			return nil, fmt.Errorf("block %s is damaged: longer than %d bytes", h, blockSize)
+			return nil, fmt.Errorf("block %s is damaged: longer than %d bytes", h, Size)
 		}
 	}
 	sum := sha256.Sum256(buf[:n])
@@ -438,9 +405,9 @@ func (l *blockLease) readBlock(h string, buf []byte) ([]byte, error) {
 	return buf[:n], nil
 }
 
-// gc removes the blocks no committed snapshot's manifest names, now if the store is free,
-// else when it next is (see above). It reports how many blocks it removed.
-func (s blockStore) gc() (int, error) {
+// GC removes the blocks no committed snapshot's manifest names, now if the store is free,
+// else when it next is (see the package doc). It reports how many blocks it removed.
+func (s Store) GC() (int, error) {
 	if _, err := os.Stat(s.dir); errors.Is(err, os.ErrNotExist) {
 		return 0, nil
 	}
@@ -450,7 +417,7 @@ func (s blockStore) gc() (int, error) {
 	// The marker says a collection is owed until one completes: one that cannot run now
 	// (the store is in use) runs when the last lease is released, and one a crash
 	// interrupted runs at the next reap.
-	if err := s.owe(); err != nil {
+	if err := s.Owe(); err != nil {
 		return 0, err
 	}
 	wanted := s.wanted()
@@ -491,19 +458,19 @@ func (s blockStore) gc() (int, error) {
 				return removed, err
 			}
 			removed++
-			blockStep("sweep")
+			CrashPoint("sweep")
 		}
 	}
 	return removed, os.Remove(wanted)
 }
 
 // wanted is the marker of a collection owed.
-func (s blockStore) wanted() string { return filepath.Join(s.dir, ".gc-wanted") }
+func (s Store) wanted() string { return filepath.Join(s.dir, ".gc-wanted") }
 
-// owe records that a collection is owed: made before anything turns blocks into garbage
+// Owe records that a collection is owed: made before anything turns blocks into garbage
 // (a snapshot unlinked, a write abandoned), so that a crash right after leaves the marker
 // for the next reap.
-func (s blockStore) owe() error {
+func (s Store) Owe() error {
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return err
 	}
@@ -515,7 +482,7 @@ func (s blockStore) owe() error {
 }
 
 // live is the set of blocks the committed snapshots' manifests name.
-func (s blockStore) live() (map[string]bool, error) {
+func (s Store) live() (map[string]bool, error) {
 	live := map[string]bool{}
 	ents, err := os.ReadDir(s.snapshots)
 	if errors.Is(err, os.ErrNotExist) {
@@ -525,10 +492,10 @@ func (s blockStore) live() (map[string]bool, error) {
 		return nil, err
 	}
 	for _, e := range ents {
-		if !validID(e.Name()) {
+		if !s.committed(e.Name()) {
 			continue // being written (.tmp-) or removed (.rm-): not committed
 		}
-		m, err := readManifest(filepath.Join(s.snapshots, e.Name()))
+		m, err := ReadManifest(filepath.Join(s.snapshots, e.Name()))
 		if err != nil {
 			return nil, err
 		}
@@ -546,27 +513,65 @@ func (s blockStore) live() (map[string]bool, error) {
 	return live, nil
 }
 
-// layerBlocks makes copyLayer store regular files of at least blockMinFile bytes as blocks
-// (store: a snapshot being written) or fill the placeholders of such files from blocks (a
-// restore). Paths in man are prefix + the path relative to copyLayer's source.
-type layerBlocks struct {
-	lease  *blockLease
-	man    *blockManifest
+// Layer is what a tree copy (package copier) stores as blocks, or fills from blocks: the
+// regular files of at least MinFile bytes of one tree, named in the manifest by prefix +
+// their path relative to the tree ("upper/", "image/").
+type Layer struct {
+	lease  *Lease
+	man    *Manifest
 	prefix string
 	store  bool
 }
 
-// storeFile stores the open file in as blocks, under rel.
-func (b *layerBlocks) storeFile(in *os.File, rel string) (*blockFile, error) {
-	f, err := b.lease.put(in)
-	if err != nil {
-		return nil, err
-	}
-	b.man.Files[b.prefix+rel] = f
-	return f, nil
+// Storing is a Layer that stores the tree's large files as blocks into man.
+func (l *Lease) Storing(man *Manifest, prefix string) *Layer {
+	return &Layer{lease: l, man: man, prefix: prefix, store: true}
 }
 
-// restoreFile is the stored file rel, if it was stored as blocks.
-func (b *layerBlocks) restoreFile(rel string) *blockFile {
-	return b.man.Files[b.prefix+rel]
+// Restoring is a Layer that fills the placeholders of the tree's files that man names
+// from their blocks.
+func (l *Lease) Restoring(man *Manifest, prefix string) *Layer {
+	return &Layer{lease: l, man: man, prefix: prefix}
+}
+
+// Transfer moves the data of the regular file rel, open as in, of size bytes: storing, a
+// file of at least MinFile bytes becomes blocks and out stays empty (a placeholder);
+// restoring, a placeholder the manifest names is filled into out from its blocks. It
+// reports whether it did; if not, the caller copies the data itself.
+func (b *Layer) Transfer(rel string, in, out *os.File, size int64) (bool, error) {
+	if b.store {
+		if size < MinFile {
+			return false, nil
+		}
+		f, err := b.lease.Put(in)
+		if err != nil {
+			return false, err
+		}
+		b.man.Files[b.prefix+rel] = f
+		return true, nil
+	}
+	f := b.man.Files[b.prefix+rel]
+	if f == nil {
+		return false, nil
+	}
+	return true, b.lease.Fill(out, f)
+}
+
+// Link records that rel is a hard link to first, whose data Transfer took: every name of
+// a stored file is in the manifest, as a restore may meet any of them first.
+func (b *Layer) Link(rel, first string) {
+	if f := b.man.Files[b.prefix+first]; f != nil && b.store {
+		b.man.Files[b.prefix+rel] = f
+	}
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	serr := f.Sync()
+	return errors.Join(serr, f.Close())
 }
