@@ -120,7 +120,7 @@ func (p *Provider) coldStop(ctx context.Context, rt ociRuntime, rec *record) err
 	removeCgroups(rec.ID)
 	var errs []error
 	if rec.Runtime != RuntimeRunsc && rec.IP != "" && p.net != nil {
-		errs = append(errs, p.net.unplug(ctx, rec.ID))
+		errs = append(errs, p.net.Unplug(ctx, rec.ID))
 	}
 	// A socket nothing listens on: the next agent makes its own, and waitAgent must not
 	// knock on this one meanwhile.

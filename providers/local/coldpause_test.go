@@ -17,6 +17,7 @@ import (
 
 	"github.com/tupper-dev/tupper/internal/testenv"
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/providers/local/internal/hostnet"
 )
 
 // TestPauseCold: a pause without memory (PauseCold) under each runtime and network mode,
@@ -34,7 +35,7 @@ func TestPauseCold(t *testing.T) {
 
 func testPauseCold(t *testing.T, rt string) {
 	ctx := context.Background()
-	if linkExists("eth0") || linkExists(testBridge) {
+	if hostnet.LinkExists("eth0") || hostnet.LinkExists(testBridge) {
 		t.Fatal("not in a fresh network namespace")
 	}
 	coldUpstream(t)
@@ -180,10 +181,10 @@ i=0; until [ -e /workspace/held ] && [ -e /workspace/count ]; do i=$((i+1)); [ $
 func coldUpstream(t *testing.T) {
 	labIP(t, "", "link set lo up")
 	up := filepath.Join(t.TempDir(), "upstream")
-	if err := newNetns(context.Background(), up); err != nil {
+	if err := hostnet.NewNetns(context.Background(), up); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { removeNetns(up) })
+	t.Cleanup(func() { hostnet.RemoveNetns(up) })
 	labIP(t, "",
 		"link add tpup0 type veth peer name tpup1",
 		"link set tpup1 netns "+up,

@@ -24,6 +24,8 @@ import (
 	"github.com/tupper-dev/tupper/internal/flock"
 	"github.com/tupper-dev/tupper/internal/steps"
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/providers/local/internal/hostnet"
+	"github.com/tupper-dev/tupper/providers/local/internal/lease"
 	"github.com/tupper-dev/tupper/template"
 )
 
@@ -140,8 +142,8 @@ type creation struct {
 	veth, plumbAfterCreate bool
 
 	// Made by the steps.
-	bootFailed  bool           // restoring boot failed: the image is removed, the create made cold
-	egressSocks *egressSockets // network "allow": the proxy's, until it has them
+	bootFailed  bool             // restoring boot failed: the image is removed, the create made cold
+	egressSocks *hostnet.Sockets // network "allow": the proxy's, until it has them
 	netnsPath   string
 	madeDir     bool
 	agentUser   string // the default user of commands: the template's, else root
@@ -347,7 +349,7 @@ func (c *creation) close() {
 	if c.w != nil {
 		c.w.close()
 	}
-	c.egressSocks.close()
+	c.egressSocks.Close()
 	c.boot.release()
 }
 
@@ -444,7 +446,7 @@ func (c *creation) undoUserNamespace() error {
 	if c.rec.UIDIndex < 0 {
 		return nil
 	}
-	return release(c.p.uidLeases(), strconv.Itoa(c.rec.UIDIndex), leaseHolder(c.p.lay, c.id))
+	return leasesIn(c.p.uidLeases()).Release(strconv.Itoa(c.rec.UIDIndex), leaseHolder(c.p.lay, c.id))
 }
 
 func (c *creation) mountNamespace(ctx context.Context) error {
@@ -458,10 +460,10 @@ func (c *creation) rootFS(ctx context.Context) error {
 	var nameservers []netip.Addr
 	switch c.netMode {
 	case provider.NetworkAll:
-		nameservers = hostNameservers()
+		nameservers = hostnet.Nameservers()
 	case provider.NetworkAllow:
 		// Any server will do: the firewall sends every query to the proxy.
-		nameservers = []netip.Addr{c.p.net.gateway}
+		nameservers = []netip.Addr{c.p.net.Gateway()}
 	}
 	plan := rootfsPlan{
 		usernsFD: -1, uidBase: c.rec.UIDBase, diskGB: c.size.DiskGB, hostTmp: c.rtName == RuntimeRunsc,
@@ -543,21 +545,21 @@ func (c *creation) network(ctx context.Context) error {
 	if !c.veth {
 		return nil
 	}
-	lk, err := c.p.net.lock(ctx)
+	lk, err := c.p.net.Lock(ctx)
 	if err != nil {
 		return err
 	}
 	defer lk.Unlock()
-	a, err := c.p.net.allocate(c.id, c.rec.Mirror)
+	a, err := c.p.net.Allocate(leaseHolder(c.p.lay, c.id), c.rec.Mirror)
 	if err != nil {
 		return err
 	}
 	c.rec.IP = a.String()
-	c.rec.HostVeth, _ = vethNames(c.id)
+	c.rec.HostVeth, _ = hostnet.VethNames(c.id)
 	if err := c.p.lay.writeRecord(c.rec); err != nil {
 		return err
 	}
-	if err := c.p.net.ensureBridge(ctx); err != nil {
+	if err := c.p.net.EnsureBridge(ctx); err != nil {
 		return err
 	}
 	if c.pol != nil {
@@ -577,20 +579,20 @@ func (c *creation) network(ctx context.Context) error {
 	// runsc, started there, opens it.
 	c.netnsPath = c.p.lay.netns(c.id)
 	return c.ns(func() error {
-		if err := newNetns(ctx, c.netnsPath); err != nil {
+		if err := hostnet.NewNetns(ctx, c.netnsPath); err != nil {
 			return err
 		}
-		return c.p.net.attach(ctx, c.id, c.netnsPath, a)
+		return c.p.net.Attach(ctx, c.id, c.netnsPath, a)
 	})
 }
 
 func (c *creation) undoNetwork() error {
 	var errs []error
 	if c.rec.IP != "" {
-		errs = append(errs, c.p.net.detach(context.Background(), c.id, c.rec.IP))
+		errs = append(errs, c.p.net.Detach(context.Background(), c.id, leaseHolder(c.p.lay, c.id), c.rec.IP))
 	}
 	if c.netnsPath != "" {
-		errs = append(errs, c.ns(func() error { return removeNetns(c.netnsPath) }))
+		errs = append(errs, c.ns(func() error { return hostnet.RemoveNetns(c.netnsPath) }))
 	}
 	return errors.Join(errs...)
 }
@@ -677,7 +679,7 @@ func (p *Provider) runContainer(ctx context.Context, rt ociRuntime, rec *record,
 		if err != nil {
 			return err
 		}
-		if err := p.net.attach(ctx, id, fmt.Sprintf("/proc/%d/ns/net", pid), a); err != nil {
+		if err := p.net.Attach(ctx, id, fmt.Sprintf("/proc/%d/ns/net", pid), a); err != nil {
 			return err
 		}
 		if err := w.do(func() error { return rt.run(ctx, "", "start", id) }); err != nil {
@@ -749,7 +751,7 @@ func (c *creation) egressProxy(ctx context.Context) error {
 		return nil
 	}
 	err := c.p.runEgress(ctx, c.rec, c.egressSocks, c.agentPath, c.bound)
-	c.egressSocks.close()
+	c.egressSocks.Close()
 	c.egressSocks = nil
 	return err
 }
@@ -909,8 +911,8 @@ func (p *Provider) allocUIDs(ctx context.Context, id string) (int, error) {
 	}
 	defer lk.Unlock()
 	n := int((uint64(1)<<32 - 2 - uint64(p.cfg.UIDBase)) / idMapSize)
-	i, err := leaseAny(dir, n, strconv.Itoa, leaseHolder(p.lay, id))
-	if errors.Is(err, errLeasesExhausted) {
+	i, err := leasesIn(dir).Any(n, strconv.Itoa, leaseHolder(p.lay, id))
+	if errors.Is(err, lease.ErrExhausted) {
 		return 0, errors.New("no free user-namespace range")
 	}
 	return i, err

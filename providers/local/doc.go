@@ -173,7 +173,7 @@
 // the bridge, since the bridge is host-wide and, like /run, gone after a reboot), the host
 // end on a bridge (Config.Bridge, default tupper0, with a MAC address of its own and IPv6
 // off) whose address is the gateway; ports are isolated from each other, so sandboxes do not
-// reach one another. iptables masquerades the subnet and a firewall (firewall.go) lets
+// reach one another. iptables masquerades the subnet and a firewall (package internal/hostnet) lets
 // sandboxes reach the public internet only: not the host (any of its addresses), not
 // private, carrier-grade NAT, link-local (cloud metadata), documentation, benchmarking,
 // multicast or reserved ranges, not IPv6, but port 53 of their nameservers, what

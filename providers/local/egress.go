@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -23,9 +22,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tupper-dev/tupper/egress"
-	"github.com/tupper-dev/tupper/internal/netrange"
 	"github.com/tupper-dev/tupper/internal/steps"
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/providers/local/internal/hostnet"
 )
 
 // Network "allow" (an egress policy) is network "all" plus, per sandbox, a proxy on the
@@ -35,7 +34,7 @@ import (
 // outlives a short-lived CLI and needs no daemon.
 //
 // Its sockets are made by Create on the bridge's gateway address, ports chosen by the
-// kernel, and handed to it as inherited files; the firewall (firewall.go) sends it, for the
+// kernel, and handed to it as inherited files; the firewall (package internal/hostnet) sends it, for the
 // sandbox's address only:
 //
 //	nat TUPPER-PRE-B   -s SANDBOX -p udp --dport 53 -j DNAT --to GATEWAY:DNS-UDP
@@ -212,133 +211,11 @@ func (b *boundSecrets) bundle() string {
 	return string(roots) + string(b.caCert)
 }
 
-// egressFile is what the firewall needs of a sandbox with a policy: n.dir/egress/ADDRESS,
-// its first line the lease holder, as for allowances.
-type egressFile struct {
-	DNSUDP   int            `json:"dnsUDP"`
-	DNSTCP   int            `json:"dnsTCP"`
-	Proxy    int            `json:"proxy"`
-	UDPAllow []netip.Prefix `json:"udpAllow,omitempty"`
-	UDPDeny  []netip.Prefix `json:"udpDeny,omitempty"`
-}
-
-type egressRule struct {
-	src netip.Addr
-	egressFile
-}
-
 // egressProc is the record's part about the proxy.
 type egressProc struct {
-	PID   int        `json:"pid,omitempty"`
-	Start uint64     `json:"start,omitempty"`
-	Ports egressFile `json:"ports"` // the proxy's ports (no prefixes)
-}
-
-// setEgress records f for the sandbox leasing a (held by holder). Call with the network lock
-// held.
-func (n *network) setEgress(a netip.Addr, holder string, f egressFile) error {
-	b, err := json.Marshal(f)
-	if err != nil {
-		return err
-	}
-	return n.setRecord(recEgress, a, holder, b)
-}
-
-// egressRules reads the egress records of the sandboxes on the bridge (setEgress).
-func (n *network) egressRules() []egressRule {
-	var out []egressRule
-	for _, r := range n.records(recEgress) {
-		var f egressFile
-		if json.Unmarshal([]byte(r.body), &f) != nil || f.DNSUDP == 0 || f.DNSTCP == 0 || f.Proxy == 0 {
-			continue
-		}
-		out = append(out, egressRule{r.a, f})
-	}
-	return out
-}
-
-// udpRules are the IPv4 prefixes a policy opens and closes to UDP. Only allowed prefixes
-// wholly public (or wholly inside Config.AllowPrivate) open anything: the firewall's
-// RETURN skips the non-public checks that follow it.
-func (n *network) udpRules(pol *egress.Policy) (allow, deny []netip.Prefix) {
-	for _, d := range pol.DeniedPrefixes() {
-		if d.Addr().Is4() {
-			deny = append(deny, d)
-		}
-	}
-	if pol.OpenByDefault() {
-		return nil, deny // UDP by address only: an empty allow list opens no UDP
-	}
-outer:
-	for _, a := range pol.AllowedPrefixes() {
-		if !a.Addr().Is4() {
-			continue
-		}
-		for _, ap := range n.allow {
-			if ap.Bits() <= a.Bits() && ap.Contains(a.Addr()) {
-				allow = append(allow, a)
-				continue outer
-			}
-		}
-		for _, r := range netrange.NonPublic {
-			if r.Prefix.Overlaps(a) {
-				continue outer
-			}
-		}
-		allow = append(allow, a)
-	}
-	return allow, deny
-}
-
-// egressSockets are a proxy's sockets, bound by Create on the gateway.
-type egressSockets struct {
-	dnsUDP        *net.UDPConn
-	dnsTCP, proxy *net.TCPListener
-}
-
-func (s *egressSockets) close() {
-	if s == nil {
-		return
-	}
-	for _, c := range []interface{ Close() error }{s.dnsUDP, s.dnsTCP, s.proxy} {
-		if c != nil && !isNilCloser(c) {
-			c.Close()
-		}
-	}
-}
-
-func isNilCloser(c interface{ Close() error }) bool {
-	switch c := c.(type) {
-	case *net.UDPConn:
-		return c == nil
-	case *net.TCPListener:
-		return c == nil
-	}
-	return false
-}
-
-// listenEgress binds a proxy's sockets on the gateway. Call after ensureBridge.
-func (n *network) listenEgress() (s *egressSockets, f egressFile, err error) {
-	s = &egressSockets{}
-	defer func() {
-		if err != nil {
-			s.close()
-		}
-	}()
-	gw := n.gateway.String()
-	if s.dnsUDP, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP(gw)}); err != nil {
-		return nil, f, err
-	}
-	if s.dnsTCP, err = net.ListenTCP("tcp4", &net.TCPAddr{IP: net.ParseIP(gw)}); err != nil {
-		return nil, f, err
-	}
-	if s.proxy, err = net.ListenTCP("tcp4", &net.TCPAddr{IP: net.ParseIP(gw)}); err != nil {
-		return nil, f, err
-	}
-	f.DNSUDP = s.dnsUDP.LocalAddr().(*net.UDPAddr).Port
-	f.DNSTCP = s.dnsTCP.Addr().(*net.TCPAddr).Port
-	f.Proxy = s.proxy.Addr().(*net.TCPAddr).Port
-	return s, f, nil
+	PID   int            `json:"pid,omitempty"`
+	Start uint64         `json:"start,omitempty"`
+	Ports hostnet.Egress `json:"ports"` // the proxy's ports (no prefixes)
 }
 
 // Files of a sandbox's proxy, in its directory (never mounted into the sandbox).
@@ -379,7 +256,7 @@ func (p *Provider) checkProxy(ctx context.Context, px *provider.EgressProxy) err
 	}
 	var allow []netip.Prefix
 	if p.net != nil {
-		allow = p.net.allow
+		allow = p.net.AllowPrivate()
 	}
 	_, err := egress.ResolveProxy(ctx, px.Address, allow, egress.HostAddrs())
 	return err
@@ -412,20 +289,20 @@ func (p *Provider) readEgressPolicy(id string) (egress.File, error) {
 // bindEgress binds the proxy's sockets of sandbox rec, records their ports (rec.Egress,
 // written) and puts pol's rules in place: from then on the sandbox's DNS and TCP wait in
 // the proxy's backlog, and nothing else but UDP pol allows leaves. The policy file must be
-// written. Call with the network lock held, the bridge made. Undo: network.detach (or
+// written. Call with the network lock held, the bridge made. Undo: hostnet.Network.Detach (or
 // dropEgress).
-func (p *Provider) bindEgress(ctx context.Context, rec *record, pol *egress.Policy) (*egressSockets, error) {
-	socks, ports, err := p.net.listenEgress()
+func (p *Provider) bindEgress(ctx context.Context, rec *record, pol *egress.Policy) (*hostnet.Sockets, error) {
+	socks, ports, err := p.net.ListenEgress()
 	if err != nil {
 		return nil, err
 	}
 	rec.Egress = &egressProc{Ports: ports}
 	if err := p.lay.writeRecord(rec); err != nil {
-		socks.close()
+		socks.Close()
 		return nil, err
 	}
 	if err := p.applyEgress(ctx, rec, ports, pol); err != nil {
-		socks.close()
+		socks.Close()
 		return nil, err
 	}
 	return socks, nil
@@ -433,7 +310,7 @@ func (p *Provider) bindEgress(ctx context.Context, rec *record, pol *egress.Poli
 
 // runEgress starts the proxy of sandbox rec on socks (bindEgress), records it, lets it serve
 // and moves it into the sandbox's cgroups. The caller closes socks. Undo: stopEgress.
-func (p *Provider) runEgress(ctx context.Context, rec *record, socks *egressSockets, agentPath string, bound *boundSecrets) error {
+func (p *Provider) runEgress(ctx context.Context, rec *record, socks *hostnet.Sockets, agentPath string, bound *boundSecrets) error {
 	// Started like the holder, into the sandbox's cgroups (holder.go).
 	pid, start, serve, done, err := p.startEgress(ctx, rec, socks, agentPath, bound)
 	if err != nil {
@@ -459,13 +336,13 @@ func (p *Provider) runEgress(ctx context.Context, rec *record, socks *egressSock
 // startEgress starts the proxy of sandbox rec on socks. Like startHolder, the proxy waits
 // for serve before it does anything, and exits if this process dies first; whether or not
 // serve is called, call done.
-func (p *Provider) startEgress(ctx context.Context, rec *record, socks *egressSockets, agentPath string, bound *boundSecrets) (pid int, start uint64, serve func() error, done func(), err error) {
+func (p *Provider) startEgress(ctx context.Context, rec *record, socks *hostnet.Sockets, agentPath string, bound *boundSecrets) (pid int, start uint64, serve func() error, done func(), err error) {
 	a, err := netip.ParseAddr(rec.IP)
 	if err != nil {
 		return 0, 0, nil, nil, err
 	}
 	cfg := egress.ProcessConfig{
-		Config: egress.Config{Sandbox: a, Upstream: hostNameservers(), AllowPrivate: p.net.allow, Mirror: rec.Mirror, Log: p.lay.egressLog(rec.ID)},
+		Config: egress.Config{Sandbox: a, Upstream: hostnet.Nameservers(), AllowPrivate: p.net.AllowPrivate(), Mirror: rec.Mirror, Log: p.lay.egressLog(rec.ID)},
 		Policy: p.lay.egressPolicy(rec.ID),
 	}
 	if bound != nil {
@@ -479,19 +356,15 @@ func (p *Provider) startEgress(ctx context.Context, rec *record, socks *egressSo
 	if err := os.WriteFile(p.lay.egressConfig(rec.ID), b, 0o600); err != nil {
 		return 0, 0, nil, nil, err
 	}
-	var files []*os.File
+	files, err := socks.Files()
+	if err != nil {
+		return 0, 0, nil, nil, err
+	}
 	defer func() {
 		for _, f := range files {
 			f.Close()
 		}
 	}()
-	for _, c := range []interface{ File() (*os.File, error) }{socks.dnsUDP, socks.dnsTCP, socks.proxy} {
-		f, err := c.File()
-		if err != nil {
-			return 0, 0, nil, nil, err
-		}
-		files = append(files, f)
-	}
 	// $0 is the binary, $1 the config, $2 the error file: nothing is quoted into the script.
 	// Its fds 3 to 6: egress.FDDNSUDP, FDDNSTCP, FDProxy, and the gate, FDGo.
 	const script = `"$0" egress-proxy --config "$1" </dev/null >/dev/null 2>>"$2" & echo $!`
@@ -532,16 +405,16 @@ func stopEgress(rec *record, timeout time.Duration) {
 
 // applyEgress records the policy's firewall part for the sandbox at rec.IP and rewrites the
 // bridge's rules. Call with the network lock held.
-func (p *Provider) applyEgress(ctx context.Context, rec *record, ports egressFile, pol *egress.Policy) error {
+func (p *Provider) applyEgress(ctx context.Context, rec *record, ports hostnet.Egress, pol *egress.Policy) error {
 	a, err := netip.ParseAddr(rec.IP)
 	if err != nil {
 		return err
 	}
-	ports.UDPAllow, ports.UDPDeny = p.net.udpRules(pol)
-	if err := p.net.setEgress(a, leaseHolder(p.lay, rec.ID), ports); err != nil {
+	ports.UDPAllow, ports.UDPDeny = p.net.UDPRules(pol)
+	if err := p.net.SetEgress(a, leaseHolder(p.lay, rec.ID), ports); err != nil {
 		return err
 	}
-	return p.net.applyFirewall(ctx)
+	return p.net.ApplyFirewall(ctx)
 }
 
 var _ provider.NetworkSetter = (*Instance)(nil)
@@ -585,11 +458,11 @@ func (i *Instance) SetNetwork(ctx context.Context, n provider.Network) error {
 		return provider.Wrap(err, provider.CodeProvider, "set_network")
 	}
 	// UDP first: the firewall's part is in force when applyFirewall returns.
-	nlk, err := i.p.net.lock(ctx)
+	nlk, err := i.p.net.Lock(ctx)
 	if err != nil {
 		return err
 	}
-	err = i.p.applyEgress(ctx, rec, egressFile{DNSUDP: rec.Egress.Ports.DNSUDP, DNSTCP: rec.Egress.Ports.DNSTCP, Proxy: rec.Egress.Ports.Proxy}, pol)
+	err = i.p.applyEgress(ctx, rec, hostnet.Egress{DNSUDP: rec.Egress.Ports.DNSUDP, DNSTCP: rec.Egress.Ports.DNSTCP, Proxy: rec.Egress.Ports.Proxy}, pol)
 	nlk.Unlock()
 	if err != nil {
 		return provider.Wrap(err, provider.CodeProvider, "set_network")
@@ -670,9 +543,9 @@ func (p *Provider) attachEgress(ctx context.Context, rec *record, pol *egress.Po
 			return err
 		}
 	}
-	var socks *egressSockets
-	defer func() { socks.close() }()
-	var open []tcpConn // the sandbox's connections before its rules
+	var socks *hostnet.Sockets
+	defer func() { socks.Close() }()
+	var open []hostnet.Conn // the sandbox's connections before its rules
 	list := []steps.Step{
 		{Name: "policy file", Do: func(ctx context.Context) error {
 			return p.writeEgressPolicy(rec.ID, file)
@@ -685,11 +558,11 @@ func (p *Provider) attachEgress(ctx context.Context, rec *record, pol *egress.Po
 				return nil
 			}
 			var err error
-			open, err = p.net.connections(ctx, nsPath, rec.IP)
+			open, err = p.net.Connections(ctx, nsPath, rec.IP)
 			return err
 		}},
 		{Name: "network", Do: func(ctx context.Context) error {
-			lk, err := p.net.lock(ctx)
+			lk, err := p.net.Lock(ctx)
 			if err != nil {
 				return err
 			}
@@ -719,22 +592,22 @@ func (p *Provider) attachEgress(ctx context.Context, rec *record, pol *egress.Po
 	}
 	// The policy is in force: a failure to cut leaves connections the firewall resets at
 	// their next packet out, so it is not undone.
-	return p.net.cutConnections(context.WithoutCancel(ctx), nsPath, open)
+	return p.net.CutConnections(context.WithoutCancel(ctx), nsPath, open)
 }
 
 // dropEgress removes the egress record of sandbox rec's address and rewrites the bridge's
-// rules without it (network.detach does it at teardown).
+// rules without it (hostnet.Network.Detach does it at teardown).
 func (p *Provider) dropEgress(rec *record) error {
 	ctx := context.Background()
-	lk, err := p.net.lock(ctx)
+	lk, err := p.net.Lock(ctx)
 	if err != nil {
 		return err
 	}
 	defer lk.Unlock()
-	if !p.net.clearRecord(recEgress, rec.IP, leaseHolder(p.lay, rec.ID)) {
+	if !p.net.ClearEgress(rec.IP, leaseHolder(p.lay, rec.ID)) {
 		return nil
 	}
-	return p.net.applyFirewall(ctx)
+	return p.net.ApplyFirewall(ctx)
 }
 
 var _ provider.NetworkReporter = (*Instance)(nil)

@@ -36,6 +36,7 @@ import (
 
 	"github.com/tupper-dev/tupper/internal/testenv"
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/providers/local/internal/hostnet"
 	"github.com/tupper-dev/tupper/providers/remote"
 	"github.com/tupper-dev/tupper/sandbox"
 	"github.com/tupper-dev/tupper/server"
@@ -591,10 +592,10 @@ func newEgressLab(t *testing.T, upNetns func()) *egressLab {
 	l := &egressLab{ctx: context.Background(), seen: &tally{}, auth: &tally{}, udp: &tally{}, helper: buildHelper(t, egressHelperSource)}
 	labIP(t, "", "link set lo up")
 	up := filepath.Join(t.TempDir(), "upstream")
-	if err := newNetns(l.ctx, up); err != nil {
+	if err := hostnet.NewNetns(l.ctx, up); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { removeNetns(up) })
+	t.Cleanup(func() { hostnet.RemoveNetns(up) })
 	labIP(t, "",
 		"link add tpup0 type veth peer name tpup1",
 		"link set tpup1 netns "+up,
@@ -1266,11 +1267,11 @@ func (l *egressLab) liveNetwork(t *testing.T, api *labAPI) {
 	if procStart(rec.Egress.PID) == rec.Egress.Start {
 		t.Errorf("the egress proxy (pid %d) outlived its sandbox", rec.Egress.PID)
 	}
-	if fileExists(l.p.lay.dir(sb.ID)) || fileExists(filepath.Join(l.p.net.dir, recEgress, rec.IP)) {
+	if fileExists(l.p.lay.dir(sb.ID)) || l.p.net.EgressRecorded(rec.IP) {
 		t.Errorf("the sandbox's directory or egress record is left")
 	}
 	for _, table := range []string{"filter", "nat"} {
-		out, _ := exec.Command(l.p.net.iptPath, "-w", "5", "-t", table, "-S").CombinedOutput()
+		out, _ := exec.Command(l.p.net.IPTables()[0], "-w", "5", "-t", table, "-S").CombinedOutput()
 		if strings.Contains(string(out), rec.IP+"/32") {
 			t.Errorf("iptables %s still names %s:\n%s", table, rec.IP, out)
 		}

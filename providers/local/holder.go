@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/providers/local/internal/hostbin"
 )
 
 // The holder keeps a sandbox's mount namespace (nsworker.go), and so its disk and root file
@@ -63,7 +64,7 @@ const holderSeconds = "2147483647"
 // holder (and so no namespace, no mounts) that nothing records. Whether or not hold is
 // called, call done (it closes the pipe).
 func startHolder(ctx context.Context) (pid int, start uint64, hold func() error, done func(), err error) {
-	sleep, err := findBinary("sleep")
+	sleep, err := hostbin.Find("sleep")
 	if err != nil {
 		return 0, 0, nil, nil, err
 	}
@@ -100,7 +101,7 @@ func startHolder(ctx context.Context) (pid int, start uint64, hold func() error,
 // what names it in errors; errFile, when set, is a file whose last line explains an exit at
 // once. Whether or not the gate is opened, the caller closes it.
 func startDetached(ctx context.Context, what, script string, args []string, files []*os.File, errFile string) (pid int, start uint64, gate *os.File, err error) {
-	sh, err := findBinary("sh")
+	sh, err := hostbin.Find("sh")
 	if err != nil {
 		return 0, 0, nil, err
 	}

@@ -12,6 +12,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tupper-dev/tupper/providers/local/internal/hostbin"
 )
 
 // A template's layers hold files with the image's own owners (root-owned /usr is host uid
@@ -79,11 +81,11 @@ func (c *usernsCache) fd(base uint32) (int, error) {
 // end. Not a Go child cloned with CLONE_NEWUSER: Go cannot vfork such a child, and copying
 // the page tables of a large process (a server, a test binary) took 15-20 ms a create.
 func newUserns(base uint32) (int, error) {
-	unshare, err := findBinary("unshare")
+	unshare, err := hostbin.Find("unshare")
 	if err != nil {
 		return -1, fmt.Errorf("a user namespace for the idmapped layers: %w (util-linux)", err)
 	}
-	sh, err := findBinary("sh")
+	sh, err := hostbin.Find("sh")
 	if err != nil {
 		return -1, err
 	}

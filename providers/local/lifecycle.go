@@ -16,6 +16,7 @@ import (
 
 	"github.com/tupper-dev/tupper/internal/flock"
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/providers/local/internal/hostnet"
 )
 
 // alive reports whether the sandbox's init is still the process recorded at create.
@@ -99,10 +100,10 @@ func (p *Provider) teardown(ctx context.Context, rec *record) error {
 		}
 	}
 	if (rec.Network == string(provider.NetworkAll) || rec.Network == string(provider.NetworkAllow)) && p.net != nil {
-		if err := p.net.detach(ctx, id, rec.IP); err != nil {
+		if err := p.net.Detach(ctx, id, leaseHolder(p.lay, id), rec.IP); err != nil {
 			errs = append(errs, err)
 		}
-		if err := removeNetns(p.lay.netns(id)); err != nil {
+		if err := hostnet.RemoveNetns(p.lay.netns(id)); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -112,7 +113,7 @@ func (p *Provider) teardown(ctx context.Context, rec *record) error {
 		errs = append(errs, err)
 	}
 	if rec.UIDIndex >= 0 {
-		if err := release(p.uidLeases(), strconv.Itoa(rec.UIDIndex), leaseHolder(p.lay, id)); err != nil {
+		if err := leasesIn(p.uidLeases()).Release(strconv.Itoa(rec.UIDIndex), leaseHolder(p.lay, id)); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -297,12 +298,12 @@ func (p *Provider) reapIDs(ctx context.Context, ids []string, wait bool) (int, e
 // lease is taken.
 func (p *Provider) cleanLeases(ctx context.Context) {
 	if lk, err := flock.Acquire(ctx, p.uidLeases()+".lock"); err == nil {
-		cleanStaleLeases(p.uidLeases())
+		leasesIn(p.uidLeases()).CleanStale()
 		lk.Unlock()
 	}
 	if p.net != nil {
-		if lk, err := p.net.lock(ctx); err == nil {
-			cleanStaleLeases(p.net.leases())
+		if lk, err := p.net.Lock(ctx); err == nil {
+			p.net.Leases().CleanStale()
 			lk.Unlock()
 		}
 	}

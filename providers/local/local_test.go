@@ -23,6 +23,7 @@ import (
 	agentspec "github.com/tupper-dev/tupper/agent/spec"
 	"github.com/tupper-dev/tupper/internal/testenv"
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/providers/local/internal/hostnet"
 	"golang.org/x/sys/unix"
 )
 
@@ -105,23 +106,23 @@ func assertNoLeftovers(t *testing.T, p *Provider) {
 	}
 	// Under the network's lock, as creates and destroys take it: another process cannot
 	// lease an address and make the bridge between the look at the leases and at the bridge.
-	lk, err := p.net.lock(context.Background())
+	lk, err := p.net.Lock(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer lk.Unlock()
-	if ents, _ := os.ReadDir(p.net.leases()); len(ents) > 0 {
+	if ents, _ := os.ReadDir(p.net.Leases().Path()); len(ents) > 0 {
 		return
 	}
-	if linkExists(p.cfg.Bridge) {
+	if hostnet.LinkExists(p.cfg.Bridge) {
 		t.Errorf("bridge %s left", p.cfg.Bridge)
 	}
-	for _, f := range p.net.families(nil, nil, nil) {
+	for _, ipt := range p.net.IPTables() {
 		for _, table := range []string{"filter", "nat"} {
-			out, _ := exec.Command(f.iptables, "-w", "5", "-t", table, "-S").CombinedOutput()
-			for _, s := range []string{"tupper " + p.cfg.Bridge + `"`, p.net.fwdChain(), p.net.inChain(), p.net.preChain()} {
+			out, _ := exec.Command(ipt, "-w", "5", "-t", table, "-S").CombinedOutput()
+			for _, s := range append([]string{"tupper " + p.cfg.Bridge + `"`}, p.net.Chains()...) {
 				if strings.Contains(string(out), s) {
-					t.Errorf("%s %s: %q of %s left", filepath.Base(f.iptables), table, s, p.cfg.Bridge)
+					t.Errorf("%s %s: %q of %s left", filepath.Base(ipt), table, s, p.cfg.Bridge)
 				}
 			}
 		}
@@ -437,9 +438,9 @@ func TestNetworkAll(t *testing.T) {
 			t.Errorf("the host cannot reach the sandbox at %s:8080: %v", rec.IP, derr)
 		}
 
-		ln, accepted := countingListener(t, "tcp", net.JoinHostPort(p.net.gateway.String(), "0"))
+		ln, accepted := countingListener(t, "tcp", net.JoinHostPort(p.net.Gateway().String(), "0"))
 		port := ln.Addr().(*net.TCPAddr).Port
-		_, stderr, code := runCode(t, inst, fmt.Sprintf("bash -c 'exec 3<>/dev/tcp/%s/%d'", p.net.gateway, port))
+		_, stderr, code := runCode(t, inst, fmt.Sprintf("bash -c 'exec 3<>/dev/tcp/%s/%d'", p.net.Gateway(), port))
 		if code == 0 || !strings.Contains(stderr, "No route to host") || accepted.Load() != 0 {
 			t.Errorf("the sandbox to the host's gateway address: exit %d, %q, %d accepted; want No route to host", code, stderr, accepted.Load())
 		}
@@ -622,13 +623,13 @@ func TestCreateUndo(t *testing.T) {
 	assertNoLeftovers(t, p)
 	ents, _ := os.ReadDir(p.uidLeases())
 	for _, e := range ents {
-		if strings.Contains(holder(p.uidLeases(), e.Name()), p.cfg.Home) {
+		if strings.Contains(leasesIn(p.uidLeases()).Holder(e.Name()), p.cfg.Home) {
 			t.Errorf("uid lease %s left", e.Name())
 		}
 	}
-	if ents, _ := os.ReadDir(p.net.leases()); len(ents) != 0 {
+	if ents, _ := os.ReadDir(p.net.Leases().Path()); len(ents) != 0 {
 		for _, e := range ents {
-			if strings.Contains(holder(p.net.leases(), e.Name()), p.cfg.Home) {
+			if strings.Contains(p.net.Leases().Holder(e.Name()), p.cfg.Home) {
 				t.Errorf("ip lease %s left", e.Name())
 			}
 		}

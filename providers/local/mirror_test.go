@@ -129,7 +129,7 @@ func (l *netLab) mirror(t *testing.T) {
 			expect(t, mirrored, "mirrored", hp(a, labPort), refused)
 		}
 		expect(t, mirrored, "mirrored (metadata)", hp(labMetadata, 80), refused)
-		expect(t, mirrored, "mirrored (the host)", hp(l.q.net.gateway, labPort), refused)
+		expect(t, mirrored, "mirrored (the host)", hp(l.q.net.Gateway(), labPort), refused)
 		expect(t, mirrored, "mirrored (public)", hp(labPublic, labPort), "connected")
 		expect(t, plain, "plain", labMirror.String(), refused)
 		if got := l.connect(t, host, labMirror.String()); got != refused {

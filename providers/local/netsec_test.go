@@ -24,6 +24,7 @@ import (
 
 	"github.com/tupper-dev/tupper/internal/testenv"
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/providers/local/internal/hostnet"
 )
 
 // TestSecurityNetwork is what a sandbox with network "all" reaches, per runtime: the public
@@ -198,17 +199,17 @@ func newNetLab(t *testing.T, rt string) *netLab { return newNetLabOn(t, rt, "tpn
 func newNetLabOn(t *testing.T, rt, bridge string) *netLab {
 	l := &netLab{rt: rt, ctx: context.Background(), bridge: bridge, subnet: netip.MustParsePrefix("10.216.200.0/24"),
 		upTCP: &tally{}, upUDP: &tally{}, hostTCP: &tally{}, hostUDP: &tally{}, helper: buildSecHelper(t)}
-	if linkExists("eth0") || linkExists(testBridge) {
+	if hostnet.LinkExists("eth0") || hostnet.LinkExists(testBridge) {
 		t.Fatal("not in a fresh network namespace")
 	}
 	labIP(t, "", "link set lo up")
 
 	// The upstream namespace, the host's default route, on IPv4 and IPv6.
 	l.up = filepath.Join(t.TempDir(), "upstream")
-	if err := newNetns(l.ctx, l.up); err != nil {
+	if err := hostnet.NewNetns(l.ctx, l.up); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { removeNetns(l.up) })
+	t.Cleanup(func() { hostnet.RemoveNetns(l.up) })
 	labIP(t, "",
 		"link add tpup0 type veth peer name tpup1",
 		"link set tpup1 netns "+l.up,
@@ -222,8 +223,8 @@ func newNetLabOn(t *testing.T, rt, bridge string) *netLab {
 		t.Fatal(err) // a host that forwards IPv6, like one running Docker with IPv6
 	}
 	upAddrs := []netip.Addr{labPublic, labRefused, labResolver, labOpened}
-	for _, np := range nonPublic {
-		if a, ok := probeAddr(np.prefix); ok {
+	for _, np := range hostnet.NonPublic {
+		if a, ok := probeAddr(np.Prefix); ok {
 			upAddrs = append(upAddrs, a)
 		}
 	}
@@ -417,7 +418,7 @@ func (l *netLab) expect(t *testing.T, inst *Instance, who string, addr netip.Add
 func (l *netLab) run(t *testing.T) {
 	a := l.create(t, l.p, provider.NetworkAll) // AllowPrivate: labAllow
 	b := l.create(t, l.q, provider.NetworkAll) // nothing opened
-	gw := l.q.net.gateway
+	gw := l.q.net.Gateway()
 	const refused = "EHOSTUNREACH" // our REJECT: ICMP administratively prohibited
 
 	t.Run("resolv.conf", func(t *testing.T) {
@@ -442,16 +443,16 @@ func (l *netLab) run(t *testing.T) {
 	})
 
 	t.Run("non-public", func(t *testing.T) {
-		for _, np := range nonPublic {
-			addr, ok := probeAddr(np.prefix)
+		for _, np := range hostnet.NonPublic {
+			addr, ok := probeAddr(np.Prefix)
 			if !ok {
 				continue
 			}
-			l.expect(t, b, "b ("+np.what+")", addr, labPort, refused)
-			if np.prefix.Contains(labOpened) {
+			l.expect(t, b, "b ("+np.Why+")", addr, labPort, refused)
+			if np.Prefix.Contains(labOpened) {
 				continue // a's AllowPrivate opens part of it: below
 			}
-			l.expect(t, a, "a ("+np.what+")", addr, labPort, refused)
+			l.expect(t, a, "a ("+np.Why+")", addr, labPort, refused)
 		}
 		l.expect(t, b, "b (metadata)", labMetadata, 80, refused)
 	})
@@ -570,7 +571,7 @@ func (l *netLab) run(t *testing.T) {
 		idx := func(sub string) int {
 			return slices.IndexFunc(fwd, func(s string) bool { return strings.Contains(s, sub) })
 		}
-		jump, user, accept := idx("-j "+l.q.net.fwdChain()), idx("-j DOCKER-USER"), idx("-j ACCEPT")
+		jump, user, accept := idx("-j "+l.q.net.ForwardChain()), idx("-j DOCKER-USER"), idx("-j ACCEPT")
 		if jump < 0 || user < 0 || accept < 0 || jump > user || accept < user {
 			t.Errorf("FORWARD: our refusals at %d, DOCKER-USER at %d, our accept at %d (want refusals before DOCKER-USER, the accept after):\n%s", jump, user, accept, strings.Join(fwd, "\n"))
 		}
@@ -607,7 +608,7 @@ func (l *netLab) run(t *testing.T) {
 	if err := l.p.Destroy(ctx, a.ID()); err != nil {
 		t.Fatal(err)
 	}
-	if rules := labRun(t, "iptables", "-S", l.q.net.fwdChain()); strings.Contains(rules, aIP+"/32") {
+	if rules := labRun(t, "iptables", "-S", l.q.net.ForwardChain()); strings.Contains(rules, aIP+"/32") {
 		t.Errorf("a's exemption outlived it:\n%s", rules)
 	}
 	l.expect(t, b, "b", labPublic, labPort, "connected")

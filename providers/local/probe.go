@@ -18,6 +18,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/providers/local/internal/hostbin"
+	"github.com/tupper-dev/tupper/providers/local/internal/hostnet"
 )
 
 // probed fills runtimes, userns, net, caps and unavail, once.
@@ -48,7 +50,7 @@ func (p *Provider) probe() {
 	for name, path := range map[string]string{RuntimeRunc: p.cfg.RuncPath, RuntimeRunsc: p.cfg.RunscPath, RuntimeCrun: p.cfg.CrunPath} {
 		if path == "" {
 			var err error
-			if path, err = findBinary(name); err != nil {
+			if path, err = hostbin.Find(name); err != nil {
 				continue
 			}
 		}
@@ -133,18 +135,18 @@ func (p *Provider) probe() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if n, err := newNetwork(p.lay, p.cfg.Subnet, p.cfg.Bridge, p.cfg.AllowPrivate); err != nil {
+	if n, err := hostnet.New(hostnet.Config{Subnet: p.cfg.Subnet, Bridge: p.cfg.Bridge, AllowPrivate: p.cfg.AllowPrivate, Stale: staleHolder}); err != nil {
 		p.netErr = err
 	} else if haveCache {
 		// The tools are looked up again (cheap); the veth and nat checks are not.
-		if err := n.findTools(); err != nil {
+		if err := n.FindTools(); err != nil {
 			p.netErr = err
 		} else if cached.NetErr != "" {
 			p.netErr = errors.New(cached.NetErr)
 		} else {
 			p.net = n
 		}
-	} else if err := n.probe(ctx); err != nil {
+	} else if err := n.Probe(ctx); err != nil {
 		p.netErr = err
 		cached.NetErr = err.Error()
 	} else {
@@ -281,7 +283,7 @@ func usernsWorks() bool {
 	if err == nil && strings.TrimSpace(string(b)) == "0" {
 		return false
 	}
-	truePath, err := findBinary("true")
+	truePath, err := hostbin.Find("true")
 	if err != nil {
 		return false
 	}

@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/tupper-dev/tupper/providers/local/internal/hostbin"
 )
 
 // probeCache keeps what New learned by forking processes (a user namespace, a veth pair and
@@ -34,7 +36,7 @@ func (p *Provider) probeKey() string {
 	fmt.Fprintf(h, "v2|%s|%s|%s|%v|%d|", strings.TrimSpace(string(boot)), p.cfg.Subnet, p.cfg.Bridge, p.cfg.NoUserNS, p.cfg.UIDBase)
 	paths := []string{p.runtimes[RuntimeRunc].path, p.runtimes[RuntimeRunsc].path, p.runtimes[RuntimeCrun].path}
 	for _, tool := range []string{"ip", "iptables", "iptables-restore", "ip6tables", "ip6tables-restore", "nsenter", "true"} {
-		path, _ := findBinary(tool)
+		path, _ := hostbin.Find(tool)
 		paths = append(paths, path)
 	}
 	for _, path := range paths {

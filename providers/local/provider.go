@@ -8,6 +8,7 @@ import (
 
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/provider/agentinst"
+	"github.com/tupper-dev/tupper/providers/local/internal/hostnet"
 	"github.com/tupper-dev/tupper/template"
 )
 
@@ -17,7 +18,7 @@ type Provider struct {
 	cfg      Config
 	lay      layout
 	runtimes map[string]ociRuntime // the runtimes found
-	net      *network              // nil: network "all" is unavailable
+	net      *hostnet.Network      // nil: network "all" is unavailable
 	netErr   error
 	userns   bool
 	// runscDate is the runsc release date (YYYYMMDD), 0 when unknown.

@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -190,19 +189,3 @@ func lastLines(s string, n int) string {
 
 // installRuntimes is what installs the runtimes: the provider's Install hint.
 const installRuntimes = "scripts/setup.sh (apt-get install runc crun; gVisor's runsc built from its Go module)"
-
-// findBinary looks name up on PATH and in the sbin directories a non-root PATH may lack,
-// the local ones first as on a usual PATH (scripts/setup.sh puts a current runsc in
-// /usr/local/sbin, ahead of a distribution's older one).
-func findBinary(name string) (string, error) {
-	if p, err := exec.LookPath(name); err == nil {
-		return p, nil
-	}
-	for _, dir := range []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin"} {
-		p := dir + "/" + name
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", errors.New(name + " not found")
-}

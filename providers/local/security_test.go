@@ -553,7 +553,7 @@ func (s *secSuite) hostLoopback(t *testing.T) {
 		s.mustFail(t, inst, fmt.Sprintf("bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d'", e.loopPort), "Connection refused")
 		s.mustFail(t, inst, fmt.Sprintf("git ls-remote http://127.0.0.1:%d/x", e.loopPort), "Failed to connect")
 		// No routes to change (no CAP_NET_ADMIN), e.g. to send 127/8 to the gateway.
-		s.mustFail(t, inst, "ip route add 127.1.0.0/16 via "+s.p.net.gateway.String(), "")
+		s.mustFail(t, inst, "ip route add 127.1.0.0/16 via "+s.p.net.Gateway().String(), "")
 		if out, _ := s.sh(t, inst, "ip link set lo down"); !strings.Contains(out, "Operation not permitted") && !strings.Contains(out, "Permission denied") {
 			t.Errorf("network %s: ip link set lo down: %q", name, out)
 		}
@@ -565,14 +565,14 @@ func (s *secSuite) hostLoopback(t *testing.T) {
 	if s.rt == RuntimeRunsc {
 		unreach = append(unreach, "EHOSTUNREACH")
 	}
-	if r := s.helper(t, s.n, "connect "+net.JoinHostPort(s.p.net.gateway.String(), strconv.Itoa(e.loopPort))); !slices.Contains(unreach, r["connect"]) {
+	if r := s.helper(t, s.n, "connect "+net.JoinHostPort(s.p.net.Gateway().String(), strconv.Itoa(e.loopPort))); !slices.Contains(unreach, r["connect"]) {
 		t.Errorf("network none: connect to the gateway: %q, want one of %s", r["connect"], unreach)
 	}
 	// Network all does not reach the host either: the firewall refuses everything a
 	// sandbox sends to the host's addresses, the gateway's included, whether or not
 	// something listens there (the egress matrix is TestSecurityNetwork's).
-	gw, gwConns := countingListener(t, "tcp", net.JoinHostPort(s.p.net.gateway.String(), "0"))
-	for _, addr := range []string{gw.Addr().String(), net.JoinHostPort(s.p.net.gateway.String(), strconv.Itoa(e.loopPort))} {
+	gw, gwConns := countingListener(t, "tcp", net.JoinHostPort(s.p.net.Gateway().String(), "0"))
+	for _, addr := range []string{gw.Addr().String(), net.JoinHostPort(s.p.net.Gateway().String(), strconv.Itoa(e.loopPort))} {
 		if r := s.helper(t, s.a, "connect "+addr); r["connect"] != "EHOSTUNREACH" {
 			t.Errorf("network all: connect to the host at %s: %q, want EHOSTUNREACH (refused by the firewall)", addr, r["connect"])
 		}
@@ -598,8 +598,8 @@ func (s *secSuite) hostLoopback(t *testing.T) {
 	}
 	if derr != nil {
 		t.Errorf("the host cannot reach a's listener at %s:%d: %v", aIP, port, derr)
-	} else if out := waitFor(t, s.a, "cat "+log, s.p.net.gateway.String()); !strings.Contains(out, s.p.net.gateway.String()+":") {
-		t.Errorf("a's listener saw %q, want a connection from the gateway %s", out, s.p.net.gateway)
+	} else if out := waitFor(t, s.a, "cat "+log, s.p.net.Gateway().String()); !strings.Contains(out, s.p.net.Gateway().String()+":") {
+		t.Errorf("a's listener saw %q, want a connection from the gateway %s", out, s.p.net.Gateway())
 	}
 	if n := e.loopConns.Load() - before; n != 0 {
 		t.Errorf("ESCAPE: the host's loopback listener accepted %d connections from sandboxes", n)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	mathrand "math/rand/v2"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/providers/local/internal/lease"
 )
 
 // The state layout under Config.Home:
@@ -211,91 +211,24 @@ func (l layout) ids() ([]string, error) {
 	return out, nil
 }
 
-// lease claims name in dir for id by creating the file exclusively. It reports false when
-// another sandbox holds it.
-func lease(dir, name, id string) (bool, error) {
-	f, err := os.OpenFile(filepath.Join(dir, name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, os.ErrExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	_, werr := f.WriteString(id)
-	cerr := f.Close()
-	if err := errors.Join(werr, cerr); err != nil {
-		os.Remove(f.Name())
-		return false, err
-	}
-	return true, nil
-}
-
 // leaseHolder is what a host-wide lease file holds: the sandbox id and its Home.
 func leaseHolder(l layout, id string) string { return id + " " + l.home }
 
-// cleanStaleLeases removes the leases in dir whose sandbox has no record any more (its Home
-// was deleted without a teardown). Call with the lease directory's lock held: a lease is read,
-// judged and removed in three steps, and another process must not release it and lease the
-// name again in between. A lease taken at this moment, before its record exists, cannot be
-// judged stale either: Create writes the record before it leases anything.
-func cleanStaleLeases(dir string) {
-	ents, _ := os.ReadDir(dir)
-	for _, e := range ents {
-		f := strings.Fields(holder(dir, e.Name()))
-		if len(f) != 2 || !validID(f[0]) || !filepath.IsAbs(f[1]) {
-			continue
-		}
-		if _, err := os.Stat(layout{home: f[1]}.record(f[0])); errors.Is(err, os.ErrNotExist) {
-			os.Remove(filepath.Join(dir, e.Name()))
-		}
-	}
-}
+// leasesIn is the host-wide leases in dir (package lease): of uid ranges, or of a bridge's
+// addresses.
+func leasesIn(dir string) lease.Dir { return lease.New(dir, staleHolder) }
 
-// leaseAny leases one of count names (name(0) … name(count-1)) in dir for holder and
-// returns its index. It probes from a random index, so the work does not grow with the
-// leases already held (a few probes while the space is mostly free); only when every name is
-// taken does it clear stale leases and look once more. Call with dir's lock held.
-func leaseAny(dir string, count int, name func(int) string, holder string) (int, error) {
-	if count <= 0 {
-		return 0, errors.New("no names to lease")
+// staleHolder reports whether a lease's holder (leaseHolder) is a sandbox that has no
+// record any more (its Home was deleted without a teardown). A lease taken at this moment,
+// before its record exists, cannot be judged stale: Create writes the record before it
+// leases anything.
+func staleHolder(h string) bool {
+	f := strings.Fields(h)
+	if len(f) != 2 || !validID(f[0]) || !filepath.IsAbs(f[1]) {
+		return false
 	}
-	for attempt := 0; attempt < 2; attempt++ {
-		if attempt == 1 {
-			cleanStaleLeases(dir)
-		}
-		start := mathrand.IntN(count)
-		for i := range count {
-			idx := (start + i) % count
-			ok, err := lease(dir, name(idx), holder)
-			if err != nil {
-				return 0, err
-			}
-			if ok {
-				return idx, nil
-			}
-		}
-	}
-	return 0, errLeasesExhausted
-}
-
-var errLeasesExhausted = errors.New("every one is leased")
-
-// holder returns the id written in a lease file.
-func holder(dir, name string) string {
-	b, _ := os.ReadFile(filepath.Join(dir, name))
-	return strings.TrimSpace(string(b))
-}
-
-// release removes a lease if id holds it.
-func release(dir, name, id string) error {
-	if holder(dir, name) != id {
-		return nil
-	}
-	err := os.Remove(filepath.Join(dir, name))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	return err
+	_, err := os.Stat(layout{home: f[1]}.record(f[0]))
+	return errors.Is(err, os.ErrNotExist)
 }
 
 // procStart returns the start time of pid (field 22 of /proc/PID/stat), or 0 when there is

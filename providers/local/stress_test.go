@@ -16,6 +16,7 @@ import (
 
 	"github.com/tupper-dev/tupper/internal/testenv"
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/providers/local/internal/hostnet"
 )
 
 // Creates and destroys from many goroutines in several processes share host state: the
@@ -195,7 +196,7 @@ func assertGone(t *testing.T, p *Provider, ids []string) {
 		if left, _ := filepath.Glob("/sys/fs/cgroup/tupper/" + id); len(left) != 0 {
 			t.Errorf("%s: cgroup v2 left: %v", id, left)
 		}
-		host, _ := vethNames(id)
+		host, _ := hostnet.VethNames(id)
 		if _, err := os.Stat("/sys/class/net/" + host); err == nil {
 			t.Errorf("%s: veth %s left", id, host)
 		}
@@ -206,11 +207,11 @@ func assertGone(t *testing.T, p *Provider, ids []string) {
 		}
 	}
 	ours := " " + p.cfg.Home
-	for _, dir := range []string{p.uidLeases(), p.net.leases()} {
+	for _, dir := range []string{p.uidLeases(), p.net.Leases().Path()} {
 		ents, _ := os.ReadDir(dir)
 		for _, e := range ents {
-			if strings.HasSuffix(holder(dir, e.Name()), ours) {
-				t.Errorf("lease %s/%s left: %s", dir, e.Name(), holder(dir, e.Name()))
+			if strings.HasSuffix(leasesIn(dir).Holder(e.Name()), ours) {
+				t.Errorf("lease %s/%s left: %s", dir, e.Name(), leasesIn(dir).Holder(e.Name()))
 			}
 		}
 	}

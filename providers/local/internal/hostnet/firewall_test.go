@@ -1,6 +1,6 @@
 //go:build linux
 
-package local
+package hostnet
 
 import (
 	"flag"
@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/tupper-dev/tupper/internal/netrange"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -17,7 +19,7 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 // TestFirewallScripts pins the iptables-restore input of each step (golden file): what a
 // create writes (first without hooks, then with), what the last teardown removes.
 func TestFirewallScripts(t *testing.T) {
-	n, err := newNetwork(layout{home: "/var/lib/tupper"}, "10.213.0.0/16", "tupper0", nil)
+	n, err := New(Config{Subnet: "10.213.0.0/16", Bridge: "tupper0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,7 +27,7 @@ func TestFirewallScripts(t *testing.T) {
 	fams := n.families([]netip.Addr{netip.MustParseAddr("10.255.255.53")},
 		[]allowance{{src: netip.MustParseAddr("10.213.0.7"), dst: netip.MustParsePrefix("10.1.2.0/24")},
 			{src: netip.MustParseAddr("10.213.0.8"), dst: netip.MustParsePrefix("203.0.113.80/32"), port: 80}}, // a template's mirror
-		[]egressRule{{netip.MustParseAddr("10.213.0.9"), egressFile{DNSUDP: 40001, DNSTCP: 40002, Proxy: 40003,
+		[]egressRule{{netip.MustParseAddr("10.213.0.9"), Egress{DNSUDP: 40001, DNSTCP: 40002, Proxy: 40003,
 			UDPAllow: []netip.Prefix{netip.MustParsePrefix("11.22.33.0/24")}, UDPDeny: []netip.Prefix{netip.MustParsePrefix("11.22.33.44/32")}}}})
 	var b strings.Builder
 	for _, f := range fams {
@@ -66,7 +68,7 @@ func TestFirewallScripts(t *testing.T) {
 // loopback, link-local and multicast addresses, and that public addresses stay outside.
 func TestNonPublic(t *testing.T) {
 	refused := func(a netip.Addr) bool {
-		return slices.ContainsFunc(nonPublic, func(r ipRange) bool { return r.prefix.Contains(a) })
+		return slices.ContainsFunc(NonPublic, func(r netrange.Range) bool { return r.Prefix.Contains(a) })
 	}
 	for _, s := range []string{"10.1.2.3", "172.16.0.1", "172.31.255.254", "192.168.1.1", "100.64.0.1",
 		"100.127.255.254", "169.254.169.254", "127.0.0.1", "0.0.0.0", "224.0.0.251", "239.255.255.250",
@@ -138,7 +140,7 @@ func TestParseConnections(t *testing.T) {
 		"0      0      [::1]:5000 [::1]:6000\n" +
 		"0      0      10.216.201.5%eth0:22 1.2.3.4:5\n\n"
 	got := parseConnections(out, "10.216.201.5")
-	want := []tcpConn{
+	want := []Conn{
 		{netip.MustParseAddrPort("10.216.201.5:45678"), netip.MustParseAddrPort("11.22.34.1:80")},
 		{netip.MustParseAddrPort("10.216.201.5:45680"), netip.MustParseAddrPort("11.22.34.6:7000")},
 	}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package local
+package hostnet
 
 import (
 	"bytes"
@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/tupper-dev/tupper/internal/netrange"
 )
 
 // The firewall of network "all": sandboxes reach the public internet and nothing else.
@@ -49,30 +51,19 @@ import (
 // sandbox removes them in one; the per-rule commands are the fallback when a hook is missing
 // or doubled.
 
-// nonPublic are the IPv4 destinations a sandbox never reaches unless Config.AllowPrivate
+// NonPublic are the IPv4 destinations a sandbox never reaches unless Config.AllowPrivate
 // opens them: every block IANA's special-purpose address registry marks as not globally
-// reachable, and multicast.
-var nonPublic = []ipRange{
-	{netip.MustParsePrefix("0.0.0.0/8"), `"this network"`},
-	{netip.MustParsePrefix("10.0.0.0/8"), "private (RFC 1918)"},
-	{netip.MustParsePrefix("100.64.0.0/10"), "shared address space (carrier-grade NAT)"},
-	{netip.MustParsePrefix("127.0.0.0/8"), "loopback"},
-	{netip.MustParsePrefix("169.254.0.0/16"), "link-local, cloud metadata services (169.254.169.254)"},
-	{netip.MustParsePrefix("172.16.0.0/12"), "private (RFC 1918)"},
-	{netip.MustParsePrefix("192.0.0.0/24"), "IETF protocol assignments"},
-	{netip.MustParsePrefix("192.0.2.0/24"), "documentation (TEST-NET-1)"},
-	{netip.MustParsePrefix("192.168.0.0/16"), "private (RFC 1918)"},
-	{netip.MustParsePrefix("198.18.0.0/15"), "benchmarking"},
-	{netip.MustParsePrefix("198.51.100.0/24"), "documentation (TEST-NET-2)"},
-	{netip.MustParsePrefix("203.0.113.0/24"), "documentation (TEST-NET-3)"},
-	{netip.MustParsePrefix("224.0.0.0/4"), "multicast"},
-	{netip.MustParsePrefix("240.0.0.0/4"), "reserved, and the limited broadcast address"},
-}
+// reachable, and multicast (the IPv4 ranges of netrange.NonPublic).
+var NonPublic = ipv4(netrange.NonPublic)
 
-// ipRange is a range of addresses and what it is for.
-type ipRange struct {
-	prefix netip.Prefix
-	what   string
+func ipv4(rs []netrange.Range) []netrange.Range {
+	var out []netrange.Range
+	for _, r := range rs {
+		if r.Prefix.Addr().Is4() {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // rule is one iptables rule: its table, chain and arguments (matches and target).
@@ -110,21 +101,22 @@ type family struct {
 	first, last       []rule // hooks inserted first, and appended last, in built-in chains
 }
 
-func (n *network) fwdChain() string { return "TUPPER-FWD-" + n.bridge }
-func (n *network) preChain() string { return "TUPPER-PRE-" + n.bridge }
-func (n *network) inChain() string  { return "TUPPER-IN-" + n.bridge }
+// ForwardChain is the chain of the bridge's rules for traffic through the host.
+func (n *Network) ForwardChain() string { return "TUPPER-FWD-" + n.bridge }
+func (n *Network) preChain() string     { return "TUPPER-PRE-" + n.bridge }
+func (n *Network) inChain() string      { return "TUPPER-IN-" + n.bridge }
 
-func (n *network) comment() []string {
+func (n *Network) comment() []string {
 	return []string{"-m", "comment", "--comment", "tupper " + n.bridge}
 }
 
 // families returns the rules of the bridge for IPv4 and, when the host has IPv6, IPv6.
-// nameservers are the sandboxes' (hostNameservers); allowed are the exemptions of the
+// nameservers are the sandboxes' (Nameservers); allowed are the exemptions of the
 // sandboxes on the bridge (allowances); policies are the sandboxes with an egress policy
-// (egressRules, egress.go).
-func (n *network) families(nameservers []netip.Addr, allowed []allowance, policies []egressRule) []family {
+// (egressRules).
+func (n *Network) families(nameservers []netip.Addr, allowed []allowance, policies []egressRule) []family {
 	c := n.comment()
-	fwd, in, pre := n.fwdChain(), n.inChain(), n.preChain()
+	fwd, in, pre := n.ForwardChain(), n.inChain(), n.preChain()
 	reject4 := []string{"-j", "REJECT", "--reject-with", "icmp-admin-prohibited"}
 	hook := func(table, chain string, args ...string) rule {
 		return rule{table, chain, append(args, c...)}
@@ -169,8 +161,8 @@ func (n *network) families(nameservers []netip.Addr, allowed []allowance, polici
 		}
 		v4.chains = append(v4.chains, rule{"filter", fwd, append(args, "-j", "RETURN")})
 	}
-	for _, np := range nonPublic {
-		v4.chains = append(v4.chains, rule{"filter", fwd, append([]string{"-d", np.prefix.String()}, reject4...)})
+	for _, np := range NonPublic {
+		v4.chains = append(v4.chains, rule{"filter", fwd, append([]string{"-d", np.Prefix.String()}, reject4...)})
 	}
 	v4.chains = append(v4.chains, rule{"filter", in, []string{"-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "RETURN"}})
 	for _, args := range dns {
@@ -263,7 +255,7 @@ func (f family) script(fill bool, hookOps func(first bool) []string, drop bool) 
 	return b.String()
 }
 
-func (n *network) restore(ctx context.Context, path, script string) error {
+func (n *Network) restore(ctx context.Context, path, script string) error {
 	cmd := exec.CommandContext(ctx, path, "-w", "5", "--noflush")
 	cmd.Stdin = strings.NewReader(script)
 	out, err := cmd.CombinedOutput()
@@ -273,7 +265,7 @@ func (n *network) restore(ctx context.Context, path, script string) error {
 	return nil
 }
 
-func (n *network) run(ctx context.Context, path string, args ...string) error {
+func (n *Network) run(ctx context.Context, path string, args ...string) error {
 	out, err := exec.CommandContext(ctx, path, append([]string{"-w", "5"}, args...)...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("%s %s: %w: %s", filepath.Base(path), strings.Join(args, " "), err, bytes.TrimSpace(out))
@@ -281,10 +273,10 @@ func (n *network) run(ctx context.Context, path string, args ...string) error {
 	return nil
 }
 
-// applyFirewall writes the bridge's rules for the sandboxes leased now. Call with the
+// ApplyFirewall writes the bridge's rules for the sandboxes leased now. Call with the
 // network lock held, after the bridge exists.
-func (n *network) applyFirewall(ctx context.Context) error {
-	for _, f := range n.families(hostNameservers(), n.allowances(), n.egressRules()) {
+func (n *Network) ApplyFirewall(ctx context.Context) error {
+	for _, f := range n.families(Nameservers(), n.allowances(), n.egressRules()) {
 		// Usually the hooks are there: move them back into place and refill the chains.
 		err := n.restore(ctx, f.restore, f.script(true, func(first bool) []string {
 			if first {
@@ -312,7 +304,7 @@ func (n *network) applyFirewall(ctx context.Context) error {
 
 // removeFirewall deletes the bridge's hooks and chains. Call with the network lock held,
 // when no sandbox is left on the bridge.
-func (n *network) removeFirewall(ctx context.Context) error {
+func (n *Network) removeFirewall(ctx context.Context) error {
 	var errs []error
 	for _, f := range n.families(nil, nil, nil) {
 		if n.restore(ctx, f.restore, f.script(false, func(bool) []string { return []string{"-D"} }, true)) == nil {
@@ -326,7 +318,7 @@ func (n *network) removeFirewall(ctx context.Context) error {
 				}
 			}
 		}
-		for _, tc := range [][2]string{{"filter", n.fwdChain()}, {"filter", n.inChain()}, {"nat", n.preChain()}} {
+		for _, tc := range [][2]string{{"filter", n.ForwardChain()}, {"filter", n.inChain()}, {"nat", n.preChain()}} {
 			table, c := tc[0], tc[1]
 			if n.run(ctx, f.iptables, "-t", table, "-n", "-L", c) != nil {
 				continue // never made, or gone
@@ -343,7 +335,7 @@ func (n *network) removeFirewall(ctx context.Context) error {
 }
 
 // allowance lets the sandbox at src reach dst although dst is not public: every port
-// (Config.AllowPrivate), or TCP to port only (its template's mirror, mirror.go).
+// (Config.AllowPrivate), or TCP to port only (its template's mirror).
 type allowance struct {
 	src  netip.Addr
 	dst  netip.Prefix
@@ -358,7 +350,7 @@ type allowance struct {
 // record left behind by a crash never applies to the address's next holder.
 const (
 	recAllow  = "allow"  // Config.AllowPrivate's ranges, one per line
-	recEgress = "egress" // an egressFile (egress.go), as JSON
+	recEgress = "egress" // an Egress (egress.go), as JSON
 )
 
 // addrRecord is one record that counts: its address and body.
@@ -369,16 +361,16 @@ type addrRecord struct {
 
 // setRecord writes the KIND record of the sandbox leasing a (held by holder). Call with the
 // network lock held.
-func (n *network) setRecord(kind string, a netip.Addr, holder string, body []byte) error {
+func (n *Network) setRecord(kind string, a netip.Addr, holder string, body []byte) error {
 	dir := filepath.Join(n.dir, kind)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(dir, a.String()), append([]byte(holder+"\n"), body...))
+	return writeAtomic(filepath.Join(dir, a.String()), append([]byte(holder+"\n"), body...))
 }
 
 // clearRecord removes a's KIND record if holder wrote it, and reports whether it did.
-func (n *network) clearRecord(kind, a, holder string) bool {
+func (n *Network) clearRecord(kind, a, holder string) bool {
 	path := filepath.Join(n.dir, kind, a)
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -393,10 +385,10 @@ func (n *network) clearRecord(kind, a, holder string) bool {
 
 // records reads the KIND records whose address is still leased by the sandbox that wrote
 // them.
-func (n *network) records(kind string) []addrRecord {
+func (n *Network) records(kind string) []addrRecord {
 	dir := filepath.Join(n.dir, kind)
 	ents, _ := os.ReadDir(dir)
-	leases := n.leases()
+	leases := n.Leases()
 	var out []addrRecord
 	for _, e := range ents {
 		a, err := netip.ParseAddr(e.Name())
@@ -408,7 +400,7 @@ func (n *network) records(kind string) []addrRecord {
 			continue
 		}
 		first, rest, _ := strings.Cut(string(b), "\n")
-		if first != holder(leases, e.Name()) {
+		if first != leases.Holder(e.Name()) {
 			continue
 		}
 		out = append(out, addrRecord{a, rest})
@@ -417,9 +409,9 @@ func (n *network) records(kind string) []addrRecord {
 }
 
 // setAllowances records the ranges of Config.AllowPrivate and the mirror's address:port
-// pairs (mirrorAllowances) for the sandbox leasing a (held by holder), or removes any record
+// pairs (its template's mirror) for the sandbox leasing a (held by holder), or removes any record
 // left for a when there are none. Call with the network lock held.
-func (n *network) setAllowances(a netip.Addr, holder string, mirror []netip.AddrPort) error {
+func (n *Network) setAllowances(a netip.Addr, holder string, mirror []netip.AddrPort) error {
 	if len(n.allow) == 0 && len(mirror) == 0 {
 		if err := os.Remove(filepath.Join(n.dir, recAllow, a.String())); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
@@ -438,7 +430,7 @@ func (n *network) setAllowances(a netip.Addr, holder string, mirror []netip.Addr
 
 // allowances reads the allowances of the sandboxes on the bridge (setAllowances): a line is
 // a prefix, or an address and TCP port.
-func (n *network) allowances() []allowance {
+func (n *Network) allowances() []allowance {
 	var out []allowance
 	for _, r := range n.records(recAllow) {
 		for _, line := range strings.Split(r.body, "\n") {
@@ -450,4 +442,40 @@ func (n *network) allowances() []allowance {
 		}
 	}
 	return out
+}
+
+// writeAtomic replaces path with b through a temporary file beside it, so that a reader sees
+// the old record or the new, never a part.
+func writeAtomic(path string, b []byte) error {
+	t, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(t.Name()) // after the rename, a no-op
+	_, werr := t.Write(b)
+	if err := errors.Join(werr, t.Close()); err != nil {
+		return err
+	}
+	return os.Rename(t.Name(), path)
+}
+
+// IPTables are the iptables binaries of the bridge's rules: iptables, and ip6tables on a
+// host with IPv6 (after FindTools).
+func (n *Network) IPTables() []string {
+	var out []string
+	for _, f := range n.families(nil, nil, nil) {
+		out = append(out, f.iptables)
+	}
+	return out
+}
+
+// Chains are the names of the bridge's own chains; every rule of the bridge's is in one
+// of them or carries the comment "tupper BRIDGE".
+func (n *Network) Chains() []string { return []string{n.ForwardChain(), n.inChain(), n.preChain()} }
+
+// EgressRecorded reports whether an egress record of address a is on disk, whoever wrote
+// it.
+func (n *Network) EgressRecorded(a string) bool {
+	_, err := os.Stat(filepath.Join(n.dir, recEgress, a))
+	return err == nil
 }
