@@ -120,6 +120,7 @@ type creation struct {
 	id        string
 	rt        ociRuntime
 	rtName    string
+	tmpl      string // the template's name
 	tp        *sandboxTemplate
 	tc        template.Config // the template image's, if any
 	snap      *snapMeta       // the snapshot restored (From), if any
@@ -153,194 +154,261 @@ type creation struct {
 }
 
 // newCreation resolves a create's spec (runtime, template, snapshot, network, size, boot
-// image) and makes its record, still unwritten.
+// image) and makes its record, still unwritten. Each resolution is a method that fills in
+// the creation for the ones after it; nothing is made on the host yet, so none has an undo.
 func (p *Provider) newCreation(ctx context.Context, spec provider.CreateSpec, pooled bool, given *sandboxTemplate, bootOK bool) (*creation, error) {
-	rtName := spec.Runtime
-	if err := provider.ValidateVolumeMounts(spec.Volumes); err != nil {
-		return nil, err
-	}
-	var snap *snapMeta
-	if spec.From != "" {
-		var err error
-		if snap, err = p.readSnapshot(spec.From); err != nil {
+	c := &creation{p: p, spec: spec, rtName: spec.Runtime, tp: given, agentUser: "root"}
+	for _, resolve := range []func(context.Context) error{
+		c.checkVolumeMounts,
+		c.resolveSnapshot,
+		c.resolveVolumes,
+		c.resolveRuntime,
+		c.resolveTemplate,
+		c.resolveNetwork,
+		c.resolveSecrets,
+		c.resolveSize,
+		c.resolveAgent,
+	} {
+		if err := resolve(ctx); err != nil {
 			return nil, err
 		}
-		// The volumes its sandbox mounted, unless the create names its own (volume.go).
-		if spec.Volumes, err = snapshotVolumes(snap, spec.Volumes); err != nil {
-			return nil, err
+	}
+	if bootOK && p.bootEligible(c.spec, c.rtName, c.netMode, pooled, given) {
+		c.boot = p.bootImageFor(ctx, c.rt, c.tp, c.size, c.agentPath)
+	}
+	c.newRecord(pooled)
+	return c, nil
+}
+
+// checkVolumeMounts checks the spec's volume mounts before anything reads them.
+func (c *creation) checkVolumeMounts(context.Context) error {
+	return provider.ValidateVolumeMounts(c.spec.Volumes)
+}
+
+// resolveSnapshot reads the snapshot a create from one (spec.From) starts from: the volumes
+// its sandbox mounted, unless the create names its own (volume.go), its egress proxy's
+// password, and, for a full snapshot, the runtime that saved its memory and processes.
+func (c *creation) resolveSnapshot(ctx context.Context) error {
+	if c.spec.From == "" {
+		return nil
+	}
+	snap, err := c.p.readSnapshot(c.spec.From)
+	if err != nil {
+		return err
+	}
+	c.snap, c.full = snap, snap.kind() == provider.SnapshotFull
+	if c.spec.Volumes, err = snapshotVolumes(snap, c.spec.Volumes); err != nil {
+		return err
+	}
+	if c.spec.Network, err = c.p.snapshotProxyPassword(snap, c.spec.Network); err != nil {
+		return err
+	}
+	if c.full {
+		// Memory and processes restore only into the runtime that saved them.
+		if c.rtName != "" && c.rtName != snap.Runtime {
+			return provider.Errorf(provider.CodeUnsupported,
+				"snapshot %s is a full snapshot (memory and processes) of a %s sandbox: runtime %s cannot restore it", snap.ID, snap.Runtime, c.rtName)
 		}
-		if spec.Network, err = p.snapshotProxyPassword(snap, spec.Network); err != nil {
-			return nil, err
-		}
-		if snap.kind() == provider.SnapshotFull {
-			// Memory and processes restore only into the runtime that saved them.
-			if rtName != "" && rtName != snap.Runtime {
-				return nil, provider.Errorf(provider.CodeUnsupported,
-					"snapshot %s is a full snapshot (memory and processes) of a %s sandbox: runtime %s cannot restore it", snap.ID, snap.Runtime, rtName)
-			}
-			rtName = snap.Runtime
-		}
+		c.rtName = snap.Runtime
 	}
-	if len(spec.Volumes) > 0 && !p.caps.Has(provider.CapVolumes) {
-		return nil, p.volumer()
+	return nil
+}
+
+// resolveVolumes checks the volumes: a volume that is gone fails the create before
+// anything is made; the volumes step checks again under the volumes' locks, for a delete
+// meanwhile.
+func (c *creation) resolveVolumes(ctx context.Context) error {
+	if len(c.spec.Volumes) > 0 && !c.p.caps.Has(provider.CapVolumes) {
+		return c.p.volumer()
 	}
-	// A volume that is gone fails the create before anything is made; the volumes step
-	// checks again under the volumes' locks, for a delete meanwhile.
-	if err := p.volumesExist(spec.Volumes, snap); err != nil {
-		return nil, err
+	return c.p.volumesExist(c.spec.Volumes, c.snap)
+}
+
+// resolveRuntime picks the runtime: the spec's, the snapshot's, else Config.Runtime.
+func (c *creation) resolveRuntime(ctx context.Context) error {
+	if c.rtName == "" {
+		c.rtName = c.p.cfg.Runtime
 	}
-	if rtName == "" {
-		rtName = p.cfg.Runtime
-	}
-	rt, ok := p.runtimes[rtName]
-	if err := p.unusable[rtName]; err != nil {
-		return nil, provider.Errorf(provider.CodeUnavailable, "%v", err)
+	rt, ok := c.p.runtimes[c.rtName]
+	if err := c.p.unusable[c.rtName]; err != nil {
+		return provider.Errorf(provider.CodeUnavailable, "%v", err)
 	}
 	if !ok {
-		if rtName == RuntimeRunc || rtName == RuntimeRunsc || rtName == RuntimeCrun {
-			return nil, provider.Errorf(provider.CodeUnavailable, "runtime %s not found: apt-get install %s", rtName, rtName)
+		if c.rtName == RuntimeRunc || c.rtName == RuntimeRunsc || c.rtName == RuntimeCrun {
+			return provider.Errorf(provider.CodeUnavailable, "runtime %s not found: apt-get install %s", c.rtName, c.rtName)
 		}
-		return nil, provider.Errorf(provider.CodeInvalidArgument, "unknown runtime %q (runc, runsc or crun)", rtName)
+		return provider.Errorf(provider.CodeInvalidArgument, "unknown runtime %q (runc, runsc or crun)", c.rtName)
 	}
-	tmpl := spec.Template
-	if tmpl == "" {
-		tmpl = TemplateHost
+	c.rt = rt
+	c.userns = c.p.userns && c.rtName != RuntimeRunsc
+	return nil
+}
+
+// resolveTemplate finds the template: the one given (a build step's), the snapshot's, the
+// spec's, else TemplateHost.
+func (c *creation) resolveTemplate(ctx context.Context) error {
+	c.tmpl = c.spec.Template
+	if c.tmpl == "" {
+		c.tmpl = TemplateHost
 	}
-	if snap != nil {
-		if spec.Template != "" && spec.Template != snap.Template {
-			return nil, provider.Errorf(provider.CodeInvalidArgument, "snapshot %s is of template %q, not %q", snap.ID, snap.Template, spec.Template)
+	if c.snap != nil {
+		if c.spec.Template != "" && c.spec.Template != c.snap.Template {
+			return provider.Errorf(provider.CodeInvalidArgument, "snapshot %s is of template %q, not %q", c.snap.ID, c.snap.Template, c.spec.Template)
 		}
-		tmpl = snap.Template
+		c.tmpl = c.snap.Template
 	}
-	tp := given
-	if tp == nil {
-		var err error
-		if tp, err = p.resolveTemplate(ctx, tmpl); err != nil {
-			return nil, err
-		}
+	if c.tp != nil {
+		c.tmpl = c.tp.name
 	} else {
-		tmpl = tp.name
+		tp, err := c.p.resolveTemplate(ctx, c.tmpl)
+		if err != nil {
+			return err
+		}
+		c.tp = tp
 	}
-	netMode := spec.Network.Normalized().Mode
-	var pol *egress.Policy  // network "allow"
-	var polFile egress.File // pol's file
-	full := snap != nil && snap.kind() == provider.SnapshotFull
-	if full {
+	if c.tp.image != nil {
+		c.tc = c.tp.image.Config
+	}
+	return nil
+}
+
+// resolveNetwork settles the network mode and, for "allow", the policy. A full snapshot
+// restores with the network stack it was saved with.
+func (c *creation) resolveNetwork(ctx context.Context) error {
+	p, snap := c.p, c.snap
+	netMode := c.spec.Network.Normalized().Mode
+	if c.full {
 		// The saved kernel's network stack is the one it had: netstack for none, the host's
 		// (in a namespace of the sandbox's own) for all.
 		if netMode == provider.NetworkNone && snap.Network != string(provider.NetworkNone) {
-			return nil, provider.Errorf(provider.CodeInvalidArgument,
+			return provider.Errorf(provider.CodeInvalidArgument,
 				"snapshot %s is a full snapshot of a sandbox with network %s: it cannot restore with network none", snap.ID, snap.Network)
 		}
 		if snap.Network == string(provider.NetworkAllow) {
 			// Its proxy and firewall rules were the parent's, tied to the parent's address.
-			return nil, provider.Errorf(provider.CodeUnsupported,
+			return provider.Errorf(provider.CodeUnsupported,
 				"snapshot %s is a full snapshot of a sandbox with a network policy, which cannot be restored yet: take a filesystem snapshot", snap.ID)
 		}
 		netMode = provider.NetworkMode(snap.Network)
 		if netMode == provider.NetworkAll && p.net == nil {
-			return nil, provider.Errorf(provider.CodeUnsupported, "network all is unavailable here: %v", p.netErr)
+			return provider.Errorf(provider.CodeUnsupported, "network all is unavailable here: %v", p.netErr)
 		}
 	}
 	switch netMode {
 	case "", provider.NetworkAll:
 		netMode = provider.NetworkAll
 		if p.net == nil {
-			return nil, provider.Errorf(provider.CodeUnsupported, "network all is unavailable here: %v", p.netErr)
+			return provider.Errorf(provider.CodeUnsupported, "network all is unavailable here: %v", p.netErr)
 		}
 	case provider.NetworkNone:
 	case provider.NetworkAllow:
 		if p.net == nil {
-			return nil, provider.Errorf(provider.CodeUnsupported, "a network policy needs network all, unavailable here: %v", p.netErr)
+			return provider.Errorf(provider.CodeUnsupported, "a network policy needs network all, unavailable here: %v", p.netErr)
 		}
 		var err error
-		if pol, polFile, err = policyFile(spec.Network); err != nil {
-			return nil, err
+		if c.pol, c.polFile, err = policyFile(c.spec.Network); err != nil {
+			return err
 		}
-		if err := p.checkProxy(ctx, spec.Network.Proxy); err != nil {
-			return nil, err
+		if err := p.checkProxy(ctx, c.spec.Network.Proxy); err != nil {
+			return err
 		}
 	default:
-		return nil, provider.Errorf(provider.CodeInvalidArgument, "unknown network mode %q", netMode)
+		return provider.Errorf(provider.CodeInvalidArgument, "unknown network mode %q", netMode)
 	}
-	bound, err := newBoundSecrets(spec) // egress.go
-	if err != nil {
-		return nil, err
-	}
-	if bound == nil && snap != nil && !full {
-		// Given none, a sandbox from a snapshot of one with bound secrets keeps them.
-		if bound, err = p.snapshotBoundSecrets(snap); err != nil {
-			return nil, provider.Wrap(err, provider.CodeProvider, "create")
-		}
-	}
-	if bound != nil {
-		switch {
-		case netMode == provider.NetworkNone:
-			return nil, provider.Errorf(provider.CodeInvalidArgument, "bound secrets need a network: their proxy is the sandbox's way out, and network none has none")
-		case full:
-			return nil, provider.Errorf(provider.CodeUnsupported, "bound secrets on a full snapshot's restore: its processes hold the parent's environment")
-		case netMode == provider.NetworkAll:
-			netMode, pol = provider.NetworkAllow, &egress.Policy{} // the proxy, refusing nothing
-		}
-		spec.Env = bound.env(spec.Env)
-	}
-	size, err := p.size(spec.Size)
-	if err != nil {
-		return nil, err
-	}
-	if full {
-		// The saved kernel was booted with its size.
-		size = provider.Size{CPU: snap.CPU, MemoryMB: snap.MemoryMB, DiskGB: snap.DiskGB}
-	}
-	var tc template.Config
-	if tp.image != nil {
-		tc = tp.image.Config
-	}
-	if snap != nil {
-		if err := snapshotFits(snap, size.DiskGB); err != nil {
-			return nil, err
-		}
-	}
-	agentPath, err := p.agentPath()
-	if err != nil {
-		return nil, provider.Errorf(provider.CodeUnavailable, "agent binary: %v", err)
-	}
-	var boot *bootImage // restore from it, or save it (bootimage.go)
-	if bootOK && p.bootEligible(spec, rtName, netMode, pooled, given) {
-		boot = p.bootImageFor(ctx, rt, tp, size, agentPath)
-	}
+	c.netMode = netMode
+	return nil
+}
 
+// resolveSecrets makes the bound secrets' placeholders (egress.go), or keeps those of the
+// snapshot's sandbox; bound secrets ride on an egress proxy, so network "all" becomes
+// "allow" with an open policy.
+func (c *creation) resolveSecrets(ctx context.Context) error {
+	bound, err := newBoundSecrets(c.spec)
+	if err != nil {
+		return err
+	}
+	if bound == nil && c.snap != nil && !c.full {
+		// Given none, a sandbox from a snapshot of one with bound secrets keeps them.
+		if bound, err = c.p.snapshotBoundSecrets(c.snap); err != nil {
+			return provider.Wrap(err, provider.CodeProvider, "create")
+		}
+	}
+	if bound == nil {
+		return nil
+	}
+	switch {
+	case c.netMode == provider.NetworkNone:
+		return provider.Errorf(provider.CodeInvalidArgument, "bound secrets need a network: their proxy is the sandbox's way out, and network none has none")
+	case c.full:
+		return provider.Errorf(provider.CodeUnsupported, "bound secrets on a full snapshot's restore: its processes hold the parent's environment")
+	case c.netMode == provider.NetworkAll:
+		c.netMode, c.pol = provider.NetworkAllow, &egress.Policy{} // the proxy, refusing nothing
+	}
+	c.spec.Env = bound.env(c.spec.Env)
+	c.bound = bound
+	return nil
+}
+
+// resolveSize settles the sandbox's size: the spec's, or a full snapshot's (the saved
+// kernel was booted with it); a snapshot must fit its disk.
+func (c *creation) resolveSize(ctx context.Context) error {
+	size, err := c.p.size(c.spec.Size)
+	if err != nil {
+		return err
+	}
+	if c.full {
+		size = provider.Size{CPU: c.snap.CPU, MemoryMB: c.snap.MemoryMB, DiskGB: c.snap.DiskGB}
+	}
+	if c.snap != nil {
+		if err := snapshotFits(c.snap, size.DiskGB); err != nil {
+			return err
+		}
+	}
+	c.size = size
+	return nil
+}
+
+// resolveAgent finds the agent binary bound into the sandbox.
+func (c *creation) resolveAgent(ctx context.Context) error {
+	agentPath, err := c.p.agentPath()
+	if err != nil {
+		return provider.Errorf(provider.CodeUnavailable, "agent binary: %v", err)
+	}
+	c.agentPath = agentPath
+	return nil
+}
+
+// newRecord makes the sandbox's record from what was resolved, and settles how its
+// interface is plumbed.
+func (c *creation) newRecord(pooled bool) {
+	p := c.p
 	now := time.Now()
 	rec := &record{
-		ID: newID(), Key: spec.Key, Labels: spec.Labels, Status: statusCreating,
-		CreatedAt: now.UTC().Truncate(time.Millisecond), IdleTimeout: spec.IdleTimeout,
-		Runtime: rtName, Template: tmpl, Network: string(netMode), UIDIndex: -1,
-		CPU: size.CPU, MemoryMB: size.MemoryMB, DiskGB: size.DiskGB, Pids: p.cfg.PidsLimit,
-		Caps: withoutCheckpoint(p.capsFor(rtName, tp), rtName, netMode), Volumes: spec.Volumes,
-		Workdir: templateWorkdir(tc),
+		ID: newID(), Key: c.spec.Key, Labels: c.spec.Labels, Status: statusCreating,
+		CreatedAt: now.UTC().Truncate(time.Millisecond), IdleTimeout: c.spec.IdleTimeout,
+		Runtime: c.rtName, Template: c.tmpl, Network: string(c.netMode), UIDIndex: -1,
+		CPU: c.size.CPU, MemoryMB: c.size.MemoryMB, DiskGB: c.size.DiskGB, Pids: p.cfg.PidsLimit,
+		Caps: withoutCheckpoint(p.capsFor(c.rtName, c.tp), c.rtName, c.netMode), Volumes: c.spec.Volumes,
+		Workdir: templateWorkdir(c.tc),
 	}
-	if boot.restoring() {
-		rec.BootImage = boot.key
+	if c.boot.restoring() {
+		rec.BootImage = c.boot.key
 	}
 	if pooled {
 		rec.Pooled, rec.PoolOwner, rec.PoolOwnerStart = true, os.Getpid(), procStart(os.Getpid())
 	}
-	if spec.Timeout > 0 {
+	if c.spec.Timeout > 0 {
 		// The lifetime counts from when the sandbox is ready (the "record" step); until
 		// then the deadline leaves room for a slow start, so the agent cannot reach it
 		// before it has answered.
-		rec.Deadline = now.Add(spec.Timeout + p.cfg.ReadyTimeout).UTC().Truncate(time.Millisecond)
+		rec.Deadline = now.Add(c.spec.Timeout + p.cfg.ReadyTimeout).UTC().Truncate(time.Millisecond)
 	}
-	veth := netMode == provider.NetworkAll || netMode == provider.NetworkAllow
-	if veth {
-		rec.Mirror = p.mirrorAllowances(tp)
+	c.veth = c.netMode == provider.NetworkAll || c.netMode == provider.NetworkAllow
+	c.plumbAfterCreate = c.veth && c.rtName != RuntimeRunsc
+	if c.veth {
+		rec.Mirror = p.mirrorAllowances(c.tp)
 	}
-	return &creation{
-		p: p, spec: spec, rec: rec, id: rec.ID, rt: rt, rtName: rtName, tp: tp, tc: tc,
-		snap: snap, full: full, netMode: netMode, pol: pol, polFile: polFile, bound: bound, size: size,
-		agentPath: agentPath, boot: boot, agentUser: "root",
-		userns: p.userns && rtName != RuntimeRunsc, veth: veth, plumbAfterCreate: veth && rtName != RuntimeRunsc,
-	}, nil
+	c.rec, c.id = rec, rec.ID
 }
 
 // close lets go of what the creation holds, whether it made a sandbox or not: its mount
