@@ -32,25 +32,36 @@ type Step struct {
 // reverse order, and returns the failure as "NAME: error", with any undo failures ("undo
 // NAME: error") joined to it.
 func Run(ctx context.Context, list []Step) error {
-	return RunTimed(ctx, list, nil)
+	return Runner{}.Run(ctx, list)
 }
 
-// RunTimed is Run telling timed, when not nil, how long each step's Do took (benchmarks
-// and tests use it to see where the time goes).
-func RunTimed(ctx context.Context, list []Step, timed func(name string, d time.Duration)) error {
+// Runner runs steps as Run does, with options; the zero value is Run.
+type Runner struct {
+	// Timed, when not nil, is told how long each step's Do took (benchmarks and tests use
+	// it to see where the time goes).
+	Timed func(name string, d time.Duration)
+	// Unnamed returns a step's failure as the step returned it, not prefixed with its
+	// name: for steps whose errors say what failed already. Undo failures keep the name.
+	Unnamed bool
+}
+
+// Run runs list in order (see the package doc).
+func (r Runner) Run(ctx context.Context, list []Step) error {
 	for i, s := range list {
 		err := ctx.Err()
 		if err == nil {
 			start := time.Now()
 			err = s.Do(ctx)
-			if timed != nil {
-				timed(s.Name, time.Since(start))
+			if r.Timed != nil {
+				r.Timed(s.Name, time.Since(start))
 			}
 		}
 		if err == nil {
 			continue
 		}
-		err = fmt.Errorf("%s: %w", s.Name, err)
+		if !r.Unnamed {
+			err = fmt.Errorf("%s: %w", s.Name, err)
+		}
 		for j := i; j >= 0; j-- {
 			if list[j].Undo == nil {
 				continue

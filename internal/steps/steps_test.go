@@ -94,12 +94,29 @@ func TestRunCanceled(t *testing.T) {
 func TestRunTimed(t *testing.T) {
 	var r recorder
 	var timed []string
-	err := RunTimed(context.Background(), []Step{r.step("a", nil, nil), r.step("b", errors.New("boom"), nil), r.step("c", nil, nil)},
-		func(name string, d time.Duration) { timed = append(timed, name) })
+	run := Runner{Timed: func(name string, d time.Duration) { timed = append(timed, name) }}
+	err := run.Run(context.Background(), []Step{r.step("a", nil, nil), r.step("b", errors.New("boom"), nil), r.step("c", nil, nil)})
 	if err == nil {
 		t.Fatal("no error")
 	}
 	if want := []string{"a", "b"}; !slices.Equal(timed, want) {
 		t.Errorf("timed %v, want %v", timed, want)
+	}
+}
+
+func TestRunUnnamed(t *testing.T) {
+	var r recorder
+	boom, ua := errors.New("boom"), errors.New("ua")
+	err := Runner{Unnamed: true}.Run(context.Background(), []Step{r.step("a", nil, ua), r.step("b", boom, nil)})
+	if !errors.Is(err, boom) || !errors.Is(err, ua) || !strings.HasPrefix(err.Error(), "boom\n") || !strings.Contains(err.Error(), "undo a: ua") {
+		t.Errorf("err %q, want boom as it was, then undo a: ua", err)
+	}
+	if want := []string{"do a", "do b", "undo b", "undo a"}; !slices.Equal(r.log, want) {
+		t.Errorf("log %v, want %v", r.log, want)
+	}
+	// With no undo failing, the failure is the step's own error.
+	err = Runner{Unnamed: true}.Run(context.Background(), []Step{r.step("c", boom, nil)})
+	if err != boom {
+		t.Errorf("err %v, want the step's error itself", err)
 	}
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/tupper-dev/tupper/agent"
 	agentspec "github.com/tupper-dev/tupper/agent/spec"
+	"github.com/tupper-dev/tupper/internal/steps"
 	"github.com/tupper-dev/tupper/provider"
 )
 
@@ -36,16 +37,60 @@ const (
 )
 
 // Create makes and starts a container whose init is the agent, in named, undoable steps:
-// image, container, files, start, agent ready. A failure or a done ctx removes the container.
+// image, labels, agent config, network, container, kept config, agent binary, start, agent
+// ready.
+// A failure or a done ctx removes the container.
 func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provider.Instance, error) {
+	c, err := p.newCreation(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	// The steps' errors say what failed already: not prefixed with the step's name.
+	if err := (steps.Runner{Unnamed: true}).Run(ctx, c.steps(ctx)); err != nil {
+		if err == ctx.Err() {
+			// Done between two steps, as the engine's next call would have found.
+			return nil, p.err(err, "create")
+		}
+		return nil, err
+	}
+	p.rememberConfig(c.id, c.cfgJSON)
+	return c.inst, nil
+}
+
+// creation is one Create under way: what its spec resolved to (newCreation), and what its
+// steps made so far, which the later steps and the undo read.
+type creation struct {
+	p         *Provider
+	spec      provider.CreateSpec
+	none      bool   // network "none"
+	agentPath string // the agent binary for the engine's architecture
+	template  string
+	rt        string // the OCI runtime
+
+	// Made by the steps.
+	image     string
+	img       client.ImageInspectResult
+	id, token string
+	deadline  time.Time // until the sandbox is ready (see makeLabels)
+	hostBased bool
+	labels    map[string]string
+	workdir   string
+	cfgJSON   []byte // the agent's config
+	cid       string // the container
+	inst      *Instance
+}
+
+// newCreation checks a create's spec and resolves what it names: network, agent binary,
+// template, runtime.
+func (p *Provider) newCreation(ctx context.Context, spec provider.CreateSpec) (*creation, error) {
 	if len(spec.BoundSecrets) > 0 {
 		return nil, provider.Errorf(provider.CodeUnsupported, "docker: bound secrets need an egress proxy outside the sandbox, which this provider has not (the local provider, on Linux, has one)")
 	}
-	none := false
+	c := &creation{p: p, spec: spec, template: spec.Template, rt: spec.Runtime}
 	switch spec.Network.Mode {
 	case "", provider.NetworkAll:
 	case provider.NetworkNone:
-		none = true
+		c.none = true
 	default:
 		return nil, provider.Errorf(provider.CodeUnsupported, "docker: network %q is not supported (\"all\" or \"none\")", spec.Network.Mode)
 	}
@@ -54,76 +99,95 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 	if err != nil {
 		return nil, err
 	}
-	agentPath, err := p.agentBinary(arch)
-	if err != nil {
+	if c.agentPath, err = p.agentBinary(arch); err != nil {
 		return nil, err
 	}
-	template := spec.Template
-	if template == "" {
-		template = p.cfg.Template
+	if c.template == "" {
+		c.template = p.cfg.Template
 	}
-	rt := spec.Runtime
-	if rt == "" {
-		rt = p.cfg.Runtime
+	if c.rt == "" {
+		c.rt = p.cfg.Runtime
 	}
+	return c, nil
+}
 
-	// Step: the image.
-	var image string
+// steps are the creation's steps, in order, each with its undo.
+func (c *creation) steps(ctx context.Context) []steps.Step {
+	return []steps.Step{
+		{Name: "image", Do: c.resolveImage},
+		{Name: "labels", Do: c.makeLabels},
+		{Name: "agent config", Do: c.agentConfig},
+		{Name: "network", Do: c.network},
+		{Name: "container", Do: c.container, Undo: func() error { c.removeContainer(ctx); return nil }},
+		{Name: "kept config", Do: c.keepConfig},
+		{Name: "agent binary", Do: c.copyAgent},
+		{Name: "start", Do: c.start},
+		{Name: "agent", Do: c.agentReady},
+	}
+}
+
+// resolveImage finds the image: the snapshot's (spec.From), the host template's, or the
+// template's, pulled if missing.
+func (c *creation) resolveImage(ctx context.Context) error {
+	p, spec := c.p, c.spec
+	var err error
 	switch {
 	case spec.From != "":
 		if !validID(spec.From) {
-			return nil, provider.Errorf(provider.CodeNotFound, "snapshot %s not found", spec.From)
+			return provider.Errorf(provider.CodeNotFound, "snapshot %s not found", spec.From)
 		}
-		image = snapshotRepo + ":" + spec.From
-		si, err := p.cli.ImageInspect(ctx, image)
+		c.image = snapshotRepo + ":" + spec.From
+		si, err := p.cli.ImageInspect(ctx, c.image)
 		if err != nil {
 			if e := p.err(err, "create"); provider.CodeOf(e) == provider.CodeNotFound {
-				return nil, provider.Errorf(provider.CodeNotFound, "snapshot %s not found", spec.From)
+				return provider.Errorf(provider.CodeNotFound, "snapshot %s not found", spec.From)
 			}
-			return nil, p.err(err, "create")
+			return p.err(err, "create")
 		}
 		if si.Config != nil && expired(si.Config.Labels, time.Now()) {
-			p.cli.ImageRemove(ctx, image, client.ImageRemoveOptions{})
-			return nil, provider.Errorf(provider.CodeNotFound, "snapshot %s has expired", spec.From)
+			p.cli.ImageRemove(ctx, c.image, client.ImageRemoveOptions{})
+			return provider.Errorf(provider.CodeNotFound, "snapshot %s has expired", spec.From)
 		}
-	case template == HostTemplate:
-		if image, err = p.hostImage(ctx); err != nil {
-			return nil, err
+	case c.template == HostTemplate:
+		if c.image, err = p.hostImage(ctx); err != nil {
+			return err
 		}
 	default:
-		if image, err = p.ensureImage(ctx, template); err != nil {
-			return nil, err
+		if c.image, err = p.ensureImage(ctx, c.template); err != nil {
+			return err
 		}
 	}
-	img, err := p.cli.ImageInspect(ctx, image)
-	if err != nil {
-		return nil, p.err(err, "create: image "+image)
+	if c.img, err = p.cli.ImageInspect(ctx, c.image); err != nil {
+		return p.err(err, "create: image "+c.image)
 	}
+	return nil
+}
 
-	// Step: the container.
-	id := newID()
-	token := newToken()
-	// The lifetime counts from when the sandbox is ready (SetTimeout below); until then the
-	// deadline in the label and the agent's config is later by the ready timeout, so a
-	// sandbox whose Create died halfway still ends.
-	var deadline time.Time
+// makeLabels makes the sandbox's id and token and its container's labels.
+func (c *creation) makeLabels(ctx context.Context) error {
+	p, spec, img := c.p, c.spec, c.img
+	c.id, c.token = newID(), newToken()
+	// The lifetime counts from when the sandbox is ready (SetTimeout in agentReady); until
+	// then the deadline in the label and the agent's config is later by the ready timeout,
+	// so a sandbox whose Create died halfway still ends.
 	if spec.Timeout > 0 {
-		deadline = time.Now().Add(spec.Timeout + p.cfg.ReadyTimeout)
+		c.deadline = time.Now().Add(spec.Timeout + p.cfg.ReadyTimeout)
 	}
+	deadline := c.deadline
 	labels := map[string]string{
-		labelSandbox:  id,
+		labelSandbox:  c.id,
 		labelKey:      spec.Key,
-		labelTemplate: template,
-		labelRuntime:  rt,
-		labelToken:    token,
+		labelTemplate: c.template,
+		labelRuntime:  c.rt,
+		labelToken:    c.token,
 		labelDeadline: "0",
 	}
 	if spec.From != "" {
 		labels[labelTemplate] = "snapshot:" + spec.From
 	}
-	hostBased := template == HostTemplate && spec.From == "" || img.Config != nil && img.Config.Labels[labelHostTmpl] != ""
+	c.hostBased = c.template == HostTemplate && spec.From == "" || img.Config != nil && img.Config.Labels[labelHostTmpl] != ""
 	caps := p.Capabilities()
-	if !hostBased {
+	if !c.hostBased {
 		delete(caps, provider.CapShell)
 		delete(caps, provider.CapGit)
 		delete(caps, provider.CapUsers)
@@ -131,7 +195,7 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 		labels[labelHostTmpl] = "1"
 	}
 	labels[labelNet] = string(provider.NetworkAll)
-	if none {
+	if c.none {
 		labels[labelNet] = string(provider.NetworkNone)
 	}
 	labels[labelCaps] = caps.String()
@@ -144,6 +208,14 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 	} else {
 		labels[labelUsers] = "{}"
 	}
+	c.labels = labels
+	return nil
+}
+
+// agentConfig makes the agent's config: the image's environment under the spec's, and the
+// image's working directory.
+func (c *creation) agentConfig(ctx context.Context) error {
+	spec, img := c.spec, c.img
 	env := map[string]string{}
 	if img.Config != nil {
 		for _, kv := range img.Config.Env {
@@ -156,37 +228,50 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 	maps.Copy(env, spec.Secrets)
 	// The image's working directory (its WORKDIR) is where commands given no cwd run, as under
 	// docker run; /workspace where it names none.
-	workdir := workspace
+	c.workdir = workspace
 	if img.Config != nil && img.Config.WorkingDir != "" {
-		workdir = path.Clean("/" + img.Config.WorkingDir)
+		c.workdir = path.Clean("/" + img.Config.WorkingDir)
 	}
 	acfg := agent.Config{
-		Env: env, DefaultWorkdir: workdir, AccessToken: token,
+		Env: env, DefaultWorkdir: c.workdir, AccessToken: c.token,
 		IdleTimeoutSeconds: int64((spec.IdleTimeout + time.Second - 1) / time.Second),
 		Protocol:           agentspec.Version,
 	}
-	if !deadline.IsZero() {
-		acfg.DeadlineUnix = deadline.Unix() + 1
+	if !c.deadline.IsZero() {
+		acfg.DeadlineUnix = c.deadline.Unix() + 1
 	}
-	cfgJSON, err := json.Marshal(acfg)
-	if err != nil {
-		return nil, provider.Wrap(err, provider.CodeInternal, "create")
+	var err error
+	if c.cfgJSON, err = json.Marshal(acfg); err != nil {
+		return provider.Wrap(err, provider.CodeInternal, "create")
 	}
+	return nil
+}
 
-	// With a network, the agent listens on a TCP port published on the host's loopback; with
-	// none, on a unix socket in the container, reached through the engine's exec (relay).
+// network makes the engine's network for sandboxes, unless the sandbox has none.
+func (c *creation) network(ctx context.Context) error {
+	if c.none {
+		return nil
+	}
+	return c.p.ensureNetwork(ctx)
+}
+
+// container creates the container. With a network, the agent listens on a TCP port
+// published on the host's loopback; with none, on a unix socket in the container, reached
+// through the engine's exec (relay).
+func (c *creation) container(ctx context.Context) error {
+	p := c.p
 	port := network.MustParsePort(fmt.Sprintf("%d/tcp", agentPort))
 	listen, exposed := fmt.Sprintf("tcp:0.0.0.0:%d", agentPort), network.PortSet{port: struct{}{}}
 	netMode := container.NetworkMode(p.cfg.Network)
 	bindings := network.PortMap{port: []network.PortBinding{{HostIP: netip.MustParseAddr("127.0.0.1")}}}
-	if none {
+	if c.none {
 		listen, exposed, netMode, bindings = "unix:"+agentSocket, nil, "none", nil
 	}
-	size := spec.Size.Resolved()
+	size := c.spec.Size.Resolved()
 	hc := &container.HostConfig{
 		NetworkMode:  netMode,
 		PortBindings: bindings,
-		Runtime:      rt,
+		Runtime:      c.rt,
 		Resources: container.Resources{
 			PidsLimit: &p.cfg.PidsLimit,
 		},
@@ -200,94 +285,102 @@ func (p *Provider) Create(ctx context.Context, spec provider.CreateSpec) (provid
 		hc.Resources.MemorySwap = hc.Resources.Memory
 	}
 	if !*p.cfg.CopyAgent {
-		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: agentPath, Target: agentBinPath, ReadOnly: true})
+		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: c.agentPath, Target: agentBinPath, ReadOnly: true})
 	}
-	if hostBased {
+	if c.hostBased {
 		hc.Mounts = append(hc.Mounts, hostMounts()...)
 	}
-	if !none {
-		if err := p.ensureNetwork(ctx); err != nil {
-			return nil, err
-		}
-	}
 	created, err := p.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
-		Name: namePrefix + id,
+		Name: namePrefix + c.id,
 		Config: &container.Config{
-			Image:        image,
+			Image:        c.image,
 			Entrypoint:   []string{agentBinPath, "agent", "--listen", listen, "--config", "-"},
 			Cmd:          nil,
 			User:         "0:0",
-			WorkingDir:   workdir, // made by the engine where the image lacks it
+			WorkingDir:   c.workdir, // made by the engine where the image lacks it
 			OpenStdin:    true,
 			StdinOnce:    true,
 			AttachStdin:  true,
-			Hostname:     id[:12],
-			Labels:       labels,
+			Hostname:     c.id[:12],
+			Labels:       c.labels,
 			ExposedPorts: exposed,
 			StopSignal:   "SIGKILL",
 		},
 		HostConfig: hc,
 	})
 	if err != nil {
-		return nil, p.err(err, "create")
+		return p.err(err, "create")
 	}
-	ok := false
-	defer func() {
-		if !ok {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer cancel()
-			p.cli.ContainerRemove(rctx, created.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
-			p.forgetCold(rctx, id)
-		}
-	}()
+	c.cid = created.ID
+	return nil
+}
 
-	// Step: the agent's config kept in the engine, for a pause without memory by any tupper
-	// process (cold.go). After the container: a crash between leaves a container that a
-	// reap removes, the volume with it.
-	if err := p.keepConfig(ctx, id, cfgJSON); err != nil {
-		return nil, err
+// removeContainer undoes container (and keepConfig, whose volume goes with it), even once
+// ctx is done.
+func (c *creation) removeContainer(ctx context.Context) {
+	if c.cid == "" {
+		return
 	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	c.p.cli.ContainerRemove(rctx, c.cid, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	c.p.forgetCold(rctx, c.id)
+}
 
-	// Step: the agent binary, where the engine cannot bind-mount it.
-	if *p.cfg.CopyAgent {
-		b, err := os.ReadFile(agentPath)
-		if err != nil {
-			return nil, provider.Errorf(provider.CodeUnavailable, "docker: reading the agent: %v", err)
-		}
-		files := []tarFile{
-			{name: ".tupper/", mode: 0o711 | dirBit},
-			{name: ".tupper/bin/", mode: 0o755 | dirBit},
-			{name: ".tupper/bin/tupper", mode: 0o755, data: b},
-		}
-		if _, err := p.cli.CopyToContainer(ctx, created.ID, client.CopyToContainerOptions{
-			DestinationPath: "/", Content: bytes.NewReader(makeTar(files)),
-		}); err != nil {
-			return nil, p.err(err, "create: copying the agent")
-		}
-	}
+// keepConfig keeps the agent's config in the engine, for a pause without memory by any
+// tupper process (cold.go). After the container: a crash between leaves a container that a
+// reap removes, the volume with it.
+func (c *creation) keepConfig(ctx context.Context) error {
+	return c.p.keepConfig(ctx, c.id, c.cfgJSON)
+}
 
-	// Step: start, handing the agent its config, and wait for the agent.
-	if err := p.start(ctx, created.ID, cfgJSON); err != nil {
-		return nil, err
+// copyAgent copies the agent binary into the container, where the engine cannot
+// bind-mount it (Config.CopyAgent).
+func (c *creation) copyAgent(ctx context.Context) error {
+	if !*c.p.cfg.CopyAgent {
+		return nil
 	}
-	in, err := p.inspectID(ctx, created.ID)
+	b, err := os.ReadFile(c.agentPath)
 	if err != nil {
-		return nil, p.err(err, "create: inspect")
+		return provider.Errorf(provider.CodeUnavailable, "docker: reading the agent: %v", err)
 	}
-	inst := p.instance(in.Container)
-	if err := p.waitAgent(ctx, inst); err != nil {
+	files := []tarFile{
+		{name: ".tupper/", mode: 0o711 | dirBit},
+		{name: ".tupper/bin/", mode: 0o755 | dirBit},
+		{name: ".tupper/bin/tupper", mode: 0o755, data: b},
+	}
+	if _, err := c.p.cli.CopyToContainer(ctx, c.cid, client.CopyToContainerOptions{
+		DestinationPath: "/", Content: bytes.NewReader(makeTar(files)),
+	}); err != nil {
+		return c.p.err(err, "create: copying the agent")
+	}
+	return nil
+}
+
+// start starts the container, handing the agent its config.
+func (c *creation) start(ctx context.Context) error {
+	return c.p.start(ctx, c.cid, c.cfgJSON)
+}
+
+// agentReady waits for the agent to answer, then starts the sandbox's lifetime.
+func (c *creation) agentReady(ctx context.Context) error {
+	in, err := c.p.inspectID(ctx, c.cid)
+	if err != nil {
+		return c.p.err(err, "create: inspect")
+	}
+	inst := c.p.instance(in.Container)
+	if err := c.p.waitAgent(ctx, inst); err != nil {
 		inst.Close()
-		return nil, err
+		return err
 	}
-	if spec.Timeout > 0 {
-		if err := inst.SetTimeout(ctx, spec.Timeout); err != nil {
+	if c.spec.Timeout > 0 {
+		if err := inst.SetTimeout(ctx, c.spec.Timeout); err != nil {
 			inst.Close()
-			return nil, err
+			return err
 		}
 	}
-	ok = true
-	p.rememberConfig(id, cfgJSON)
-	return inst, nil
+	c.inst = inst
+	return nil
 }
 
 // start starts a container whose init is the agent, handing the agent its config on its

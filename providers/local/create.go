@@ -456,7 +456,7 @@ var stepHook func(name string, d time.Duration)
 
 // runSteps runs a procedure's steps (package steps), timed for stepHook.
 func runSteps(ctx context.Context, list []steps.Step) error {
-	return steps.RunTimed(ctx, list, stepHook)
+	return steps.Runner{Timed: stepHook}.Run(ctx, list)
 }
 
 func (c *creation) stateDir(ctx context.Context) error {
