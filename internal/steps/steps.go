@@ -1,6 +1,6 @@
 // Package steps runs a long procedure as an ordered table of named, undoable steps, so
 // that a failure halfway leaves nothing behind: the steps that ran are undone in reverse
-// order, and the failure names the step it came from.
+// order, and the failure names the step it came from (unless Runner.Unnamed).
 //
 // A procedure reads as its table: each step a name, a Do and, when it leaves something
 // behind, an Undo, usually short methods of one struct that holds what the steps made for
