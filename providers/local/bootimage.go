@@ -19,6 +19,7 @@ import (
 	agentspec "github.com/tupper-dev/tupper/agent/spec"
 	"github.com/tupper-dev/tupper/internal/flock"
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/providers/local/internal/durable"
 	"github.com/tupper-dev/tupper/template"
 )
 
@@ -311,7 +312,7 @@ func (p *Provider) writeBootImage(ctx context.Context, rt ociRuntime, rec *recor
 	if err := os.Rename(tmp, p.lay.bootImage(b.key)); err != nil {
 		return err
 	}
-	return syncDir(p.lay.bootImages())
+	return durable.SyncDir(p.lay.bootImages())
 }
 
 // testHookBootImageWrite, when set by a test, runs once a boot image's checkpoint is in its
@@ -334,15 +335,6 @@ func syncTree(dir string) error {
 		serr := f.Sync()
 		return errors.Join(serr, f.Close())
 	})
-}
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	serr := f.Sync()
-	return errors.Join(serr, f.Close())
 }
 
 // errBootRestore marks a create that failed restoring a boot image (which is removed): the

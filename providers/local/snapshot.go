@@ -21,6 +21,7 @@ import (
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/providers/local/internal/blocks"
 	"github.com/tupper-dev/tupper/providers/local/internal/copier"
+	"github.com/tupper-dev/tupper/providers/local/internal/durable"
 )
 
 // A snapshot is a copy of a sandbox's writable layer (the overlay's upper directory: every
@@ -203,17 +204,17 @@ func (l layout) writeSnapshot(ctx context.Context, meta *snapMeta, plain bool, f
 		if err != nil {
 			return err
 		}
-		if err := blocks.WriteSynced(filepath.Join(tmp, "meta.json"), b); err != nil {
+		if err := durable.WriteFile(filepath.Join(tmp, "meta.json"), b); err != nil {
 			return err
 		}
-		if err := syncDir(tmp); err != nil {
+		if err := durable.SyncDir(tmp); err != nil {
 			return err
 		}
 		blocks.CrashPoint("commit")
 		if err := os.Rename(tmp, l.snapshot(meta.ID)); err != nil {
 			return err
 		}
-		return syncDir(l.snapshots())
+		return durable.SyncDir(l.snapshots())
 	}()
 	if err != nil {
 		// Its blocks are garbage now: collected once the lease is released (or at the

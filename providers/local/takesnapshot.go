@@ -17,6 +17,7 @@ import (
 	"github.com/tupper-dev/tupper/internal/flock"
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/providers/local/internal/blocks"
+	"github.com/tupper-dev/tupper/providers/local/internal/durable"
 )
 
 // Taking a snapshot: the sandbox frozen for one moment (a full snapshot's checkpoint taken
@@ -256,7 +257,7 @@ func (s *snapshotting) writeCredentials(tmp string) error {
 		if err != nil {
 			return err
 		}
-		if err := blocks.WriteSynced(filepath.Join(tmp, "secrets.json"), b); err != nil {
+		if err := durable.WriteFile(filepath.Join(tmp, "secrets.json"), b); err != nil {
 			return err
 		}
 	}
@@ -265,7 +266,7 @@ func (s *snapshotting) writeCredentials(tmp string) error {
 		if err != nil {
 			return err
 		}
-		if err := blocks.WriteSynced(filepath.Join(tmp, "egress-proxy.json"), b); err != nil {
+		if err := durable.WriteFile(filepath.Join(tmp, "egress-proxy.json"), b); err != nil {
 			return err
 		}
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/tupper-dev/tupper/internal/flock"
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/providers/local/internal/durable"
 )
 
 // Volumes (see docs/volumes.md). A volume is a sparse file holding an ext4 file system,
@@ -166,16 +167,7 @@ func (p *Provider) makeVolume(ctx context.Context, dir string, meta volumeMeta) 
 	if err := os.WriteFile(filepath.Join(dir, "meta.json"), b, 0o600); err != nil {
 		return err
 	}
-	return fsyncDir(dir)
-}
-
-func fsyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return durable.SyncDir(dir)
 }
 
 // cleanVolumeLeftovers removes what crashed creates (.new-<name>-<pid>-…, whose process is
@@ -320,7 +312,7 @@ func (p *Provider) DeleteVolume(ctx context.Context, name string) error {
 	if err := os.Rename(p.lay.volume(name), gone); err != nil {
 		return provider.Wrap(err, provider.CodeProvider, "delete volume")
 	}
-	fsyncDir(p.lay.volumes())
+	durable.SyncDir(p.lay.volumes())
 	if err := os.RemoveAll(gone); err != nil {
 		return provider.Wrap(err, provider.CodeProvider, "delete volume")
 	}

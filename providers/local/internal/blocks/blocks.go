@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tupper-dev/tupper/internal/flock"
+	"github.com/tupper-dev/tupper/providers/local/internal/durable"
 )
 
 const (
@@ -97,20 +98,7 @@ func (m *Manifest) Write(dir string) error {
 	if err != nil {
 		return err
 	}
-	return WriteSynced(filepath.Join(dir, ManifestName), b)
-}
-
-// WriteSynced writes a new file and syncs it before closing it.
-func WriteSynced(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	return errors.Join(err, f.Close())
+	return durable.WriteFile(filepath.Join(dir, ManifestName), b)
 }
 
 func validHash(h string) bool {
@@ -342,7 +330,7 @@ func (l *Lease) putBlock(b []byte) (string, error) {
 // Sync makes the names of the blocks written so far durable.
 func (l *Lease) Sync() error {
 	for d := range l.dirty {
-		if err := syncDir(d); err != nil {
+		if err := durable.SyncDir(d); err != nil {
 			return err
 		}
 		delete(l.dirty, d)
@@ -566,12 +554,3 @@ func (b *Layer) Link(rel, first string) {
 }
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	serr := f.Sync()
-	return errors.Join(serr, f.Close())
-}
