@@ -45,3 +45,14 @@ func (b *Sandbox) TerminalCommand(ctx context.Context, opts TerminalOptions) (pr
 	}
 	return b.redactTerminal(term), nil
 }
+
+// WaitTerminal waits until term's process ends (or ctx does) and says how it ended.
+// CodeUnsupported when term cannot tell (provider.TerminalWaiter): the end of its output is
+// then all a caller learns. An error of Wait itself is returned as the terminal gave it.
+func WaitTerminal(ctx context.Context, term provider.Terminal) (provider.ExecResult, error) {
+	w, ok := term.(provider.TerminalWaiter)
+	if !ok {
+		return provider.ExecResult{}, errorf(CodeUnsupported, "terminal.wait", "terminal %T cannot say how its process ended", term)
+	}
+	return w.Wait(ctx)
+}

@@ -158,12 +158,11 @@ func termExitCode(c *C) {
 	if err != io.EOF {
 		c.Errorf("Read after exit: got %v, want io.EOF", err)
 	}
-	w, ok := t.(provider.TerminalWaiter)
-	if !ok {
+	res, err := sandbox.WaitTerminal(c.Ctx, t)
+	if errors.Is(err, sandbox.CodeUnsupported) {
 		c.Logf("terminal %T has no Wait; only the end of output was checked", t)
 		return
 	}
-	res, err := w.Wait(c.Ctx)
 	c.NoErr("Wait", err)
 	Eq(c, "exit code", res.ExitCode, 3)
 	Eq(c, "signal", res.Signal, "")
@@ -197,8 +196,7 @@ func termCloseKills(c *C) {
 		c.Errorf("Write after Close: no error")
 	}
 	out.wait(c, "Read after Close", func(_ string, err error) bool { return err != nil })
-	if w, ok := t.(provider.TerminalWaiter); ok {
-		res, err := w.Wait(c.Ctx)
+	if res, err := sandbox.WaitTerminal(c.Ctx, t); !errors.Is(err, sandbox.CodeUnsupported) {
 		if err == nil && res.ExitCode == 0 {
 			c.Errorf("Wait after Close: exit 0, want the kill to show")
 		} else if err != nil && !errors.Is(err, io.EOF) {

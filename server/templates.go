@@ -11,24 +11,16 @@ import (
 	"strings"
 
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/sandbox"
 	"github.com/tupper-dev/tupper/server/api"
 	"github.com/tupper-dev/tupper/server/builds"
 	"github.com/tupper-dev/tupper/template"
 	"github.com/tupper-dev/tupper/template/dockerfile"
 )
 
-// templates are the provider's (provider.Templater), shared by every key of the server:
-// what a create's template names. Without the interface there are none to list.
-func (s *Server) templates(r *http.Request) ([]provider.TemplateInfo, error) {
-	tp, ok := s.prov.(provider.Templater)
-	if !ok {
-		return nil, nil
-	}
-	return tp.Templates(r.Context())
-}
-
 func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request, _ *caller) {
-	all, err := s.templates(r)
+	// The provider's, shared by every key of the server: what a create's template names.
+	all, err := sandbox.Templates(r.Context(), s.prov)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -42,12 +34,7 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request, _ *caller
 
 func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request, _ *caller) {
 	name := r.PathValue("name")
-	tp, ok := s.prov.(provider.Templater)
-	if !ok {
-		writeError(w, provider.Errorf(provider.CodeNotFound, "template %q not found: the %s provider lists no templates", name, s.prov.Name()))
-		return
-	}
-	t, err := tp.Template(r.Context(), name)
+	t, err := sandbox.InspectTemplate(r.Context(), s.prov, name)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -58,11 +45,6 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request, _ *caller) 
 // deleteTemplate removes a template and the layers no other template uses; one that a
 // sandbox or snapshot uses only with ?force=true.
 func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request, _ *caller) {
-	tp, ok := s.prov.(provider.Templater)
-	if !ok {
-		writeError(w, provider.Errorf(provider.CodeUnsupported, "the %s provider does not manage templates", s.prov.Name()))
-		return
-	}
 	force := false
 	switch r.URL.Query().Get("force") {
 	case "", "false":
@@ -72,7 +54,7 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request, _ *calle
 		writeError(w, badRequest("force: true or false"))
 		return
 	}
-	if err := tp.DeleteTemplate(r.Context(), r.PathValue("name"), force); err != nil {
+	if err := sandbox.DeleteTemplate(r.Context(), s.prov, r.PathValue("name"), force); err != nil {
 		writeError(w, err)
 		return
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/sandbox"
 	"github.com/tupper-dev/tupper/server/api"
 )
 
@@ -169,13 +170,12 @@ func terminalCommand(ctx context.Context, term provider.Terminal, data []byte) e
 
 // sendExit sends how the terminal's process ended, when the terminal can tell.
 func sendExit(ctx context.Context, conn *websocket.Conn, term provider.Terminal) {
-	w, ok := term.(provider.TerminalWaiter)
-	if !ok {
-		return
-	}
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	res, err := w.Wait(wctx)
+	res, err := sandbox.WaitTerminal(wctx, term)
+	if errors.Is(err, sandbox.CodeUnsupported) {
+		return // the terminal cannot tell: the socket closes without an exit message
+	}
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {
 			e := toAPIError(err)

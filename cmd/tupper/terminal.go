@@ -12,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
 )
 
@@ -110,13 +109,12 @@ func runTerminal(ctx context.Context, cmd *cobra.Command, box *sandbox.Sandbox, 
 	if err != nil && !errors.Is(err, os.ErrClosed) {
 		return err
 	}
-	w, ok := t.(provider.TerminalWaiter)
-	if !ok {
-		return nil
-	}
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	res, err := w.Wait(wctx)
+	res, err := sandbox.WaitTerminal(wctx, t)
+	if errors.Is(err, sandbox.CodeUnsupported) {
+		return nil // the end of the output is all there is to know
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return exitError{exitAborted}

@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/sandbox"
 	"github.com/tupper-dev/tupper/store"
 	"github.com/tupper-dev/tupper/template"
 )
@@ -294,7 +295,7 @@ func (b *Build) progress(ev template.BuildEvent) {
 // Reserve records a build of the template name, waiting for its steps (Start); it replaces
 // a build of the same key and name still waiting. A name another build of the server is
 // making is CodeConflict; a built-in template's name (the
-// provider's Templater says which) CodeInvalidArgument.
+// provider says which) CodeInvalidArgument.
 func (s *Service) Reserve(ctx context.Context, keyID, name string, tags []string) (*Build, error) {
 	if _, err := s.Store(); err != nil {
 		return nil, err
@@ -307,14 +308,12 @@ func (s *Service) Reserve(ctx context.Context, keyID, name string, tags []string
 			return nil, provider.Errorf(provider.CodeInvalidArgument, "tag %q: up to 256 characters, no spaces or slashes", t)
 		}
 	}
-	if tp, ok := s.cfg.Provider.(provider.Templater); ok {
-		t, err := tp.Template(ctx, name)
-		if err != nil && provider.CodeOf(err) != provider.CodeNotFound {
-			return nil, err
-		}
-		if err == nil && t.Builtin && t.Name == name {
-			return nil, provider.Errorf(provider.CodeInvalidArgument, "template %q is built in: build under another name", name)
-		}
+	t, err := sandbox.InspectTemplate(ctx, s.cfg.Provider, name)
+	if err != nil && provider.CodeOf(err) != provider.CodeNotFound {
+		return nil, err
+	}
+	if err == nil && t.Builtin && t.Name == name {
+		return nil, provider.Errorf(provider.CodeInvalidArgument, "template %q is built in: build under another name", name)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

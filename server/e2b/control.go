@@ -152,17 +152,15 @@ func (s *Server) templateAlias(w http.ResponseWriter, r *http.Request, _ string)
 		writeJSON(w, http.StatusOK, map[string]any{"templateID": baseTemplate, "public": true})
 		return
 	}
-	// The provider's own templates (provider.Templater) are aliases of themselves.
-	if tp, ok := s.prov.(provider.Templater); ok {
-		t, err := tp.Template(r.Context(), alias)
-		if err == nil {
-			writeJSON(w, http.StatusOK, map[string]any{"templateID": t.Name, "public": false})
-			return
-		}
-		if provider.CodeOf(err) != provider.CodeNotFound {
-			writeError(w, err)
-			return
-		}
+	// The provider's own templates are aliases of themselves.
+	t, err := sandbox.InspectTemplate(r.Context(), s.prov, alias)
+	if err == nil {
+		writeJSON(w, http.StatusOK, map[string]any{"templateID": t.Name, "public": false})
+		return
+	}
+	if provider.CodeOf(err) != provider.CodeNotFound {
+		writeError(w, err)
+		return
 	}
 	writeError(w, provider.Errorf(provider.CodeNotFound, "template alias %q not found: the aliases are %q and the provider's templates", alias, baseTemplate))
 }
@@ -172,11 +170,7 @@ func (s *Server) templateAlias(w http.ResponseWriter, r *http.Request, _ string)
 // exists (the local provider's: Python, Node.js, git, curl and sudo, as E2B's), else the
 // provider's default template, so that a create never waits minutes for a build.
 func (s *Server) hasTemplate(ctx context.Context, name string) bool {
-	tp, ok := s.prov.(provider.Templater)
-	if !ok {
-		return false
-	}
-	t, err := tp.Template(ctx, name)
+	t, err := sandbox.InspectTemplate(ctx, s.prov, name)
 	return err == nil && t.Name == name && t.Layers > 0
 }
 

@@ -106,11 +106,9 @@ func snapshotNamed(in sandbox.SnapshotInfo, q string) bool {
 // provider this way is not served.
 func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request, _ string) {
 	id := r.PathValue("templateID")
-	if tp, ok := s.prov.(provider.Templater); ok {
-		if _, err := tp.Template(r.Context(), id); err == nil {
-			writeError(w, unsupported("%s is not supported by tupper%s", r.Pattern, whyTemplates))
-			return
-		}
+	if _, err := sandbox.InspectTemplate(r.Context(), s.prov, id); err == nil {
+		writeError(w, unsupported("%s is not supported by tupper%s", r.Pattern, whyTemplates))
+		return
 	}
 	if err := s.lc.DeleteSnapshot(r.Context(), id); err != nil {
 		writeError(w, err)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/tupper-dev/tupper/internal/httpdeadline"
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/sandbox"
 	"github.com/tupper-dev/tupper/server/builds"
 	"github.com/tupper-dev/tupper/template"
 )
@@ -125,17 +126,14 @@ type e2bTemplate struct {
 }
 
 // listTemplates is GET /templates and GET /v2/templates (one page): the provider's
-// templates (provider.Templater), each its own alias with its tags, and "base" (the
+// templates (none when it keeps none), each its own alias with its tags, and "base" (the
 // provider's default template when it has none of that name). A built-in template not
 // made yet is "waiting": a create that names it makes it.
 func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request, _ string) {
-	var all []provider.TemplateInfo
-	if tp, ok := s.prov.(provider.Templater); ok {
-		var err error
-		if all, err = tp.Templates(r.Context()); err != nil {
-			writeError(w, err)
-			return
-		}
+	all, err := sandbox.Templates(r.Context(), s.prov)
+	if err != nil {
+		writeError(w, err)
+		return
 	}
 	own := len(all)
 	if !slices.ContainsFunc(all, func(t provider.TemplateInfo) bool { return t.Name == baseTemplate }) {
