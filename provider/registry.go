@@ -14,10 +14,18 @@ import (
 // like). It is called by Resolve, not at registration.
 type Factory func() (Provider, error)
 
+// ConfigFactory builds a provider from a configuration of the provider's own type (for
+// providers/local, a local.Config), as a database/sql driver opens a data source name. It
+// is called by Open.
+type ConfigFactory func(cfg any) (Provider, error)
+
 // Registration is one registered provider.
 type Registration struct {
 	Name    string
 	Factory Factory
+	// Open, when set, builds the provider from a configuration the caller gives (Open);
+	// without it the provider takes none but its Factory's.
+	Open ConfigFactory
 	// Install says what to install or set up when something the provider needs is missing,
 	// e.g. "apt-get install runc". Resolve adds it to an unavailable error that wraps
 	// ErrMissing (and does not say it already), never to one with another cause: a
@@ -84,6 +92,48 @@ func List() []string {
 	return names
 }
 
+// Open builds the provider registered as name from cfg, a configuration of that provider's
+// own type (for "local", a local.Config), in the manner of database/sql's Open: it checks
+// the configuration and builds the provider without asking whether it is available, so
+// its Available (or its first call) says what is missing. A nil cfg is the provider's
+// default configuration (its Factory). CodeUnavailable when name is not registered;
+// CodeInvalidArgument when the provider takes no configuration or cfg is not its type;
+// otherwise the provider's own error for a bad configuration.
+func Open(name string, cfg any) (Provider, error) {
+	r, ok := Lookup(name)
+	if !ok {
+		return nil, notRegistered(name)
+	}
+	if cfg == nil {
+		return r.Factory()
+	}
+	if r.Open == nil {
+		return nil, Errorf(CodeInvalidArgument, "provider %s takes no configuration (given a %T)", name, cfg)
+	}
+	return r.Open(cfg)
+}
+
+func notRegistered(name string) error {
+	return Errorf(CodeUnavailable, "provider %q is not registered (registered: %s); import its package", name, strings.Join(List(), ", "))
+}
+
+// ConfigOf returns cfg as a provider's configuration type C, for its ConfigFactory: C or a
+// *C (nil: the zero C), else a CodeInvalidArgument error naming the provider.
+func ConfigOf[C any](name string, cfg any) (C, error) {
+	switch c := cfg.(type) {
+	case C:
+		return c, nil
+	case *C:
+		if c != nil {
+			return *c, nil
+		}
+		var zero C
+		return zero, nil
+	}
+	var zero C
+	return zero, Errorf(CodeInvalidArgument, "provider %s is configured with a %T, not a %T", name, zero, cfg)
+}
+
 // PlatformDefault is the default provider for an operating system: local on Linux, docker
 // (providers/docker, a Docker Engine such as Docker Desktop's) on macOS and Windows, none
 // elsewhere ("").
@@ -143,8 +193,7 @@ func Resolve(ctx context.Context, opts ResolveOptions) (Provider, error) {
 	if opts.Name != "" {
 		r, ok := Lookup(opts.Name)
 		if !ok {
-			return nil, Errorf(CodeUnavailable, "provider %q is not registered (registered: %s); import its package",
-				opts.Name, strings.Join(List(), ", "))
+			return nil, notRegistered(opts.Name)
 		}
 		return build(ctx, r)
 	}

@@ -156,3 +156,39 @@ func TestResolveExisting(t *testing.T) {
 		t.Fatalf("existing, factory fails: %v", err)
 	}
 }
+
+// TestOpen: a provider opens with its own configuration type (or a pointer to it), with its
+// Factory's for nil, and refuses another type or a configuration it does not take, without
+// asking whether it is available.
+func TestOpen(t *testing.T) {
+	type cfg struct{ Home string }
+	Register(Registration{
+		Name:    "open-configured",
+		Factory: func() (Provider, error) { return stub{"default", errors.New("not here")}, nil },
+		Open: func(c any) (Provider, error) {
+			conf, err := ConfigOf[cfg]("open-configured", c)
+			if err != nil {
+				return nil, err
+			}
+			return stub{conf.Home, errors.New("not here")}, nil
+		},
+	})
+	reg("open-plain", nil)
+	for _, c := range []any{cfg{Home: "/h"}, &cfg{Home: "/h"}} {
+		if p, err := Open("open-configured", c); err != nil || p.Name() != "/h" {
+			t.Errorf("Open(%T) = %v, %v; want the configured provider", c, p, err)
+		}
+	}
+	if p, err := Open("open-configured", nil); err != nil || p.Name() != "default" {
+		t.Errorf("Open(nil) = %v, %v; want the Factory's", p, err)
+	}
+	if _, err := Open("open-configured", "a string"); !errors.Is(err, CodeInvalidArgument) || !strings.Contains(err.Error(), "string") {
+		t.Errorf("Open with another type: %v", err)
+	}
+	if _, err := Open("open-plain", cfg{}); !errors.Is(err, CodeInvalidArgument) {
+		t.Errorf("Open of a provider that takes no configuration: %v", err)
+	}
+	if _, err := Open("open-nosuch", nil); !errors.Is(err, CodeUnavailable) || !strings.Contains(err.Error(), "not registered") {
+		t.Errorf("Open of an unregistered name: %v", err)
+	}
+}

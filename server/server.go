@@ -107,7 +107,7 @@ type Config struct {
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 
 	// Template builds (POST /v1/templates, E2B's template API), where the provider builds
-	// (template.Builder): an upload (a build context, an E2B file) is at most
+	// (provider.TemplateBuilder): an upload (a build context, an E2B file) is at most
 	// MaxBuildContextBytes as sent (0: 1 GiB) and unpacks to at most four times that and
 	// 200,000 files; ConcurrentBuilds run at once (0: 1), the others queue.
 	MaxBuildContextBytes int64

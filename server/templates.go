@@ -84,7 +84,7 @@ type buildRequest struct {
 // Dockerfile parsed before the answer, so a bad one is a 4xx at once; the build itself
 // runs in the background: 202 with its status, and Location its URL.
 func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request, c *caller) {
-	if _, err := s.builds.Store(); err != nil {
+	if err := s.builds.Supported(); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -173,11 +173,11 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request, c *caller
 		writeError(w, err)
 		return
 	}
-	opts := template.BuildOptions{
+	build := sandbox.BuildRequest{
 		Context: dir, DockerfileText: req.DockerfileText, BuildArgs: req.BuildArgs, Target: req.Target,
 		Network: provider.NetworkMode(req.Network), NoCache: req.NoCache, StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd,
 	}
-	if err := s.builds.Start(b, opts, cleanup); err != nil {
+	if err := s.builds.Start(b, build, cleanup); err != nil {
 		writeError(w, err)
 		return
 	}

@@ -17,16 +17,14 @@ import (
 	"github.com/tupper-dev/tupper/providers/remote"
 	"github.com/tupper-dev/tupper/sandbox"
 	"github.com/tupper-dev/tupper/server/servertest"
-	"github.com/tupper-dev/tupper/template"
 )
 
 // workdirTemplate builds the template name as a user builds an image from a root file
 // system: FROM scratch, ADD of the busybox tarball, WORKDIR /app.
 func workdirTemplate(t *testing.T, prov provider.Provider, name string) {
 	t.Helper()
-	b, ok := prov.(template.Builder)
-	if !ok {
-		testenv.Skip(t, "provider "+prov.Name()+" does not build templates")
+	if err := sandbox.CanBuildTemplates(prov); err != nil {
+		testenv.Skip(t, err.Error())
 	}
 	dir := t.TempDir()
 	rootfs, err := os.ReadFile(servertest.BusyboxRootFS(t))
@@ -38,13 +36,9 @@ func workdirTemplate(t *testing.T, prov provider.Provider, name string) {
 			t.Fatal(err)
 		}
 	}
-	st, err := template.Open(b.Home())
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	if _, err := st.Build(ctx, template.BuildOptions{Name: name, Context: dir, Runner: b.BuildRunner(), Network: provider.NetworkNone}); err != nil {
+	if _, err := sandbox.BuildTemplate(ctx, prov, sandbox.BuildRequest{Name: name, Context: dir, Network: provider.NetworkNone}); err != nil {
 		t.Fatalf("building %s: %v", name, err)
 	}
 }

@@ -90,34 +90,11 @@ type BuildOptions struct {
 	StartCmd, ReadyCmd string
 }
 
-// BuildEvent is one event of a build, as `docker build` shows them: a step starting, a
-// step's output, a step taken from the cache, a step done.
-type BuildEvent struct {
-	Step, Steps int    // 1-based
-	Line        int    // the instruction's line in the Dockerfile
-	Instruction string // as written
-	Kind        string // "step", "output", "cached", "done", "error"
-	Output      string // with "output": a chunk of the step's output
-	Layer       string // with "done" and "cached": the diff ID of the step's layer, if it made one
-}
+// BuildEvent is one event of a build (provider.TemplateBuilder's, this package's type).
+type BuildEvent = provider.BuildEvent
 
 // BuildError is a failed build step.
-type BuildError struct {
-	Line        int
-	Instruction string
-	ExitCode    int    // a RUN's exit code; 0 for other failures
-	Output      string // the end of the step's output
-	Err         error
-}
-
-func (e *BuildError) Error() string {
-	if e.Err != nil {
-		return fmt.Sprintf("Dockerfile line %d: %s: %v", e.Line, e.Instruction, e.Err)
-	}
-	return fmt.Sprintf("Dockerfile line %d: %s: exit code %d", e.Line, e.Instruction, e.ExitCode)
-}
-
-func (e *BuildError) Unwrap() error { return e.Err }
+type BuildError = provider.BuildError
 
 // stageState is a stage's file system and configuration as the build goes.
 type stageState struct {

@@ -10,14 +10,6 @@ import (
 	"github.com/tupper-dev/tupper/provider"
 )
 
-// A Builder is a provider that builds templates (providers/local): its store is under Home
-// (Open(Home())) and BuildRunner makes the sandboxes a build's steps run in. A server whose
-// provider is not one serves no builds (unsupported).
-type Builder interface {
-	Home() string
-	BuildRunner() Runner
-}
-
 // UnpackContext unpacks a build context sent as a tar (plain, gzip, zstd or bzip2) into
 // dir, an existing empty directory: with the refusals of a layer's unpacking (absolute
 // paths, "..", a path through a symbolic link, a hard link out of dir, whiteouts) and

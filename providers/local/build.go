@@ -31,6 +31,65 @@ import (
 // BuildRunner returns the runner that makes a build's step sandboxes with this provider.
 func (p *Provider) BuildRunner() template.Runner { return buildRunner{p} }
 
+var _ provider.TemplateBuilder = (*Provider)(nil)
+
+// BuildTemplate builds req into the store under Home: its steps on BuildRunner, the images
+// a FROM names imported into the store, their lines to req.Log.
+func (p *Provider) BuildTemplate(ctx context.Context, req provider.BuildRequest) (provider.BuiltTemplate, error) {
+	st, err := p.templateStore()
+	if err != nil {
+		return provider.BuiltTemplate{}, err
+	}
+	t, err := st.Build(ctx, template.BuildOptions{
+		Name: req.Name, Tags: req.Tags, ID: req.ID,
+		Context: req.Context, Dockerfile: req.Dockerfile, DockerfileText: req.DockerfileText,
+		BuildArgs: req.BuildArgs, Target: req.Target, Network: req.Network, NoCache: req.NoCache,
+		StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, Progress: req.Progress,
+		Runner: p.BuildRunner(),
+		Pull: func(ctx context.Context, ref string) (*template.Template, error) {
+			return st.PullBase(ctx, ref, req.Log)
+		},
+	})
+	if err != nil {
+		return provider.BuiltTemplate{}, err
+	}
+	size, err := layersSize(st, t)
+	if err != nil {
+		return provider.BuiltTemplate{}, err
+	}
+	return provider.BuiltTemplate{TemplateInfo: templateInfo(t, size), LayerIDs: t.Layers}, nil
+}
+
+// BuildDir makes a directory for a build's context in the store's root, root's alone. The
+// first call of a provider removes those a process that died left.
+func (p *Provider) BuildDir() (string, error) {
+	st, err := p.templateStore()
+	if err != nil {
+		return "", err
+	}
+	p.staleBuildDirs.Do(func() {
+		old, _ := filepath.Glob(filepath.Join(st.Root(), "build-*"))
+		for _, d := range old {
+			os.RemoveAll(d)
+		}
+	})
+	return os.MkdirTemp(st.Root(), "build-*")
+}
+
+// RetagTemplate changes the tags of a template of the store (template.Store.Retag).
+func (p *Provider) RetagTemplate(ctx context.Context, name string, change func(provider.TemplateInfo) ([]string, error)) (provider.TemplateInfo, error) {
+	st, err := p.templateStore()
+	if err != nil {
+		return provider.TemplateInfo{}, err
+	}
+	t, err := st.Retag(ctx, name, func(t *template.Template) ([]string, error) { return change(templateInfo(t, 0)) })
+	if err != nil {
+		return provider.TemplateInfo{}, err
+	}
+	size, err := layersSize(st, t)
+	return templateInfo(t, size), err
+}
+
 type buildRunner struct{ p *Provider }
 
 // buildOmit are the paths of a step sandbox's root that are never part of a layer, as in

@@ -394,6 +394,15 @@ func (p *Provider) Template(ctx context.Context, name string) (provider.Template
 	if err != nil {
 		return provider.TemplateInfo{}, err
 	}
+	size, err := layersSize(st, t)
+	if err != nil {
+		return provider.TemplateInfo{}, err
+	}
+	return templateInfo(t, size), nil
+}
+
+// layersSize is the bytes of t's layers' files, reading those layers' records only.
+func layersSize(st *template.Store, t *template.Template) (int64, error) {
 	var size int64
 	for _, d := range t.Layers {
 		l, err := st.Layer(d)
@@ -401,11 +410,11 @@ func (p *Provider) Template(ctx context.Context, name string) (provider.Template
 			continue // as Usage counts a missing layer
 		}
 		if err != nil {
-			return provider.TemplateInfo{}, err
+			return 0, err
 		}
 		size += l.Size
 	}
-	return templateInfo(t, size), nil
+	return size, nil
 }
 
 // DeleteTemplate removes a template of the store and the layers no other template uses.

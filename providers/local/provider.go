@@ -44,6 +44,8 @@ type Provider struct {
 
 	storeMu sync.Mutex
 	store   *template.Store // the template store, opened on first need (templateStore)
+
+	staleBuildDirs sync.Once // BuildDir's removal of what dead processes left
 }
 
 // templateStore is the template store under Home, opened (its directories made) once.
@@ -69,6 +71,17 @@ func init() {
 	provider.Register(provider.Registration{
 		Name:     "local",
 		Factory:  func() (provider.Provider, error) { return New(Config{}) },
+		Open: func(cfg any) (provider.Provider, error) {
+			c, err := provider.ConfigOf[Config]("local", cfg)
+			if err != nil {
+				return nil, err
+			}
+			p, err := New(c)
+			if err != nil {
+				return nil, err // not a nil *Provider in a non-nil interface
+			}
+			return p, nil
+		},
 		Install:  installRuntimes,
 		Implicit: true,
 	})

@@ -1,5 +1,5 @@
-// Package builds runs a server's template builds: each asynchronously through
-// template.Store.Build on the provider's build runner (template.Builder), with a status, a
+// Package builds runs a server's template builds: each asynchronously through the SDK's
+// sandbox.BuildTemplate (the provider's provider.TemplateBuilder), with a status, a
 // log that clients read from an offset or follow, and an event per state change. It is
 // shared by the native API (/v1/templates) and E2B's template API, so a build behaves the
 // same in both.
@@ -28,8 +28,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -83,10 +81,9 @@ type Config struct {
 
 // Service runs builds. Create it with New; Close cancels the running ones.
 type Service struct {
-	cfg     Config
-	log     *slog.Logger
-	builder template.Builder // nil: the provider builds nothing
-	sem     chan struct{}
+	cfg Config
+	log *slog.Logger
+	sem chan struct{}
 
 	base   context.Context // of every build; cancelled by Close
 	cancel context.CancelFunc
@@ -97,8 +94,7 @@ type Service struct {
 	finished []string // ids of finished builds, oldest first
 }
 
-// New builds a Service. Scratch directories a previous process left (build contexts of
-// builds it ran) are removed.
+// New builds a Service.
 func New(cfg Config) (*Service, error) {
 	if cfg.Provider == nil {
 		return nil, provider.Errorf(provider.CodeInvalidArgument, "builds: Provider is required")
@@ -114,15 +110,6 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{cfg: cfg, log: cfg.Logger, sem: make(chan struct{}, cfg.Concurrent), builds: map[string]*Build{}}
 	s.base, s.cancel = context.WithCancel(context.Background())
-	s.builder, _ = cfg.Provider.(template.Builder)
-	if s.builder != nil {
-		if st, err := s.Store(); err == nil {
-			old, _ := filepath.Glob(filepath.Join(st.Root(), "build-*"))
-			for _, d := range old {
-				os.RemoveAll(d)
-			}
-		}
-	}
 	return s, nil
 }
 
@@ -133,24 +120,13 @@ func (s *Service) Close() error {
 	return nil
 }
 
-// Store is the provider's template store; CodeUnsupported when the provider builds nothing.
-func (s *Service) Store() (*template.Store, error) {
-	if s.builder == nil {
-		return nil, provider.Errorf(provider.CodeUnsupported, "the %s provider does not build templates", s.cfg.Provider.Name())
-	}
-	return template.Open(s.builder.Home())
-}
+// Supported is nil when the provider builds templates, else CodeUnsupported: for a request
+// to be refused before it is read.
+func (s *Service) Supported() error { return sandbox.CanBuildTemplates(s.cfg.Provider) }
 
-// ScratchDir makes a directory, root's alone, for a build's context or uploads, beside the
-// template store (so a build reads it without crossing file systems). The caller removes
-// it; New removes those a dead process left.
-func (s *Service) ScratchDir() (string, error) {
-	st, err := s.Store()
-	if err != nil {
-		return "", err
-	}
-	return os.MkdirTemp(st.Root(), "build-*")
-}
+// ScratchDir makes a directory for a build's context or uploads on the provider's side
+// (sandbox.TemplateBuildDir). The caller removes it.
+func (s *Service) ScratchDir() (string, error) { return sandbox.TemplateBuildDir(s.cfg.Provider) }
 
 // LogEntry is one entry of a build's log.
 type LogEntry struct {
@@ -204,7 +180,7 @@ type Build struct {
 	started  time.Time
 	finished time.Time
 	fail     *Failure
-	tpl      *template.Template
+	tpl      *sandbox.BuiltTemplate // when ready
 	log      []LogEntry
 	logBytes int
 	changed  chan struct{} // closed and replaced on every change
@@ -225,7 +201,7 @@ func (b *Build) Status() Status {
 		st.Finished = &t
 	}
 	if b.tpl != nil {
-		st.Layers = b.tpl.Layers
+		st.Layers = b.tpl.LayerIDs
 	}
 	return st
 }
@@ -277,7 +253,7 @@ func (b *Build) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (b *Build) progress(ev template.BuildEvent) {
+func (b *Build) progress(ev provider.BuildEvent) {
 	e := LogEntry{Step: ev.Step, Steps: ev.Steps, Line: ev.Line, Kind: ev.Kind, Layer: ev.Layer}
 	switch ev.Kind {
 	case "step":
@@ -297,7 +273,7 @@ func (b *Build) progress(ev template.BuildEvent) {
 // making is CodeConflict; a built-in template's name (the
 // provider says which) CodeInvalidArgument.
 func (s *Service) Reserve(ctx context.Context, keyID, name string, tags []string) (*Build, error) {
-	if _, err := s.Store(); err != nil {
+	if err := s.Supported(); err != nil {
 		return nil, err
 	}
 	if err := template.ValidName(name); err != nil {
@@ -348,16 +324,15 @@ func (s *Service) Get(keyID, id string) (*Build, error) {
 	return b, nil
 }
 
-// Start runs the waiting build b with opts (Name, Tags, Runner, Pull and Progress are the
-// service's), at once or when a slot frees. cleanup, if not nil, runs when the build ends
+// Start runs the waiting build b of req (Name, Tags, ID, Progress and Log are the service's),
+// at once or when a slot frees. cleanup, if not nil, runs when the build ends
 // (it removes the build's context). Start on a build that is not waiting is CodeConflict,
 // and cleanup runs at once.
-func (s *Service) Start(b *Build, opts template.BuildOptions, cleanup func()) error {
+func (s *Service) Start(b *Build, req sandbox.BuildRequest, cleanup func()) error {
 	if cleanup == nil {
 		cleanup = func() {}
 	}
-	st, err := s.Store()
-	if err != nil {
+	if err := s.Supported(); err != nil {
 		cleanup()
 		return err
 	}
@@ -372,16 +347,14 @@ func (s *Service) Start(b *Build, opts template.BuildOptions, cleanup func()) er
 	b.state, b.cancel = Queued, cancel
 	b.changedLocked()
 	b.mu.Unlock()
-	opts.Name, opts.Tags, opts.ID = b.Name, b.Tags, b.ID
-	opts.Runner = s.builder.BuildRunner()
-	opts.Pull = func(ctx context.Context, ref string) (*template.Template, error) { return st.PullBase(ctx, ref, b) }
-	opts.Progress = b.progress
+	req.Name, req.Tags, req.ID = b.Name, b.Tags, b.ID
+	req.Progress, req.Log = b.progress, b
 	s.emit(EventQueued, b, nil)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		defer cancel()
-		s.run(ctx, st, b, opts, cleanup)
+		s.run(ctx, b, req, cleanup)
 	}()
 	return nil
 }
@@ -414,13 +387,13 @@ func (s *Service) Cancel(keyID, id string) error {
 
 // run runs the build, then cleanup, then records its end: a client that sees the end sees
 // the context gone.
-func (s *Service) run(ctx context.Context, st *template.Store, b *Build, opts template.BuildOptions, cleanup func()) {
+func (s *Service) run(ctx context.Context, b *Build, req sandbox.BuildRequest, cleanup func()) {
 	select {
 	case s.sem <- struct{}{}:
 		defer func() { <-s.sem }()
 	case <-ctx.Done():
 		cleanup()
-		s.finish(b, nil, provider.Errorf(provider.CodeAborted, "cancelled before it started"))
+		s.finish(b, sandbox.BuiltTemplate{}, provider.Errorf(provider.CodeAborted, "cancelled before it started"))
 		return
 	}
 	b.mu.Lock()
@@ -428,7 +401,7 @@ func (s *Service) run(ctx context.Context, st *template.Store, b *Build, opts te
 	b.changedLocked()
 	b.mu.Unlock()
 	s.emit(EventStarted, b, nil)
-	t, err := st.Build(ctx, opts)
+	t, err := sandbox.BuildTemplate(ctx, s.cfg.Provider, req)
 	if err != nil && ctx.Err() != nil {
 		err = provider.Errorf(provider.CodeAborted, "cancelled: %v", err)
 	}
@@ -436,18 +409,18 @@ func (s *Service) run(ctx context.Context, st *template.Store, b *Build, opts te
 	s.finish(b, t, err)
 }
 
-func (s *Service) finish(b *Build, t *template.Template, err error) {
+func (s *Service) finish(b *Build, t sandbox.BuiltTemplate, err error) {
 	b.mu.Lock()
 	b.finished = time.Now().UTC()
 	if err != nil {
 		f := &Failure{Code: provider.CodeOf(err), Message: provider.StripCredentials(message(err))}
-		var be *template.BuildError
+		var be *provider.BuildError
 		if errors.As(err, &be) {
 			f.Line, f.Instruction, f.ExitCode, f.Output = be.Line, be.Instruction, be.ExitCode, be.Output
 		}
 		b.state, b.fail = Failed, f
 	} else {
-		b.state, b.tpl = Ready, t
+		b.state, b.tpl = Ready, &t
 	}
 	b.changedLocked()
 	b.mu.Unlock()
@@ -455,7 +428,7 @@ func (s *Service) finish(b *Build, t *template.Template, err error) {
 		b.add(LogEntry{Kind: "error", Text: b.fail.Message})
 		s.emit(EventFailed, b, b.fail)
 	} else {
-		b.add(LogEntry{Kind: "info", Text: fmt.Sprintf("built template %s (%d layers)", t.Name, len(t.Layers))})
+		b.add(LogEntry{Kind: "info", Text: fmt.Sprintf("built template %s (%d layers)", t.Name, len(t.LayerIDs))})
 		s.emit(EventReady, b, nil)
 	}
 	s.mu.Lock()

@@ -2,22 +2,29 @@ package builds
 
 import (
 	"context"
+	"os"
 	"testing"
 
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/providers/memory"
-	"github.com/tupper-dev/tupper/template"
 )
 
-// homeProvider is the memory provider with a template store: Reserve, Get and Cancel need
-// no runner (TestTemplateBuildAPI in package server runs real builds).
+// homeProvider is the memory provider that claims to build templates: Reserve, Get and
+// Cancel build nothing (TestTemplateBuildAPI in package server runs real builds).
 type homeProvider struct {
 	*memory.Provider
 	home string
 }
 
-func (p homeProvider) Home() string                 { return p.home }
-func (p homeProvider) BuildRunner() template.Runner { return nil }
+func (p homeProvider) BuildTemplate(context.Context, provider.BuildRequest) (provider.BuiltTemplate, error) {
+	return provider.BuiltTemplate{}, provider.Errorf(provider.CodeInternal, "no build runs in this test")
+}
+
+func (p homeProvider) BuildDir() (string, error) { return os.MkdirTemp(p.home, "build-*") }
+
+func (p homeProvider) RetagTemplate(context.Context, string, func(provider.TemplateInfo) ([]string, error)) (provider.TemplateInfo, error) {
+	return provider.TemplateInfo{}, provider.Errorf(provider.CodeInternal, "no retag in this test")
+}
 
 // TestReserve: a build belongs to its key; a name being built is a conflict for another
 // key, while the same key's new request replaces its waiting one; Cancel of a waiting build

@@ -161,7 +161,7 @@ func (s *Server) buildsOrErr() (*builds.Service, error) {
 	if s.cfg.Builds == nil {
 		return nil, unsupported("template builds are not enabled on this server")
 	}
-	if _, err := s.cfg.Builds.Store(); err != nil {
+	if err := s.cfg.Builds.Supported(); err != nil {
 		return nil, err
 	}
 	return s.cfg.Builds, nil
@@ -373,9 +373,9 @@ func (s *Server) startBuild(w http.ResponseWriter, r *http.Request, keyID string
 	e.mu.Lock()
 	e.steps = steps
 	e.mu.Unlock()
-	opts := template.BuildOptions{Context: ctxDir, DockerfileText: df, NoCache: noCache, StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd}
+	build := sandbox.BuildRequest{Context: ctxDir, DockerfileText: df, NoCache: noCache, StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd}
 	dir := e.dir
-	if err := svc.Start(e.b, opts, func() { os.RemoveAll(dir) }); err != nil {
+	if err := svc.Start(e.b, build, func() { os.RemoveAll(dir) }); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -674,7 +674,7 @@ func (s *Server) assignTags(w http.ResponseWriter, r *http.Request, _ string) {
 		Target string   `json:"target"`
 		Tags   []string `json:"tags"`
 	}
-	t, ok := s.retag(w, r, &req, &req.Target, func(t *template.Template) ([]string, error) {
+	t, ok := s.retag(w, r, &req, &req.Target, func(t sandbox.TemplateInfo) ([]string, error) {
 		tags := t.Tags
 		for _, tag := range req.Tags {
 			if tag == "" || strings.ContainsAny(tag, ": /\t\n") {
@@ -699,7 +699,7 @@ func (s *Server) removeTags(w http.ResponseWriter, r *http.Request, _ string) {
 		Name string   `json:"name"`
 		Tags []string `json:"tags"`
 	}
-	if _, ok := s.retag(w, r, &req, &req.Name, func(t *template.Template) ([]string, error) {
+	if _, ok := s.retag(w, r, &req, &req.Name, func(t sandbox.TemplateInfo) ([]string, error) {
 		return slices.DeleteFunc(t.Tags, func(n string) bool {
 			_, tag := splitName(n)
 			return slices.Contains(req.Tags, tag)
@@ -713,31 +713,30 @@ func (s *Server) removeTags(w http.ResponseWriter, r *http.Request, _ string) {
 // retag decodes a tag request into req, then changes the tags of the template *name names
 // by change; it returns the template as written and whether that worked, having answered the
 // request when not.
-func (s *Server) retag(w http.ResponseWriter, r *http.Request, req any, name *string, change func(*template.Template) ([]string, error)) (*template.Template, bool) {
+func (s *Server) retag(w http.ResponseWriter, r *http.Request, req any, name *string, change func(sandbox.TemplateInfo) ([]string, error)) (sandbox.TemplateInfo, bool) {
 	if err := decodeBody(w, r, req); err != nil {
 		writeError(w, err)
-		return nil, false
+		return sandbox.TemplateInfo{}, false
 	}
-	st, err := s.templateStore()
-	var t *template.Template
+	_, err := s.buildsOrErr()
+	var t sandbox.TemplateInfo
 	if err == nil {
-		t, err = st.Retag(r.Context(), *name, change)
+		t, err = sandbox.RetagTemplate(r.Context(), s.prov, *name, change)
 	}
 	if err != nil {
 		writeError(w, err)
-		return nil, false
+		return sandbox.TemplateInfo{}, false
 	}
 	return t, true
 }
 
 // templateTags is GET /templates/{templateID}/tags: E2B's TemplateTag list.
 func (s *Server) templateTags(w http.ResponseWriter, r *http.Request, _ string) {
-	st, err := s.templateStore()
-	if err != nil {
+	if _, err := s.buildsOrErr(); err != nil {
 		writeError(w, err)
 		return
 	}
-	t, err := st.Get(r.PathValue("templateID"))
+	t, err := s.builtTemplate(r.Context(), r.PathValue("templateID"))
 	if err != nil {
 		writeError(w, err)
 		return
@@ -751,10 +750,12 @@ func (s *Server) templateTags(w http.ResponseWriter, r *http.Request, _ string) 
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) templateStore() (*template.Store, error) {
-	svc, err := s.buildsOrErr()
-	if err != nil {
-		return nil, err
+// builtTemplate is the template name (or the one tagged name) that an import or a build
+// made: a built-in one not made yet, or made of the host, has no tags and is not found.
+func (s *Server) builtTemplate(ctx context.Context, name string) (sandbox.TemplateInfo, error) {
+	t, err := sandbox.InspectTemplate(ctx, s.prov, name)
+	if err == nil && t.Layers == 0 {
+		err = provider.Errorf(provider.CodeNotFound, "template %q not found", name)
 	}
-	return svc.Store()
+	return t, err
 }

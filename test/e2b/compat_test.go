@@ -18,9 +18,9 @@ import (
 	"time"
 
 	"github.com/tupper-dev/tupper/internal/testenv"
+	"github.com/tupper-dev/tupper/sandbox"
 	"github.com/tupper-dev/tupper/server"
 	"github.com/tupper-dev/tupper/server/servertest"
-	"github.com/tupper-dev/tupper/template"
 )
 
 // TestE2BSDK needs root and runc (real sandboxes: the memory provider has no envd data
@@ -35,7 +35,7 @@ func TestE2BSDK(t *testing.T) {
 	// A domain, so that getHost(port) names {port}-{id}.e2b-compat.test, which the script
 	// reaches by sending that Host to the server.
 	prov := servertest.Provider(t, 5)
-	if _, ok := prov.(template.Builder); !ok {
+	if sandbox.CanBuildTemplates(prov) != nil {
 		testenv.Skip(t, "E2B compatibility builds templates, and provider "+prov.Name()+" does not")
 	}
 	// The template SDK's builds start from this one: imported from a local tarball, no mirror
