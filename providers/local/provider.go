@@ -69,8 +69,8 @@ var (
 
 func init() {
 	provider.Register(provider.Registration{
-		Name:     "local",
-		Factory:  func() (provider.Provider, error) { return New(Config{}) },
+		Name:    "local",
+		Factory: func() (provider.Provider, error) { return New(Config{}) },
 		Open: func(cfg any) (provider.Provider, error) {
 			c, err := provider.ConfigOf[Config]("local", cfg)
 			if err != nil {
