@@ -104,11 +104,15 @@ func Open(name string, cfg any) (Provider, error) {
 	if !ok {
 		return nil, notRegistered(name)
 	}
+	return open(r, cfg)
+}
+
+func open(r Registration, cfg any) (Provider, error) {
 	if cfg == nil {
 		return r.Factory()
 	}
 	if r.Open == nil {
-		return nil, Errorf(CodeInvalidArgument, "provider %s takes no configuration (given a %T)", name, cfg)
+		return nil, Errorf(CodeInvalidArgument, "provider %s takes no configuration (given a %T)", r.Name, cfg)
 	}
 	return r.Open(cfg)
 }
@@ -160,6 +164,9 @@ type ResolveOptions struct {
 	// asking whether it can create sandboxes, which for some providers means probing the
 	// host. Its methods then say what is missing. tupper exec resolves this way.
 	Existing bool
+	// Config, when not nil, configures the provider Name names, which it needs (see Open):
+	// that provider, built from Config, or an error.
+	Config any
 }
 
 // Resolve picks a provider in this order:
@@ -176,13 +183,16 @@ type ResolveOptions struct {
 // Resolve never falls back to a provider less isolated than the one asked for: an explicit
 // name that is unavailable is an error, not a reason to pick another.
 func Resolve(ctx context.Context, opts ResolveOptions) (Provider, error) {
+	if opts.Config != nil && opts.Name == "" {
+		return nil, Errorf(CodeInvalidArgument, "a provider's configuration (a %T) needs the provider's name", opts.Config)
+	}
 	if opts.Existing {
 		name := opts.Name
 		if name == "" {
 			name = PlatformDefault(runtime.GOOS)
 		}
 		if r, ok := Lookup(name); ok {
-			p, err := r.Factory()
+			p, err := open(r, opts.Config)
 			if err != nil {
 				return nil, withInstall(Wrap(err, CodeUnavailable, "provider "+r.Name), r)
 			}
@@ -195,7 +205,7 @@ func Resolve(ctx context.Context, opts ResolveOptions) (Provider, error) {
 		if !ok {
 			return nil, notRegistered(opts.Name)
 		}
-		return build(ctx, r)
+		return build(ctx, r, opts.Config)
 	}
 	var reasons []string
 	def := PlatformDefault(runtime.GOOS)
@@ -206,7 +216,7 @@ func Resolve(ctx context.Context, opts ResolveOptions) (Provider, error) {
 	case !ok:
 		reasons = append(reasons, fmt.Sprintf("the platform default %q is not registered (import github.com/tupper-dev/tupper/providers/%s)", def, def))
 	case r.Implicit && !slices.Contains(opts.Skip, def):
-		p, err := build(ctx, r)
+		p, err := build(ctx, r, nil)
 		if err == nil {
 			return p, nil
 		}
@@ -217,7 +227,7 @@ func Resolve(ctx context.Context, opts ResolveOptions) (Provider, error) {
 		if name == def || !r.Implicit || slices.Contains(opts.Skip, name) {
 			continue
 		}
-		p, err := build(ctx, r)
+		p, err := build(ctx, r, nil)
 		if err == nil {
 			return p, nil
 		}
@@ -226,8 +236,8 @@ func Resolve(ctx context.Context, opts ResolveOptions) (Provider, error) {
 	return nil, Errorf(CodeUnavailable, "no sandbox provider is available: %s", strings.Join(reasons, "; "))
 }
 
-func build(ctx context.Context, r Registration) (Provider, error) {
-	p, err := r.Factory()
+func build(ctx context.Context, r Registration, cfg any) (Provider, error) {
+	p, err := open(r, cfg)
 	if err != nil {
 		return nil, withInstall(Wrap(err, CodeUnavailable, "provider "+r.Name), r)
 	}

@@ -192,3 +192,31 @@ func TestOpen(t *testing.T) {
 		t.Errorf("Open of an unregistered name: %v", err)
 	}
 }
+
+// TestResolveConfig: Resolve builds a named provider from its configuration, and asks it
+// whether it is available unless Existing; a configuration without a name is refused.
+func TestResolveConfig(t *testing.T) {
+	type cfg struct{ Avail error }
+	Register(Registration{
+		Name:    "resolve-configured",
+		Factory: func() (Provider, error) { return stub{"default", nil}, nil },
+		Open: func(c any) (Provider, error) {
+			conf, err := ConfigOf[cfg]("resolve-configured", c)
+			return stub{"configured", conf.Avail}, err
+		},
+	})
+	ctx := context.Background()
+	if p, err := Resolve(ctx, ResolveOptions{Name: "resolve-configured", Config: cfg{}}); err != nil || p.Name() != "configured" {
+		t.Errorf("Resolve with a configuration = %v, %v", p, err)
+	}
+	down := cfg{Avail: Missingf("nothing here")}
+	if _, err := Resolve(ctx, ResolveOptions{Name: "resolve-configured", Config: down}); !errors.Is(err, CodeUnavailable) {
+		t.Errorf("Resolve of an unavailable configured provider: %v", err)
+	}
+	if p, err := Resolve(ctx, ResolveOptions{Name: "resolve-configured", Config: down, Existing: true}); err != nil || p.Name() != "configured" {
+		t.Errorf("Resolve Existing of a configured provider = %v, %v", p, err)
+	}
+	if _, err := Resolve(ctx, ResolveOptions{Config: cfg{}}); !errors.Is(err, CodeInvalidArgument) {
+		t.Errorf("Resolve of a configuration without a name: %v", err)
+	}
+}

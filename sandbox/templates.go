@@ -52,6 +52,9 @@ type BuildRequest = provider.BuildRequest
 // BuiltTemplate is what a build made.
 type BuiltTemplate = provider.BuiltTemplate
 
+// BuildEvent is one event of a build (BuildRequest.Progress).
+type BuildEvent = provider.BuildEvent
+
 // templateBuilder is p's provider.TemplateBuilder, or the CodeUnsupported error (named op)
 // of every build call when p builds no templates.
 func templateBuilder(p provider.Provider, op string) (provider.TemplateBuilder, error) {

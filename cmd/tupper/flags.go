@@ -12,6 +12,7 @@ import (
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/providers/remote"
 	"github.com/tupper-dev/tupper/sandbox"
+	"github.com/tupper-dev/tupper/template"
 )
 
 // providerFlags selects and configures the provider.
@@ -55,6 +56,24 @@ func (f *providerFlags) resolveFor(ctx context.Context, existing bool) (provider
 	return provider.Resolve(ctx, provider.ResolveOptions{Name: f.name, Existing: existing})
 }
 
+// resolveLocal returns the local provider configured by opts, for the flags that configure
+// it (flags names them, for an error): through the registry, once, and available. Another
+// provider takes none of them.
+func (f *providerFlags) resolveLocal(ctx context.Context, opts localOptions, flags string) (provider.Provider, error) {
+	cfg, err := localConfig(opts, flags)
+	if err != nil {
+		return nil, err
+	}
+	name := f.name
+	if f.url != "" {
+		name = remote.Name
+	}
+	if name != "" && name != "local" {
+		return nil, fmt.Errorf("%s needs the local provider, not %s", flags, name)
+	}
+	return provider.Resolve(ctx, provider.ResolveOptions{Name: "local", Config: cfg})
+}
+
 // allowPrivateUsage is the help of --allow-private (run, create and serve).
 const allowPrivateUsage = "let sandboxes with network all reach this private, link-local or other non-public IPv4 range (CIDR or address, repeatable; local provider; see docs/security.md)"
 
@@ -78,7 +97,7 @@ func parseAllowPrivate(vals []string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// localOptions are the flags that configure the local provider itself (localWith).
+// localOptions are the flags that configure the local provider itself (resolveLocal).
 type localOptions struct {
 	pool             int
 	allowPrivate     []netip.Prefix
@@ -114,21 +133,36 @@ func (f *createFlags) resolve(ctx context.Context) (provider.Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	prov, err := f.providerFlags.resolve(ctx)
-	if err == nil {
-		f.announceBuiltin(prov)
-	}
-	if err != nil || len(allow) == 0 && !f.noMirror {
-		return prov, err
-	}
-	var given []string // the error names the flags the user gave
+	var given []string // the flags that configure the local provider, for an error
 	if len(allow) > 0 {
 		given = append(given, "--allow-private")
 	}
 	if f.noMirror {
 		given = append(given, "--no-template-mirror")
 	}
-	return localWith(prov, localOptions{allowPrivate: allow, noTemplateMirror: f.noMirror}, strings.Join(given, " and "))
+	var prov provider.Provider
+	if len(given) == 0 {
+		prov, err = f.providerFlags.resolve(ctx)
+	} else {
+		prov, err = f.providerFlags.resolveLocal(ctx, localOptions{allowPrivate: allow, noTemplateMirror: f.noMirror}, strings.Join(given, " and "))
+	}
+	if err != nil {
+		return nil, err
+	}
+	f.announceBuiltin(prov)
+	return prov, nil
+}
+
+// announceBuiltin says, before a create of the local provider that will make a built-in
+// template (debian, base) first, why it takes a while.
+func (f *createFlags) announceBuiltin(prov provider.Provider) {
+	b, builtin := template.BuiltinNamed(f.template)
+	if !builtin || prov.Name() != "local" {
+		return
+	}
+	if t, err := sandbox.InspectTemplate(context.Background(), prov, f.template); err == nil && t.Layers == 0 {
+		fmt.Fprintf(os.Stderr, "tupper: making the %s template from this machine's apt mirror (once; %s)\n", b.Name, b.Takes)
+	}
 }
 
 func (f *createFlags) register(cmd *cobra.Command) {

@@ -6,47 +6,34 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"runtime"
 
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/providers/local"
-	"github.com/tupper-dev/tupper/template"
 )
 
-// localWith returns a local provider made with opts in place of prov, which must be the
-// local provider: for the flags that configure that provider itself (flags names them).
-func localWith(prov provider.Provider, opts localOptions, flags string) (*local.Provider, error) {
-	if _, ok := prov.(*local.Provider); !ok {
-		return nil, fmt.Errorf("%s needs the local provider, not %s", flags, prov.Name())
-	}
-	return local.New(local.Config{Pool: opts.pool, AllowPrivate: opts.allowPrivate, NoTemplateMirror: opts.noTemplateMirror,
-		Runtime: opts.runtime, BootImages: opts.bootImages})
+// localConfig is the local provider's configuration made of opts, for the registry
+// (provider.ResolveOptions.Config); flags names the flags that gave opts.
+func localConfig(opts localOptions, _ string) (any, error) {
+	return local.Config{Pool: opts.pool, AllowPrivate: opts.allowPrivate, NoTemplateMirror: opts.noTemplateMirror,
+		Runtime: opts.runtime, BootImages: opts.bootImages}, nil
 }
 
-// pruneBootImages removes the local provider's boot images in home that no create would use
-// again (their template gone, or made from another runsc or agent), after a template's
-// removal or a prune, and returns how many.
-func pruneBootImages(ctx context.Context, home string) (int, error) {
-	p, err := local.New(local.Config{Home: home})
-	if err != nil {
-		return 0, err
-	}
-	defer p.Close()
-	return p.PruneBootImages(ctx)
+// bootImagePruner is the local provider's upkeep of its boot images (bootimage.go), which
+// no other provider has and the SDK does not offer: tupper template prune asks for it.
+type bootImagePruner interface {
+	PruneBootImages(ctx context.Context) (int, error)
 }
 
-// announceBuiltin says, before a create that will make a built-in template (debian, base)
-// first, why it takes a while.
-func (f *createFlags) announceBuiltin(prov provider.Provider) {
-	lp, ok := prov.(*local.Provider)
-	b, builtin := template.BuiltinNamed(f.template)
-	if !ok || !builtin {
-		return
+// pruneBootImages removes the boot images of prov, the local provider, that no create would
+// use again (their template gone, or made from another runsc or agent), and returns how
+// many.
+func pruneBootImages(ctx context.Context, prov provider.Provider) (int, error) {
+	b, ok := prov.(bootImagePruner)
+	if !ok {
+		return 0, nil
 	}
-	if t, err := lp.Template(context.Background(), f.template); err == nil && t.Layers == 0 {
-		fmt.Fprintf(os.Stderr, "tupper: making the %s template from this machine's apt mirror (once; %s)\n", b.Name, b.Takes)
-	}
+	return b.PruneBootImages(ctx)
 }
 
 // localDoctorLines say which OCI runtime the local provider uses when none is asked for, and

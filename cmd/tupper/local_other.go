@@ -9,22 +9,14 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
-
-	"github.com/tupper-dev/tupper/provider"
 )
 
 const needsLinux = "runs on Linux only; use --provider docker (the default here)"
 
-// localWith refuses: the flags that configure the local provider have nothing to configure.
-func localWith(_ provider.Provider, _ localOptions, flags string) (interface {
-	provider.Provider
-	Close() error
-}, error) {
+// localConfig refuses: the flags that configure the local provider have nothing to configure.
+func localConfig(_ localOptions, flags string) (any, error) {
 	return nil, fmt.Errorf("%s configure the local provider, which %s", flags, needsLinux)
 }
-
-// announceBuiltin has nothing to announce: the built-in templates are the local provider's.
-func (f *createFlags) announceBuiltin(provider.Provider) {}
 
 // localDoctorLines are none off Linux: there is no local provider to pick a runtime for.
 func localDoctorLines(context.Context) []string { return nil }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -65,10 +66,17 @@ func newServeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := checkProviderName(provName); err != nil {
-				return err
+			pf := providerFlags{name: provName}
+			var prov provider.Provider
+			if pool > 0 || len(allow) > 0 || noMirror || runtimeName != "" || bootImages {
+				prov, err = pf.resolveLocal(ctx, localOptions{pool: pool, allowPrivate: allow, noTemplateMirror: noMirror, runtime: runtimeName, bootImages: bootImages},
+					"--pool, --runtime, --allow-private, --no-template-mirror and --boot-images")
+				if c, ok := prov.(io.Closer); ok {
+					defer c.Close() // destroys the pool's unused sandboxes
+				}
+			} else {
+				prov, err = pf.resolve(ctx)
 			}
-			prov, err := provider.Resolve(ctx, provider.ResolveOptions{Name: provName})
 			if err != nil {
 				return err
 			}
@@ -77,18 +85,6 @@ func newServeCmd() *cobra.Command {
 			}
 			if volumesGiB < 0 {
 				return fmt.Errorf("--volumes-gib must be 0 (no bound) or more")
-			}
-			if pool > 0 || len(allow) > 0 || noMirror || runtimeName != "" || bootImages {
-				lp, err := localWith(prov, localOptions{pool: pool, allowPrivate: allow, noTemplateMirror: noMirror, runtime: runtimeName, bootImages: bootImages},
-					"--pool, --runtime, --allow-private, --no-template-mirror and --boot-images")
-				if err != nil {
-					return err
-				}
-				defer lp.Close() // destroys the pool's unused sandboxes
-				if err := lp.Available(ctx); err != nil {
-					return err
-				}
-				prov = lp
 			}
 			st, err := openStore(cmd, home)
 			if err != nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"os"
@@ -13,7 +12,7 @@ import (
 
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/providers/local"
-	"github.com/tupper-dev/tupper/template"
+	"github.com/tupper-dev/tupper/sandbox"
 )
 
 // newTemplateBuildCmd is "tupper template build": a Dockerfile built into a template, each
@@ -65,11 +64,8 @@ func newTemplateBuildCmd(home *string) *cobra.Command {
 			default:
 				return provider.Errorf(provider.CodeInvalidArgument, "%s", fmt.Sprintf("--network %q: all or none", network))
 			}
-			p, err := local.New(local.Config{Home: *home, Runtime: runtime, AllowPrivate: allow})
-			if err != nil {
-				return err
-			}
-			st, err := template.Open(*home)
+			// The provider that runs the steps, configured by these flags through the registry.
+			p, err := provider.Open("local", local.Config{Home: *home, Runtime: runtime, AllowPrivate: allow})
 			if err != nil {
 				return err
 			}
@@ -77,20 +73,18 @@ func newTemplateBuildCmd(home *string) *cobra.Command {
 			pr := &buildProgress{w: out, quiet: quiet}
 			ctxDir, _ := filepath.Abs(args[0])
 			start := time.Now()
-			t, err := st.Build(cmd.Context(), template.BuildOptions{
+			t, err := sandbox.BuildTemplate(cmd.Context(), p, sandbox.BuildRequest{
 				Name: tags[0], Tags: tags[1:], Context: ctxDir, Dockerfile: file, BuildArgs: bargs,
-				Target: target, Network: mode, NoCache: noCache, Runner: p.BuildRunner(),
-				Pull:     func(ctx context.Context, ref string) (*template.Template, error) { return st.PullBase(ctx, ref, out) },
-				Progress: pr.event,
+				Target: target, Network: mode, NoCache: noCache, Progress: pr.event, Log: out,
 			})
 			if err != nil {
 				return templateErr(err)
 			}
 			unit := "layers"
-			if len(t.Layers) == 1 {
+			if len(t.LayerIDs) == 1 {
 				unit = "layer"
 			}
-			fmt.Fprintf(out, "built template %s (%d %s) in %s\n", t.Name, len(t.Layers), unit, time.Since(start).Round(time.Millisecond))
+			fmt.Fprintf(out, "built template %s (%d %s) in %s\n", t.Name, len(t.LayerIDs), unit, time.Since(start).Round(time.Millisecond))
 			fmt.Fprintln(cmd.OutOrStdout(), t.Name)
 			return nil
 		},
@@ -115,7 +109,7 @@ type buildProgress struct {
 	quiet bool
 }
 
-func (b *buildProgress) event(ev template.BuildEvent) {
+func (b *buildProgress) event(ev sandbox.BuildEvent) {
 	if b.quiet && ev.Kind != "error" {
 		return
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,22 +20,11 @@ import (
 	"github.com/tupper-dev/tupper/template"
 )
 
-// templateUsers names the sandboxes and snapshots of the local provider in home that use a
-// template, which `template rm` refuses to remove without --force.
-func templateUsers(home string) func(ctx context.Context, name string) ([]string, error) {
-	return func(ctx context.Context, name string) ([]string, error) {
-		p, err := local.New(local.Config{Home: home})
-		if err != nil {
-			return nil, err
-		}
-		return p.TemplateUsers(ctx, name)
-	}
-}
-
-// newTemplateCmd is "tupper template": the templates in the local provider's store, under
-// the same home ($TUPPER_HOME, default /var/lib/tupper).
+// newTemplateCmd is "tupper template": the templates of the local provider whose state is
+// in --home ($TUPPER_HOME, default /var/lib/tupper), or (ls, inspect and rm with --url) a
+// server's.
 func newTemplateCmd() *cobra.Command {
-	var home string
+	t := &templateCmd{}
 	cmd := &cobra.Command{
 		Use:   "template",
 		Short: "Import, build, list, inspect and remove sandbox templates",
@@ -45,15 +33,42 @@ func newTemplateCmd() *cobra.Command {
 			"save archive, an OCI layout or a root filesystem tarball, stored as shared layers.\n" +
 			"The built-in template host (the host's own /usr) is always there. See docs/templates.md.",
 	}
-	cmd.PersistentFlags().StringVar(&home, "home", store.Home(), "state directory ($TUPPER_HOME)")
-	var server providerFlags // ls, inspect and rm with --url: a server's templates
-	open := func() (*template.Store, error) { return template.Open(home) }
+	cmd.PersistentFlags().StringVar(&t.home, "home", store.Home(), "state directory ($TUPPER_HOME)")
+	ls, inspect, rm := t.lsCmd(), t.inspectCmd(), t.rmCmd()
+	for _, c := range []*cobra.Command{ls, inspect, rm} {
+		c.Flags().StringVar(&t.server.url, "url", os.Getenv("TUPPER_URL"),
+			"a tupper server whose templates to use instead of this machine's (default: $TUPPER_URL; the API key is $TUPPER_API_KEY)")
+	}
+	cmd.AddCommand(t.importCmd(), newTemplateBuildCmd(&t.home), ls, inspect, rm, t.pruneCmd())
+	return cmd
+}
 
+// templateCmd is what the subcommands of tupper template share.
+type templateCmd struct {
+	home   string        // the local provider's state: its template store is home/store
+	server providerFlags // ls, inspect and rm with --url: a server's templates
+}
+
+// provider is the provider whose templates the command manages: the server's with --url,
+// else the local provider with its state in home, opened through the registry and not
+// probed (its templates are files; no sandbox is made).
+func (t *templateCmd) provider(ctx context.Context) (provider.Provider, error) {
+	if t.server.url != "" {
+		return t.server.resolveExisting(ctx)
+	}
+	return provider.Open("local", local.Config{Home: t.home})
+}
+
+// store is the local provider's template store, for what only it holds: a template's layers
+// and the store's disk use, and what import and prune change.
+func (t *templateCmd) store() (*template.Store, error) { return template.Open(t.home) }
+
+func (t *templateCmd) importCmd() *cobra.Command {
 	var (
 		opts   template.ImportOptions
 		format string
 	)
-	imp := &cobra.Command{
+	c := &cobra.Command{
 		Use:   "import NAME REF|FILE",
 		Short: "Import an image as template NAME, with progress on stderr",
 		Long: "import makes template NAME from an image: a registry reference (credentials from the\n" +
@@ -67,10 +82,6 @@ func newTemplateCmd() *cobra.Command {
 			"  tupper template import base ./rootfs.tar.zst",
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			st, err := open()
-			if err != nil {
-				return templateErr(err)
-			}
 			src := template.SourceOf(args[1])
 			if format != "" {
 				if src.Path == "" {
@@ -78,216 +89,232 @@ func newTemplateCmd() *cobra.Command {
 				}
 				src.Format = template.Format(format)
 			}
-			pr := &importProgress{w: cmd.ErrOrStderr()}
-			opts.Progress = pr.report
-			start := time.Now()
-			t, err := st.Import(cmd.Context(), args[0], src, opts)
-			pr.end()
-			if err != nil {
-				return templateErr(err)
-			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "tupper: imported %s (%d layers, %d fetched, %s) in %s\n", t.Name, len(t.Layers), pr.fetched, bytesHuman(pr.bytes), time.Since(start).Round(time.Millisecond))
-			fmt.Fprintln(cmd.OutOrStdout(), t.Name)
-			return nil
+			return templateErr(t.importImage(cmd, args[0], src, opts))
 		},
 	}
-	imp.Flags().StringVar(&opts.Platform, "platform", "", "os/arch[/variant] to pick from an index (default: this host's)")
-	imp.Flags().BoolVar(&opts.Insecure, "insecure", false, "allow plain HTTP and unverified TLS to a registry that is not on loopback")
-	imp.Flags().StringVar(&format, "format", "", "what FILE is: docker-archive, oci-layout or rootfs (default: look at it)")
-	imp.Flags().StringArrayVar(&opts.Tags, "tag", nil, "another name for the template (repeatable)")
-	imp.Flags().Int64Var(&opts.Limits.MaxBytes, "max-bytes", 0, "refuse an image larger than this unpacked (default 32 GiB)")
-	imp.Flags().Int64Var(&opts.Limits.MaxFiles, "max-files", 0, "refuse an image of more files than this (default 2,000,000)")
+	f := c.Flags()
+	f.StringVar(&opts.Platform, "platform", "", "os/arch[/variant] to pick from an index (default: this host's)")
+	f.BoolVar(&opts.Insecure, "insecure", false, "allow plain HTTP and unverified TLS to a registry that is not on loopback")
+	f.StringVar(&format, "format", "", "what FILE is: docker-archive, oci-layout or rootfs (default: look at it)")
+	f.StringArrayVar(&opts.Tags, "tag", nil, "another name for the template (repeatable)")
+	f.Int64Var(&opts.Limits.MaxBytes, "max-bytes", 0, "refuse an image larger than this unpacked (default 32 GiB)")
+	f.Int64Var(&opts.Limits.MaxFiles, "max-files", 0, "refuse an image of more files than this (default 2,000,000)")
+	return c
+}
 
-	var lsJSON bool
-	ls := &cobra.Command{
+// importImage imports src as template name, each layer reported on stderr as it lands.
+func (t *templateCmd) importImage(cmd *cobra.Command, name string, src template.Source, opts template.ImportOptions) error {
+	st, err := t.store()
+	if err != nil {
+		return err
+	}
+	pr := &importProgress{w: cmd.ErrOrStderr()}
+	opts.Progress = pr.report
+	start := time.Now()
+	tpl, err := st.Import(cmd.Context(), name, src, opts)
+	pr.end()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "tupper: imported %s (%d layers, %d fetched, %s) in %s\n", tpl.Name, len(tpl.Layers), pr.fetched, bytesHuman(pr.bytes), time.Since(start).Round(time.Millisecond))
+	fmt.Fprintln(cmd.OutOrStdout(), tpl.Name)
+	return nil
+}
+
+func (t *templateCmd) lsCmd() *cobra.Command {
+	var asJSON bool
+	c := &cobra.Command{
 		Use:   "ls",
 		Short: "List templates: name, tags, layers, size, source, created; and the store's disk use",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if server.url != "" {
-				return serverTemplates(cmd, &server, lsJSON)
-			}
-			lp, err := local.New(local.Config{Home: home})
-			if err != nil {
-				return templateErr(err)
-			}
-			all, err := lp.Templates(cmd.Context())
-			if err != nil {
-				return templateErr(err)
-			}
-			st, err := open()
-			if err != nil {
-				return templateErr(err)
-			}
-			u, err := st.Usage()
-			if err != nil {
-				return templateErr(err)
-			}
-			var rows []templateRow
-			for _, t := range all {
-				rows = append(rows, templateRow{Name: t.Name, Builtin: t.Builtin, Tags: t.Tags, Layers: t.Layers, Size: t.Size, Source: t.Source, Created: t.Created})
-			}
-			if lsJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(map[string]any{"templates": rows, "store": map[string]any{"layers": u.Layers, "bytes": u.Bytes, "unreferenced": u.Unreferenced}})
-			}
-			printTemplateRows(cmd, rows)
-			fmt.Fprintf(cmd.OutOrStdout(), "\nstore: %d layers, %s (shared layers counted once); %s in layers no template uses\n", u.Layers, bytesHuman(u.Bytes), bytesHuman(u.Unreferenced))
-			return nil
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return templateErr(t.list(cmd, asJSON))
 		},
 	}
-	ls.Flags().BoolVar(&lsJSON, "json", false, "print JSON for scripts")
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON for scripts")
+	return c
+}
 
-	inspect := &cobra.Command{
+// list prints the provider's templates, through the SDK; for the local provider the store's
+// disk use too (a server's disk is not this machine's).
+func (t *templateCmd) list(cmd *cobra.Command, asJSON bool) error {
+	prov, err := t.provider(cmd.Context())
+	if err != nil {
+		return err
+	}
+	all, err := sandbox.Templates(cmd.Context(), prov)
+	if err != nil {
+		return err
+	}
+	rows := make([]templateRow, 0, len(all))
+	for _, in := range all {
+		rows = append(rows, templateRow{Name: in.Name, Builtin: in.Builtin, Tags: in.Tags, Layers: in.Layers, Size: in.Size, Source: in.Source, Created: in.Created})
+	}
+	if t.server.url != "" {
+		if asJSON {
+			return printJSON(cmd, map[string]any{"templates": rows})
+		}
+		return printTemplateRows(cmd, rows)
+	}
+	st, err := t.store()
+	if err != nil {
+		return err
+	}
+	u, err := st.Usage()
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(cmd, map[string]any{"templates": rows, "store": map[string]any{"layers": u.Layers, "bytes": u.Bytes, "unreferenced": u.Unreferenced}})
+	}
+	printTemplateRows(cmd, rows)
+	fmt.Fprintf(cmd.OutOrStdout(), "\nstore: %d layers, %s (shared layers counted once); %s in layers no template uses\n", u.Layers, bytesHuman(u.Bytes), bytesHuman(u.Unreferenced))
+	return nil
+}
+
+func (t *templateCmd) inspectCmd() *cobra.Command {
+	return &cobra.Command{
 		Use:   "inspect NAME",
 		Short: "Print a template's record and its layers as JSON",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if server.url != "" {
-				prov, err := server.resolveExisting(cmd.Context())
-				if err != nil {
-					return templateErr(err)
-				}
-				t, err := sandbox.InspectTemplate(cmd.Context(), prov, args[0])
-				if err != nil {
-					return templateErr(err)
-				}
-				return printJSON(cmd, api.TemplateOf(t))
-			}
-			enc := json.NewEncoder(cmd.OutOrStdout())
-			enc.SetIndent("", "  ")
-			if args[0] == local.TemplateHost {
-				lp, err := local.New(local.Config{Home: home})
-				if err != nil {
-					return templateErr(err)
-				}
-				t, err := lp.Template(cmd.Context(), args[0])
-				if err != nil {
-					return templateErr(err)
-				}
-				return enc.Encode(templateRow{Name: t.Name, Builtin: t.Builtin, Source: t.Source})
-			}
-			st, err := open()
-			if err != nil {
-				return templateErr(err)
-			}
-			t, err := st.Get(args[0])
-			if err != nil {
-				return templateErr(err)
-			}
-			out := struct {
-				*template.Template
-				Size       int64             `json:"size"`
-				LayerInfos []*template.Layer `json:"layerInfo"`
-			}{Template: t}
-			for _, d := range t.Layers {
-				l, err := st.Layer(d)
-				if err != nil {
-					return templateErr(err)
-				}
-				out.Size += l.Size
-				out.LayerInfos = append(out.LayerInfos, l)
-			}
-			return enc.Encode(out)
+			return templateErr(t.inspect(cmd, args[0]))
 		},
 	}
+}
 
+// inspect prints template name: a server's as its API has it, the built-in host as the
+// provider describes it, another as the store records it, with its layers.
+func (t *templateCmd) inspect(cmd *cobra.Command, name string) error {
+	if t.server.url != "" || name == local.TemplateHost {
+		prov, err := t.provider(cmd.Context())
+		if err != nil {
+			return err
+		}
+		info, err := sandbox.InspectTemplate(cmd.Context(), prov, name)
+		if err != nil {
+			return err
+		}
+		if t.server.url != "" {
+			return printJSON(cmd, api.TemplateOf(info))
+		}
+		return printJSON(cmd, templateRow{Name: info.Name, Builtin: info.Builtin, Source: info.Source})
+	}
+	st, err := t.store()
+	if err != nil {
+		return err
+	}
+	tpl, err := st.Get(name)
+	if err != nil {
+		return err
+	}
+	out := struct {
+		*template.Template
+		Size       int64             `json:"size"`
+		LayerInfos []*template.Layer `json:"layerInfo"`
+	}{Template: tpl}
+	for _, d := range tpl.Layers {
+		l, err := st.Layer(d)
+		if err != nil {
+			return err
+		}
+		out.Size += l.Size
+		out.LayerInfos = append(out.LayerInfos, l)
+	}
+	return printJSON(cmd, out)
+}
+
+func (t *templateCmd) rmCmd() *cobra.Command {
 	var force bool
-	rm := &cobra.Command{
+	c := &cobra.Command{
 		Use:   "rm NAME",
 		Short: "Remove a template, and the layers no other template uses",
 		Long: "rm removes template NAME (or the template tagged NAME) and then the layers no template\n" +
 			"uses any more. A template in use by a sandbox or snapshot is refused unless --force.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if server.url != "" {
-				prov, err := server.resolveExisting(cmd.Context())
-				if err != nil {
-					return templateErr(err)
-				}
-				if err := sandbox.DeleteTemplate(cmd.Context(), prov, args[0], force); err != nil {
-					return templateErr(err)
-				}
-				fmt.Fprintln(cmd.OutOrStdout(), args[0])
-				return nil
-			}
-			if args[0] == local.TemplateHost {
-				return templateErr(provider.Errorf(provider.CodeInvalidArgument, "template %q is built in and cannot be removed", local.TemplateHost))
-			}
-			st, err := open()
-			if err != nil {
-				return templateErr(err)
-			}
-			t, err := st.Remove(cmd.Context(), args[0], template.RemoveOptions{InUse: templateUsers(home), Force: force})
-			if err != nil {
-				return templateErr(err)
-			}
-			p, err := st.Prune(cmd.Context())
-			if err != nil {
-				return templateErr(err)
-			}
-			if _, err := pruneBootImages(cmd.Context(), home); err != nil {
-				return templateErr(err)
-			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "tupper: removed %s; freed %s in %d layers\n", t.Name, bytesHuman(p.Bytes), p.Layers)
-			fmt.Fprintln(cmd.OutOrStdout(), t.Name)
-			return nil
+			return templateErr(t.remove(cmd, args[0], force))
 		},
 	}
-	rm.Flags().BoolVar(&force, "force", false, "remove the template even while sandboxes or snapshots use it")
+	c.Flags().BoolVar(&force, "force", false, "remove the template even while sandboxes or snapshots use it")
+	return c
+}
 
-	prune := &cobra.Command{
+// remove deletes template name through the SDK; for the local provider it says what the
+// store freed, the layers no other template used (the provider prunes them, and the
+// template's boot images).
+func (t *templateCmd) remove(cmd *cobra.Command, name string, force bool) error {
+	ctx := cmd.Context()
+	prov, err := t.provider(ctx)
+	if err != nil {
+		return err
+	}
+	if t.server.url != "" {
+		if err := sandbox.DeleteTemplate(ctx, prov, name, force); err != nil {
+			return err
+		}
+		fmt.Fprintln(cmd.OutOrStdout(), name)
+		return nil
+	}
+	info, err := sandbox.InspectTemplate(ctx, prov, name) // the name of the template a tag names
+	if err != nil {
+		return err
+	}
+	st, err := t.store()
+	if err != nil {
+		return err
+	}
+	before, err := st.Usage()
+	if err != nil {
+		return err
+	}
+	if err := sandbox.DeleteTemplate(ctx, prov, name, force); err != nil {
+		return err
+	}
+	after, err := st.Usage()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "tupper: removed %s; freed %s in %d layers\n", info.Name, bytesHuman(before.Bytes-after.Bytes), before.Layers-after.Layers)
+	fmt.Fprintln(cmd.OutOrStdout(), info.Name)
+	return nil
+}
+
+func (t *templateCmd) pruneCmd() *cobra.Command {
+	return &cobra.Command{
 		Use:   "prune",
 		Short: "Remove the layers no template uses, what failed imports left, and stale boot images",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			st, err := open()
-			if err != nil {
-				return templateErr(err)
-			}
-			p, err := st.Prune(cmd.Context())
-			if err != nil {
-				return templateErr(err)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "freed %s in %d layers\n", bytesHuman(p.Bytes), p.Layers)
-			n, err := pruneBootImages(cmd.Context(), home)
-			if err != nil {
-				return templateErr(err)
-			}
-			if n > 0 {
-				fmt.Fprintf(cmd.OutOrStdout(), "removed %d stale boot images\n", n)
-			}
-			return nil
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return templateErr(t.prune(cmd))
 		},
 	}
-	for _, c := range []*cobra.Command{ls, inspect, rm} {
-		c.Flags().StringVar(&server.url, "url", os.Getenv("TUPPER_URL"),
-			"a tupper server whose templates to use instead of this machine's (default: $TUPPER_URL; the API key is $TUPPER_API_KEY)")
-	}
-	cmd.AddCommand(imp, newTemplateBuildCmd(&home), ls, inspect, rm, prune)
-	return cmd
 }
 
-// serverTemplates is `template ls` against a server: its templates, through the SDK
-// (providers/remote), with no store line (the server's disk is not this machine's).
-func serverTemplates(cmd *cobra.Command, pf *providerFlags, asJSON bool) error {
-	prov, err := pf.resolveExisting(cmd.Context())
+// prune removes the store's unused layers, then the local provider's boot images no create
+// would use again.
+func (t *templateCmd) prune(cmd *cobra.Command) error {
+	st, err := t.store()
 	if err != nil {
-		return templateErr(err)
+		return err
 	}
-	all, err := sandbox.Templates(cmd.Context(), prov)
+	p, err := st.Prune(cmd.Context())
 	if err != nil {
-		return templateErr(err)
+		return err
 	}
-	rows := make([]templateRow, 0, len(all))
-	for _, t := range all {
-		rows = append(rows, templateRow{Name: t.Name, Builtin: t.Builtin, Tags: t.Tags, Layers: t.Layers, Size: t.Size, Source: t.Source, Created: t.Created})
+	fmt.Fprintf(cmd.OutOrStdout(), "freed %s in %d layers\n", bytesHuman(p.Bytes), p.Layers)
+	prov, err := t.provider(cmd.Context())
+	if err != nil {
+		return err
 	}
-	if asJSON {
-		return printJSON(cmd, map[string]any{"templates": rows})
+	n, err := pruneBootImages(cmd.Context(), prov)
+	if err != nil {
+		return err
 	}
-	return printTemplateRows(cmd, rows)
+	if n > 0 {
+		fmt.Fprintf(cmd.OutOrStdout(), "removed %d stale boot images\n", n)
+	}
+	return nil
 }
 
 // printTemplateRows prints `template ls`'s table.
@@ -320,10 +347,10 @@ type templateRow struct {
 }
 
 // templateErr marks a template command's error so that the hint printed with it speaks of
-// templates.
+// templates: one without an op, or with one of the SDK's template calls.
 func templateErr(err error) error {
 	var pe *provider.Error
-	if errors.As(err, &pe) && pe.Op == "" {
+	if errors.As(err, &pe) && (pe.Op == "" || strings.Contains(pe.Op, "template")) {
 		c := *pe
 		c.Op = "template"
 		return &c
