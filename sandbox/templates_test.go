@@ -30,7 +30,24 @@ func TestTemplatesFallback(t *testing.T) {
 	if err := sandbox.DeleteTemplate(ctx, p, "py", false); !errors.Is(err, sandbox.CodeUnsupported) {
 		t.Errorf("DeleteTemplate: %v, want unsupported", err)
 	}
+	// Nor does it build any: every build call says so, in the same words.
+	const builds = "the memory provider does not build templates"
+	for name, err := range map[string]error{
+		"CanBuildTemplates": sandbox.CanBuildTemplates(p),
+		"BuildTemplate":     second(sandbox.BuildTemplate(ctx, p, sandbox.BuildRequest{Name: "py", DockerfileText: "FROM scratch\n"})),
+		"TemplateBuildDir":  second(sandbox.TemplateBuildDir(p)),
+		"RetagTemplate": second(sandbox.RetagTemplate(ctx, p, "py", func(sandbox.TemplateInfo) ([]string, error) {
+			t.Error("RetagTemplate called change on a provider without templates")
+			return nil, nil
+		})),
+	} {
+		if !errors.Is(err, sandbox.CodeUnsupported) || !strings.Contains(err.Error(), builds) {
+			t.Errorf("%s: %v, want unsupported: %s", name, err, builds)
+		}
+	}
 }
+
+func second[T any](_ T, err error) error { return err }
 
 // plainTerminal is a terminal without Wait (provider.TerminalWaiter).
 type plainTerminal struct{ provider.Terminal }
