@@ -10,42 +10,163 @@ import (
 	"time"
 )
 
-// Capability is something a provider can enforce or do.
+// Capability is something a provider can enforce or do, by the name tupper doctor, GET
+// /v1/providers and a sandbox's description list it under.
 type Capability string
 
-// Capabilities a provider may declare. The first five decide which lifecycle methods and
-// create options a sandbox handle offers; the rest gate create options and conformance cases.
+// Capabilities a provider declares (Provider.Capabilities, CapabilityReporter): what must be
+// known before a create, because the core fails closed on an option the provider cannot
+// enforce, and what an optional interface's calls do on this sandbox where that differs
+// from one sandbox to another.
 const (
-	CapPause        Capability = "pause"         // Pauser
-	CapSnapshot     Capability = "snapshot"      // Snapshotter; CreateSpec.From
-	CapSnapshotFull Capability = "snapshot-full" // KindSnapshotter takes SnapshotFull: memory and processes
-	// CapPauseFreesMemory: Pause saves the sandbox's memory and processes to disk and
-	// releases its memory, and Resume restores them; without it a paused sandbox's memory
-	// stays resident (the freezer).
-	CapPauseFreesMemory Capability = "pause-frees-memory"
-	// CapPauseCold: ColdPauser. A pause that keeps the sandbox's files, id, network and ports
-	// but not its memory or processes; Resume boots it again on those files. E2B's pause
-	// with keepMemory false. A provider that declares it declares CapPause too.
-	CapPauseCold     Capability = "pause-cold"
-	CapTerminal      Capability = "terminal"       // Terminaler
 	CapNetworkPolicy Capability = "network-policy" // NetworkAllow is enforced
 	CapSize          Capability = "size"           // CreateSpec.Size is enforced
-
 	CapNetworkNone   Capability = "network-none"   // NetworkNone is enforced
 	CapNetworkAll    Capability = "network-all"    // NetworkAll gives real egress
 	CapTimeout       Capability = "timeout"        // CreateSpec.Timeout is enforced
 	CapIdleTimeout   Capability = "idle-timeout"   // CreateSpec.IdleTimeout is enforced
-	CapExactKey      Capability = "exact-key"      // KeyedCreator is atomic
 	CapPreview       Capability = "preview"        // PreviewURL works and ports are reachable
 	CapShell         Capability = "shell"          // a full POSIX shell with coreutils, /proc and signals
 	CapGit           Capability = "git"            // git is installed in the sandbox
 	CapUsers         Capability = "users"          // ExecRequest.User selects a real OS user
 	CapPersistent    Capability = "persistent"     // sandboxes outlive the creating process
 	CapResourceLimit Capability = "resource-limit" // memory, pids and disk are bounded
-	CapVolumes       Capability = "volumes"        // Volumer; CreateSpec.Volumes are mounted
 	CapBoundSecrets  Capability = "bound-secrets"  // CreateSpec.BoundSecrets never enter the sandbox
 	CapEgressProxy   Capability = "egress-proxy"   // Network.Proxy: allowed TCP tunnelled through SOCKS5
+
+	// CapSnapshotFull: KindSnapshotter takes SnapshotFull (memory and processes) on this
+	// sandbox (local: runtime runsc with network none). The core forks with a full snapshot
+	// where it is declared, else with a filesystem one.
+	CapSnapshotFull Capability = "snapshot-full"
+	// CapPauseFreesMemory: this sandbox's Pause is a saved pause, not a frozen one: it
+	// saves the memory and processes to disk and releases the memory, and Resume restores
+	// them (local: runtime runsc with network none). Without it a paused sandbox's memory
+	// stays resident (the freezer). Either way its processes continue after Resume; compare
+	// the cold pause (ColdPauser), which ends them.
+	CapPauseFreesMemory Capability = "pause-frees-memory"
 )
+
+// The names under which CapabilitiesOf lists optional interfaces. A provider never declares
+// them: implementing the interface is the declaration, and a provider or sandbox that
+// implements one but cannot use it here says so with Refuser.
+const (
+	CapPause     Capability = "pause"      // Pauser
+	CapPauseCold Capability = "pause-cold" // ColdPauser
+	CapSnapshot  Capability = "snapshot"   // Snapshotter (and CreateSpec.From)
+	CapTerminal  Capability = "terminal"   // Terminaler
+	CapVolumes   Capability = "volumes"    // Volumer (and CreateSpec.Volumes)
+	CapExactKey  Capability = "exact-key"  // KeyedCreator
+)
+
+// listed is every optional interface CapabilitiesOf lists, with its name: on the provider
+// (Volumer, KeyedCreator) or on its sandboxes (the rest).
+var listed = []struct {
+	c          Capability
+	onProvider bool
+	is         func(any) bool
+}{
+	{CapPause, false, func(v any) bool { _, ok := v.(Pauser); return ok }},
+	{CapPauseCold, false, func(v any) bool { _, ok := v.(ColdPauser); return ok }},
+	{CapSnapshot, false, func(v any) bool { _, ok := v.(Snapshotter); return ok }},
+	{CapTerminal, false, func(v any) bool { _, ok := v.(Terminaler); return ok }},
+	{CapVolumes, true, func(v any) bool { _, ok := v.(Volumer); return ok }},
+	{CapExactKey, true, func(v any) bool { _, ok := v.(KeyedCreator); return ok }},
+}
+
+// Prototyper is optional on a Provider: Prototype returns a value of the type its Create
+// returns (a nil pointer will do: nothing is called on it), so that CapabilitiesOf can list
+// the optional interfaces of its sandboxes before there is one. Without it, only the
+// provider's own interfaces and declared capabilities are listed.
+type Prototyper interface {
+	Prototype() Instance
+}
+
+// Refuser is optional on a Provider that implements an optional interface, or makes
+// sandboxes that do, which it cannot use here: a host without the cgroup freezer, a
+// configuration without pause, a server whose provider lacks it. Refuse returns nil when
+// the interface listed as c works, else the CodeUnsupported error, saying why, that each
+// call of it returns. CapabilitiesOf leaves out what it refuses.
+type Refuser interface {
+	Refuse(c Capability) error
+}
+
+// NamesInterface reports whether c is the name CapabilitiesOf lists an optional interface
+// under (CapPause…), which no provider declares.
+func NamesInterface(c Capability) bool {
+	for _, l := range listed {
+		if l.c == c {
+			return true
+		}
+	}
+	return false
+}
+
+// Declared returns a copy of s without the names of optional interfaces: for a provider
+// whose set comes from elsewhere (a probe, a record, a server) to declare.
+func (s Capabilities) Declared() Capabilities {
+	out := s.Clone()
+	maps.DeleteFunc(out, func(c Capability, _ bool) bool { return NamesInterface(c) })
+	return out
+}
+
+// Refusal is p's Refuse(c), or nil when p is no Refuser.
+func Refusal(p Provider, c Capability) error {
+	if r, ok := p.(Refuser); ok {
+		return r.Refuse(c)
+	}
+	return nil
+}
+
+// CapabilitiesOf is everything p can do, as tupper doctor and GET /v1/providers list it:
+// the capabilities it declares and the name of each optional interface it or its sandboxes
+// (Prototyper) implement, less those it refuses (Refuser). It is the one answer to "can
+// this provider do it" before a sandbox exists; a call still checks its interface.
+func CapabilitiesOf(p Provider) Capabilities {
+	var proto Instance
+	if pp, ok := p.(Prototyper); ok {
+		proto = pp.Prototype()
+	}
+	return withListed(p, proto, p.Capabilities().Declared())
+}
+
+// CapabilitiesOfInstance is what the sandbox inst of p can do: the capabilities it reports
+// (CapabilityReporter; else p's), and the name of each optional interface it or p
+// implements, less those p refuses. The SDK's Sandbox.Capabilities.
+func CapabilitiesOfInstance(p Provider, inst Instance) Capabilities {
+	var caps Capabilities
+	if cr, ok := inst.(CapabilityReporter); ok {
+		caps = cr.Capabilities()
+	} else {
+		caps = p.Capabilities()
+	}
+	return withListed(p, inst, caps.Declared())
+}
+
+// withListed adds to caps (the caller's own, without names of interfaces: a declared one
+// would list an interface nobody checked) the names of the interfaces p and inst (nil: none)
+// implement, and removes what p refuses.
+func withListed(p Provider, inst Instance, caps Capabilities) Capabilities {
+	if caps == nil {
+		caps = Capabilities{}
+	}
+	for _, l := range listed {
+		on := any(inst)
+		if l.onProvider {
+			on = p
+		}
+		if on != nil && l.is(on) {
+			caps[l.c] = true
+		}
+	}
+	if r, ok := p.(Refuser); ok {
+		for c := range caps {
+			if r.Refuse(c) != nil {
+				delete(caps, c)
+			}
+		}
+	}
+	return caps
+}
 
 // Capabilities is a set of capabilities.
 type Capabilities map[Capability]bool
@@ -163,37 +284,41 @@ type ActivityReporter interface {
 	Busy(ctx context.Context) (bool, error)
 }
 
-// KeyedCreator is optional: an atomic get-or-create by CreateSpec.Key. Providers that
-// declare CapExactKey implement it; the core uses it for exact keys when the caller gives no
-// locator lock. Without it, an exact key needs a Locator that can lock (else Create fails
+// KeyedCreator is optional (listed as CapExactKey): an atomic get-or-create by
+// CreateSpec.Key; the core uses it for exact keys when the caller gives no locator lock.
+// Without it, an exact key needs a Locator that can lock (else Create fails
 // with CodeUnsupported before anything is made), and a best-effort key is FindByKey, then
 // Create.
 type KeyedCreator interface {
 	GetOrCreate(ctx context.Context, spec CreateSpec) (inst Instance, created bool, err error)
 }
 
-// Pauser is optional (CapPause): freeze and thaw every process of a sandbox. Without it (or
-// without CapPause), Pause and Resume fail with CodeUnsupported.
+// Pauser is optional (listed as CapPause): pause every process of a sandbox, its memory
+// kept, and continue them. The pause is frozen (the memory stays resident) or saved (to
+// disk, the memory released: CapPauseFreesMemory); either way Resume continues the
+// processes. Without it, Pause and Resume fail with CodeUnsupported.
 type Pauser interface {
 	Pause(ctx context.Context) error
 	Resume(ctx context.Context) error
 }
 
-// ColdPauser is optional (CapPauseCold): PauseCold ends every process of a sandbox and
+// ColdPauser is optional (listed as CapPauseCold): the cold pause, a pause without memory
+// (E2B's keepMemory false). PauseCold ends every process of a sandbox and
 // releases their memory, keeping its files (the writable layer, volumes' mounts), id,
 // labels, token, deadline, network and ports; Info then reports StatePaused. Resume
 // (Pauser) boots a sandbox so paused on the same files: a new init and agent, no process
 // from before. PauseCold of a sandbox already paused either way returns nil and changes
 // nothing. A PauseCold interrupted by a crash leaves the sandbox either running or paused
-// so, never lost. Without it (or without CapPauseCold), a pause without memory fails with
-// CodeUnsupported before anything changes.
+// so, never lost. A sandbox that cannot (a Docker sandbox made by another process) refuses
+// with CodeUnsupported before anything changes. Without it, a pause without memory fails
+// with CodeUnsupported before anything changes.
 type ColdPauser interface {
 	PauseCold(ctx context.Context) error
 }
 
-// Snapshotter is optional (CapSnapshot): capture a sandbox so CreateSpec.From can start from
-// it. Without it (or without CapSnapshot), Snapshot fails with CodeUnsupported and so does a
-// create with From, before anything is made.
+// Snapshotter is optional (listed as CapSnapshot): capture a sandbox so CreateSpec.From can
+// start from it. Without it, Snapshot fails with CodeUnsupported and so does a create with
+// From, before anything is made.
 type Snapshotter interface {
 	// Snapshot returns the new snapshot's id. expires 0 keeps it until it is deleted.
 	Snapshot(ctx context.Context, expires time.Duration) (string, error)
@@ -205,7 +330,7 @@ type SnapshotKind string
 // Snapshot kinds.
 const (
 	// SnapshotFilesystem is the sandbox's files as it changed them; a sandbox started from
-	// it boots afresh (CapSnapshot).
+	// it boots afresh (Snapshotter).
 	SnapshotFilesystem SnapshotKind = "filesystem"
 	// SnapshotFull is its memory, processes and files: a sandbox started from it continues
 	// where the snapshot was taken, its processes running (CapSnapshotFull).
@@ -249,12 +374,13 @@ type SnapshotInfo struct {
 // KindSnapshotter is optional beside Snapshotter: a snapshot of a given kind, with a name.
 // Without it, Snapshot is the only kind there is (SnapshotFilesystem) and a request for
 // SnapshotFull, or for a name, fails with CodeUnsupported. A SnapshotFull request on a
-// sandbox without CapSnapshotFull fails with CodeUnsupported before anything is written.
+// sandbox without CapSnapshotFull is refused with CodeUnsupported before anything is
+// written.
 type KindSnapshotter interface {
 	SnapshotKind(ctx context.Context, req SnapshotRequest) (string, error)
 }
 
-// SnapshotLister is optional on a Provider with CapSnapshot: list and inspect its snapshots
+// SnapshotLister is optional on a Provider whose sandboxes are Snapshotters: list and inspect its snapshots
 // (expired ones are neither listed nor found). An unknown id is CodeNotFound. Without it,
 // snapshots cannot be listed or inspected (CodeUnsupported); they can still be used by id.
 type SnapshotLister interface {
@@ -265,10 +391,10 @@ type SnapshotLister interface {
 // Forker is optional on an Instance: n new sandboxes from this running one, which keeps
 // running, each independent of it and of the others. The core calls it with the options it
 // validated. Without it, the core forks through a snapshot: a full one where the sandbox has
-// CapSnapshotFull (the children continue its processes), else a filesystem one (CapSnapshot:
-// the children boot afresh on its files), then n creates From it, then it deletes the
-// snapshot (SnapshotDeleter; else it expires); with neither capability, Fork fails with
-// CodeUnsupported before anything is made.
+// CapSnapshotFull (the children continue its processes), else a filesystem one (the children
+// boot afresh on its files), then n creates From it, then it deletes the snapshot
+// (SnapshotDeleter; else it expires); a sandbox that is no Snapshotter either cannot fork
+// (CodeUnsupported, before anything is made).
 type Forker interface {
 	Fork(ctx context.Context, req ForkRequest) ([]Instance, error)
 }
@@ -280,7 +406,7 @@ type ForkRequest struct {
 	Timeout time.Duration     // each child's hard lifetime; 0: none
 }
 
-// SnapshotDeleter is optional on a Provider with CapSnapshot: delete a snapshot now (a server
+// SnapshotDeleter is optional on a Provider whose sandboxes are Snapshotters: delete a snapshot now (a server
 // deletes those it made once they expire). Deleting one that does not exist is CodeNotFound.
 // Without it, a snapshot made with an expiry is left to the provider to remove after it.
 type SnapshotDeleter interface {
@@ -337,14 +463,14 @@ type TerminalWaiter interface {
 	Wait(ctx context.Context) (ExecResult, error)
 }
 
-// Terminaler is optional (CapTerminal): an interactive login shell on a PTY of cols×rows in
-// the default directory. Without it (or without CapTerminal), Terminal fails with
-// CodeUnsupported; there is no fallback.
+// Terminaler is optional (listed as CapTerminal): an interactive login shell on a PTY of
+// cols×rows in the default directory. Without it, Terminal fails with CodeUnsupported;
+// there is no fallback.
 type Terminaler interface {
 	Terminal(ctx context.Context, cols, rows int) (Terminal, error)
 }
 
-// CommandTerminaler is optional beside Terminaler (and needs CapTerminal too): run argv
+// CommandTerminaler is optional beside Terminaler: run argv
 // (empty: a login shell) in cwd (empty: the default directory) on a PTY of cols×rows, like
 // `docker exec -it`. Without it, only the login shell of Terminaler is available: a terminal
 // with a command or a directory fails with CodeUnsupported.
@@ -352,9 +478,9 @@ type CommandTerminaler interface {
 	TerminalCommand(ctx context.Context, argv []string, cwd string, cols, rows int) (Terminal, error)
 }
 
-// TimeoutSetter is optional (CapTimeout): move the hard lifetime deadline, counted from now.
-// Without it (or without CapTimeout), SetTimeout fails with CodeUnsupported, and so does a
-// create with a Timeout, before anything is made.
+// TimeoutSetter is optional: move the hard lifetime deadline, counted from now. Without it,
+// SetTimeout fails with CodeUnsupported. (A create with a Timeout needs CapTimeout, which a
+// provider declares when it enforces the deadline.)
 type TimeoutSetter interface {
 	SetTimeout(ctx context.Context, d time.Duration) error
 }

@@ -150,10 +150,10 @@ type CreateSpec struct {
 	Ports       []int             // ports to preview; providers that route all ports ignore it
 	IdleTimeout time.Duration     // stop after this long without activity; 0: never
 	Timeout     time.Duration     // hard lifetime; 0: none
-	From        string            // a snapshot id to start from (CapSnapshot)
+	From        string            // a snapshot id to start from (Snapshotter)
 	Template    string            // provider-specific template name; "" is the default
 	Runtime     string            // provider-specific runtime, e.g. "runc" or "runsc"
-	Volumes     []VolumeMount     // named volumes to mount (CapVolumes, Volumer); none with From: the snapshot's, where the provider records them
+	Volumes     []VolumeMount     // named volumes to mount (Volumer); none with From: the snapshot's, where the provider records them
 
 	// BoundSecrets never enter the sandbox: it sees a placeholder in the variable of each
 	// name, which the provider's egress proxy replaces with the value in HTTP requests to

@@ -41,11 +41,11 @@ type VolumeMount struct {
 	ReadOnly bool   `json:"readOnly,omitempty"` // refuse writes, root's included
 }
 
-// Volumer is optional on a Provider (CapVolumes): create, list, inspect and delete named
-// volumes, which CreateSpec.Volumes mounts. A name taken is CodeConflict; an unknown name
-// is CodeNotFound; deleting a volume a sandbox mounts is CodeConflict. Without it (or
-// without CapVolumes), every volume call fails with CodeUnsupported, and so does a create
-// with Volumes, before anything is made.
+// Volumer is optional on a Provider (listed as CapVolumes): create, list, inspect and
+// delete named volumes, which CreateSpec.Volumes mounts. A name taken is CodeConflict; an
+// unknown name is CodeNotFound; deleting a volume a sandbox mounts is CodeConflict. Without
+// it (or where the provider refuses it: Refuser), every volume call fails with
+// CodeUnsupported, and so does a create with Volumes, before anything is made.
 type Volumer interface {
 	CreateVolume(ctx context.Context, req VolumeRequest) (VolumeInfo, error)
 	Volumes(ctx context.Context) ([]VolumeInfo, error)

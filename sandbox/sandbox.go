@@ -71,8 +71,10 @@ type Sandbox struct {
 	// names one (provider.Info.Workdir), else DefaultCwd.
 	Workdir string
 
-	// Capabilities is what the provider declares: the sandbox has Pause, Snapshot and
-	// Terminal only with "pause", "snapshot" and "terminal".
+	// Capabilities is what the sandbox can do (provider.CapabilitiesOfInstance): what its
+	// provider declares, and "pause", "pause-cold", "snapshot", "terminal"… where it
+	// implements the optional interface behind each and its provider does not refuse it.
+	// Pause, Snapshot and Terminal themselves ask the interface.
 	Capabilities provider.Capabilities
 
 	// Native is the provider's own handle, for what the SDK does not cover.
@@ -129,12 +131,7 @@ func workdirOf(info provider.Info) string {
 }
 
 func newHandle(p provider.Provider, inst provider.Instance, info provider.Info, created bool) *Sandbox {
-	var caps provider.Capabilities
-	if cr, ok := inst.(provider.CapabilityReporter); ok {
-		caps = cr.Capabilities()
-	} else {
-		caps = p.Capabilities()
-	}
+	caps := provider.CapabilitiesOfInstance(p, inst)
 	b := &Sandbox{
 		ID:           info.ID,
 		Key:          info.Key,
@@ -268,7 +265,7 @@ func (b *Sandbox) initialize(ctx context.Context, opts CreateOptions) error {
 
 func failClosed(p provider.Provider, opts CreateOptions) error {
 	const op = "create"
-	caps := p.Capabilities()
+	caps := provider.CapabilitiesOf(p)
 	need := func(c provider.Capability, what string) error {
 		if !caps.Has(c) {
 			return errorf(CodeUnsupported, op, "provider %s cannot enforce %s", p.Name(), what)
@@ -317,14 +314,13 @@ func failClosed(p provider.Provider, opts CreateOptions) error {
 		}
 	}
 	if len(opts.Volumes) > 0 {
-		if _, ok := p.(provider.Volumer); !ok || !caps.Has(provider.CapVolumes) {
-			return errorf(CodeUnsupported, op, "provider %s has no volumes", p.Name())
+		if _, err := volumer(p, op); err != nil {
+			return err
 		}
 	}
 	if opts.KeyMode == KeyExact {
 		_, locks := opts.Locator.(LocatorLocker)
-		_, keyed := p.(provider.KeyedCreator)
-		if !locks && !(keyed && caps.Has(provider.CapExactKey)) {
+		if !locks && !caps.Has(provider.CapExactKey) {
 			return errorf(CodeUnsupported, op, "provider %s has no exact get-or-create; pass a Locator with WithLock", p.Name())
 		}
 	}
@@ -549,9 +545,9 @@ func (b *Sandbox) Info(ctx context.Context) (Info, error) {
 	return InfoOf(in), nil
 }
 
-// Pause freezes every process in the sandbox, memory kept: frozen in place, or saved to
-// disk and released where the sandbox has the "pause-frees-memory" capability; Resume
-// continues where it was. CodeUnsupported without the "pause" capability.
+// Pause pauses every process in the sandbox, memory kept: frozen in place, or saved to disk
+// and released where the sandbox has the "pause-frees-memory" capability; Resume continues
+// where it was. CodeUnsupported where the sandbox is no provider.Pauser or refuses.
 func (b *Sandbox) Pause(ctx context.Context) error {
 	return b.PauseWith(ctx, PauseOptions{})
 }
@@ -560,39 +556,41 @@ func (b *Sandbox) Pause(ctx context.Context) error {
 type PauseOptions struct {
 	// DropMemory ends every process and releases its memory, keeping the sandbox's files,
 	// id, labels, deadline, network and ports; Resume boots the sandbox again on those files,
-	// with no process from before (E2B's pause with keepMemory false). It needs the
-	// "pause-cold" capability.
+	// with no process from before: the cold pause (E2B's pause with keepMemory false). It
+	// needs a provider.ColdPauser.
 	DropMemory bool
 }
 
-// PauseWith pauses the sandbox as opts say. CodeUnsupported without the "pause" capability,
-// and with DropMemory without "pause-cold", before anything changes.
+// PauseWith pauses the sandbox as opts say. CodeUnsupported, before anything changes, where
+// the sandbox is no provider.Pauser, with DropMemory where it is no provider.ColdPauser, and
+// where it refuses.
 func (b *Sandbox) PauseWith(ctx context.Context, opts PauseOptions) error {
 	p, ok := b.inst.(provider.Pauser)
-	if !ok || !b.Capabilities.Has(provider.CapPause) {
+	if !ok {
 		return errorf(CodeUnsupported, "pause", "provider %s cannot pause", b.Provider)
 	}
 	if !opts.DropMemory {
 		return wrapProvider(p.Pause(ctx), "pause")
 	}
 	c, ok := b.inst.(provider.ColdPauser)
-	if !ok || !b.Capabilities.Has(provider.CapPauseCold) {
+	if !ok {
 		return errorf(CodeUnsupported, "pause", "sandbox %s cannot pause without its memory: it needs the %q capability", b.ID, provider.CapPauseCold)
 	}
 	return wrapProvider(c.PauseCold(ctx), "pause")
 }
 
-// Resume thaws a paused sandbox. CodeUnsupported without the "pause" capability.
+// Resume continues a paused sandbox. CodeUnsupported where it is no provider.Pauser.
 func (b *Sandbox) Resume(ctx context.Context) error {
 	p, ok := b.inst.(provider.Pauser)
-	if !ok || !b.Capabilities.Has(provider.CapPause) {
+	if !ok {
 		return errorf(CodeUnsupported, "resume", "provider %s cannot pause", b.Provider)
 	}
 	return wrapProvider(p.Resume(ctx), "resume")
 }
 
-// Snapshot captures the sandbox; pass the id as CreateOptions.From. CodeUnsupported without
-// the "snapshot" capability, and for a full snapshot (opts.Kind) without "snapshot-full".
+// Snapshot captures the sandbox; pass the id as CreateOptions.From. CodeUnsupported where the
+// sandbox is no provider.Snapshotter or refuses, and for a full snapshot (opts.Kind) without
+// "snapshot-full".
 func (b *Sandbox) Snapshot(ctx context.Context, opts SnapshotOptions) (string, error) {
 	if err := opts.validate(); err != nil {
 		return "", err
@@ -605,7 +603,7 @@ func (b *Sandbox) Snapshot(ctx context.Context, opts SnapshotOptions) (string, e
 func snapshot(ctx context.Context, b *Sandbox, opts SnapshotOptions, transient bool) (string, error) {
 	const op = "snapshot"
 	s, ok := b.inst.(provider.Snapshotter)
-	if !ok || !b.Capabilities.Has(provider.CapSnapshot) {
+	if !ok {
 		return "", errorf(CodeUnsupported, op, "provider %s cannot snapshot", b.Provider)
 	}
 	if opts.Kind == SnapshotFull && !b.Capabilities.Has(provider.CapSnapshotFull) {
@@ -657,8 +655,8 @@ func DeleteSnapshot(ctx context.Context, p provider.Provider, id string) error {
 	return wrapProvider(d.DeleteSnapshot(ctx, id), "delete_snapshot")
 }
 
-// Terminal opens an interactive login shell on a PTY. CodeUnsupported without the
-// "terminal" capability. TerminalCommand runs a given command instead.
+// Terminal opens an interactive login shell on a PTY. CodeUnsupported where the sandbox is
+// no provider.Terminaler. TerminalCommand runs a given command instead.
 func (b *Sandbox) Terminal(ctx context.Context, cols, rows int) (provider.Terminal, error) {
 	return b.TerminalCommand(ctx, TerminalOptions{Cols: cols, Rows: rows})
 }
@@ -716,13 +714,13 @@ func (t *redactedWaitTerminal) Wait(ctx context.Context) (provider.ExecResult, e
 }
 
 // SetTimeout moves the sandbox's hard lifetime deadline to d from now (keep-alive).
-// CodeUnsupported without the "timeout" capability.
+// CodeUnsupported where the sandbox is no provider.TimeoutSetter.
 func (b *Sandbox) SetTimeout(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return errorf(CodeInvalidArgument, "set_timeout", "timeout must be positive, got %v", d)
 	}
 	t, ok := b.inst.(provider.TimeoutSetter)
-	if !ok || !b.Capabilities.Has(provider.CapTimeout) {
+	if !ok {
 		return errorf(CodeUnsupported, "set_timeout", "provider %s cannot change the lifetime", b.Provider)
 	}
 	return wrapProvider(t.SetTimeout(ctx, d), "set_timeout")

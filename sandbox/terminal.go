@@ -15,13 +15,13 @@ type TerminalOptions struct {
 
 // TerminalCommand opens an interactive PTY that runs opts.Command (a login shell without
 // one), like `docker exec -it`. Secrets are redacted from what it prints, as from every
-// other output. CodeUnsupported without the "terminal" capability, and for a command or a
+// other output. CodeUnsupported where the sandbox is no provider.Terminaler, and for a command or a
 // directory on a provider that can open only a login shell (see
 // provider.CommandTerminaler).
 func (b *Sandbox) TerminalCommand(ctx context.Context, opts TerminalOptions) (provider.Terminal, error) {
 	const op = "terminal"
 	t, ok := b.inst.(provider.Terminaler)
-	if !ok || !b.Capabilities.Has(provider.CapTerminal) {
+	if !ok {
 		return nil, errorf(CodeUnsupported, op, "provider %s has no terminal", b.Provider)
 	}
 	if opts.Cols < 1 || opts.Rows < 1 || opts.Cols > 1000 || opts.Rows > 1000 {

@@ -17,12 +17,16 @@ type VolumeOptions struct {
 	SizeMB int // the limit; 0: 1024 (provider.DefaultVolumeSizeMB)
 }
 
-// volumer is p's provider.Volumer, or a CodeUnsupported error naming op. Every volume
-// call goes through it.
+// volumer is p's provider.Volumer, or a CodeUnsupported error naming op where p is none or
+// refuses it (provider.Refuser). Every volume call, and a create with volumes, goes through
+// it.
 func volumer(p provider.Provider, op string) (provider.Volumer, error) {
 	v, ok := p.(provider.Volumer)
-	if !ok || !p.Capabilities().Has(provider.CapVolumes) {
+	if !ok {
 		return nil, errorf(CodeUnsupported, op, "provider %s has no volumes", p.Name())
+	}
+	if err := provider.Refusal(p, provider.CapVolumes); err != nil {
+		return nil, wrapProvider(err, op)
 	}
 	return v, nil
 }

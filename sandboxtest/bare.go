@@ -17,8 +17,9 @@ import (
 // Interfaces without a
 // fallback (provider.Pauser, provider.ColdPauser, provider.Snapshotter, provider.Terminaler,
 // provider.TimeoutSetter, provider.CapabilityReporter, provider.Volumer) stay reachable, and answer
-// CodeUnsupported where p's instance lacks them, which is what the core answers then too.
-// Capabilities drop provider.CapExactKey, which needs provider.KeyedCreator.
+// CodeUnsupported where p's instance lacks them, which is what the core answers then too;
+// Bare(p) refuses (provider.Refuser) what p does not list, so provider.CapabilitiesOf lists
+// for it what it lists for p, less "exact-key" (no provider.KeyedCreator).
 //
 // Running the suite over Bare(p) proves the fallbacks work on p's sandboxes (testing/fstest
 // checks a file system's optional methods against its plain ones the same way):
@@ -33,12 +34,21 @@ type bareProvider struct{ p provider.Provider }
 
 func (b bareProvider) Name() string { return b.p.Name() }
 
-func (b bareProvider) Capabilities() provider.Capabilities { return bareCaps(b.p.Capabilities()) }
+func (b bareProvider) Capabilities() provider.Capabilities { return b.p.Capabilities() }
 
-func bareCaps(c provider.Capabilities) provider.Capabilities {
-	c = maps.Clone(c)
-	delete(c, provider.CapExactKey)
-	return c
+// Prototype is a bareInstance: every optional interface without a fallback.
+func (b bareProvider) Prototype() provider.Instance { return bareInstance{} }
+
+// Refuse refuses the optional interfaces p does not list, which bareInstance has all the
+// same.
+func (b bareProvider) Refuse(c provider.Capability) error {
+	if err := provider.Refusal(b.p, c); err != nil {
+		return err
+	}
+	if provider.NamesInterface(c) && !provider.CapabilitiesOf(b.p).Has(c) {
+		return provider.Errorf(provider.CodeUnsupported, "provider %s lacks %q", b.p.Name(), c)
+	}
+	return nil
 }
 
 func (b bareProvider) Available(ctx context.Context) error { return b.p.Available(ctx) }
@@ -105,7 +115,7 @@ func (b bareInstance) Close() error { return b.in.Close() }
 
 func (b bareInstance) Capabilities() provider.Capabilities {
 	if cr, ok := b.in.(provider.CapabilityReporter); ok {
-		return bareCaps(cr.Capabilities())
+		return cr.Capabilities()
 	}
 	return maps.Clone(b.caps)
 }

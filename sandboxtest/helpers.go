@@ -23,25 +23,26 @@ type C struct {
 // P is the provider under test.
 func (c *C) P() provider.Provider { return c.s.p }
 
-// Has reports whether the provider declares cap.
+// Has reports whether the provider lists cp (provider.CapabilitiesOf: it declares it, or it
+// names an optional interface the provider or its sandboxes implement and do not refuse).
 func (c *C) Has(cp provider.Capability) bool { return c.s.caps.Has(cp) }
 
-// Need skips the case unless the provider declares every capability in caps.
+// Need skips the case unless the provider lists every capability in caps.
 func (c *C) Need(caps ...provider.Capability) {
 	c.Helper()
 	for _, cp := range caps {
 		if !c.s.caps.Has(cp) {
-			c.Skipf("provider %s does not declare capability %q", c.s.p.Name(), cp)
+			c.Skipf("provider %s does not list capability %q", c.s.p.Name(), cp)
 		}
 	}
 }
 
-// NeedNot skips the case when the provider declares cp (its declared branch is tested by
-// another case).
+// NeedNot skips the case when the provider lists cp (its listed branch is tested by another
+// case).
 func (c *C) NeedNot(cp provider.Capability, other string) {
 	c.Helper()
 	if c.s.caps.Has(cp) {
-		c.Skipf("provider %s declares capability %q; %s tests it", c.s.p.Name(), cp, other)
+		c.Skipf("provider %s lists capability %q; %s tests it", c.s.p.Name(), cp, other)
 	}
 }
 

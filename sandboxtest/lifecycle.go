@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -308,26 +309,29 @@ func lifeDestroy(c *C) {
 	}
 }
 
-// lifeCapabilities: the handle reports what the provider declares, and the optional
-// interfaces behind pause, snapshot and terminal exist when they are declared.
+// lifeCapabilities: the handle reports what the provider lists (provider.CapabilitiesOf), no
+// provider declares the name of an optional interface (implementing it is the declaration),
+// and a refusal (provider.Refuser) is CodeUnsupported. That a sandbox refuses each call of an
+// interface its listing lacks is what the …Unsupported cases test.
 func lifeCapabilities(c *C) {
 	b := c.Box()
 	for _, cp := range c.s.caps.List() {
 		if !b.Capabilities.Has(cp) {
-			c.Errorf("Sandbox.Capabilities lacks declared %q", cp)
+			c.Errorf("Sandbox.Capabilities lacks %q, which the provider lists", cp)
 		}
 	}
-	checks := map[provider.Capability]func() bool{
-		provider.CapPause:     func() bool { _, ok := b.Native.(provider.Pauser); return ok },
-		provider.CapPauseCold: func() bool { _, ok := b.Native.(provider.ColdPauser); return ok },
-		provider.CapSnapshot:  func() bool { _, ok := b.Native.(provider.Snapshotter); return ok },
-		provider.CapTerminal:  func() bool { _, ok := b.Native.(provider.Terminaler); return ok },
-		provider.CapTimeout:   func() bool { _, ok := b.Native.(provider.TimeoutSetter); return ok },
-		provider.CapExactKey:  func() bool { _, ok := c.P().(provider.KeyedCreator); return ok },
+	declared := c.P().Capabilities()
+	if cr, ok := b.Native.(provider.CapabilityReporter); ok {
+		maps.Copy(declared, cr.Capabilities())
 	}
-	for cp, ok := range checks {
-		if c.Has(cp) && !ok() {
-			c.Errorf("capability %q is declared but the provider lacks its optional interface", cp)
+	for cp := range declared {
+		if provider.NamesInterface(cp) {
+			c.Errorf("capability %q is declared: it names an optional interface, which only implementing it declares", cp)
+		}
+	}
+	for _, cp := range []provider.Capability{provider.CapPause, provider.CapPauseCold, provider.CapSnapshot, provider.CapTerminal, provider.CapVolumes, provider.CapExactKey} {
+		if err := provider.Refusal(c.P(), cp); err != nil && !errors.Is(err, provider.CodeUnsupported) {
+			c.Errorf("Refuse(%q) = %v, want nil or CodeUnsupported", cp, err)
 		}
 	}
 	if err := c.P().Available(c.Ctx); err != nil {

@@ -95,7 +95,7 @@ func RunWith(t *testing.T, cfg Config) {
 	if p == nil {
 		t.Fatal("sandboxtest: the factory returned a nil provider")
 	}
-	s := &suite{cfg: cfg, p: p, caps: p.Capabilities(), runID: randHex(8)}
+	s := &suite{cfg: cfg, p: p, caps: provider.CapabilitiesOf(p), runID: randHex(8)}
 	t.Logf("provider %s, capabilities [%s], run %s", p.Name(), s.caps, s.runID)
 
 	if s.caps.Has(provider.CapShell) || s.caps.Has(provider.CapPreview) {

@@ -33,7 +33,6 @@ func newPausable(noTimeout bool) *pausable {
 
 func (p *pausable) Capabilities() provider.Capabilities {
 	c := p.Provider.Capabilities()
-	c[provider.CapPause] = true
 	if p.noTimeout {
 		delete(c, provider.CapTimeout)
 	}
@@ -42,6 +41,10 @@ func (p *pausable) Capabilities() provider.Capabilities {
 	}
 	return c
 }
+
+// Prototype is a *pausableInstance: a provider.Pauser (and no Snapshotter: it hides the
+// memory provider's).
+func (p *pausable) Prototype() provider.Instance { return (*pausableInstance)(nil) }
 
 func (p *pausable) Create(ctx context.Context, spec provider.CreateSpec) (provider.Instance, error) {
 	inst, err := p.Provider.Create(ctx, spec)

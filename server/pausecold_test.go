@@ -28,7 +28,7 @@ type coldServer struct {
 
 func newColdServer(t *testing.T, n int) *coldServer {
 	prov := servertest.Local(t, n)
-	if !prov.Capabilities().Has(provider.CapPauseCold) {
+	if !provider.CapabilitiesOf(prov).Has(provider.CapPauseCold) {
 		t.Fatalf("the local provider does not declare %s", provider.CapPauseCold)
 	}
 	srv := servertest.Start(t, prov, "")

@@ -318,16 +318,12 @@ func (s *Server) Close() error {
 	return s.lc.Close()
 }
 
-// Capabilities is what the server can do for a client: the provider's capabilities, plus an
+// Capabilities is what the server can do for a client: what its provider can do
+// (provider.CapabilitiesOf: its declared capabilities and optional interfaces), plus an
 // exact get-or-create by key (the server serializes it) and persistence (sandboxes outlive
 // the client). A terminal is served over a WebSocket (GET /v1/sandboxes/{id}/terminal).
 func (s *Server) Capabilities() provider.Capabilities {
-	caps := provider.Capabilities{}
-	for c, ok := range s.prov.Capabilities() {
-		if ok {
-			caps[c] = true
-		}
-	}
+	caps := provider.CapabilitiesOf(s.prov)
 	caps[provider.CapExactKey] = true
 	caps[provider.CapPersistent] = true
 	return caps

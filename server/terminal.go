@@ -65,6 +65,8 @@ func (s *Server) terminal(w http.ResponseWriter, r *http.Request, _ *caller) {
 		writeError(w, err)
 		return
 	}
+	// Asked before the upgrade, so that the refusal is an ordinary JSON error: the sandbox's
+	// capabilities list "terminal" where it is a provider.Terminaler not refused.
 	if !b.Capabilities.Has(provider.CapTerminal) {
 		writeError(w, provider.Errorf(provider.CodeUnsupported, "provider %s has no terminal", b.Provider))
 		return

@@ -14,6 +14,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/server/servertest"
 )
 
@@ -22,7 +23,7 @@ import (
 // report before a normal close.
 func TestTerminalWebSocket(t *testing.T) {
 	prov := servertest.Provider(t, 8)
-	if !prov.Capabilities().Has("terminal") {
+	if !provider.CapabilitiesOf(prov).Has("terminal") {
 		servertestSkip(t, "the provider has no terminal (memory); TestTerminalErrors covers the refusal")
 	}
 	srv := servertest.Start(t, prov, "")

@@ -53,5 +53,5 @@ func checkProvider(ctx context.Context, r provider.Registration) (string, bool) 
 		// The line starts with the provider's name: say it once.
 		return "unavailable: " + strings.TrimPrefix(provider.MessageOf(err), r.Name+": "), false
 	}
-	return "available, capabilities: " + p.Capabilities().String(), true
+	return "available, capabilities: " + provider.CapabilitiesOf(p).String(), true
 }

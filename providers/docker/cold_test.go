@@ -19,7 +19,7 @@ import (
 // provider that did not make the sandbox, and Destroy removes what the pause kept.
 func TestPauseCold(t *testing.T) {
 	p := newTestProvider(t, Config{})
-	if !p.Capabilities().Has(provider.CapPauseCold) {
+	if !provider.CapabilitiesOf(p).Has(provider.CapPauseCold) {
 		t.Fatal("pause-cold not declared")
 	}
 	for _, mode := range []provider.NetworkMode{provider.NetworkAll, provider.NetworkNone} {

@@ -103,6 +103,7 @@ type Provider struct {
 
 var (
 	_ provider.Provider        = (*Provider)(nil)
+	_ provider.Prototyper      = (*Provider)(nil)
 	_ provider.SnapshotDeleter = (*Provider)(nil)
 )
 
@@ -171,18 +172,18 @@ func (p *Provider) Close() error {
 	return p.cli.Close()
 }
 
-// Capabilities are Docker's: pause (docker pause), a pause without memory (docker stop, and
-// a start that boots the agent again: see PauseCold), filesystem snapshots (docker commit),
-// terminals, sizes (CPU and memory limits), network all, lifetime and idle
+// Capabilities are Docker's: sizes (CPU and memory limits), network all, lifetime and idle
 // deadlines, previews through the agent's tunnel, persistence, and network none (Docker's
 // none network: the agent then listens on a unix socket in the container, reached through
 // the engine's exec of a relay). Not declared: an allow list (Docker has no egress policy),
-// exact keys (no atomic get-or-create), bounded disk
-// (only some storage drivers can) and, on templates other than host, shell, git and users,
-// which depend on the image (see Instance.Capabilities).
+// bounded disk (only some storage drivers can) and, on templates other than host, shell, git
+// and users, which depend on the image (see Instance.Capabilities). Its sandboxes' pause
+// (docker pause), pause without memory (docker stop, and a start that boots the agent
+// again: see PauseCold), filesystem snapshots (docker commit) and terminals are listed from
+// their interfaces (Prototype); it has no exact keys (no atomic get-or-create).
 func (p *Provider) Capabilities() provider.Capabilities {
 	caps := provider.NewCapabilities(
-		provider.CapPause, provider.CapPauseCold, provider.CapSnapshot, provider.CapTerminal, provider.CapSize,
+		provider.CapSize,
 		provider.CapNetworkAll, provider.CapNetworkNone, provider.CapTimeout, provider.CapIdleTimeout,
 		provider.CapPreview, provider.CapPersistent,
 	)
@@ -195,6 +196,9 @@ func (p *Provider) Capabilities() provider.Capabilities {
 	}
 	return caps
 }
+
+// Prototype is an *Instance, for provider.CapabilitiesOf.
+func (p *Provider) Prototype() provider.Instance { return (*Instance)(nil) }
 
 // Available pings the engine and checks that it runs Linux containers and that an agent
 // binary is at hand.

@@ -132,8 +132,9 @@ func (i *Instance) Info(ctx context.Context) (provider.Info, error) {
 	return info(in.Container), nil
 }
 
-// Capabilities are the sandbox's own, recorded at creation: shell, git and users depend on
-// its template.
+// Capabilities are the sandbox's own, recorded at creation (shell, git and users depend on
+// its template), less the names of optional interfaces a record from before they stopped
+// being declared holds.
 func (i *Instance) Capabilities() provider.Capabilities {
 	var caps []provider.Capability
 	for c := range strings.SplitSeq(i.in.Config.Labels[labelCaps], ",") {
@@ -144,7 +145,7 @@ func (i *Instance) Capabilities() provider.Capabilities {
 	if len(caps) == 0 {
 		return i.p.Capabilities()
 	}
-	return provider.NewCapabilities(caps...)
+	return provider.NewCapabilities(caps...).Declared()
 }
 
 // Pause freezes the container (docker pause); pausing a paused sandbox is fine.

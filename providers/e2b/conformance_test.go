@@ -26,7 +26,7 @@ func TestConformance(t *testing.T) {
 		}
 		p, err := e2b.New(e2b.Config{
 			APIKey: key, APIURL: srv.URL, SandboxURL: srv.URL,
-			Pause: prov.Capabilities().Has(provider.CapPause),
+			Pause: provider.CapabilitiesOf(prov).Has(provider.CapPause),
 		})
 		if err != nil {
 			t.Fatal(err)

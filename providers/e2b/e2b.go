@@ -78,7 +78,7 @@ type Config struct {
 	Template string
 	// DefaultTimeout is the lifetime of a sandbox created without a timeout; 0 is one hour.
 	DefaultTimeout time.Duration
-	// Pause declares the "pause" capability: the API pauses and resumes sandboxes (E2B's
+	// Pause says the API pauses and resumes sandboxes (E2B's
 	// cloud does; tupper serve does when its provider can).
 	Pause bool
 	// HTTPClient sends every request; nil is a client without an overall timeout (streams
@@ -94,7 +94,9 @@ type Provider struct {
 }
 
 var (
-	_ provider.Provider = (*Provider)(nil)
+	_ provider.Provider   = (*Provider)(nil)
+	_ provider.Prototyper = (*Provider)(nil)
+	_ provider.Refuser    = (*Provider)(nil)
 )
 
 // New returns the provider. It makes no request: Available checks the API and the key.
@@ -129,9 +131,6 @@ func New(cfg Config) (*Provider, error) {
 		provider.CapShell, provider.CapTimeout, provider.CapUsers, provider.CapPersistent,
 		provider.CapNetworkNone,
 	}
-	if cfg.Pause {
-		caps = append(caps, provider.CapPause)
-	}
 	return &Provider{cfg: cfg, hc: hc, caps: provider.NewCapabilities(caps...)}, nil
 }
 
@@ -139,8 +138,20 @@ func New(cfg Config) (*Provider, error) {
 func (p *Provider) Name() string { return Name }
 
 // Capabilities: a shell (E2B templates are Linux images), lifetimes, users, persistence,
-// sandboxes without network (allow_internet_access: false), and pause when configured.
+// and sandboxes without network (allow_internet_access: false). Pause is its sandboxes'
+// provider.Pauser, refused unless configured (Refuse).
 func (p *Provider) Capabilities() provider.Capabilities { return p.caps.Clone() }
+
+// Prototype is an *Instance, for provider.CapabilitiesOf.
+func (p *Provider) Prototype() provider.Instance { return (*Instance)(nil) }
+
+// Refuse refuses pause unless Config.Pause says the API has it.
+func (p *Provider) Refuse(c provider.Capability) error {
+	if c == provider.CapPause && !p.cfg.Pause {
+		return provider.Errorf(provider.CodeUnsupported, "e2b: pause is not configured for this API (Config.Pause): not every E2B-compatible API pauses sandboxes")
+	}
+	return nil
+}
 
 // Available lists one sandbox, which checks the URL and the key.
 func (p *Provider) Available(ctx context.Context) error {

@@ -82,6 +82,9 @@ func (in *Instance) SetTimeout(ctx context.Context, d time.Duration) error {
 
 // Pause freezes the sandbox: POST /sandboxes/{id}/pause (409, already paused, is success).
 func (in *Instance) Pause(ctx context.Context) error {
+	if err := in.p.Refuse(provider.CapPause); err != nil {
+		return err
+	}
 	err := in.p.call(ctx, "POST", "/sandboxes/"+in.sb.SandboxID+"/pause", map[string]any{}, nil, "pause")
 	if errors.Is(err, provider.CodeConflict) {
 		return nil
@@ -92,6 +95,9 @@ func (in *Instance) Pause(ctx context.Context) error {
 // Resume thaws it: POST /v2/sandboxes/{id}/connect, which also extends its lifetime if it
 // would end within E2B's default five minutes.
 func (in *Instance) Resume(ctx context.Context) error {
+	if err := in.p.Refuse(provider.CapPause); err != nil {
+		return err
+	}
 	var sb sandboxJSON
 	if err := in.p.call(ctx, "POST", "/v2/sandboxes/"+in.sb.SandboxID+"/connect", map[string]any{}, &sb, "resume"); err != nil {
 		return err

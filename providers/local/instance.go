@@ -47,13 +47,14 @@ var (
 
 // Capabilities are the sandbox's own, kept in its record at creation (they depend on its
 // runtime), so connecting to a sandbox does not probe the host; for a sandbox recorded
-// before they were kept, the provider's.
+// before they were kept, the provider's. The names of optional interfaces the record holds
+// are left to provider.CapabilitiesOfInstance.
 func (i *Instance) Capabilities() provider.Capabilities {
 	i.mu.Lock()
 	rec := i.rec
 	i.mu.Unlock()
 	if rec != nil && len(rec.Caps) > 0 {
-		return provider.NewCapabilities(rec.Caps...)
+		return provider.NewCapabilities(rec.Caps...).Declared()
 	}
 	return i.p.Capabilities()
 }
@@ -212,10 +213,16 @@ func (i *Instance) SetTimeout(ctx context.Context, d time.Duration) error {
 	return i.SetDeadline(ctx, rec.Deadline)
 }
 
-// Pause freezes every process of the sandbox: under runc and crun with the runtime's pause
-// (the cgroup freezer, memory kept); under runsc (provider.CapPauseFreesMemory) by saving
-// the sandbox to disk and ending its runtime, which releases its memory (park.go).
-func (i *Instance) Pause(ctx context.Context) error { return i.setPaused(ctx, true) }
+// Pause pauses every process of the sandbox, memory kept: frozen under runc and crun with
+// the runtime's pause (the cgroup freezer); saved under runsc with network none
+// (provider.CapPauseFreesMemory): written to disk and its runtime ended, which releases its
+// memory (park.go). Refused on a host without the freezer (Provider.Refuse).
+func (i *Instance) Pause(ctx context.Context) error {
+	if err := i.p.Refuse(provider.CapPause); err != nil {
+		return err
+	}
+	return i.setPaused(ctx, true)
+}
 
 // Resume thaws a paused sandbox, restores in place one whose memory was saved, or boots
 // again one paused without its memory (PauseCold, coldpause.go).

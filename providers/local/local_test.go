@@ -493,7 +493,7 @@ func TestPreview(t *testing.T) {
 func TestPauseResume(t *testing.T) {
 	forRuntimes(t, func(t *testing.T, rt string) {
 		p := newTestProvider(t, rt)
-		if !p.Capabilities().Has(provider.CapPause) {
+		if !provider.CapabilitiesOf(p).Has(provider.CapPause) {
 			testenv.Skip(t, "no freezer")
 		}
 		inst := create(t, p, provider.CreateSpec{Network: netNone})

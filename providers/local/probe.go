@@ -326,8 +326,27 @@ func (p *Provider) DefaultRuntime() (name, why string) {
 	return p.cfg.Runtime, p.runtimeWhy
 }
 
-// Capabilities are those probed by New.
-func (p *Provider) Capabilities() provider.Capabilities { p.probed(); return p.caps.Clone() }
+// Capabilities are those probed by New that a provider declares. The probe also finds which
+// optional interfaces work here (a freezer for pause and snapshots, loop devices for
+// volumes): Refuse answers for those, and provider.CapabilitiesOf lists them.
+func (p *Provider) Capabilities() provider.Capabilities { p.probed(); return p.caps.Declared() }
+
+// Prototype is an *Instance, for provider.CapabilitiesOf.
+func (p *Provider) Prototype() provider.Instance { return (*Instance)(nil) }
+
+// Refuse refuses the optional interfaces this host lacks what they need for: pause, the cold
+// pause and snapshots without the cgroup freezer, volumes without loop devices and
+// mkfs.ext4. Each of their calls refuses the same way.
+func (p *Provider) Refuse(c provider.Capability) error {
+	p.probed()
+	if !provider.NamesInterface(c) || p.caps.Has(c) {
+		return nil
+	}
+	if c == provider.CapVolumes {
+		return provider.Errorf(provider.CodeUnsupported, "volumes need loop devices and mkfs.ext4 (apt-get install e2fsprogs)")
+	}
+	return provider.Errorf(provider.CodeUnsupported, "this host has no cgroup freezer (cgroup v2, or the v1 freezer hierarchy), which %s needs", c)
+}
 
 // Available returns nil when sandboxes can be created here.
 func (p *Provider) Available(ctx context.Context) error { p.probed(); return p.unavail }

@@ -65,6 +65,8 @@ func (p *Provider) templateStore() (*template.Store, error) {
 var (
 	_ provider.Provider     = (*Provider)(nil)
 	_ provider.KeyedCreator = (*Provider)(nil)
+	_ provider.Prototyper   = (*Provider)(nil)
+	_ provider.Refuser      = (*Provider)(nil)
 )
 
 func init() {

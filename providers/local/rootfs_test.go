@@ -226,7 +226,7 @@ echo y > /data/owned; rm /bin/vi; echo z > /etc/motd`)
 			t.Errorf("info template %q (%v)", info.Template, err)
 		}
 		// A snapshot of it restores onto the same template with the writes.
-		if p.Capabilities().Has(provider.CapSnapshot) {
+		if provider.CapabilitiesOf(p).Has(provider.CapSnapshot) {
 			snap, err := a.Snapshot(context.Background(), 0)
 			if err != nil {
 				t.Fatal(err)

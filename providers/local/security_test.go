@@ -1675,7 +1675,7 @@ func TestSecuritySnapshotTmpSymlink(t *testing.T) {
 	if _, ok := p.runtimes[RuntimeRunsc]; !ok {
 		testenv.Skip(t, "runsc not found")
 	}
-	if !p.Capabilities().Has(provider.CapSnapshot) {
+	if !provider.CapabilitiesOf(p).Has(provider.CapSnapshot) {
 		testenv.Skip(t, "snapshots unavailable here")
 	}
 	marker := "tupper-tmp-marker-" + randHex(t)

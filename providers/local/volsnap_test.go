@@ -26,7 +26,7 @@ import (
 func volSnapProvider(t *testing.T, rt string) *Provider {
 	t.Helper()
 	p := newTestProvider(t, rt)
-	testenv.Require(t, p.Capabilities().Has(provider.CapVolumes), "volumes need loop devices and mkfs.ext4 (e2fsprogs)")
+	testenv.Require(t, provider.CapabilitiesOf(p).Has(provider.CapVolumes), "volumes need loop devices and mkfs.ext4 (e2fsprogs)")
 	if _, err := p.CreateVolume(context.Background(), provider.VolumeRequest{Name: "v", SizeMB: 32}); err != nil {
 		t.Fatal(err)
 	}

@@ -92,10 +92,7 @@ func (p *Provider) volumer() error {
 	if p.unavail != nil {
 		return p.unavail
 	}
-	if !p.caps.Has(provider.CapVolumes) {
-		return provider.Errorf(provider.CodeUnsupported, "volumes need loop devices and mkfs.ext4 (apt-get install e2fsprogs)")
-	}
-	return nil
+	return p.Refuse(provider.CapVolumes)
 }
 
 // CreateVolume makes a volume (provider.Volumer).

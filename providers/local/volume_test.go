@@ -34,7 +34,7 @@ func loopsOf(t *testing.T, img string) []string {
 // deletion while mounted, and still there after its sandboxes and the provider are gone.
 func TestVolumes(t *testing.T) {
 	p := newTestProvider(t, RuntimeRunc)
-	testenv.Require(t, p.Capabilities().Has(provider.CapVolumes), "volumes need loop devices and mkfs.ext4 (e2fsprogs)")
+	testenv.Require(t, provider.CapabilitiesOf(p).Has(provider.CapVolumes), "volumes need loop devices and mkfs.ext4 (e2fsprogs)")
 	ctx := context.Background()
 	if _, err := p.CreateVolume(ctx, provider.VolumeRequest{Name: "../x"}); !errors.Is(err, provider.CodeInvalidArgument) {
 		t.Errorf("create ../x: %v; want invalid_argument", err)

@@ -72,6 +72,7 @@ func init() {
 // Compile-time checks of the contract.
 var (
 	_ provider.Provider     = (*Provider)(nil)
+	_ provider.Prototyper   = (*Provider)(nil)
 	_ provider.KeyedCreator = (*Provider)(nil)
 
 	_ provider.Instance         = (*Instance)(nil)
@@ -108,17 +109,19 @@ func New() *Provider {
 // Name returns "memory".
 func (p *Provider) Name() string { return Name }
 
-// Capabilities returns what the provider enforces: no network, lifetime and idle deadlines,
-// atomic keys and file-system snapshots.
+// Capabilities returns what the provider enforces: no network, lifetime and idle deadlines.
+// Its atomic keys (KeyedCreator) and file-system snapshots (Snapshotter) are listed from
+// its interfaces (provider.CapabilitiesOf).
 func (p *Provider) Capabilities() provider.Capabilities {
 	return provider.NewCapabilities(
 		provider.CapNetworkNone,
 		provider.CapTimeout,
 		provider.CapIdleTimeout,
-		provider.CapExactKey,
-		provider.CapSnapshot,
 	)
 }
+
+// Prototype is an *Instance, for provider.CapabilitiesOf.
+func (p *Provider) Prototype() provider.Instance { return (*Instance)(nil) }
 
 // Available always returns nil: the provider needs nothing from the host.
 func (p *Provider) Available(ctx context.Context) error { return nil }

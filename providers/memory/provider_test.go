@@ -40,7 +40,7 @@ func TestRegistration(t *testing.T) {
 }
 
 func TestCapabilities(t *testing.T) {
-	got := New().Capabilities().List()
+	got := provider.CapabilitiesOf(New()).List()
 	want := []provider.Capability{provider.CapExactKey, provider.CapIdleTimeout, provider.CapNetworkNone, provider.CapSnapshot, provider.CapTimeout}
 	if !slices.Equal(got, want) {
 		t.Errorf("capabilities %v, want %v", got, want)

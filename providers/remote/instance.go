@@ -267,14 +267,20 @@ func (in *Instance) Busy(ctx context.Context) (bool, error) {
 
 // Pause freezes the sandbox.
 func (in *Instance) Pause(ctx context.Context) error {
+	if err := in.p.Refuse(provider.CapPause); err != nil {
+		return err
+	}
 	return in.p.call(ctx, http.MethodPost, in.path+"/pause", nil, nil)
 }
 
 // PauseCold pauses the sandbox without its memory (POST pause {"keepMemory": false}): the
-// server's provider keeps its files and ends its processes. It is declared (CapPauseCold)
-// when the server's provider declares it. A sandbox paused already, either way, is left as
-// it is (the server answers conflict).
+// server's provider keeps its files and ends its processes; refused where the server does
+// not list "pause-cold". A sandbox paused already, either way, is left as it is (the server
+// answers conflict).
 func (in *Instance) PauseCold(ctx context.Context) error {
+	if err := in.p.Refuse(provider.CapPauseCold); err != nil {
+		return err
+	}
 	err := in.p.call(ctx, http.MethodPost, in.path+"/pause", api.PauseRequest{KeepMemory: new(bool)}, nil)
 	if provider.CodeOf(err) == provider.CodeConflict {
 		if info, ierr := in.Info(ctx); ierr == nil && info.State == provider.StatePaused {
@@ -291,6 +297,9 @@ func (in *Instance) Resume(ctx context.Context) error {
 
 // Snapshot captures the sandbox and returns the snapshot's id.
 func (in *Instance) Snapshot(ctx context.Context, expires time.Duration) (string, error) {
+	if err := in.p.Refuse(provider.CapSnapshot); err != nil {
+		return "", err
+	}
 	var out api.SnapshotTaken
 	err := in.p.call(ctx, http.MethodPost, in.path+"/snapshot", api.SnapshotRequest{ExpiresInMS: ceilMS(expires)}, &out)
 	return out.ID, err

@@ -68,13 +68,16 @@ type Provider struct {
 	base   string
 	client *http.Client
 
-	mu   sync.Mutex
-	caps provider.Capabilities
+	mu     sync.Mutex
+	caps   provider.Capabilities // the server's, as GET /v1/info lists them
+	server string                // the server's provider
 }
 
 var (
 	_ provider.Provider     = (*Provider)(nil)
 	_ provider.KeyedCreator = (*Provider)(nil)
+	_ provider.Prototyper   = (*Provider)(nil)
+	_ provider.Refuser      = (*Provider)(nil)
 )
 
 // defaultTransport is made on first use, not at start-up of every program linking this.
@@ -97,23 +100,51 @@ func New(cfg Config) *Provider {
 // Name returns "remote".
 func (p *Provider) Name() string { return Name }
 
-// Capabilities returns the server's capabilities, asking it the first time (an empty set if
-// it cannot be reached; the next call asks again).
+// Capabilities returns the capabilities the server declares, asking it the first time (an
+// empty set if it cannot be reached; the next call asks again). The optional interfaces
+// its sandboxes and it have are listed by provider.CapabilitiesOf: this provider implements
+// every one, and refuses those the server lacks (Refuse), so the listing is the server's.
 func (p *Provider) Capabilities() provider.Capabilities {
+	caps, _ := p.serverCaps()
+	return caps.Declared()
+}
+
+// serverCaps is the server's capabilities and provider, asked for the first time they are
+// needed (nil if the server cannot be reached; the next call asks again).
+func (p *Provider) serverCaps() (provider.Capabilities, string) {
 	p.mu.Lock()
-	caps := p.caps.Clone()
+	caps, name := p.caps, p.server
 	p.mu.Unlock()
 	if caps != nil {
-		return caps
+		return caps, name
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := p.fetchInfo(ctx); err != nil {
-		return provider.Capabilities{}
+		return nil, ""
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.caps.Clone()
+	return p.caps, p.server
+}
+
+// Prototype is an *Instance, for provider.CapabilitiesOf.
+func (p *Provider) Prototype() provider.Instance { return (*Instance)(nil) }
+
+// Refuse refuses an optional interface the server does not list (its provider lacks it),
+// with the error the server's 501 would carry, without asking it.
+func (p *Provider) Refuse(c provider.Capability) error {
+	if !provider.NamesInterface(c) {
+		return nil
+	}
+	caps, server := p.serverCaps()
+	if caps == nil {
+		return provider.Errorf(provider.CodeUnsupported, "the server at %s did not say what it can do (is it reachable?): %q is refused", p.base, c)
+	}
+	if !caps.Has(c) {
+		return provider.Errorf(provider.CodeUnsupported, "the server's provider %s lacks %q", server, c)
+	}
+	return nil
 }
 
 func (p *Provider) fetchInfo(ctx context.Context) error {
@@ -126,7 +157,7 @@ func (p *Provider) fetchInfo(ctx context.Context) error {
 		caps[provider.Capability(c)] = true
 	}
 	p.mu.Lock()
-	p.caps = caps
+	p.caps, p.server = caps, info.Provider
 	p.mu.Unlock()
 	return nil
 }

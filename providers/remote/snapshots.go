@@ -19,6 +19,9 @@ var (
 // SnapshotKind takes a snapshot of req.Kind with req.Name on the server
 // (POST /v1/sandboxes/{id}/snapshot).
 func (in *Instance) SnapshotKind(ctx context.Context, req provider.SnapshotRequest) (string, error) {
+	if err := in.p.Refuse(provider.CapSnapshot); err != nil {
+		return "", err
+	}
 	var out api.SnapshotTaken
 	body := api.SnapshotRequest{ExpiresInMS: ceilMS(req.Expires), Kind: string(req.Kind), Name: req.Name}
 	err := in.p.call(ctx, http.MethodPost, in.path+"/snapshot", body, &out)

@@ -74,7 +74,7 @@ func TestRemoteForkAndSnapshots(t *testing.T) {
 	}
 	// A snapshot says which volumes its sandbox mounted (where the server's provider has
 	// volumes: the local one with loop devices).
-	if p.Capabilities().Has(provider.CapVolumes) {
+	if provider.CapabilitiesOf(p).Has(provider.CapVolumes) {
 		if _, err := sandbox.CreateVolume(ctx, p, "snapvol", sandbox.VolumeOptions{SizeMB: provider.MinVolumeSizeMB}); err != nil {
 			t.Fatal(err)
 		}

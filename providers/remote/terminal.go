@@ -54,6 +54,9 @@ func checkSize(cols, rows int) error {
 // Terminal opens a login shell on a cols × rows PTY in the sandbox. ctx bounds the opening
 // only. See provider.Terminaler.
 func (in *Instance) Terminal(ctx context.Context, cols, rows int) (provider.Terminal, error) {
+	if err := in.p.Refuse(provider.CapTerminal); err != nil {
+		return nil, err
+	}
 	if err := checkSize(cols, rows); err != nil {
 		return nil, err
 	}

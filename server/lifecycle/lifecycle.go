@@ -176,14 +176,14 @@ func (s *Service) validLifecycle(onTimeout string, autoResume bool) error {
 			return provider.Errorf(provider.CodeInvalidArgument, "autoResume needs onTimeout pause")
 		}
 	case store.OnTimeoutPause:
-		if !s.prov.Capabilities().Has(provider.CapPause) {
+		if !provider.CapabilitiesOf(s.prov).Has(provider.CapPause) {
 			return provider.Errorf(provider.CodeUnsupported, "provider %s cannot pause sandboxes: onTimeout must be kill", s.prov.Name())
 		}
 	case store.OnTimeoutPauseCold:
 		if autoResume {
 			return provider.Errorf(provider.CodeInvalidArgument, "autoResume cannot go with a pause that drops memory: such a sandbox boots again when resumed, so it is resumed only when asked (connect or resume)")
 		}
-		if !s.prov.Capabilities().Has(provider.CapPauseCold) {
+		if !provider.CapabilitiesOf(s.prov).Has(provider.CapPauseCold) {
 			return provider.Errorf(provider.CodeUnsupported, "provider %s cannot pause sandboxes without their memory (it lacks the %q capability): keep the memory, or let the sandbox be killed at its timeout", s.prov.Name(), provider.CapPauseCold)
 		}
 	default:
@@ -298,7 +298,7 @@ func (s *Service) Create(ctx context.Context, opts CreateOptions) (*Created, err
 // provider may be a snapshot id (where the provider has snapshots).
 func (s *Service) create(ctx context.Context, opts sandbox.CreateOptions, maybeSnapshot bool) (*sandbox.Sandbox, error) {
 	b, err := sandbox.Create(ctx, s.prov, opts)
-	if err == nil || !maybeSnapshot || opts.Template == "" || !s.prov.Capabilities().Has(provider.CapSnapshot) {
+	if err == nil || !maybeSnapshot || opts.Template == "" || !provider.CapabilitiesOf(s.prov).Has(provider.CapSnapshot) {
 		return b, err
 	}
 	if c := provider.CodeOf(err); c != provider.CodeInvalidArgument && c != provider.CodeNotFound {
@@ -599,7 +599,7 @@ func (s *Service) PauseAtTimeout(ctx context.Context, id string, deadline time.T
 	opts := sandbox.PauseOptions{DropMemory: rec.OnTimeout == store.OnTimeoutPauseCold}
 	data := map[string]any{"reason": "timeout", "deadline": deadline.UTC()}
 	err = s.pause(ctx, id, opts, data)
-	if opts.DropMemory && errors.Is(err, provider.CodeUnsupported) && s.prov.Capabilities().Has(provider.CapPause) {
+	if opts.DropMemory && errors.Is(err, provider.CodeUnsupported) && provider.CapabilitiesOf(s.prov).Has(provider.CapPause) {
 		data["coldRefused"] = err.Error()
 		return s.pause(ctx, id, sandbox.PauseOptions{}, data)
 	}

@@ -125,7 +125,7 @@ func TestDestroyExpired(t *testing.T) {
 	}
 }
 
-// coldRefusing is a provider that declares pause and pause-cold but whose sandboxes refuse a
+// coldRefusing is a provider whose sandboxes are Pausers and ColdPausers but refuse a
 // cold pause, as a Docker sandbox made by another tupper process does. The memory provider
 // cannot pause, so its pause is a flag its Info reports.
 type coldRefusing struct {
@@ -134,12 +134,8 @@ type coldRefusing struct {
 	paused map[string]bool
 }
 
-func (p *coldRefusing) Capabilities() provider.Capabilities {
-	c := p.Provider.Capabilities()
-	c[provider.CapPause] = true
-	c[provider.CapPauseCold] = true
-	return c
-}
+// Prototype is a *coldRefusingInst: a provider.Pauser and provider.ColdPauser.
+func (p *coldRefusing) Prototype() provider.Instance { return (*coldRefusingInst)(nil) }
 
 func (p *coldRefusing) Create(ctx context.Context, spec provider.CreateSpec) (provider.Instance, error) {
 	inst, err := p.Provider.Create(ctx, spec)
