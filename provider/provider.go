@@ -13,19 +13,95 @@
 //     or detached), ReadFile, WriteFile, PreviewURL.
 //
 // Everything else is an optional interface the core discovers with a type assertion, in the
-// manner of database/sql/driver: FileSystem for native listing, stat, remove and mkdir;
-// Searcher; ChangeTracker; ActivityReporter; RangeReader; Pauser; Snapshotter,
-// KindSnapshotter, SnapshotLister and SnapshotDeleter; Forker; Volumer and VolumeOpener; Terminaler and CommandTerminaler; TimeoutSetter; KeyedCreator;
-// CapabilityReporter; EnvdDialer; PortDialer; and TerminalWaiter on a Terminal. Each one's doc
-// says what happens when it is absent — usually the core runs a command in the sandbox
-// instead, or the operation is CodeUnsupported.
+// manner of database/sql/driver, and each one's doc says what happens when it is absent.
+// Implementing an interface is its capability: nothing else declares it.
+//
+// # Optional interfaces
+//
+// On a Provider:
+//
+//   - KeyedCreator: an atomic get-or-create by key (listed as "exact-key"). Without it, an
+//     exact key needs a locking Locator; a best-effort key is FindByKey, then Create.
+//   - Volumer: named volumes, and CreateSpec.Volumes ("volumes"). Without it, volume calls
+//     and a create with volumes are CodeUnsupported.
+//   - VolumeOpener: a volume's files from the host. Without it, a volume's file API is
+//     CodeUnsupported; its files are reached from a sandbox that mounts it.
+//   - SnapshotLister: list and inspect snapshots. Without it, CodeUnsupported; snapshots
+//     still work by id.
+//   - SnapshotDeleter: delete a snapshot now. Without it, a snapshot with an expiry is left
+//     to the provider to remove after it.
+//   - Templater: list, look up and delete templates. Without it, a server lists none and
+//     refuses deletes; CreateSpec.Template still names what the provider knows.
+//   - Prototyper: the type of its sandboxes, for CapabilitiesOf. Without it, only the
+//     provider's own interfaces are listed.
+//   - Refuser: the optional interfaces it (or its sandboxes) has but cannot use here, and
+//     why. Without it, every interface it has is listed, and works.
+//
+// On an Instance:
+//
+//   - FileSystem: native stat, listing, remove, mkdir and rename. Without it, the core runs
+//     find, stat, rm, mkdir and mv (needs CapShell).
+//   - RangeReader: read part of a file. Without it, the core reads the whole file and skips.
+//   - Searcher: native text search. Without it, the core runs grep.
+//   - ChangeTracker: checkpoints of a tree and what changed since. Without it, the core
+//     keeps a hidden git index in the sandbox (needs CapGit).
+//   - ActivityReporter: whether a command the core started still runs. Without it, the core
+//     looks for its marked processes (needs CapShell), else counts the sandbox busy.
+//   - MetricsReporter: a sample of resource use. Without it, the core samples the cgroup,
+//     /proc and the root file system with a script (needs CapShell).
+//   - Pauser: pause with the memory kept, and resume ("pause"). Without it, Pause and
+//     Resume are CodeUnsupported.
+//   - ColdPauser: the cold pause, which ends every process and keeps the files
+//     ("pause-cold"). Without it, a pause without memory is CodeUnsupported.
+//   - Snapshotter: a filesystem snapshot that CreateSpec.From starts ("snapshot"). Without
+//     it, Snapshot and a create From are CodeUnsupported, and so is Fork without a Forker.
+//   - KindSnapshotter: a snapshot of a kind (full: memory and processes) with a name.
+//     Without it, only unnamed filesystem snapshots (Snapshotter).
+//   - Forker: n children in one call. Without it, the core forks through a snapshot, n
+//     creates From it and its deletion.
+//   - Terminaler: a login shell on a PTY ("terminal"). Without it, Terminal is
+//     CodeUnsupported.
+//   - CommandTerminaler: a command on a PTY, in a directory. Without it, only the login
+//     shell.
+//   - TimeoutSetter: move the lifetime deadline. Without it, SetTimeout is CodeUnsupported.
+//   - NetworkSetter: replace the network policy of a running sandbox. Without it,
+//     SetNetwork is CodeUnsupported.
+//   - NetworkReporter: the network policy now. Without it, none is reported.
+//   - EgressReporter: what the sandbox reached and what its policy refused. Without it,
+//     nothing is reported.
+//   - PortDialer: a connection to a port inside, with no listener on the host. Without it,
+//     the core dials PreviewURL's host and port.
+//   - EnvdDialer: a raw connection to the agent's E2B envd protocol. Without it, the E2B
+//     data plane is unavailable.
+//   - CapabilityReporter: capabilities of its own (its runtime, its template). Without it,
+//     the provider's.
+//
+// On a Terminal: TerminalWaiter, how its process ended. Without it, the end of its output
+// is all a caller learns.
 //
 // # Capabilities
 //
-// A provider declares a Capabilities set, probed on the real host when the provider is built.
-// The core fails closed with it: an option the provider cannot enforce (a network mode, a
-// size, a timeout) fails with CodeUnsupported before anything is created. The conformance
-// suite (package sandboxtest) tests every declared capability, so a declaration is a promise.
+// A provider declares a Capabilities set, probed on the real host when the provider is built:
+// what must be known before a create, because the core fails closed with it (an option the
+// provider cannot enforce — a network mode, a size, a timeout, users, bound secrets — fails
+// with CodeUnsupported before anything is created), and what differs between its sandboxes
+// (CapSnapshotFull, CapPauseFreesMemory; CapabilityReporter). It never declares an optional
+// interface: CapabilitiesOf lists those it and its sandboxes implement under their names
+// ("pause", "snapshot", …) less those it refuses (Refuser), and that listing is what tupper
+// doctor and a server's GET /v1/info show. A provider that implements an interface but
+// cannot use it here (a host without the cgroup freezer) refuses each call with
+// CodeUnsupported, saying why, and Refuse returns the same error, so the listing and the
+// calls agree. The conformance suite (package sandboxtest) tests every listed capability, so
+// a listing is a promise.
+//
+// # Pauses
+//
+// A pause keeps the memory (Pauser) or does not (ColdPauser). A pause that keeps it is
+// frozen (the cgroup freezer: the memory stays resident) or saved (written to disk and
+// released: CapPauseFreesMemory); either way Resume continues the processes. The cold pause
+// ends them and keeps the files; Resume boots the sandbox again. On the wire the cold pause
+// is "pause-cold", E2B's keepMemory false, and onTimeout "pause-cold"; in the SDK,
+// PauseOptions.DropMemory.
 //
 // # Errors
 //

@@ -20,7 +20,7 @@ import (
 // a new container on the same bundle and root file system, in the same place, and waits for
 // its agent as Create does: no process from before runs, the files are as they were.
 //
-// It is parking (park.go) without a checkpoint: the holder (holder.go) keeps the sandbox's
+// It is the saved pause (pausesaved.go) without a checkpoint: the holder (holder.go) keeps the sandbox's
 // mount namespace, and with it the disk, the rootfs overlay, the volumes' mounts and, under
 // runsc with network "all" or "allow", the network namespace bound there with its veth. The
 // holder and the egress proxy leave the sandbox's cgroups before the runtime deletes the

@@ -297,7 +297,8 @@
 //
 // Pause keeps a sandbox's memory: the freezer (runc, crun, runsc on the host's network
 // stack), or under runsc with network none a checkpoint to disk that ends the runtime and
-// releases the memory, Resume restoring it in place (park.go). PauseCold (provider.ColdPauser,
+// releases the memory, Resume restoring it in place: the saved pause (pausesaved.go).
+// PauseCold (provider.ColdPauser,
 // every runtime) keeps the files but not the memory: it deletes the container, ending every
 // process, and Resume boots a new one on the same bundle (coldpause.go). Both rest on the
 // holder: it keeps the sandbox's mount namespace (disk, rootfs, volumes, and runsc's network
@@ -322,12 +323,13 @@
 // # Capabilities
 //
 // network-none (always), network-all (a veth pair and the nat table work), timeout and
-// idle-timeout (agent + host), exact-key (a file lock over find and create), preview (the
-// agent tunnel), users (/etc/passwd has user), persistent (state in Home), resource-limit
-// and size (cgroups and the bounded tmpfs), shell (/bin/sh in the template — the host's
+// idle-timeout (agent + host), preview (the agent tunnel), users (/etc/passwd has user),
+// persistent (state in Home), resource-limit and size (cgroups and the bounded tmpfs), shell (/bin/sh in the template — the host's
 // for host —, and runc, crun or a runsc from 2023 on), git (/usr/bin/git in the template),
-// pause, pause-cold and snapshot (a freezer cgroup; a snapshot is copied frozen; a cold
-// pause needs no freezer but is declared with pause, as the capability says), snapshot-full and
-// pause-frees-memory (runsc with network none, per sandbox, in its record: gVisor
-// checkpoints it, park.go).
+// snapshot-full and pause-frees-memory (runsc with network none, per sandbox, in its record:
+// gVisor checkpoints it, pausesaved.go). Its optional interfaces are listed by
+// provider.CapabilitiesOf and refused per call where the host lacks what they need
+// (Provider.Refuse): pause, pause-cold and snapshot without a freezer cgroup (a snapshot is
+// copied frozen; a cold pause needs no freezer but goes with pause), volumes without loop
+// devices and mkfs.ext4; exact-key (a file lock over find and create) and terminal always.
 package local

@@ -163,7 +163,7 @@ func (i *Instance) check(ctx context.Context) error {
 }
 
 // gone reports whether the sandbox has stopped: its record is gone, or its init has died
-// and it is not parked (a resume gives it a new init).
+// and it is not dormant (a resume gives it a new init).
 func (i *Instance) gone(ctx context.Context) bool {
 	rec, err := i.p.lay.readRecord(i.id)
 	if err != nil {
@@ -216,7 +216,7 @@ func (i *Instance) SetTimeout(ctx context.Context, d time.Duration) error {
 // Pause pauses every process of the sandbox, memory kept: frozen under runc and crun with
 // the runtime's pause (the cgroup freezer); saved under runsc with network none
 // (provider.CapPauseFreesMemory): written to disk and its runtime ended, which releases its
-// memory (park.go). Refused on a host without the freezer (Provider.Refuse).
+// memory (pausesaved.go). Refused on a host without the freezer (Provider.Refuse).
 func (i *Instance) Pause(ctx context.Context) error {
 	if err := i.p.Refuse(provider.CapPause); err != nil {
 		return err
@@ -263,8 +263,8 @@ func (i *Instance) setPaused(ctx context.Context, pause bool) error {
 		}
 		return nil
 	}
-	parked := !alive(rec) // and its image is complete: live
-	if rec.Paused == pause && !parked {
+	dormant := !alive(rec) // and its image is complete: live
+	if rec.Paused == pause && !dormant {
 		return nil
 	}
 	rt, err := i.p.runtimeOf(rec)
@@ -272,7 +272,7 @@ func (i *Instance) setPaused(ctx context.Context, pause bool) error {
 		return err
 	}
 	switch {
-	case pause && parked:
+	case pause && dormant:
 		if !rec.Saved {
 			// A pause that a crash interrupted once its image was complete.
 			rec.Paused, rec.Saved = true, true
@@ -281,13 +281,13 @@ func (i *Instance) setPaused(ctx context.Context, pause bool) error {
 			}
 		}
 		return nil
-	case parked:
-		if err := i.unpark(ctx, rt, rec); err != nil {
+	case dormant:
+		if err := i.resumeSaved(ctx, rt, rec); err != nil {
 			return provider.Wrap(err, provider.CodeProvider, verb)
 		}
 		return nil
 	case pause && freesMemory(rec):
-		if err := i.park(ctx, rt, rec); err != nil {
+		if err := i.pauseSaved(ctx, rt, rec); err != nil {
 			return provider.Wrap(err, provider.CodeProvider, verb)
 		}
 		return nil

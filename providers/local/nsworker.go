@@ -63,7 +63,7 @@ func (w *nsWorker) close() { w.t.Close() }
 
 // joinNSWorker starts a thread in the mount namespace of a live sandbox, the one its holder
 // keeps (holder.go), for steps after Create that must see the sandbox's mounts: restoring a
-// sandbox whose memory was saved to disk (park.go). The namespace is opened through the
+// sandbox whose memory was saved to disk (pausesaved.go). The namespace is opened through the
 // holder's pid and the holder checked to be the one recorded after the open, so a reused
 // pid never leads into another process's namespace.
 func joinNSWorker(rec *record) (*nsWorker, error) {

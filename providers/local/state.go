@@ -46,7 +46,7 @@ import (
 //	sandboxes/<id>/disk/agent.log   the runtime's and the agent's stdout and stderr (on the
 //	                                sandbox's own tmpfs, so a sandbox writing to its agent's
 //	                                output cannot fill the host's disk)
-//	sandboxes/<id>/saved/           a paused runsc sandbox's checkpoint image (park.go)
+//	sandboxes/<id>/saved/           a paused runsc sandbox's checkpoint image (pausesaved.go)
 //	sandboxes/<id>/netns            (runsc, network all) the network namespace, bound there
 //	                                in the sandbox's mount namespace
 //	sandboxes/<id>/vs/, v/           the mount points of its volumes' file systems and views
@@ -123,7 +123,7 @@ type record struct {
 	InitStart uint64           `json:"initStart,omitempty"` // /proc/PID/stat starttime, against pid reuse
 	Paused    bool             `json:"paused,omitempty"`
 	// Saved marks a paused sandbox whose memory and processes are on disk and whose runtime
-	// is gone (runsc; park.go). Paused is set too.
+	// is gone (runsc; pausesaved.go). Paused is set too.
 	Saved bool `json:"saved,omitempty"`
 	// Cold marks a sandbox paused without its memory (coldpause.go): its container is gone,
 	// or going, and Resume boots a new one. Paused is set too. It is written before the

@@ -20,7 +20,7 @@ import (
 // Volumes with snapshots, forks and pause (docs/volumes.md, "With snapshots, forks and
 // pause"): a volume is never copied into a snapshot; a sandbox from a snapshot, or forked,
 // mounts the same volumes again by name (shared with every other sandbox that mounts them),
-// a parked runsc sandbox keeps them mounted, and the volume's MOUNTED BY follows each.
+// a saved runsc sandbox (its saved pause) keeps them mounted, and the volume's MOUNTED BY follows each.
 
 // volSnapProvider is a provider of runtime rt with volume "v" (32 MB) made.
 func volSnapProvider(t *testing.T, rt string) *Provider {
@@ -278,11 +278,11 @@ func TestVolumeFork(t *testing.T) {
 	}
 }
 
-// A parked runsc sandbox (pause that frees memory) keeps its volume: it still counts as
+// A saved runsc sandbox (the saved pause: pause-frees-memory) keeps its volume: it still counts as
 // mounting it (delete refused), another sandbox writes to it meanwhile, and after resume
-// the parked one reads that, its process that held a file of the volume open writes on,
-// and its own writes reach the volume; destroyed parked, it mounts it no more.
-func TestVolumePark(t *testing.T) {
+// the saved one reads that, its process that held a file of the volume open writes on,
+// and its own writes reach the volume; destroyed saved, it mounts it no more.
+func TestVolumeSavedPause(t *testing.T) {
 	p := volSnapProvider(t, RuntimeRunsc)
 	ctx := context.Background()
 	none := provider.Network{Mode: provider.NetworkNone}
@@ -302,21 +302,21 @@ sleep 0.3`)
 	}
 	rec, err := p.lay.readRecord(a.id)
 	if err != nil || !rec.Saved {
-		t.Fatalf("not parked: %+v %v", rec, err)
+		t.Fatalf("not saved: %+v %v", rec, err)
 	}
 	wantMountedBy(t, p, "v", a.id)
 	if err := p.DeleteVolume(ctx, "v"); !errors.Is(err, provider.CodeConflict) || !strings.Contains(err.Error(), a.id) {
-		t.Errorf("delete while a parked sandbox mounts it: %v; want conflict naming %s", err, a.id)
+		t.Errorf("delete while a saved sandbox mounts it: %v; want conflict naming %s", err, a.id)
 	}
 	b := create(t, p, provider.CreateSpec{Runtime: RuntimeRunc, Network: none, Volumes: []provider.VolumeMount{{Name: "v", Path: "/data"}}})
-	run(t, b, "echo while-parked > /data/while")
+	run(t, b, "echo while-saved > /data/while")
 	n1 := lines(b)
 	if err := a.Resume(ctx); err != nil {
 		t.Fatal(err)
 	}
 	checkVolume(t, a, b, "before", "before")
-	if got, _, _ := runCode(t, a, "cat /data/while"); got != "while-parked" {
-		t.Errorf("after resume, a file written while parked reads %q", got)
+	if got, _, _ := runCode(t, a, "cat /data/while"); got != "while-saved" {
+		t.Errorf("after resume, a file written while saved reads %q", got)
 	}
 	if !advances(func() int { return lines(b) }, n1, runningWait) {
 		t.Errorf("the process writing to the volume stopped at %d lines", n1)
@@ -330,6 +330,6 @@ sleep 0.3`)
 	}
 	wantMountedBy(t, p, "v", b.id)
 	if got := run(t, b, "cat /data/before"); got != "before" {
-		t.Errorf("after the parked sandbox's destroy: %q", got)
+		t.Errorf("after the saved sandbox's destroy: %q", got)
 	}
 }

@@ -20,10 +20,10 @@
 // connect (v1 and v2: 200 when running, 201 when resumed from pause), list (GET /sandboxes:
 // running ones; GET /v2/sandboxes: metadata, state, template and startedAfter (at or after)
 // filters, order, limit and X-Next-Token paging; both newest first by default), get, kill,
-// timeout, pause and resume (where the provider declares "pause"; 409 when already in that
+// timeout, pause and resume (where the provider lists "pause"; 409 when already in that
 // state), metrics (one sample measured in the sandbox when asked), logs (v1 and v2: the
 // lifecycle events the server recorded about the sandbox, as E2B's log entries), snapshot
-// creation (where the provider declares "snapshot") and the template alias "base". Each of
+// creation (where the provider lists "snapshot") and the template alias "base". Each of
 // them goes through the server's lifecycle.Service (Config.Lifecycle), the same one as the
 // native API's. E2B's template builds (its Template SDK: POST /v3/templates and
 // /v2/templates, file uploads by hash to signed URLs of this server, POST

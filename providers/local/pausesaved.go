@@ -15,39 +15,39 @@ import (
 	"github.com/tupper-dev/tupper/provider"
 )
 
-// Pause that frees memory (runsc). The freezer keeps a paused sandbox's memory resident;
-// under runsc, Pause instead saves the sandbox to disk and ends its runtime processes, and
+// The saved pause (runsc, network none: provider.CapPauseFreesMemory). The freezer keeps a
+// paused sandbox's memory resident; under runsc, Pause instead saves the sandbox to disk and ends its runtime processes, and
 // Resume restores it in place: the same id, record, token, labels, disk, address and
 // network namespace, its processes running on with their memory as it was.
 //
-// What stays while a sandbox is parked so is what the holder keeps (holder.go): its mount
+// What stays while a sandbox is saved so is what the holder keeps (holder.go): its mount
 // namespace, and with it the sandbox's disk (its writable layer and /tmp), its root file
 // system's overlay, and under network "all" or "allow" the network namespace bound in it
 // with its veth and address (and the egress proxy of "allow"). The checkpoint image holds
 // the rest: gVisor's kernel and every process's memory. It is written to
 // sandboxes/<id>/saved.tmp/ and renamed to saved/ once complete, before the record says
 // Saved: a sandbox whose init is gone but whose image is complete and holder alive is
-// parked, not dead, whatever a crash left in its record.
+// dormant, not dead, whatever a crash left in its record.
 //
 // The holder and the egress proxy live in the sandbox's cgroups, which runsc removes when it
 // deletes the container: they move to the root of each hierarchy while the sandbox is
-// parked, and back into the cgroups the restore makes. The agent's host socket is closed
+// saved, and back into the cgroups the restore makes. The agent's host socket is closed
 // before the checkpoint (gVisor cannot save it; see SnapshotKind) and opened again at the
 // same path after the restore.
 
-// saved is where a parked sandbox's checkpoint image is; savedTmp is where it is written.
+// saved is where a saved sandbox's checkpoint image is; savedTmp is where it is written.
 func (l layout) saved(id string) string    { return filepath.Join(l.dir(id), "saved") }
 func (l layout) savedTmp(id string) string { return filepath.Join(l.dir(id), "saved.tmp") }
 
-// parked reports whether r is a sandbox whose runtime is gone but which lives on: its
-// holder (so its disk) alive, and its memory on disk (its image complete) or dropped by a
-// cold pause (coldpause.go).
-func (p *Provider) parked(r *record) bool {
+// dormant reports whether r is a paused sandbox whose runtime is gone but which lives on:
+// its holder (so its disk) alive, and its memory on disk (a saved pause, its image
+// complete) or dropped (a cold pause, coldpause.go).
+func (p *Provider) dormant(r *record) bool {
 	return !alive(r) && holderAlive(r) && (r.Cold || fileExists(p.lay.saved(r.ID)))
 }
 
-// live reports whether r runs or is parked.
-func (p *Provider) live(r *record) bool { return alive(r) || p.parked(r) }
+// live reports whether r runs or is dormant.
+func (p *Provider) live(r *record) bool { return alive(r) || p.dormant(r) }
 
 // withoutCheckpoint drops from caps what needs gVisor's checkpoint, which refuses a sandbox
 // on the host's network stack (runsc --network=host: network "all" and "allow"): such a
@@ -68,10 +68,10 @@ func freesMemory(r *record) bool {
 		provider.NewCapabilities(r.Caps...).Has(provider.CapPauseFreesMemory)
 }
 
-// park saves a running runsc sandbox to disk and ends its runtime. Call with the sandbox
+// pauseSaved saves a running runsc sandbox to disk and ends its runtime. Call with the sandbox
 // lock held, rec read under it. On failure the sandbox runs on (its agent listening again),
 // unless the checkpoint ended it, which is then reported.
-func (i *Instance) park(ctx context.Context, rt ociRuntime, rec *record) (err error) {
+func (i *Instance) pauseSaved(ctx context.Context, rt ociRuntime, rec *record) (err error) {
 	p := i.p
 	id := rec.ID
 	os.RemoveAll(p.lay.savedTmp(id))
@@ -120,10 +120,10 @@ func (i *Instance) park(ctx context.Context, rt ociRuntime, rec *record) (err er
 	return p.lay.writeRecord(rec)
 }
 
-// unpark restores a parked sandbox in place from its image, in its own mount namespace,
+// resumeSaved restores a saved sandbox in place from its image, in its own mount namespace,
 // and waits for its agent. Call with the sandbox lock held, rec read under it. A restore
-// that fails leaves the sandbox parked.
-func (i *Instance) unpark(ctx context.Context, rt ociRuntime, rec *record) error {
+// that fails leaves the sandbox saved.
+func (i *Instance) resumeSaved(ctx context.Context, rt ociRuntime, rec *record) error {
 	p := i.p
 	id := rec.ID
 	w, err := joinNSWorker(rec)
@@ -159,7 +159,7 @@ func (i *Instance) unpark(ctx context.Context, rt ociRuntime, rec *record) error
 	if err := p.waitAgent(ctx, rec); err != nil {
 		return fail(err)
 	}
-	// Time moved on while it was parked: the agent's deadline and idle clock start again
+	// Time moved on while it was saved: the agent's deadline and idle clock start again
 	// from the record's.
 	if err := p.giveAgentLimits(ctx, rec); err != nil {
 		return fail(err)
