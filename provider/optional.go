@@ -10,8 +10,8 @@ import (
 	"time"
 )
 
-// Capability is something a provider can enforce or do, by the name tupper doctor, GET
-// /v1/providers and a sandbox's description list it under.
+// Capability is something a provider can enforce or do, by the name tupper doctor, a
+// server's GET /v1/info and a sandbox's description list it under.
 type Capability string
 
 // Capabilities a provider declares (Provider.Capabilities, CapabilityReporter): what must be
@@ -117,7 +117,7 @@ func Refusal(p Provider, c Capability) error {
 	return nil
 }
 
-// CapabilitiesOf is everything p can do, as tupper doctor and GET /v1/providers list it:
+// CapabilitiesOf is everything p can do, as tupper doctor and GET /v1/info list it:
 // the capabilities it declares and the name of each optional interface it or its sandboxes
 // (Prototyper) implement, less those it refuses (Refuser). It is the one answer to "can
 // this provider do it" before a sandbox exists; a call still checks its interface.

@@ -38,8 +38,9 @@ const (
 	// KeyBestEffort finds a sandbox by key, then creates one if none exists. Two concurrent
 	// creators may both create.
 	KeyBestEffort KeyMode = "best-effort"
-	// KeyExact guarantees one sandbox per key. It needs a provider that declares
-	// CapExactKey or a Locator with WithLock; otherwise Create fails with unsupported.
+	// KeyExact guarantees one sandbox per key. It needs a provider with an atomic
+	// get-or-create (provider.KeyedCreator, listed as "exact-key") or a Locator with
+	// WithLock; otherwise Create fails with unsupported.
 	KeyExact KeyMode = "exact"
 )
 
