@@ -329,6 +329,9 @@ func lifeCapabilities(c *C) {
 			c.Errorf("capability %q is declared: it names an optional interface, which only implementing it declares", cp)
 		}
 	}
+	if c.Has(provider.CapTimeout) && !is[provider.TimeoutSetter](b.Native) {
+		c.Errorf("capability %q is declared but the sandbox is no provider.TimeoutSetter", provider.CapTimeout)
+	}
 	for _, cp := range []provider.Capability{provider.CapPause, provider.CapPauseCold, provider.CapSnapshot, provider.CapTerminal, provider.CapVolumes, provider.CapExactKey} {
 		if err := provider.Refusal(c.P(), cp); err != nil && !errors.Is(err, provider.CodeUnsupported) {
 			c.Errorf("Refuse(%q) = %v, want nil or CodeUnsupported", cp, err)
