@@ -55,9 +55,10 @@ func (b *Sandbox) ForkKind() provider.SnapshotKind {
 // are independent: a write in one is seen by no other, nor by the parent, except on a volume
 // the parent mounts, which the children mount too (shared storage, docs/volumes.md). Memory
 // and running processes are carried where the sandbox has "snapshot-full" (ForkKind), files
-// only where it is only a provider.Snapshotter; where it is none, Fork is CodeUnsupported. On a failure, the children
-// already made are destroyed. The provider's provider.Forker does it where there is one;
-// else a snapshot, opts.N creates from it, and the snapshot's deletion.
+// only where it is only a provider.Snapshotter; where it is none, Fork is CodeUnsupported.
+// On a failure, the children already made are destroyed. The provider's provider.Forker
+// does it where there is one; else a snapshot, opts.N creates from it, and the snapshot's
+// deletion.
 func (b *Sandbox) Fork(ctx context.Context, opts ForkOptions) ([]*Sandbox, error) {
 	const op = "fork"
 	if err := opts.validate(); err != nil {
