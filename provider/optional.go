@@ -85,7 +85,9 @@ type Prototyper interface {
 // sandboxes that do, which it cannot use here: a host without the cgroup freezer, a
 // configuration without pause, a server whose provider lacks it. Refuse returns nil when
 // the interface listed as c works, else the CodeUnsupported error, saying why, that each
-// call of it returns. CapabilitiesOf leaves out what it refuses.
+// call of it returns. CapabilitiesOf leaves out what it refuses. An Instance may be a
+// Refuser too, answering for itself (from what was recorded at its creation, without
+// probing the host); CapabilitiesOfInstance then asks it instead of its provider.
 type Refuser interface {
 	Refuse(c Capability) error
 }
@@ -126,12 +128,13 @@ func CapabilitiesOf(p Provider) Capabilities {
 	if pp, ok := p.(Prototyper); ok {
 		proto = pp.Prototype()
 	}
-	return withListed(p, proto, p.Capabilities().Declared())
+	return withListed(p, proto, nil, p.Capabilities().Declared())
 }
 
 // CapabilitiesOfInstance is what the sandbox inst of p can do: the capabilities it reports
 // (CapabilityReporter; else p's), and the name of each optional interface it or p
-// implements, less those p refuses. The SDK's Sandbox.Capabilities.
+// implements, less those it refuses (when it is a Refuser; else those p refuses). The SDK's
+// Sandbox.Capabilities.
 func CapabilitiesOfInstance(p Provider, inst Instance) Capabilities {
 	var caps Capabilities
 	if cr, ok := inst.(CapabilityReporter); ok {
@@ -139,13 +142,17 @@ func CapabilitiesOfInstance(p Provider, inst Instance) Capabilities {
 	} else {
 		caps = p.Capabilities()
 	}
-	return withListed(p, inst, caps.Declared())
+	var r Refuser
+	if ir, ok := inst.(Refuser); ok {
+		r = ir
+	}
+	return withListed(p, inst, r, caps.Declared())
 }
 
 // withListed adds to caps (the caller's own, without names of interfaces: a declared one
 // would list an interface nobody checked) the names of the interfaces p and inst (nil: none)
-// implement, and removes what p refuses.
-func withListed(p Provider, inst Instance, caps Capabilities) Capabilities {
+// implement, and removes what r refuses (nil: p, when it is a Refuser).
+func withListed(p Provider, inst Instance, r Refuser, caps Capabilities) Capabilities {
 	if caps == nil {
 		caps = Capabilities{}
 	}
@@ -158,7 +165,10 @@ func withListed(p Provider, inst Instance, caps Capabilities) Capabilities {
 			caps[l.c] = true
 		}
 	}
-	if r, ok := p.(Refuser); ok {
+	if r == nil {
+		r, _ = p.(Refuser)
+	}
+	if r != nil {
 		for c := range caps {
 			if r.Refuse(c) != nil {
 				delete(caps, c)

@@ -46,7 +46,7 @@ import (
 // PauseCold ends every process of the sandbox and releases their memory, keeping its files,
 // id, network and leases (see above). A sandbox paused already, either way, stays as it is.
 func (i *Instance) PauseCold(ctx context.Context) error {
-	if err := i.p.Refuse(provider.CapPauseCold); err != nil {
+	if err := i.Refuse(provider.CapPauseCold); err != nil {
 		return err
 	}
 	lk, rec, err := i.p.lockRecord(ctx, i.id)

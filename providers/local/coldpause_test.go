@@ -57,8 +57,8 @@ func testPauseCold(t *testing.T, rt string) {
 				spec.Network.Allow = []string{labPublic.String()}
 			}
 			a := create(t, p, spec)
-			if !a.Capabilities().Has(provider.CapPauseCold) {
-				t.Fatalf("a %s sandbox with network %s lacks %s: %v", rt, mode, provider.CapPauseCold, a.Capabilities())
+			if caps := provider.CapabilitiesOfInstance(p, a); !caps.Has(provider.CapPauseCold) {
+				t.Fatalf("a %s sandbox with network %s lacks %s: %v", rt, mode, provider.CapPauseCold, caps)
 			}
 			// 64 MiB held by a process, and a counter written every 50 ms.
 			run(t, a, `set -e; echo kept > /workspace/file; echo in-tmp > /tmp/file; echo v > /workspace/secret

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -40,6 +41,7 @@ var (
 	_ provider.TimeoutSetter      = (*Instance)(nil)
 	_ provider.RangeReader        = (*Instance)(nil)
 	_ provider.CapabilityReporter = (*Instance)(nil)
+	_ provider.Refuser            = (*Instance)(nil)
 	_ provider.PortDialer         = (*Instance)(nil)
 	_ provider.Terminaler         = (*Instance)(nil)
 	_ provider.CommandTerminaler  = (*Instance)(nil)
@@ -57,6 +59,22 @@ func (i *Instance) Capabilities() provider.Capabilities {
 		return provider.NewCapabilities(rec.Caps...).Declared()
 	}
 	return i.p.Capabilities()
+}
+
+// Refuse refuses what the host lacked when the sandbox was made, as its record says
+// (Provider.Refuse, without probing the host); for a record from before they were kept,
+// what the provider refuses.
+func (i *Instance) Refuse(c provider.Capability) error {
+	i.mu.Lock()
+	rec := i.rec
+	i.mu.Unlock()
+	if rec == nil || len(rec.Caps) == 0 {
+		return i.p.Refuse(c)
+	}
+	if !provider.NamesInterface(c) || slices.Contains(rec.Caps, c) {
+		return nil
+	}
+	return refusal(c)
 }
 
 func (p *Provider) instance(rec *record) *Instance {
@@ -218,7 +236,7 @@ func (i *Instance) SetTimeout(ctx context.Context, d time.Duration) error {
 // (provider.CapPauseFreesMemory): written to disk and its runtime ended, which releases its
 // memory (pausesaved.go). Refused on a host without the freezer (Provider.Refuse).
 func (i *Instance) Pause(ctx context.Context) error {
-	if err := i.p.Refuse(provider.CapPause); err != nil {
+	if err := i.Refuse(provider.CapPause); err != nil {
 		return err
 	}
 	return i.setPaused(ctx, true)

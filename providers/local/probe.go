@@ -342,6 +342,11 @@ func (p *Provider) Refuse(c provider.Capability) error {
 	if !provider.NamesInterface(c) || p.caps.Has(c) {
 		return nil
 	}
+	return refusal(c)
+}
+
+// refusal is why this host cannot do what c names.
+func refusal(c provider.Capability) error {
 	if c == provider.CapVolumes {
 		return provider.Errorf(provider.CodeUnsupported, "volumes need loop devices and mkfs.ext4 (apt-get install e2fsprogs)")
 	}
