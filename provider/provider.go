@@ -75,6 +75,8 @@
 //     data plane is unavailable.
 //   - CapabilityReporter: capabilities of its own (its runtime, its template). Without it,
 //     the provider's.
+//   - Refuser: as on a Provider, for this sandbox (from its record, say, without probing
+//     the host). Without it, its provider's refusals.
 //
 // On a Terminal: TerminalWaiter, how its process ended. Without it, the end of its output
 // is all a caller learns.
