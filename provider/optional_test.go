@@ -60,10 +60,24 @@ func TestCapabilitiesOf(t *testing.T) {
 	if got, want := CapabilitiesOfInstance(p, struct{ Instance }{}).String(), "shell,volumes"; got != want {
 		t.Errorf("CapabilitiesOfInstance of a sandbox without Pauser = %s, want %s", got, want)
 	}
+	if got, want := CapabilitiesOfInstance(p, refusingInstance{}).String(), "pause-cold,shell,volumes"; got != want {
+		t.Errorf("CapabilitiesOfInstance of a sandbox that refuses for itself = %s, want %s", got, want)
+	}
 	if err := Refusal(p, CapPauseCold); !errors.Is(err, CodeUnsupported) {
 		t.Errorf("Refusal(pause-cold) = %v", err)
 	}
 	if got := NewCapabilities(CapPause, CapShell, CapExactKey).Declared().String(); got != "shell" {
 		t.Errorf("Declared = %s, want shell", got)
 	}
+}
+
+// refusingInstance answers for itself: it refuses pause, not the cold pause its provider
+// refuses.
+type refusingInstance struct{ listerInstance }
+
+func (refusingInstance) Refuse(c Capability) error {
+	if c == CapPause {
+		return Errorf(CodeUnsupported, "not this one")
+	}
+	return nil
 }
