@@ -32,6 +32,8 @@
 //     to the provider to remove after it.
 //   - Templater: list, look up and delete templates. Without it, a server lists none and
 //     refuses deletes; CreateSpec.Template still names what the provider knows.
+//   - TemplateBuilder: build a template from a Dockerfile into its own store (beside
+//     Templater). Without it, builds and their context directories are CodeUnsupported.
 //   - Prototyper: the type of its sandboxes, for CapabilitiesOf. Without it, only the
 //     provider's own interfaces are listed.
 //   - Refuser: the optional interfaces it (or its sandboxes) has but cannot use here, and
