@@ -22,8 +22,8 @@ import (
 
 // newBenchCmd is the whole command: its sections are in this file's siblings (the CLI and
 // the SDK against docker's CLI here and in bench_local_linux.go, the HTTP APIs against Docker
-// Engine's API and E2B's SDK in bench_api.go, idle density, parked sandboxes and forks in
-// bench_{density,park,fork}_linux.go, the Docker provider in bench_docker.go). Timings on a
+// Engine's API and E2B's SDK in bench_api.go, idle density, dormant sandboxes and forks in
+// bench_{density,dormant,fork}_linux.go, the Docker provider in bench_docker.go). Timings on a
 // shared machine are noisy; the ratios between things measured in the same run are what to
 // read.
 func newBenchCmd() *cobra.Command {
@@ -44,12 +44,13 @@ func newBenchCmd() *cobra.Command {
 			"                 at once (--concurrent N)\n" +
 			"  --density-max  idle sandboxes created one by one until create latency doubles, host\n" +
 			"                 memory runs short or N are up, with host memory per idle sandbox\n" +
-			"  --park         N idle sandboxes created and paused with the pause that releases\n" +
-			"                 memory, with what a parked one costs and how soon it answers again\n" +
+			"  --dormant      N idle sandboxes made dormant (paused with the pause that releases\n" +
+			"                 memory: saved to disk, else cold), with what a dormant one costs and\n" +
+			"                 how soon it answers again\n" +
 			"  --fork         a running sandbox forked N times into one child and N times into\n" +
 			"                 ten, per child, beside a cold create of the same runtime\n\n" +
 			"See docs/performance.md for figures from this machine.",
-		Example:       "  tupper bench\n  tupper bench --api --e2b test/e2b/v251\n  tupper bench --density-max 500 --density-runtimes crun,runc,runsc\n  tupper bench --park 200 --park-runtimes runsc\n  tupper bench --fork 5 --fork-runtimes runsc",
+		Example:       "  tupper bench\n  tupper bench --api --e2b test/e2b/v251\n  tupper bench --density-max 500 --density-runtimes crun,runc,runsc\n  tupper bench --dormant 200 --dormant-runtimes runsc\n  tupper bench --fork 5 --fork-runtimes runsc",
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -57,7 +58,7 @@ func newBenchCmd() *cobra.Command {
 			if err := o.validate(); err != nil {
 				return err
 			}
-			if !o.api && o.densityMax == 0 && o.park == 0 && o.fork == 0 {
+			if !o.api && o.densityMax == 0 && o.dormant == 0 && o.fork == 0 {
 				o.cli = true
 			}
 			tupper, err := findTupper(o.tupper)
@@ -88,8 +89,13 @@ func newBenchCmd() *cobra.Command {
 	fl.StringVar(&o.e2bDir, "e2b", "", "npm project with E2B's JS SDK installed (npm ci) for the API section (default: test/e2b/v251 under the current directory, when installed)")
 	fl.IntVar(&o.densityMax, "density-max", 0, "run the density section with at most this many idle sandboxes per runtime (0: skip)")
 	fl.StringVar(&o.densityRuntimes, "density-runtimes", "", "comma-separated runtimes of the density section (default: the default runtime, runc and runsc)")
-	fl.IntVar(&o.park, "park", 0, "run the park section with this many parked sandboxes per runtime (0: skip)")
-	fl.StringVar(&o.parkRuntimes, "park-runtimes", "", "comma-separated runtimes of the park section (default: runsc and the default runtime)")
+	fl.IntVar(&o.dormant, "dormant", 0, "run the dormant section with this many dormant sandboxes per runtime (0: skip)")
+	fl.StringVar(&o.dormantRuntimes, "dormant-runtimes", "", "comma-separated runtimes of the dormant section (default: runsc and the default runtime)")
+	// The section's former names, from before "park" was retired for "dormant".
+	fl.IntVar(&o.dormant, "park", 0, "")
+	fl.StringVar(&o.dormantRuntimes, "park-runtimes", "", "")
+	_ = fl.MarkDeprecated("park", "use --dormant")
+	_ = fl.MarkDeprecated("park-runtimes", "use --dormant-runtimes")
 	fl.IntVar(&o.fork, "fork", 0, "run the fork section with this many rounds of each fork per runtime (0: skip)")
 	fl.StringVar(&o.forkRuntimes, "fork-runtimes", "", "comma-separated runtimes of the fork section (default: runsc and the default runtime)")
 	fl.IntVar(&o.concurrent, "concurrent", 0, "in the API section, also this many creates sent at once to the server without a pool (0: skip)")
@@ -108,8 +114,8 @@ type benchOptions struct {
 	e2bDir          string
 	densityMax      int
 	densityRuntimes string
-	park            int
-	parkRuntimes    string
+	dormant         int
+	dormantRuntimes string
 	fork            int
 	forkRuntimes    string
 	settle          time.Duration
@@ -117,8 +123,8 @@ type benchOptions struct {
 }
 
 func (o benchOptions) validate() error {
-	if o.n < 1 || o.execN < 1 || o.idle < 0 || o.pool < 1 || o.densityMax < 0 || o.park < 0 || o.fork < 0 || o.settle < 0 || o.concurrent < 0 {
-		return fmt.Errorf("--n, --exec-n and --pool must be at least 1, --idle, --density-max, --park, --fork, --settle and --concurrent not negative")
+	if o.n < 1 || o.execN < 1 || o.idle < 0 || o.pool < 1 || o.densityMax < 0 || o.dormant < 0 || o.fork < 0 || o.settle < 0 || o.concurrent < 0 {
+		return fmt.Errorf("--n, --exec-n and --pool must be at least 1, --idle, --density-max, --dormant, --fork, --settle and --concurrent not negative")
 	}
 	if o.provider != "local" && o.provider != "docker" {
 		return fmt.Errorf("--provider %s: bench measures local or docker", o.provider)

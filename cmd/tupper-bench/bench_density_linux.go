@@ -52,7 +52,7 @@ func densityRuntimes(list, defaultRT string) []string {
 	return out
 }
 
-// sectionRuntimes are the runtimes of the park and fork sections: list (comma-separated),
+// sectionRuntimes are the runtimes of the dormant and fork sections: list (comma-separated),
 // else runsc and the default runtime.
 func sectionRuntimes(list, defaultRT string) []string {
 	if list == "" {

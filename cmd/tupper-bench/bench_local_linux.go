@@ -56,8 +56,8 @@ func (b *bencher) localSections(ctx context.Context) error {
 			return err
 		}
 	}
-	if b.o.park > 0 {
-		if err := b.parkSection(ctx, prov, rt); err != nil {
+	if b.o.dormant > 0 {
+		if err := b.dormantSection(ctx, prov, rt); err != nil {
 			return err
 		}
 	}

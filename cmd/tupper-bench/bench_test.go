@@ -211,7 +211,7 @@ func TestBenchSmoke(t *testing.T) {
 	// --exec-n 20: enough for a p50 that the ratio below can be checked on.
 	r := tupper(t, home, "bench", "--cli", "--api", "--n", "1", "--exec-n", "20", "--idle", "1", "--pool", "1", "--concurrent", "2",
 		"--e2b", filepath.Join(t.TempDir(), "none"), "--density-max", "2", "--density-runtimes", "runc",
-		"--park", "2", "--park-runtimes", "runsc,crun", "--fork", "1", "--fork-runtimes", "runsc,runc")
+		"--dormant", "2", "--dormant-runtimes", "runsc,crun", "--fork", "1", "--fork-runtimes", "runsc,runc")
 	t.Logf("stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
 	if r.code != 0 {
 		t.Fatalf("bench failed: exit %d", r.code)
@@ -231,13 +231,13 @@ func TestBenchSmoke(t *testing.T) {
 		`memory per idle sandbox +runc, 2 sandboxes \(cgroups [0-9.]+ MiB`,
 		`pause +runsc: saved to disk \(pause-frees-memory\) +2 +` + dur,
 		`resume → first command +runsc +2 +` + dur,
-		`parked sandboxes +runsc +2 +stopped: --park 2 reached`,
-		`host memory per parked sandbox +runsc +-?[0-9.]+ MiB`,
-		`disk per parked sandbox +runsc +[0-9.]+ MiB`,
-		`host CPU busy +runsc, 2 parked +[0-9.]+%`,
+		`dormant sandboxes +runsc +2 +stopped: --dormant 2 reached`,
+		`host memory per dormant sandbox +runsc +-?[0-9.]+ MiB`,
+		`disk per dormant sandbox +runsc +[0-9.]+ MiB`,
+		`host CPU busy +runsc, 2 dormant +[0-9.]+%`,
 		`pause +crun: memory dropped \(pause-cold\) +2 +` + dur,
 		`resume → first command +crun +2 +` + dur,
-		`parked sandboxes +crun +2 +stopped: --park 2 reached`,
+		`dormant sandboxes +crun +2 +stopped: --dormant 2 reached`,
 		`fork, one child \(per child\) +runsc, full fork +1 +` + dur + ` +` + dur + ` +[0-9.]+x (faster|slower) than a cold create`,
 		`fork, ten children \(per child\) +runsc, full fork +1 +` + dur,
 		`create → first command +runsc, cold \(no fork\) +1 +` + dur,

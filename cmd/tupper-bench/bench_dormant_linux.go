@@ -15,28 +15,28 @@ import (
 	"github.com/tupper-dev/tupper/sandbox"
 )
 
-// The park section: for each runtime, idle sandboxes (network none) are created and paused
+// The dormant section: for each runtime, idle sandboxes (network none) are created and paused
 // one at a time with the pause that releases memory — under runsc gVisor's checkpoint
 // ("pause-frees-memory"), elsewhere the pause that drops memory ("pause-cold") — until
-// --park are parked, the host's available memory falls below a fifth, or a create or pause
-// fails. It reports create and pause times, the host memory, disk and CPU that parked
-// sandboxes cost, and how long a parked sandbox takes to answer a command again.
+// --dormant are paused, the host's available memory falls below a fifth, or a create or pause
+// fails. It reports create and pause times, the host memory, disk and CPU that dormant
+// sandboxes cost, and how long a dormant sandbox takes to answer a command again.
 
-// parkResumes is how many parked sandboxes the section resumes, each then running `true`.
-const parkResumes = 10
+// dormantResumes is how many dormant sandboxes the section resumes, each then running `true`.
+const dormantResumes = 10
 
-func (b *bencher) parkSection(ctx context.Context, prov *local.Provider, defaultRT string) error {
-	return b.perRuntime(ctx, prov, sectionRuntimes(b.o.parkRuntimes, defaultRT), b.park,
-		fmt.Sprintf("Parked sandboxes (local provider, %d MiB of memory, at most %d per runtime)", meminfo("MemTotal")>>20, b.o.park))
+func (b *bencher) dormantSection(ctx context.Context, prov *local.Provider, defaultRT string) error {
+	return b.perRuntime(ctx, prov, sectionRuntimes(b.o.dormantRuntimes, defaultRT), b.dormant,
+		fmt.Sprintf("Dormant sandboxes (local provider, %d MiB of memory, at most %d per runtime)", meminfo("MemTotal")>>20, b.o.dormant))
 }
 
-func (b *bencher) park(ctx context.Context, prov *local.Provider, rt string) error {
+func (b *bencher) dormant(ctx context.Context, prov *local.Provider, rt string) error {
 	opts := sandbox.CreateOptions{Network: sandbox.NetworkNone, Runtime: rt, Labels: benchLabels}
 	before := meminfo("MemAvailable")
 	idleBefore := cpuBusy(5 * time.Second)
 	var creates, pauses samples
 	kind, skipped := "", false
-	ids, stop := fillHost(ctx, prov, opts, b.o.park, "--park", func(box *sandbox.Sandbox, d time.Duration) string {
+	ids, stop := fillHost(ctx, prov, opts, b.o.dormant, "--dormant", func(box *sandbox.Sandbox, d time.Duration) string {
 		defer box.Close()
 		creates = append(creates, d)
 		pause := sandbox.PauseOptions{}
@@ -55,18 +55,18 @@ func (b *bencher) park(ctx context.Context, prov *local.Provider, rt string) err
 		}
 		pauses = append(pauses, time.Since(start))
 		if len(pauses)%50 == 0 {
-			b.note("park %s: %d parked", rt, len(pauses))
+			b.note("dormant %s: %d paused", rt, len(pauses))
 		}
 		return ""
 	})
 	defer destroyAll(context.WithoutCancel(ctx), prov, ids)
 	if skipped {
-		b.note("park %s: no pause that releases memory under this runtime; skipped", rt)
+		b.note("dormant %s: no pause that releases memory under this runtime; skipped", rt)
 		return nil
 	}
 	n := len(pauses)
 	if n == 0 {
-		b.figure("parked sandboxes", rt, "0", stop)
+		b.figure("dormant sandboxes", rt, "0", stop)
 		return nil
 	}
 	time.Sleep(2 * time.Second) // let the last teardowns settle
@@ -75,10 +75,10 @@ func (b *bencher) park(ctx context.Context, prov *local.Provider, rt string) err
 	disk := dirBytes(filepath.Join(prov.Home(), "sandboxes"), ids[:n])
 
 	var resumes samples
-	for _, id := range ids[:min(parkResumes, n)] {
+	for _, id := range ids[:min(dormantResumes, n)] {
 		box, err := sandbox.Connect(ctx, prov, id, sandbox.ConnectOptions{})
 		if err != nil {
-			return fmt.Errorf("park %s: connect %s: %w", rt, id, err)
+			return fmt.Errorf("dormant %s: connect %s: %w", rt, id, err)
 		}
 		start := time.Now()
 		err = box.Resume(ctx)
@@ -90,7 +90,7 @@ func (b *bencher) park(ctx context.Context, prov *local.Provider, rt string) err
 		}
 		box.Close()
 		if err != nil {
-			return fmt.Errorf("park %s: resume %s: %w", rt, id, err)
+			return fmt.Errorf("dormant %s: resume %s: %w", rt, id, err)
 		}
 		resumes = append(resumes, time.Since(start))
 	}
@@ -98,10 +98,10 @@ func (b *bencher) park(ctx context.Context, prov *local.Provider, rt string) err
 	b.add("create", rt, creates.stats())
 	b.add("pause", fmt.Sprintf("%s: %s", rt, kind), pauses.stats())
 	b.add("resume → first command", rt, resumes.stats())
-	b.figure("parked sandboxes", rt, strconv.Itoa(n), "stopped: "+stop)
-	b.figure("host memory per parked sandbox", rt, fmtMiB(float64(drop)/float64(n)), "host MemAvailable before the first create and with all parked")
-	b.figure("disk per parked sandbox", rt, fmtMiB(float64(disk)/float64(n)), "its directory: checkpoint image, record, logs")
-	b.figure("host CPU busy", fmt.Sprintf("%s, %d parked", rt, n), fmt.Sprintf("%.1f%%", busy*100),
+	b.figure("dormant sandboxes", rt, strconv.Itoa(n), "stopped: "+stop)
+	b.figure("host memory per dormant sandbox", rt, fmtMiB(float64(drop)/float64(n)), "host MemAvailable before the first create and with all dormant")
+	b.figure("disk per dormant sandbox", rt, fmtMiB(float64(disk)/float64(n)), "its directory: checkpoint image, record, logs")
+	b.figure("host CPU busy", fmt.Sprintf("%s, %d dormant", rt, n), fmt.Sprintf("%.1f%%", busy*100),
 		fmt.Sprintf("%.1f%% before the first create (over 5 s each, both cores)", idleBefore*100))
 	return nil
 }
