@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"runtime"
 
 	"github.com/tupper-dev/tupper/provider"
@@ -36,18 +37,33 @@ func pruneBootImages(ctx context.Context, prov provider.Provider) (int, error) {
 	return b.PruneBootImages(ctx)
 }
 
+// localReporter is what the local provider tells tupper doctor beyond the contract: its
+// default runtime and why, and what templates made from a package mirror reach of it.
+type localReporter interface {
+	DefaultRuntime() (name, why string)
+	MirrorReport(ctx context.Context) []string
+}
+
+var _ localReporter = (*local.Provider)(nil) // doctor's lines cannot vanish by a rename
+
 // localDoctorLines say which OCI runtime the local provider uses when none is asked for, and
 // why, then what the sandboxes of templates made from a package mirror reach of it; none off
-// Linux.
+// Linux. The provider is opened through the registry, as every command does.
 func localDoctorLines(ctx context.Context) []string {
 	if runtime.GOOS != "linux" {
 		return nil
 	}
-	p, err := local.New(local.Config{})
+	p, err := provider.Open("local", local.Config{})
 	if err != nil {
 		return nil
 	}
-	defer p.Close()
-	name, why := p.DefaultRuntime()
-	return append([]string{fmt.Sprintf("default runtime of local: %s (%s)", name, why)}, p.MirrorReport(ctx)...)
+	if c, ok := p.(io.Closer); ok {
+		defer c.Close()
+	}
+	r, ok := p.(localReporter)
+	if !ok {
+		return nil
+	}
+	name, why := r.DefaultRuntime()
+	return append([]string{fmt.Sprintf("default runtime of local: %s (%s)", name, why)}, r.MirrorReport(ctx)...)
 }
