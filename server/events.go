@@ -132,7 +132,7 @@ func (s *Server) listWebhooks(w http.ResponseWriter, r *http.Request, _ *caller)
 	for _, h := range hs {
 		out = append(out, api.Webhook{ID: h.ID, URL: h.URL, Events: h.Events, CreatedAt: h.CreatedAt})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"webhooks": out})
+	writeJSON(w, http.StatusOK, api.WebhookList{Webhooks: out})
 }
 
 func (s *Server) deleteWebhook(w http.ResponseWriter, r *http.Request, _ *caller) {

@@ -102,6 +102,9 @@ func TestOpenAPIMatchesWireTypes(t *testing.T) {
 		"FileList": api.FileList{}, "FileContent": api.FileContent{}, "Exists": api.Exists{}, "Marked": api.Marked{},
 		"ProcessList": api.ProcessList{}, "WaitResult": api.WaitResult{}, "PortList": api.PortList{}, "Git": api.GitRequest{},
 		"Health": api.Health{}, "Deadline": api.Deadline{}, "VolumeList": api.VolumeList{},
+		"BuildRequest": api.BuildRequest{}, "Build": api.Build{}, "BuildFailure": api.BuildFailure{},
+		"BuildLogEntry": api.BuildLogEntry{}, "BuildLogPage": api.BuildLogPage{}, "TemplateList": api.TemplateList{},
+		"SnapshotList": api.SnapshotList{}, "WebhookList": api.WebhookList{},
 	} {
 		s, ok := doc.Components.Schemas[schema]
 		if !ok {

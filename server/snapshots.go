@@ -44,7 +44,7 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request, _ *caller
 	for _, in := range list {
 		out = append(out, api.SnapshotOf(in))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"snapshots": out})
+	writeJSON(w, http.StatusOK, api.SnapshotList{Snapshots: out})
 }
 
 func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request, _ *caller) {

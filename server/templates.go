@@ -29,7 +29,7 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request, _ *caller
 	for _, t := range all {
 		out = append(out, api.TemplateOf(t))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"templates": out})
+	writeJSON(w, http.StatusOK, api.TemplateList{Templates: out})
 }
 
 func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request, _ *caller) {
@@ -61,22 +61,6 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request, _ *calle
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// buildRequest is the JSON of a build: the body of POST /v1/templates, or its "build" part.
-type buildRequest struct {
-	Name string   `json:"name"`
-	Tags []string `json:"tags,omitempty"`
-	// Dockerfile is the Dockerfile's path in the context ("" is Dockerfile); DockerfileText
-	// the Dockerfile itself.
-	Dockerfile     string            `json:"dockerfile,omitempty"`
-	DockerfileText string            `json:"dockerfileText,omitempty"`
-	BuildArgs      map[string]string `json:"buildArgs,omitempty"`
-	Target         string            `json:"target,omitempty"`
-	Network        string            `json:"network,omitempty"` // of RUN steps: all (default) or none
-	NoCache        bool              `json:"noCache,omitempty"`
-	StartCmd       string            `json:"startCmd,omitempty"`
-	ReadyCmd       string            `json:"readyCmd,omitempty"`
-}
-
 // buildTemplate is POST /v1/templates: a build from a Dockerfile and an uploaded context.
 // The body is the build's JSON alone (a Dockerfile given inline, no context), or
 // multipart/form-data whose first part, "build", is that JSON and whose second, "context",
@@ -88,7 +72,7 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request, c *caller
 		writeError(w, err)
 		return
 	}
-	var req buildRequest
+	var req api.BuildRequest
 	dir := ""
 	cleanup := func() {
 		if dir != "" {
@@ -186,7 +170,7 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request, c *caller
 }
 
 // checkBuild refuses a build request that cannot be built, before its context is read.
-func (s *Server) checkBuild(r *http.Request, req *buildRequest) error {
+func (s *Server) checkBuild(r *http.Request, req *api.BuildRequest) error {
 	if err := template.ValidName(req.Name); err != nil {
 		return err
 	}
@@ -277,7 +261,7 @@ func (s *Server) buildLogs(w http.ResponseWriter, r *http.Request, c *caller) {
 		if entries == nil {
 			entries = []builds.LogEntry{}
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"entries": entries, "next": int(offset) + len(entries), "state": state})
+		writeJSON(w, http.StatusOK, api.BuildLogPage{Entries: entries, Next: int(offset) + len(entries), State: state})
 		return
 	}
 	sw := startStream(w, format)

@@ -34,24 +34,22 @@ import (
 
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
+	"github.com/tupper-dev/tupper/server/api"
 	"github.com/tupper-dev/tupper/store"
 	"github.com/tupper-dev/tupper/template"
 )
 
 // State is the state of a build.
-type State string
+type State = api.BuildState
 
 // The states of a build.
 const (
-	Waiting  State = "waiting"
-	Queued   State = "queued"
-	Building State = "building"
-	Ready    State = "ready"
-	Failed   State = "error"
+	Waiting  = api.BuildWaiting
+	Queued   = api.BuildQueued
+	Building = api.BuildBuilding
+	Ready    = api.BuildReady
+	Failed   = api.BuildFailed
 )
-
-// Done reports whether the state is final.
-func (s State) Done() bool { return s == Ready || s == Failed }
 
 // Event types: one per state change of a build.
 const (
@@ -128,44 +126,13 @@ func (s *Service) Supported() error { return sandbox.CanBuildTemplates(s.cfg.Pro
 // (sandbox.TemplateBuildDir). The caller removes it.
 func (s *Service) ScratchDir() (string, error) { return sandbox.TemplateBuildDir(s.cfg.Provider) }
 
-// LogEntry is one entry of a build's log.
-type LogEntry struct {
-	Time  time.Time `json:"time"`
-	Step  int       `json:"step,omitempty"`  // 1-based; 0 for the service's own lines
-	Steps int       `json:"steps,omitempty"` // of the build
-	Line  int       `json:"line,omitempty"`  // the Dockerfile's line of the step
-	// Kind is "step" (a step starts), "cached", "output" (a chunk of its output), "done",
-	// "error", or "info" (the service's own).
-	Kind  string `json:"kind"`
-	Text  string `json:"text"`
-	Layer string `json:"layer,omitempty"`
-}
-
-// Failure says why a build failed.
-type Failure struct {
-	Code    provider.Code `json:"code"`
-	Message string        `json:"message"`
-	// Line and Instruction are the failing step's, ExitCode a RUN's, Output the end of its
-	// output; zero when the failure is not a step's.
-	Line        int    `json:"line,omitempty"`
-	Instruction string `json:"instruction,omitempty"`
-	ExitCode    int    `json:"exitCode,omitempty"`
-	Output      string `json:"output,omitempty"`
-}
-
-// Status is a build's state at one moment.
-type Status struct {
-	ID       string     `json:"id"`
-	Template string     `json:"template"`
-	Tags     []string   `json:"tags,omitempty"`
-	State    State      `json:"state"`
-	Created  time.Time  `json:"createdAt"`
-	Started  *time.Time `json:"startedAt,omitempty"`
-	Finished *time.Time `json:"finishedAt,omitempty"`
-	Error    *Failure   `json:"error,omitempty"`
-	Layers   []string   `json:"layers,omitempty"` // the template's, when ready
-	Logs     int        `json:"logEntries"`       // entries in the log so far
-}
+// LogEntry, Failure and Status are the native API's (server/api): the service's own view of
+// a build is what goes on the wire.
+type (
+	LogEntry = api.BuildLogEntry // one entry of a build's log
+	Failure  = api.BuildFailure  // why a build failed
+	Status   = api.Build         // a build's state at one moment
+)
 
 // Build is one build.
 type Build struct {
