@@ -43,6 +43,7 @@ command_of() {
 	nodejs) echo node ;;
 	busybox-static) echo busybox ;;
 	docker.io) echo dockerd ;;
+	postgresql) echo pg_ctlcluster ;; # its servers sit in /usr/lib/postgresql/N/bin, off PATH
 	*) echo "$1" ;;
 	esac
 }
@@ -62,7 +63,9 @@ need=()
 pkgs=(runc crun iptables iproute2 git debootstrap e2fsprogs)
 # busybox-static: the tests' image templates are made of its static busybox. docker.io: the
 # Docker provider's tests run against a real dockerd, which scripts/test.sh starts.
-[ -z "$for_tests" ] || pkgs+=(nodejs npm busybox-static docker.io)
+# postgresql: the server's store is tested on PostgreSQL too, on a private cluster that
+# scripts/postgres.sh makes (the package's own service is never used).
+[ -z "$for_tests" ] || pkgs+=(nodejs npm busybox-static docker.io postgresql)
 for p in "${pkgs[@]}"; do
 	have "$(command_of "$p")" || need+=("$p")
 done

@@ -77,6 +77,16 @@ docker_group() {
 # uses networks of its own, and each runs whatever the one before it did. (The cross builds
 # compile the module four more times, minutes on a fresh machine's empty build cache: in
 # the foreground they held everything else back.)
+# A private PostgreSQL cluster (scripts/postgres.sh) for the store's tests and the server's on
+# PostgreSQL: TUPPER_TEST_POSTGRES is its superuser's URL; each test makes a database of its
+# own on it. Should it not start, the tests that need it say so (and fail under CI=true).
+pg_dir=$(mktemp -d /tmp/tupper-postgres.XXXXXX)
+if TUPPER_TEST_POSTGRES=$(scripts/postgres.sh start "$pg_dir"); then
+	export TUPPER_TEST_POSTGRES
+else
+	echo "== PostgreSQL did not start (above): the tests on it will say so" >&2
+fi
+
 later_log=$(mktemp /tmp/tupper-test-later.XXXXXX)
 (
 	group "cross builds and vet: macOS and Windows (the Docker provider's platforms)" cross_check
@@ -88,7 +98,7 @@ later_log=$(mktemp /tmp/tupper-test-later.XXXXXX)
 ) >"$later_log" 2>&1 </dev/null &
 later=$!
 # Whatever ends this script stops the background groups too (their own traps clean up).
-trap 'kill $later 2>/dev/null || true; wait $later 2>/dev/null || true; rm -f "$later_log"' EXIT
+trap 'kill $later 2>/dev/null || true; wait $later 2>/dev/null || true; rm -f "$later_log"; scripts/postgres.sh stop "$pg_dir"' EXIT
 
 echo "== go test -race (the end-to-end groups run beside it; their output follows)"
 group "go test -race: every package but the end-to-end groups" \
