@@ -38,12 +38,11 @@ func (s *Store) AddEvent(ctx context.Context, typ, sandboxID string, data any) (
 		return Event{}, dbErr(err)
 	}
 	defer tx.Rollback()
-	res, err := tx.ExecContext(ctx, `INSERT INTO events(id, type, sandbox_id, created_at, data) VALUES(?, ?, ?, ?, ?)`,
-		ev.ID, ev.Type, ev.SandboxID, unixMilli(ev.CreatedAt), string(raw))
-	if err != nil {
+	// RETURNING, not LastInsertId, which PostgreSQL's driver lacks.
+	if err := tx.QueryRowContext(ctx, `INSERT INTO events(id, type, sandbox_id, created_at, data) VALUES(?, ?, ?, ?, ?) RETURNING seq`,
+		ev.ID, ev.Type, ev.SandboxID, unixMilli(ev.CreatedAt), string(raw)).Scan(&ev.Seq); err != nil {
 		return Event{}, dbErr(err)
 	}
-	ev.Seq, _ = res.LastInsertId()
 	hooks, err := webhooksTx(ctx, tx)
 	if err != nil {
 		return Event{}, err

@@ -112,7 +112,7 @@ func olderStore(t *testing.T, dir string, withSecrets bool) {
 	}
 	defer db.Close()
 	for i, m := range migrations[:2] {
-		if _, err := db.Exec(m); err != nil {
+		if _, err := db.Exec(m.sqlite); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := db.Exec(fmt.Sprintf("PRAGMA user_version = %d", i+1)); err != nil {

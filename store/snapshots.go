@@ -41,8 +41,9 @@ func (s *Store) ReserveSnapshot(ctx context.Context, sn Snapshot, q SnapshotQuot
 		}
 		return int64(n)
 	}
+	// The casts give PostgreSQL the parameters' types, which a select list does not.
 	res, err := s.db.ExecContext(ctx, `INSERT INTO snapshots(id, sandbox_id, api_key_id, created_at, expires_at)
-		SELECT ?1, ?2, ?3, ?4, ?5
+		SELECT CAST(?1 AS TEXT), CAST(?2 AS TEXT), CAST(?3 AS TEXT), CAST(?4 AS BIGINT), CAST(?5 AS BIGINT)
 		WHERE (SELECT count(*) FROM snapshots WHERE sandbox_id = ?2 AND (expires_at = 0 OR expires_at > ?4)) < ?6
 		  AND (SELECT count(*) FROM snapshots WHERE api_key_id = ?3 AND (expires_at = 0 OR expires_at > ?4)) < ?7`,
 		id, sn.SandboxID, sn.APIKeyID, now, unixMilli(sn.ExpiresAt), bound(q.PerSandbox), bound(q.PerKey))

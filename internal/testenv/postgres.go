@@ -1,0 +1,85 @@
+package testenv
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // the database/sql driver "pgx"
+)
+
+// PostgresEnv names the PostgreSQL cluster tests may use: the DSN of a superuser on a private
+// test cluster (scripts/postgres.sh starts one), such as
+// postgres://postgres@/postgres?host=/tmp/tupper-pg. Tests create and drop databases on it.
+const PostgresEnv = "TUPPER_TEST_POSTGRES"
+
+// StoreEnv chooses the store of the servers servertest starts: "postgres" for a new
+// PostgreSQL database each (on the cluster of PostgresEnv), anything else SQLite.
+const StoreEnv = "TUPPER_TEST_STORE"
+
+// Postgres returns $TUPPER_TEST_POSTGRES, or skips (fails under CI) when it is unset.
+func Postgres(t testing.TB) string {
+	t.Helper()
+	dsn := os.Getenv(PostgresEnv)
+	if dsn == "" {
+		Skip(t, PostgresEnv+" is unset: no PostgreSQL cluster to test on (scripts/postgres.sh starts one)")
+	}
+	return dsn
+}
+
+// PostgresStore reports whether servertest's servers use PostgreSQL ($TUPPER_TEST_STORE).
+func PostgresStore() bool { return os.Getenv(StoreEnv) == "postgres" }
+
+var pgDatabases atomic.Int64
+
+// PostgresDB creates a new empty database on the cluster of Postgres and returns its DSN;
+// the database is dropped when t ends.
+func PostgresDB(t testing.TB) string {
+	t.Helper()
+	admin := Postgres(t)
+	name := fmt.Sprintf("tupper_test_%d_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9, pgDatabases.Add(1))
+	dsn, err := withDatabase(admin, name)
+	if err != nil {
+		t.Fatalf("%s: %v", PostgresEnv, err)
+	}
+	ctx := context.Background()
+	db, err := sql.Open("pgx", admin)
+	if err != nil {
+		t.Fatalf("%s: %v", PostgresEnv, err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("creating a test database on $%s: %v", PostgresEnv, err)
+	}
+	t.Cleanup(func() {
+		db, err := sql.Open("pgx", admin)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer db.Close()
+		if _, err := db.ExecContext(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			t.Errorf("dropping test database %s: %v", name, err)
+		}
+	})
+	return dsn
+}
+
+// withDatabase is dsn (a URL or keyword/value DSN) naming database name instead.
+func withDatabase(dsn, name string) (string, error) {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return "", err
+		}
+		u.Path = "/" + name
+		return u.String(), nil
+	}
+	return dsn + " dbname=" + name, nil
+}
