@@ -6,6 +6,8 @@ import (
 	"errors"
 	"net/url"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,15 +32,15 @@ const (
 	postgres
 )
 
-// ParseSpec tells what a store spec names: a PostgreSQL database (postgres:// or
-// postgresql:// URL, returned as given) or a state directory (a path, or a sqlite:// URL
-// whose path is the directory or the server.db file in it). Anything else is
-// CodeInvalidArgument.
+// ParseSpec tells what a store spec names: a PostgreSQL database (a postgres:// or
+// postgresql:// URL, or libpq's keyword/value form beginning with a keyword such as host= or
+// dbname=; returned as given) or a state directory (a path, or a sqlite:// URL whose path is
+// the directory or the server.db file in it). Anything else is CodeInvalidArgument.
 func ParseSpec(spec string) (pg bool, dirOrDSN string, err error) {
 	switch {
 	case spec == "":
 		return false, "", errorf(provider.CodeInvalidArgument, "store is empty: give a state directory, sqlite:///path or postgres://…")
-	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
+	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"), keywordDSN(spec):
 		return true, spec, nil
 	case strings.HasPrefix(spec, "sqlite://"):
 		u, err := url.Parse(spec)
@@ -50,6 +52,15 @@ func ParseSpec(spec string) (pg bool, dirOrDSN string, err error) {
 		return false, "", errorf(provider.CodeInvalidArgument, "store %q: not a state directory, sqlite:///path or postgres://… URL", Redact(spec))
 	}
 	return false, sqliteDir(spec), nil
+}
+
+// pgKeywords are the libpq keywords a keyword/value DSN may begin with.
+var pgKeywords = []string{"host", "hostaddr", "port", "dbname", "user", "password", "sslmode", "service", "connect_timeout", "application_name"}
+
+// keywordDSN reports whether spec is libpq's keyword/value form, such as "host=/tmp dbname=t".
+func keywordDSN(spec string) bool {
+	k, _, ok := strings.Cut(strings.TrimSpace(spec), "=")
+	return ok && slices.Contains(pgKeywords, strings.TrimSpace(k))
 }
 
 // sqliteDir is the state directory of a path that names it or the database file in it.
@@ -64,6 +75,9 @@ func sqliteDir(p string) string {
 // "xxxxx" (in the URL's user part and in a password= parameter). Anything that names a
 // store in an error or a log passes through it.
 func Redact(spec string) string {
+	if keywordDSN(spec) {
+		return keywordPassword.ReplaceAllString(spec, "${1}xxxxx")
+	}
 	if !strings.Contains(spec, "://") {
 		return spec
 	}
@@ -83,6 +97,9 @@ func Redact(spec string) string {
 	}
 	return u.String()
 }
+
+// keywordPassword is a password in a keyword/value DSN, quoted or not.
+var keywordPassword = regexp.MustCompile(`(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
 
 // conn is the store's database: a *sql.DB whose queries it adapts to its dialect.
 type conn struct {
@@ -209,7 +226,13 @@ func openPostgres(ctx context.Context, dsn string) (*conn, error) {
 // redactErr is err's message without dsn's password, should the driver quote it.
 func redactErr(err error, dsn string) string {
 	msg := err.Error()
-	if u, perr := url.Parse(dsn); perr == nil {
+	if keywordDSN(dsn) {
+		for _, m := range keywordPassword.FindAllStringSubmatch(dsn, -1) {
+			if p := strings.Trim(m[2], "'"); p != "" {
+				msg = strings.ReplaceAll(msg, p, "xxxxx")
+			}
+		}
+	} else if u, perr := url.Parse(dsn); perr == nil {
 		if p, ok := u.User.Password(); ok && p != "" {
 			msg = strings.ReplaceAll(msg, p, "xxxxx")
 		}

@@ -29,12 +29,25 @@ type serverLockInfo struct {
 	Addr string `json:"addr,omitempty"`
 }
 
-// LockServer claims dir (creating it as Open does) for the calling process's server. When
-// another process holds it, the error is CodeConflict and names that process and its
-// address.
-func LockServer(dir string) (*ServerLock, error) {
-	if dir == "" {
+// LockServer claims the store spec names (a state directory, or a store as OpenURL takes it)
+// for the calling process's server: a SQLite store's directory is created as Open does and
+// locked, and when another process holds it the error is CodeConflict and names that
+// process and its address.
+//
+// A PostgreSQL store is not locked: several servers on one database is the design there, and
+// the lock returned holds nothing. Correct claims between such servers (of webhook
+// deliveries, of the reaper's work, of get-or-create keys) are the next step's; until then
+// run one server per PostgreSQL database.
+func LockServer(spec string) (*ServerLock, error) {
+	if spec == "" {
 		return nil, errorf(provider.CodeInvalidArgument, "store directory is empty")
+	}
+	pg, dir, err := ParseSpec(spec)
+	if err != nil {
+		return nil, err
+	}
+	if pg {
+		return &ServerLock{}, nil
 	}
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return nil, errorf(provider.CodeUnavailable, "store directory: %v (set TUPPER_HOME to a writable directory)", err)
@@ -69,7 +82,12 @@ func LockServer(dir string) (*ServerLock, error) {
 }
 
 // Serving records the address the server listens on, for the error a second server gets.
-func (l *ServerLock) Serving(addr string) error { return l.write(addr) }
+func (l *ServerLock) Serving(addr string) error {
+	if l.lk == nil {
+		return nil // a PostgreSQL store's
+	}
+	return l.write(addr)
+}
 
 func (l *ServerLock) write(addr string) error {
 	b, _ := json.Marshal(serverLockInfo{PID: l.pid, Addr: addr})
@@ -88,4 +106,8 @@ func (l *ServerLock) write(addr string) error {
 }
 
 // Unlock gives the state directory up. It is idempotent.
-func (l *ServerLock) Unlock() { l.lk.Unlock() }
+func (l *ServerLock) Unlock() {
+	if l.lk != nil {
+		l.lk.Unlock()
+	}
+}

@@ -1,0 +1,139 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/tupper-dev/tupper/internal/testenv"
+	"github.com/tupper-dev/tupper/provider"
+)
+
+func TestParseSpec(t *testing.T) {
+	for _, c := range []struct {
+		spec string
+		pg   bool
+		dir  string
+	}{
+		{"/var/lib/tupper", false, "/var/lib/tupper"},
+		{"state", false, "state"},
+		{"sqlite:///var/lib/tupper", false, "/var/lib/tupper"},
+		{"sqlite:///var/lib/tupper/server.db", false, "/var/lib/tupper"},
+		{"postgres://u:p@db/tupper", true, "postgres://u:p@db/tupper"},
+		{"postgresql://db/tupper?sslmode=require", true, "postgresql://db/tupper?sslmode=require"},
+		{"host=/tmp dbname=tupper", true, "host=/tmp dbname=tupper"},
+	} {
+		pg, dir, err := ParseSpec(c.spec)
+		if err != nil || pg != c.pg || dir != c.dir {
+			t.Errorf("ParseSpec(%q) = %v, %q, %v; want %v, %q", c.spec, pg, dir, err, c.pg, c.dir)
+		}
+	}
+	for _, bad := range []string{"", "sqlite://host/x", "sqlite://relative", "mysql://u:hunter2@db/x"} {
+		_, _, err := ParseSpec(bad)
+		if !errors.Is(err, provider.CodeInvalidArgument) || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("ParseSpec(%q) = %v; want invalid argument without the password", bad, err)
+		}
+	}
+}
+
+// The password of a PostgreSQL store is in no error: not in the URL the error names, not
+// in what the driver says.
+func TestPasswordNeverShown(t *testing.T) {
+	for spec, want := range map[string]string{
+		"postgres://tupper:s3cret-pw@127.0.0.1:1/db?connect_timeout=5":     "postgres://tupper:xxxxx@127.0.0.1:1/db?connect_timeout=5",
+		"postgresql://tupper@127.0.0.1:1/db?password=s3cret-pw":            "postgresql://tupper@127.0.0.1:1/db?password=xxxxx",
+		"host=127.0.0.1 port=1 user=tupper password=s3cret-pw dbname=db":   "host=127.0.0.1 port=1 user=tupper password=xxxxx dbname=db",
+		"host=127.0.0.1 port=1 user=tupper password='s3cret-pw' dbname=db": "host=127.0.0.1 port=1 user=tupper password=xxxxx dbname=db",
+	} {
+		if got := Redact(spec); got != want {
+			t.Errorf("Redact(%q) = %q; want %q", spec, got, want)
+		}
+		_, err := OpenURL(context.Background(), spec)
+		// (provider.Error drops a URL's user information altogether.)
+		if !errors.Is(err, provider.CodeUnavailable) || strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "127.0.0.1") {
+			t.Errorf("OpenURL(%q) = %v; want unavailable, naming the store without its password", spec, err)
+		}
+	}
+}
+
+// A store whose schema is newer than this tupper's is refused, naming both versions, and
+// left as it was.
+func TestNewerSchemaRefused(t *testing.T) {
+	eachStore(t, func(t *testing.T, spec string) {
+		ctx := context.Background()
+		s := open(t, spec)
+		newer := len(migrations) + 1
+		q := `PRAGMA user_version = 8`
+		if s.db.dialect == postgres {
+			q = `UPDATE schema_version SET version = 8`
+		}
+		if newer != 8 {
+			t.Fatalf("migrations: %d; update this test's version", len(migrations))
+		}
+		if _, err := s.db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+		_, err := OpenURL(ctx, spec)
+		if err == nil || !strings.Contains(err.Error(), "schema version 8, newer than this tupper knows (7)") {
+			t.Fatalf("open a newer store: %v; want a refusal naming both versions", err)
+		}
+		if v, err := s.Version(ctx); err != nil || v != 8 {
+			t.Fatalf("version after the refusal = %d, %v; want 8 still", v, err)
+		}
+	})
+}
+
+// Many processes' worth of handles opening one new PostgreSQL database at once migrate it
+// once: the advisory lock orders them.
+func TestPostgresOpenAtOnce(t *testing.T) {
+	spec := testenv.PostgresDB(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := OpenURL(context.Background(), spec)
+			if err != nil {
+				errs <- err
+				return
+			}
+			if v, err := s.Version(context.Background()); err != nil || v != len(migrations) {
+				errs <- errors.Join(err, errors.New("wrong version"))
+			}
+			s.Close()
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// A PostgreSQL store takes no server lock (several servers share one database by design),
+// and LockServer makes no directory for it.
+func TestLockServerPostgres(t *testing.T) {
+	wd, _ := os.Getwd()
+	spec := "postgres://u:p@127.0.0.1:1/db"
+	a, err := LockServer(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := LockServer(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Serving("http://127.0.0.1:7423"); err != nil {
+		t.Fatal(err)
+	}
+	a.Unlock()
+	b.Unlock()
+	if _, err := os.Stat(filepath.Join(wd, "postgres:")); err == nil {
+		t.Fatal("LockServer made a directory of a URL")
+	}
+}
