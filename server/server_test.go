@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tupper-dev/tupper/internal/syncbuf"
+	"github.com/tupper-dev/tupper/internal/testenv"
 	"github.com/tupper-dev/tupper/providers/memory"
 	"github.com/tupper-dev/tupper/providers/remote"
 	"github.com/tupper-dev/tupper/server/api"
@@ -39,7 +40,7 @@ func newEnv(t *testing.T, mod ...func(*Config)) *env {
 func newEnvLoop(t *testing.T, loop bool, mod ...func(*Config)) *env {
 	t.Helper()
 	ctx := context.Background()
-	st, err := store.Open(ctx, t.TempDir())
+	st, err := store.OpenURL(ctx, testenv.StoreSpec(t, t.TempDir()))
 	if err != nil {
 		t.Fatal(err)
 	}

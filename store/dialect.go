@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"net/url"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -23,6 +24,25 @@ import (
 // integers, the columns' type on both. What differs beyond that is the DDL, side by side in
 // migrations, and the schema version's place (SQLite's user_version, PostgreSQL's
 // schema_version table).
+
+// SpecEnv is the environment variable that names the store when no --store flag does.
+const SpecEnv = "TUPPER_STORE"
+
+// SpecFlagUsage describes the --store flag of the commands that open the store.
+const SpecFlagUsage = "the server's store: a state directory, sqlite:///path, or a postgres:// URL (default: $" + SpecEnv + ", else the --home directory)"
+
+// Spec is the store a command opens: its --store flag, else $TUPPER_STORE, else the state
+// directory home. (The flag's default is not $TUPPER_STORE itself, which would show its
+// password in --help.)
+func Spec(flag, home string) string {
+	if flag != "" {
+		return flag
+	}
+	if env := os.Getenv(SpecEnv); env != "" {
+		return env
+	}
+	return home
+}
 
 // dialect is the database a store is in.
 type dialect int

@@ -14,15 +14,17 @@ import (
 // newKeysCmd is "tupper keys": the server's account API keys, read and written in its store
 // directly (safe while the server runs).
 func newKeysCmd() *cobra.Command {
-	var home string
+	var home, spec string
 	cmd := &cobra.Command{
 		Use:   "keys",
 		Short: "Create, list and revoke the server's API keys",
 		Long: "keys manages the API keys of the tupper server whose state is in --home ($TUPPER_HOME,\n" +
-			"default /var/lib/tupper). It works while the server runs. Keys are stored only as\n" +
-			"hashes: a new key is shown once.",
+			"default /var/lib/tupper), or in the store --store names ($TUPPER_STORE: a PostgreSQL\n" +
+			"database). It works while the server runs. Keys are stored only as hashes: a new key\n" +
+			"is shown once.",
 	}
 	cmd.PersistentFlags().StringVar(&home, "home", store.Home(), "state directory of the server ($TUPPER_HOME)")
+	cmd.PersistentFlags().StringVar(&spec, "store", "", store.SpecFlagUsage)
 
 	var name string
 	var createJSON, createE2B bool
@@ -32,7 +34,7 @@ func newKeysCmd() *cobra.Command {
 		Example: "  export TUPPER_API_KEY=$(tupper keys create --name ci)\n  export E2B_API_KEY=$(tupper keys create --e2b --name agents)",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			st, err := openStore(cmd, home)
+			st, err := openStore(cmd, store.Spec(spec, home))
 			if err != nil {
 				return err
 			}
@@ -63,7 +65,7 @@ func newKeysCmd() *cobra.Command {
 		Short: "List API keys (prefix, created, revoked)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			st, err := openStore(cmd, home)
+			st, err := openStore(cmd, store.Spec(spec, home))
 			if err != nil {
 				return err
 			}
@@ -97,7 +99,7 @@ func newKeysCmd() *cobra.Command {
 		Short: "Revoke an API key (by its id, or its prefix when unique); it stops working at once",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			st, err := openStore(cmd, home)
+			st, err := openStore(cmd, store.Spec(spec, home))
 			if err != nil {
 				return err
 			}
@@ -114,10 +116,11 @@ func newKeysCmd() *cobra.Command {
 	return cmd
 }
 
-// openStore opens the store in home, as `tupper serve` and `tupper keys` do, and warns on
-// stderr when other users could read its secrets before (see store.Exposed).
-func openStore(cmd *cobra.Command, home string) (*store.Store, error) {
-	st, err := store.Open(cmd.Context(), home)
+// openStore opens the store spec names (store.Spec of a --store flag and --home), as
+// `tupper serve` and `tupper keys` do, and warns on stderr when other users could read its
+// secrets before (see store.Exposed).
+func openStore(cmd *cobra.Command, spec string) (*store.Store, error) {
+	st, err := store.OpenURL(cmd.Context(), spec)
 	if err != nil {
 		return nil, err
 	}

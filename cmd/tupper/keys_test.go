@@ -2,9 +2,12 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tupper-dev/tupper/internal/testenv"
 )
 
 // A failure of the server's store is not about what the machine lacks: no `tupper doctor`
@@ -20,5 +23,29 @@ func TestStoreErrorHasNoDoctorHint(t *testing.T) {
 	}
 	if strings.Contains(r.stderr, "doctor") {
 		t.Errorf("a store error sends the user to tupper doctor: %q", r.stderr)
+	}
+}
+
+// tupper keys works on a PostgreSQL store named by --store or $TUPPER_STORE, and never shows
+// the store's password.
+func TestKeysStoreFlag(t *testing.T) {
+	bad := tupper(t, t.TempDir(), "", "keys", "list", "--store", "postgres://tupper:s3cret-pw@127.0.0.1:1/db")
+	if bad.code == 0 || strings.Contains(bad.stderr, "s3cret") || !strings.Contains(bad.stderr, "PostgreSQL") {
+		t.Fatalf("keys list on an unreachable PostgreSQL: exit %d, stderr %q; want a failure naming PostgreSQL without the password", bad.code, bad.stderr)
+	}
+	dsn := testenv.PostgresDB(t)
+	home := t.TempDir()
+	created := tupper(t, home, "", "keys", "create", "--name", "pg", "--store", dsn)
+	if created.code != 0 || !strings.HasPrefix(created.stdout, "ak_") {
+		t.Fatalf("keys create --store: %+v", created)
+	}
+	cmd := exec.Command(tupperBin(t), "keys", "list")
+	cmd.Env = append(os.Environ(), "TUPPER_HOME="+home, "TUPPER_STORE="+dsn)
+	listed := runCmd(t, cmd)
+	if listed.code != 0 || !strings.Contains(listed.stdout, "pg") {
+		t.Fatalf("keys list with $TUPPER_STORE: %+v", listed)
+	}
+	if _, err := os.Stat(filepath.Join(home, "server.db")); err == nil {
+		t.Error("keys on a PostgreSQL store made a SQLite store in --home")
 	}
 }

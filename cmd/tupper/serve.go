@@ -21,6 +21,7 @@ import (
 func newServeCmd() *cobra.Command {
 	var (
 		addr, home, domain, baseURL, provName string
+		storeSpec                             string
 		runtimeName                           string
 		quiet, allowPrivateWebhooks           bool
 		bootImages, noMirror                  bool
@@ -38,7 +39,8 @@ func newServeCmd() *cobra.Command {
 		Long: "serve runs the tupper server: the REST API under /v1 (OpenAPI at /v1/openapi.json),\n" +
 			"events and signed webhooks, and preview URLs, over a provider on this host. Its state\n" +
 			"(API keys, sandbox records, events, webhooks) is an SQLite database in $TUPPER_HOME\n" +
-			"(default /var/lib/tupper). Every request needs an API key: create one with\n" +
+			"(default /var/lib/tupper), or the PostgreSQL database --store names ($TUPPER_STORE).\n" +
+			"Every request needs an API key: create one with\n" +
 			"`tupper keys create`, also while the server runs.\n\n" +
 			"It listens on " + server.DefaultAddr + " (loopback only) unless told otherwise; put TLS in\n" +
 			"front of it before serving beyond this machine.",
@@ -55,9 +57,10 @@ func newServeCmd() *cobra.Command {
 			if provName == "remote" {
 				return fmt.Errorf("--provider remote would serve another server's sandboxes; pick a provider on this host (local, docker)")
 			}
-			// First of all: a second server on this state directory stops here, before it
+			// First of all: a second server on this SQLite store stops here, before it
 			// starts a pool or touches the first one's records.
-			claim, err := store.LockServer(home)
+			spec := store.Spec(storeSpec, home)
+			claim, err := store.LockServer(spec)
 			if err != nil {
 				return err
 			}
@@ -86,7 +89,7 @@ func newServeCmd() *cobra.Command {
 			if volumesGiB < 0 {
 				return fmt.Errorf("--volumes-gib must be 0 (no bound) or more")
 			}
-			st, err := openStore(cmd, home)
+			st, err := openStore(cmd, spec)
 			if err != nil {
 				return err
 			}
@@ -153,6 +156,7 @@ func newServeCmd() *cobra.Command {
 	fl := cmd.Flags()
 	fl.StringVar(&addr, "addr", envOr("TUPPER_ADDR", server.DefaultAddr), "address to listen on ($TUPPER_ADDR)")
 	fl.StringVar(&home, "home", store.Home(), "state directory ($TUPPER_HOME)")
+	fl.StringVar(&storeSpec, "store", "", store.SpecFlagUsage)
 	fl.StringVar(&provName, "provider", os.Getenv("TUPPER_PROVIDER"), "provider of the sandboxes (default: $TUPPER_PROVIDER, else the platform default: local on Linux)")
 	fl.StringVar(&domain, "domain", os.Getenv("TUPPER_DOMAIN"), "serve previews on {port}-{id}.DOMAIN too ($TUPPER_DOMAIN)")
 	fl.StringVar(&baseURL, "base-url", os.Getenv("TUPPER_BASE_URL"), "public URL of the server for the links it hands out (default: http://ADDR of --addr; required when --addr is all addresses)")

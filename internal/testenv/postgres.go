@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -82,4 +83,33 @@ func withDatabase(dsn, name string) (string, error) {
 		return u.String(), nil
 	}
 	return dsn + " dbname=" + name, nil
+}
+
+// pgStores are the PostgreSQL databases standing for state directories (see StoreSpec).
+var (
+	pgStoresMu sync.Mutex
+	pgStores   = map[string]string{}
+)
+
+// StoreSpec is the store a test's server opens for state directory dir: dir itself, or with
+// TUPPER_TEST_STORE=postgres (PostgresStore) a new PostgreSQL database (PostgresDB) that
+// stands for dir until t ends, so that a server started again on dir finds the same one.
+func StoreSpec(t testing.TB, dir string) string {
+	t.Helper()
+	if !PostgresStore() {
+		return dir
+	}
+	pgStoresMu.Lock()
+	defer pgStoresMu.Unlock()
+	if dsn, ok := pgStores[dir]; ok {
+		return dsn
+	}
+	dsn := PostgresDB(t)
+	pgStores[dir] = dsn
+	t.Cleanup(func() {
+		pgStoresMu.Lock()
+		delete(pgStores, dir)
+		pgStoresMu.Unlock()
+	})
+	return dsn
 }

@@ -139,13 +139,17 @@ type Server struct {
 // Start serves prov on 127.0.0.1 with a fresh store in dir ("" is a temporary directory)
 // and an API key, until the test ends, as tupper serve does (Server.HTTPServer, with its
 // timeouts). Its BaseURL is its loopback address unless mod sets another.
+//
+// With TUPPER_TEST_STORE=postgres (testenv.PostgresStore) the store is a new PostgreSQL
+// database on $TUPPER_TEST_POSTGRES's cluster instead, one per dir: a server started again
+// on the same dir finds the same database.
 func Start(t testing.TB, prov provider.Provider, dir string, mod ...func(*server.Config)) *Server {
 	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
 	}
 	ctx := context.Background()
-	st, err := store.Open(ctx, dir)
+	st, err := store.OpenURL(ctx, testenv.StoreSpec(t, dir))
 	if err != nil {
 		t.Fatal(err)
 	}
