@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bufio"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,5 +49,42 @@ func TestKeysStoreFlag(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(home, "server.db")); err == nil {
 		t.Error("keys on a PostgreSQL store made a SQLite store in --home")
+	}
+}
+
+// tupper serve on a PostgreSQL store: it serves, says which store without its password, and
+// takes no lock in --home (several servers may share a PostgreSQL database).
+func TestServeStoreFlag(t *testing.T) {
+	dsn := testenv.PostgresDB(t)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(u.User.Username(), "s3cret-pw") // the test cluster trusts its socket: any password does
+	home := t.TempDir()
+	cmd := exec.Command(tupperBin(t), "serve", "--provider", "memory", "--addr", "127.0.0.1:0", "--store", u.String())
+	cmd.Env = append(os.Environ(), "TUPPER_HOME="+home, "TUPPER_PROVIDER=")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	sc := bufio.NewScanner(stderr)
+	var logs []string
+	for sc.Scan() {
+		logs = append(logs, sc.Text())
+		if strings.Contains(sc.Text(), "serving on") {
+			break
+		}
+	}
+	all := strings.Join(logs, "\n")
+	if !strings.Contains(all, "serving on") || !strings.Contains(all, "state postgres://postgres:xxxxx@") || strings.Contains(all, "s3cret") {
+		t.Fatalf("tupper serve --store postgres://…: %s; want it serving, naming the store without its password", all)
+	}
+	if _, err := os.Stat(filepath.Join(home, "server.lock")); err == nil {
+		t.Error("a server on PostgreSQL locked --home")
 	}
 }
