@@ -137,3 +137,20 @@ func TestLockServerPostgres(t *testing.T) {
 		t.Fatal("LockServer made a directory of a URL")
 	}
 }
+
+// A unique constraint's violation is the same error on both databases.
+func TestUniqueViolationSameOnBoth(t *testing.T) {
+	eachStore(t, func(t *testing.T, spec string) {
+		ctx := context.Background()
+		s := open(t, spec)
+		h := Hash(NewToken())
+		if err := s.PutSandbox(ctx, Sandbox{ID: "sb1", Provider: "memory"}, h); err != nil {
+			t.Fatal(err)
+		}
+		err := s.AddToken(ctx, "sb1", h)
+		var pe *provider.Error
+		if !errors.As(err, &pe) || pe.Code != provider.CodeUnavailable || pe.Op != "store" {
+			t.Fatalf("a token added twice: %#v; want the store's unavailable, as SQLite has always said", err)
+		}
+	})
+}
