@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tupper-dev/tupper/internal/testenv"
 	"github.com/tupper-dev/tupper/provider"
@@ -151,6 +152,28 @@ func TestUniqueViolationSameOnBoth(t *testing.T) {
 		var pe *provider.Error
 		if !errors.As(err, &pe) || pe.Code != provider.CodeUnavailable || pe.Op != "store" {
 			t.Fatalf("a token added twice: %#v; want the store's unavailable, as SQLite has always said", err)
+		}
+	})
+}
+
+// Text orders by its bytes on both databases, whatever the PostgreSQL database's locale.
+func TestTextOrderSameOnBoth(t *testing.T) {
+	eachStore(t, func(t *testing.T, spec string) {
+		ctx := context.Background()
+		s := open(t, spec)
+		at := time.UnixMilli(1_700_000_000_000)
+		for _, id := range []string{"a", "_x", "B"} {
+			if err := s.PutSandbox(ctx, Sandbox{ID: id, Provider: "memory", CreatedAt: at}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sbs, err := s.Sandboxes(ctx)
+		var ids []string
+		for _, sb := range sbs {
+			ids = append(ids, sb.ID)
+		}
+		if err != nil || strings.Join(ids, " ") != "B _x a" {
+			t.Fatalf("sandboxes in order %q, %v; want B _x a (by bytes)", ids, err)
 		}
 	})
 }
