@@ -302,8 +302,11 @@ func (s *Store) migratePostgres(ctx context.Context) error {
 	return dbErr(t.Commit())
 }
 
-// isPgConnErr reports whether err is PostgreSQL's connection failing (not a query's error).
+// isPgConnErr reports whether err is PostgreSQL's connection failing or the server going
+// away (connection exceptions, class 08, and operator interventions such as a shutdown,
+// class 57P), not a query's error.
 func isPgConnErr(err error) bool {
 	var ce *pgconn.ConnectError
-	return errors.As(err, &ce)
+	var pe *pgconn.PgError
+	return errors.As(err, &ce) || errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "08") || strings.HasPrefix(pe.Code, "57P"))
 }

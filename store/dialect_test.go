@@ -2,7 +2,9 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -176,4 +178,31 @@ func TestTextOrderSameOnBoth(t *testing.T) {
 			t.Fatalf("sandboxes in order %q, %v; want B _x a (by bytes)", ids, err)
 		}
 	})
+}
+
+// A PostgreSQL database that goes away makes calls fail as unavailable, saying so, not
+// panic.
+func TestPostgresGoneIsUnavailable(t *testing.T) {
+	ctx := context.Background()
+	spec := testenv.PostgresDB(t)
+	s := open(t, spec)
+	if _, _, err := s.CreateKey(ctx, "before"); err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := sql.Open("pgx", testenv.Postgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if _, err := admin.ExecContext(ctx, `DROP DATABASE `+strings.TrimPrefix(u.Path, "/")+` WITH (FORCE)`); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Keys(ctx)
+	if !errors.Is(err, provider.CodeUnavailable) || !strings.Contains(err.Error(), "PostgreSQL") {
+		t.Fatalf("keys of a dropped database: %v; want unavailable, naming PostgreSQL", err)
+	}
 }
