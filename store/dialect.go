@@ -96,7 +96,7 @@ func sqliteDir(p string) string {
 // store in an error or a log passes through it.
 func Redact(spec string) string {
 	if keywordDSN(spec) {
-		return keywordPassword.ReplaceAllString(spec, "${1}xxxxx")
+		return keywordPassword().ReplaceAllString(spec, "${1}xxxxx")
 	}
 	if !strings.Contains(spec, "://") {
 		return spec
@@ -118,8 +118,11 @@ func Redact(spec string) string {
 	return u.String()
 }
 
-// keywordPassword is a password in a keyword/value DSN, quoted or not.
-var keywordPassword = regexp.MustCompile(`(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
+// keywordPassword matches a password in a keyword/value DSN, quoted or not. It is compiled
+// on first use, not at the start of every tupper command.
+var keywordPassword = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
+})
 
 // conn is the store's database: a *sql.DB whose queries it adapts to its dialect.
 type conn struct {
@@ -247,7 +250,7 @@ func openPostgres(ctx context.Context, dsn string) (*conn, error) {
 func redactErr(err error, dsn string) string {
 	msg := err.Error()
 	if keywordDSN(dsn) {
-		for _, m := range keywordPassword.FindAllStringSubmatch(dsn, -1) {
+		for _, m := range keywordPassword().FindAllStringSubmatch(dsn, -1) {
 			if p := strings.Trim(m[2], "'"); p != "" {
 				msg = strings.ReplaceAll(msg, p, "xxxxx")
 			}
