@@ -70,10 +70,10 @@ docker_group() {
 }
 
 # The cross builds, then the end-to-end groups (the Docker provider against a real dockerd,
-# E2B's SDK, the JavaScript packages, the debian template from the apt mirror), which drive
-# real sandboxes through real servers and clients, run one after another in the background,
-# beside the main group (whose longest package, providers/local, leaves a core mostly
-# waiting on sandboxes), and their output is printed, whole, when both are done. Each group
+# E2B's SDK, the server on PostgreSQL, the JavaScript packages, the debian template from the
+# apt mirror), which drive real sandboxes through real servers and clients, run one after
+# another in the background, beside the main group (whose longest package, providers/local,
+# leaves a core mostly waiting on sandboxes), and their output is printed, whole, when both are done. Each group
 # uses networks of its own, and each runs whatever the one before it did. (The cross builds
 # compile the module four more times, minutes on a fresh machine's empty build cache: in
 # the foreground they held everything else back.)
@@ -92,6 +92,8 @@ later_log=$(mktemp /tmp/tupper-test-later.XXXXXX)
 	group "cross builds and vet: macOS and Windows (the Docker provider's platforms)" cross_check
 	group "the Docker provider, against a real dockerd" docker_group "$@"
 	group "E2B SDK compatibility" go test -race -count=1 -timeout 10m "$@" ./test/e2b/
+	group "the server and its E2B dialect on PostgreSQL (the store's own tests run on both in the main group)" \
+		env TUPPER_TEST_STORE=postgres go test -race -count=1 -timeout 20m "$@" ./server/ ./server/e2b/
 	group "JavaScript packages (js/)" go test -race -count=1 -timeout 15m "$@" ./test/js/
 	group "the debian template, the conformance suite on it, a build on it and base, from this machine's apt mirror" \
 		go test -race -count=1 -timeout 40m "$@" ./test/debian/
