@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -118,26 +119,45 @@ func TestPostgresOpenAtOnce(t *testing.T) {
 	}
 }
 
-// A PostgreSQL store takes no server lock (several servers share one database by design),
-// and LockServer makes no directory for it.
+// A PostgreSQL store is claimed by one server at a time, as a state directory is: a second
+// server is refused, naming the first by its pid and address, without the password; the
+// claim ends with the first server's lock (or its connection), and LockServer makes no
+// directory of a URL.
 func TestLockServerPostgres(t *testing.T) {
 	wd, _ := os.Getwd()
-	spec := "postgres://u:p@127.0.0.1:1/db"
+	spec := testenv.PostgresDB(t)
 	a, err := LockServer(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := LockServer(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := a.Serving("http://127.0.0.1:7423"); err != nil {
 		t.Fatal(err)
 	}
+	_, err = LockServer(spec)
+	if provider.CodeOf(err) != provider.CodeConflict || !strings.Contains(err.Error(), "serving on http://127.0.0.1:7423") ||
+		!strings.Contains(err.Error(), fmt.Sprintf("pid %d", os.Getpid())) {
+		t.Fatalf("a second server on the database: %v", err)
+	}
+	// Another database of the same cluster is another store.
+	other, err := LockServer(testenv.PostgresDB(t))
+	if err != nil {
+		t.Fatalf("another database: %v", err)
+	}
+	other.Unlock()
 	a.Unlock()
+	a.Unlock() // idempotent
+	b, err := LockServer(spec)
+	if err != nil {
+		t.Fatalf("after the first server's unlock: %v", err)
+	}
 	b.Unlock()
 	if _, err := os.Stat(filepath.Join(wd, "postgres:")); err == nil {
 		t.Fatal("LockServer made a directory of a URL")
+	}
+	// A database that does not answer: unavailable, without the password.
+	_, err = LockServer("postgres://u:s3cret@127.0.0.1:1/db?connect_timeout=2")
+	if provider.CodeOf(err) != provider.CodeUnavailable || strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("an unreachable database: %v", err)
 	}
 }
 

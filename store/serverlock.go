@@ -21,6 +21,7 @@ const ServerLockName = "server.lock"
 type ServerLock struct {
 	lk  *flock.Lock
 	pid int
+	pg  *pgServerLock // a PostgreSQL store's, instead of lk
 }
 
 // serverLockInfo is what the lock file holds.
@@ -34,10 +35,11 @@ type serverLockInfo struct {
 // locked, and when another process holds it the error is CodeConflict and names that
 // process and its address.
 //
-// A PostgreSQL store is not locked: several servers on one database is the design there, and
-// the lock returned holds nothing. Correct claims between such servers (of webhook
-// deliveries, of the reaper's work, of get-or-create keys) are the next step's; until then
-// run one server per PostgreSQL database.
+// A PostgreSQL store is claimed the same way, by a session advisory lock that one connection
+// of the server holds (the database releases it when that connection ends, however the
+// server ends): several servers on one database are where the design goes, but their claims
+// on each other's work (webhook deliveries, the reaper's, get-or-create keys) are not built
+// yet, so a second server is refused rather than allowed to be subtly wrong.
 func LockServer(spec string) (*ServerLock, error) {
 	if spec == "" {
 		return nil, errorf(provider.CodeInvalidArgument, "store directory is empty")
@@ -47,7 +49,11 @@ func LockServer(spec string) (*ServerLock, error) {
 		return nil, err
 	}
 	if pg {
-		return &ServerLock{}, nil
+		l, err := lockPostgresServer(dir)
+		if err != nil {
+			return nil, err
+		}
+		return &ServerLock{pg: l, pid: os.Getpid()}, nil
 	}
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return nil, errorf(provider.CodeUnavailable, "store directory: %v (set TUPPER_HOME to a writable directory)", err)
@@ -83,8 +89,8 @@ func LockServer(spec string) (*ServerLock, error) {
 
 // Serving records the address the server listens on, for the error a second server gets.
 func (l *ServerLock) Serving(addr string) error {
-	if l.lk == nil {
-		return nil // a PostgreSQL store's
+	if l.pg != nil {
+		return l.pg.serving(l.pid, addr)
 	}
 	return l.write(addr)
 }
@@ -109,5 +115,8 @@ func (l *ServerLock) write(addr string) error {
 func (l *ServerLock) Unlock() {
 	if l.lk != nil {
 		l.lk.Unlock()
+	}
+	if l.pg != nil {
+		l.pg.unlock()
 	}
 }

@@ -5,14 +5,14 @@
 // It is in one of two databases, behind the same Store. By default (Open, or OpenURL of a
 // directory or sqlite:// URL) an embedded SQLite database (modernc.org/sqlite, pure Go, no
 // cgo) in one file, in WAL mode, every connection with a busy timeout, so `tupper keys` in
-// another process can read and write it while the server runs; LockServer keeps a second
-// server off a state directory that a server uses. Or (OpenURL of a postgres:// URL) a
+// another process can read and write it while the server runs. Or (OpenURL of a postgres:// URL) a
 // PostgreSQL database through pgx's database/sql driver, for the database a team already
 // runs; dialect.go holds the one seam between the two. The schema is created by numbered
 // migrations, each written for both, applied in order at open, one process at a time (on
 // SQLite a lock on server.db.lock beside the database, the version in its user_version; on
 // PostgreSQL an advisory lock, the version in the schema_version table). A PostgreSQL URL's
-// password is never in an error (Redact).
+// password is never in an error (Redact). On both, LockServer keeps a second server off a
+// store that a server uses (a lock file beside SQLite's, an advisory lock on PostgreSQL).
 //
 // Credentials are stored only as SHA-256 hashes (API keys, sandbox tokens). Webhook secrets
 // and the server's own secrets (Setting) are stored as they are, since the server needs
