@@ -76,13 +76,13 @@ func OpenAsIs(ctx context.Context, spec string) (*Store, error) {
 		}
 		if !has {
 			db.Close()
-			return nil, errorf(provider.CodeNotFound, "store %s holds no tupper store (no schema_version table)", s.path)
+			return nil, errorf(provider.CodeInvalidArgument, "store %s holds no tupper store (no schema_version table)", s.path)
 		}
 		return s, nil
 	}
 	path := filepath.Join(target, FileName)
 	if _, err := os.Stat(path); err != nil {
-		return nil, errorf(provider.CodeNotFound, "no store in %s: %v", target, err)
+		return nil, errorf(provider.CodeInvalidArgument, "no store in %s: %v", target, err)
 	}
 	q := url.Values{}
 	q.Set("mode", "ro")
@@ -113,6 +113,9 @@ func copyStore(ctx context.Context, from, to *Store, hook func(table string) err
 		v, err := s.Version(ctx)
 		if err != nil {
 			return nil, errorf(provider.CodeUnavailable, "store %s: reading schema version: %v", s.path, err)
+		}
+		if v > len(migrations) {
+			return nil, errorf(provider.CodeConflict, "store %s has schema version %d, newer than this tupper knows (%d): copy it with a tupper that knows it", s.path, v, len(migrations))
 		}
 		if v != len(migrations) {
 			return nil, errorf(provider.CodeConflict, "store %s has schema version %d, this tupper's is %d: open it with this tupper first (for instance `tupper keys list --store …`), which migrates it, then copy it", s.path, v, len(migrations))
@@ -172,11 +175,11 @@ func refuseNonEmpty(ctx context.Context, t *tx, path string) error {
 			return errorf(provider.CodeUnavailable, "store %s: counting %s: %v", path, c.name, err)
 		}
 		if n > 0 {
-			full = append(full, fmt.Sprintf("%s has %d rows", c.name, n))
+			full = append(full, fmt.Sprintf("%d in %s", n, c.name))
 		}
 	}
 	if len(full) > 0 {
-		return errorf(provider.CodeConflict, "store %s is not empty (%s): a store is copied into an empty one only; give a new database or state directory", path, strings.Join(full, ", "))
+		return errorf(provider.CodeConflict, "store %s is not empty (rows: %s): a store is copied into an empty one only; give a new database or state directory", path, strings.Join(full, ", "))
 	}
 	return nil
 }

@@ -92,6 +92,7 @@ var subcommands = []struct {
 	{"agent", newAgentCmd},
 	{"serve", newServeCmd},
 	{"keys", newKeysCmd},
+	{"store", newStoreCmd},
 	{"webhook", newWebhookCmd},
 	{"logs", newLogsCmd},
 	{"snapshot", newSnapshotCmd},
