@@ -12,7 +12,8 @@ import (
 
 // tupper store migrate copies a SQLite store into PostgreSQL: a key made before works after
 // (tupper keys lists it from the new store), the output says the rows of each table, and the
-// password is never shown. A non-empty target, and a store a server holds, are refused.
+// password is never shown. A non-empty target, and a store a server holds (source or target),
+// are refused.
 func TestStoreMigrate(t *testing.T) {
 	home := t.TempDir()
 	created := tupper(t, home, "", "keys", "create", "--name", "moved", "--json")
@@ -39,6 +40,17 @@ func TestStoreMigrate(t *testing.T) {
 		t.Fatalf("migrate from a store a server holds: %+v; want it refused", held)
 	}
 
+	// And a server on the target.
+	lk, err = store.LockServer(to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	heldTo := tupper(t, t.TempDir(), "", "store", "migrate", "--from", home, "--to", to)
+	lk.Unlock()
+	if heldTo.code == 0 || !strings.Contains(heldTo.stderr, "is using the PostgreSQL database postgres://") {
+		t.Fatalf("migrate to a store a server holds: %+v; want it refused, naming the store without its password", heldTo)
+	}
+
 	r := tupper(t, t.TempDir(), "", "store", "migrate", "--from", "sqlite://"+home+"/server.db", "--to", to)
 	if r.code != 0 {
 		t.Fatalf("store migrate: %+v", r)
@@ -60,7 +72,7 @@ func TestStoreMigrate(t *testing.T) {
 	if again.code == 0 || !strings.Contains(again.stderr, "is not empty") {
 		t.Fatalf("migrate into a non-empty store: %+v; want it refused", again)
 	}
-	for _, res := range []result{held, r, listed, again} {
+	for _, res := range []result{held, heldTo, r, listed, again} {
 		if strings.Contains(res.stdout+res.stderr, "s3cret") {
 			t.Errorf("the password shown: %+v", res)
 		}
