@@ -65,15 +65,15 @@ func lockPostgresServer(dsn string) (*pgServerLock, error) {
 	return l, nil
 }
 
-// serving names the lock's connection after the server (its pid and address), which is
-// what a second server's error quotes.
+// serving names the lock's connection after its holder (its pid, and the address a server
+// serves on), which is what a second claimant's error quotes.
 func (l *pgServerLock) serving(pid int, addr string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.conn == nil {
 		return nil
 	}
-	name := fmt.Sprintf("tupper serve, pid %d", pid)
+	name := fmt.Sprintf("tupper, pid %d", pid)
 	if addr != "" {
 		name += ", serving on " + addr
 	}
