@@ -42,6 +42,9 @@ func newBenchCmd() *cobra.Command {
 			"                 keep-alive HTTP, against Docker Engine's API on its unix socket, and\n" +
 			"                 E2B's JS SDK against the same server (--e2b), and N creates sent\n" +
 			"                 at once (--concurrent N)\n" +
+			"  --stores       the API section's create, exec and --concurrent creates on a tupper\n" +
+			"                 serve per store (sqlite, postgres), in turn, with PostgreSQL/SQLite\n" +
+			"                 ratios; a private PostgreSQL cluster unless --postgres names one\n" +
 			"  --density-max  idle sandboxes created one by one until create latency doubles, host\n" +
 			"                 memory runs short or N are up, with host memory per idle sandbox\n" +
 			"  --dormant      N idle sandboxes made dormant (paused with the pause that releases\n" +
@@ -58,7 +61,11 @@ func newBenchCmd() *cobra.Command {
 			if err := o.validate(); err != nil {
 				return err
 			}
-			if !o.api && o.densityMax == 0 && o.dormant == 0 && o.fork == 0 {
+			var err error
+			if o.stores, err = parseStores(o.storesFlag); err != nil {
+				return err
+			}
+			if !o.api && len(o.stores) == 0 && o.densityMax == 0 && o.dormant == 0 && o.fork == 0 {
 				o.cli = true
 			}
 			tupper, err := findTupper(o.tupper)
@@ -99,6 +106,8 @@ func newBenchCmd() *cobra.Command {
 	fl.IntVar(&o.fork, "fork", 0, "run the fork section with this many rounds of each fork per runtime (0: skip)")
 	fl.StringVar(&o.forkRuntimes, "fork-runtimes", "", "comma-separated runtimes of the fork section (default: runsc and the default runtime)")
 	fl.IntVar(&o.concurrent, "concurrent", 0, "in the API section, also this many creates sent at once to the server without a pool (0: skip)")
+	fl.StringVar(&o.storesFlag, "stores", "", "run the stores section on these comma-separated stores: sqlite, postgres (default: skip)")
+	fl.StringVar(&o.postgres, "postgres", "", "the stores section's PostgreSQL cluster: a superuser's URL, on which it creates a database for the run and drops it after (default: a private cluster started with scripts/postgres.sh)")
 	fl.DurationVar(&o.settle, "settle", settle, "untimed pause after each operation when several are timed in turn (0: none); see docs/performance.md")
 	return cmd
 }
@@ -120,6 +129,9 @@ type benchOptions struct {
 	forkRuntimes    string
 	settle          time.Duration
 	concurrent      int
+	storesFlag      string
+	stores          []string // parsed --stores
+	postgres        string
 }
 
 func (o benchOptions) validate() error {

@@ -62,7 +62,7 @@ func (b *bencher) apiSection(ctx context.Context, rt, image string) error {
 		return err
 	}
 
-	srv, err := b.startServe(ctx, home, 0)
+	srv, err := b.startServe(ctx, home, "", 0)
 	if err != nil {
 		return err
 	}
@@ -128,7 +128,7 @@ func (b *bencher) apiSection(ctx context.Context, rt, image string) error {
 	if err != nil {
 		return err
 	}
-	psrv, err := b.startServe(ctx, phome, b.o.pool)
+	psrv, err := b.startServe(ctx, phome, "", b.o.pool)
 	if err != nil {
 		return err
 	}
@@ -209,10 +209,23 @@ func (b *bencher) apiSection(ctx context.Context, rt, image string) error {
 	return b.flush(title)
 }
 
-// concurrentCreates sends --concurrent creates to the server without a pool at once, each
-// on a connection of its own, and times each and the whole burst; then it destroys them.
+// concurrentCreates sends --concurrent creates to the server without a pool at once and
+// reports each one's time and the whole burst's.
 func (b *bencher) concurrentCreates(ctx context.Context, api *tupperAPI) error {
 	n := b.o.concurrent
+	lat, all, err := burst(ctx, api, n)
+	if err != nil {
+		return err
+	}
+	b.add("concurrent creates", fmt.Sprintf("tupper API, no pool: %d POST /v1/sandboxes at once, each", n), lat.stats())
+	b.figure("concurrent creates", fmt.Sprintf("tupper API, no pool: %d at once, all done", n), fmtDur(all),
+		fmt.Sprintf("p95 of each %s", fmtDur(lat.percentile(95))))
+	return nil
+}
+
+// burst sends n creates to api at once, each on a connection of its own, and times each and
+// the whole burst; then it destroys them.
+func burst(ctx context.Context, api *tupperAPI, n int) (samples, time.Duration, error) {
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
@@ -252,12 +265,9 @@ func (b *bencher) concurrentCreates(ctx context.Context, api *tupperAPI) error {
 	}
 	wg.Wait()
 	if len(errs) > 0 {
-		return fmt.Errorf("%d concurrent creates: %d failed, the first: %w", n, len(errs), errs[0])
+		return nil, 0, fmt.Errorf("%d concurrent creates: %d failed, the first: %w", n, len(errs), errs[0])
 	}
-	b.add("concurrent creates", fmt.Sprintf("tupper API, no pool: %d POST /v1/sandboxes at once, each", n), lat.stats())
-	b.figure("concurrent creates", fmt.Sprintf("tupper API, no pool: %d at once, all done", n), fmtDur(all),
-		fmt.Sprintf("p95 of each %s", fmtDur(lat.percentile(95))))
-	return nil
+	return lat, all, nil
 }
 
 // dockerCycle times a container of image running true through Docker's API: created,
@@ -343,11 +353,14 @@ type serveProc struct {
 	once   sync.Once
 }
 
-// startServe starts `tupper serve` on a free loopback port with its store in home, a warm
-// pool of pool sandboxes (0: none) and --runtime when one was asked for, and waits until it
-// answers.
-func (b *bencher) startServe(ctx context.Context, home string, pool int) (*serveProc, error) {
+// startServe starts `tupper serve` on a free loopback port with its state directory home,
+// its store spec ("": the one in home), a warm pool of pool sandboxes (0: none) and
+// --runtime when one was asked for, and waits until it answers.
+func (b *bencher) startServe(ctx context.Context, home, spec string, pool int) (*serveProc, error) {
 	args := []string{"serve", "--addr", "127.0.0.1:0", "--home", home, "--provider", "local", "--quiet"}
+	if spec != "" {
+		args = append(args, "--store", spec)
+	}
 	if pool > 0 {
 		args = append(args, "--pool", strconv.Itoa(pool))
 	}

@@ -51,6 +51,11 @@ func (b *bencher) localSections(ctx context.Context) error {
 			return err
 		}
 	}
+	if len(b.o.stores) > 0 {
+		if err := b.storesSection(ctx, rt); err != nil {
+			return err
+		}
+	}
 	if b.o.densityMax > 0 {
 		if err := b.densitySection(ctx, prov, rt); err != nil {
 			return err
