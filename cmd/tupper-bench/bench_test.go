@@ -209,9 +209,15 @@ func TestBenchSmoke(t *testing.T) {
 		t.Skip("-short: the bench smoke run takes a minute")
 	}
 	// --exec-n 20: enough for a p50 that the ratio below can be checked on.
-	r := tupper(t, home, "bench", "--cli", "--api", "--n", "1", "--exec-n", "20", "--idle", "1", "--pool", "1", "--concurrent", "2",
+	args := []string{"bench", "--cli", "--api", "--n", "1", "--exec-n", "20", "--idle", "1", "--pool", "1", "--concurrent", "2",
 		"--e2b", filepath.Join(t.TempDir(), "none"), "--density-max", "2", "--density-runtimes", "runc",
-		"--dormant", "2", "--dormant-runtimes", "runsc,crun", "--fork", "1", "--fork-runtimes", "runsc,runc")
+		"--dormant", "2", "--dormant-runtimes", "runsc,crun", "--fork", "1", "--fork-runtimes", "runsc,runc"}
+	// The stores section where the suite has a PostgreSQL cluster (scripts/test.sh starts one).
+	pg := os.Getenv(testenv.PostgresEnv)
+	if pg != "" {
+		args = append(args, "--stores", "sqlite,postgres", "--postgres", pg)
+	}
+	r := tupper(t, home, args...)
 	t.Logf("stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
 	if r.code != 0 {
 		t.Fatalf("bench failed: exit %d", r.code)
@@ -243,6 +249,18 @@ func TestBenchSmoke(t *testing.T) {
 		`create → first command +runsc, cold \(no fork\) +1 +` + dur,
 		`fork, one child \(per child\) +runc, filesystem fork +1 +` + dur,
 		`fork, ten children \(per child\) +runc, filesystem fork +1 +` + dur,
+	}
+	if pg != "" {
+		ratio := ` +PostgreSQL/SQLite p50 [0-9.]+, p99 [0-9.]+`
+		want = append(want,
+			`exec true +SQLite: POST /v1/sandboxes/\{id\}/run +20 +`+dur,
+			`exec true +PostgreSQL: POST /v1/sandboxes/\{id\}/run +20 +`+dur+` +`+dur+ratio,
+			`create → first command +SQLite: POST /v1/sandboxes, POST …/run true +1 +`+dur,
+			`create → first command +PostgreSQL: POST /v1/sandboxes, POST …/run true +1 +`+dur+` +`+dur+ratio,
+			`concurrent creates +PostgreSQL: 2 POST /v1/sandboxes at once, each +4 +`+dur+` +`+dur+ratio,
+			`creates per second +SQLite: 2 at once, 2 bursts +[0-9.]+/s`,
+			`creates per second +PostgreSQL: 2 at once, 2 bursts +[0-9.]+/s +PostgreSQL/SQLite [0-9.]+`,
+		)
 	}
 	if strings.Contains(r.stderr, "reporting tupper alone") {
 		t.Log("docker is not here: its rows are not expected")
@@ -334,5 +352,38 @@ func TestExecRatio(t *testing.T) {
 	// The whole-process row compares with the runtime too; it must not be taken for the SDK's.
 	if _, _, ok := execRatio("exec true  tupper SDK in process  20  2.5 ms  28.7 ms\nexec true  tupper exec (whole process)  20  12.2 ms  42.6 ms  1.9x faster than crun exec\n"); ok {
 		t.Error("took another row's comparison")
+	}
+}
+
+func TestParseStores(t *testing.T) {
+	for flag, want := range map[string][]string{"": nil, "postgres,sqlite": {"sqlite", "postgres"}, " postgres ": {"postgres"}, "sqlite,sqlite": {"sqlite"}} {
+		if got, err := parseStores(flag); err != nil || !slices.Equal(got, want) {
+			t.Errorf("parseStores(%q) = %v, %v; want %v", flag, got, err, want)
+		}
+	}
+	for _, flag := range []string{"mysql", "sqlite,", "sqlite,postgres,x"} {
+		if _, err := parseStores(flag); err == nil || !strings.Contains(err.Error(), "name sqlite, postgres or both") {
+			t.Errorf("parseStores(%q): %v", flag, err)
+		}
+	}
+}
+
+func TestWithDatabase(t *testing.T) {
+	for dsn, want := range map[string]string{
+		"postgres://postgres@/postgres?host=/tmp/pg/sock&sslmode=disable": "postgres://postgres@/run1?host=/tmp/pg/sock&sslmode=disable",
+		"postgresql://u:p@db:5432/x":                                      "postgresql://u:p@db:5432/run1",
+		"host=/tmp/pg/sock user=postgres dbname=postgres":                 "host=/tmp/pg/sock user=postgres dbname=postgres dbname=run1",
+	} {
+		if got, err := withDatabase(dsn, "run1"); err != nil || got != want {
+			t.Errorf("withDatabase(%q) = %q, %v; want %q", dsn, got, err, want)
+		}
+	}
+}
+
+func TestRatio(t *testing.T) {
+	pg := stats{p50: 110 * time.Millisecond, p99: 300 * time.Millisecond}
+	lite := stats{p50: 100 * time.Millisecond, p99: 200 * time.Millisecond}
+	if got, want := ratio(pg, lite, "PostgreSQL/SQLite"), "PostgreSQL/SQLite p50 1.10, p99 1.50"; got != want {
+		t.Errorf("got %q, want %q", got, want)
 	}
 }
