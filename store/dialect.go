@@ -238,7 +238,11 @@ func openPostgres(ctx context.Context, dsn string) (*conn, error) {
 	if err != nil {
 		return nil, errorf(provider.CodeInvalidArgument, "store %s: %v", Redact(dsn), redactErr(err, dsn))
 	}
+	// As many kept idle as may be open: database/sql keeps 2 by default, so a burst closed
+	// every other connection after its statement and opened a new one (a new backend
+	// process) for the next: 155 connections in one bench run of 50 concurrent creates.
 	db.SetMaxOpenConns(16)
+	db.SetMaxIdleConns(16)
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, errorf(provider.CodeUnavailable, "store %s: cannot reach PostgreSQL: %v (is it running, and are the URL's host, user and password right?)", Redact(dsn), redactErr(err, dsn))

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"slices"
@@ -16,6 +15,7 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the database/sql driver "pgx", for the run's database
 
+	"github.com/tupper-dev/tupper/internal/pgdsn"
 	"github.com/tupper-dev/tupper/store"
 )
 
@@ -238,7 +238,7 @@ func (b *bencher) postgresDatabase(ctx context.Context) (string, func(), error) 
 		}
 	}
 	name := fmt.Sprintf("tupper_bench_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
-	dsn, err := withDatabase(admin, name)
+	dsn, err := pgdsn.WithDatabase(admin, name)
 	if err != nil {
 		stop()
 		return "", nil, fmt.Errorf("--postgres: %w", err)
@@ -292,17 +292,4 @@ func (b *bencher) startPostgres(ctx context.Context) (string, func(), error) {
 	}
 	b.note("a private PostgreSQL cluster in %s (%s)", dir, postgresScript)
 	return strings.TrimSpace(string(out)), stop, nil
-}
-
-// withDatabase is dsn (a URL, or libpq's keyword form) naming database name instead.
-func withDatabase(dsn, name string) (string, error) {
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		u, err := url.Parse(dsn)
-		if err != nil {
-			return "", err
-		}
-		u.Path = "/" + name
-		return u.String(), nil
-	}
-	return dsn + " dbname=" + name, nil // the last of a key's values counts
 }

@@ -368,18 +368,6 @@ func TestParseStores(t *testing.T) {
 	}
 }
 
-func TestWithDatabase(t *testing.T) {
-	for dsn, want := range map[string]string{
-		"postgres://postgres@/postgres?host=/tmp/pg/sock&sslmode=disable": "postgres://postgres@/run1?host=/tmp/pg/sock&sslmode=disable",
-		"postgresql://u:p@db:5432/x":                                      "postgresql://u:p@db:5432/run1",
-		"host=/tmp/pg/sock user=postgres dbname=postgres":                 "host=/tmp/pg/sock user=postgres dbname=postgres dbname=run1",
-	} {
-		if got, err := withDatabase(dsn, "run1"); err != nil || got != want {
-			t.Errorf("withDatabase(%q) = %q, %v; want %q", dsn, got, err, want)
-		}
-	}
-}
-
 func TestRatio(t *testing.T) {
 	pg := stats{p50: 110 * time.Millisecond, p99: 300 * time.Millisecond}
 	lite := stats{p50: 100 * time.Millisecond, p99: 200 * time.Millisecond}

@@ -4,15 +4,15 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"net/url"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the database/sql driver "pgx"
+
+	"github.com/tupper-dev/tupper/internal/pgdsn"
 )
 
 // PostgresEnv names the PostgreSQL cluster tests may use: the DSN of a superuser on a private
@@ -45,7 +45,7 @@ func PostgresDB(t testing.TB) string {
 	t.Helper()
 	admin := Postgres(t)
 	name := fmt.Sprintf("tupper_test_%d_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9, pgDatabases.Add(1))
-	dsn, err := withDatabase(admin, name)
+	dsn, err := pgdsn.WithDatabase(admin, name)
 	if err != nil {
 		t.Fatalf("%s: %v", PostgresEnv, err)
 	}
@@ -70,19 +70,6 @@ func PostgresDB(t testing.TB) string {
 		}
 	})
 	return dsn
-}
-
-// withDatabase is dsn (a URL or keyword/value DSN) naming database name instead.
-func withDatabase(dsn, name string) (string, error) {
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		u, err := url.Parse(dsn)
-		if err != nil {
-			return "", err
-		}
-		u.Path = "/" + name
-		return u.String(), nil
-	}
-	return dsn + " dbname=" + name, nil
 }
 
 // pgStores are the PostgreSQL databases standing for state directories (see StoreSpec).
