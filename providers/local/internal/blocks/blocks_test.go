@@ -297,8 +297,11 @@ func TestBlockStoreCorruption(t *testing.T) {
 			t.Fatalf("fill of a damaged block: %v", err)
 		}
 		t.Logf("%v", err)
+		// What was written is the data's start: the blocks before the damaged one, and
+		// nothing of it. (Not a search for the bytes the damage wrote: random data holds any
+		// three bytes somewhere in a MiB one time in sixteen.)
 		got, _ := os.ReadFile(out)
-		if bytes.Contains(got, []byte{0xff, 0xfe, 0xfd}) {
+		if !bytes.HasPrefix(data, got) {
 			t.Fatalf("the damaged block's content was written")
 		}
 	}
