@@ -30,7 +30,7 @@ func tupper(t *testing.T, env []string, args ...string) (stdout, stderr string, 
 func TestCLIAgainstServer(t *testing.T) {
 	home := t.TempDir()
 	srv := serve(t, home, "memory")
-	henv := []string{"TUPPER_HOME=" + home}
+	henv := stateEnv(t, home)
 	key, errOut, err := tupper(t, henv, "keys", "create", "--name", "cli")
 	if err != nil {
 		t.Fatalf("keys create: %v: %s", err, errOut)
@@ -87,7 +87,7 @@ func TestCLIAgainstServer(t *testing.T) {
 func TestSnapshotCLIAgainstServer(t *testing.T) {
 	home := localServeHome(t, "listing snapshots needs a provider that lists them: ")
 	srv := serve(t, home, "local")
-	henv := []string{"TUPPER_HOME=" + home}
+	henv := stateEnv(t, home)
 	key, errOut, err := tupper(t, henv, "keys", "create")
 	if err != nil {
 		t.Fatalf("keys create: %v: %s", err, errOut)
@@ -196,7 +196,7 @@ func TestSnapshotCLIAgainstServer(t *testing.T) {
 func TestWebhookCLIAgainstServer(t *testing.T) {
 	home := t.TempDir()
 	srv := serve(t, home, "memory")
-	henv := []string{"TUPPER_HOME=" + home, "TUPPER_URL="}
+	henv := append(stateEnv(t, home), "TUPPER_URL=")
 	if _, errOut, err := tupper(t, henv, "webhook", "ls"); err == nil || !strings.Contains(errOut, "pass --url") {
 		t.Errorf("webhook ls without a server: %v %s", err, errOut)
 	}

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tupper-dev/tupper/internal/testenv"
 	"github.com/tupper-dev/tupper/providers/local"
 	"github.com/tupper-dev/tupper/server"
 	"github.com/tupper-dev/tupper/server/servertest"
@@ -56,12 +57,26 @@ func startServe(t *testing.T, home, prov string, env ...string) *child {
 }
 
 // startServeArgs starts `tupper serve` on a free loopback port with state in home and the
-// flags args, without waiting for it.
+// flags args, without waiting for it. Its store is home's (testenv.StoreSpec): home itself,
+// or under TUPPER_TEST_STORE=postgres the PostgreSQL database that stands for it.
 func startServeArgs(t *testing.T, home string, args []string, env ...string) *child {
 	t.Helper()
-	cmd := exec.Command(servertest.Binary(t), append([]string{"serve", "--addr", "127.0.0.1:0", "--home", home}, args...)...)
-	cmd.Env = append(os.Environ(), "TUPPER_HOME="+home)
-	cmd.Env = append(cmd.Env, env...)
+	cmd := exec.Command(servertest.Binary(t), append([]string{"serve", "--addr", "127.0.0.1:0", "--home", home, "--store", testenv.StoreSpec(t, home)}, args...)...)
+	cmd.Env = append(append(os.Environ(), stateEnv(t, home)...), env...)
+	return startChild(t, cmd)
+}
+
+// stateEnv is the environment of a tupper command on home's state: TUPPER_HOME, and
+// TUPPER_STORE naming home's store (testenv.StoreSpec), so that `tupper keys` opens the
+// database the test's servers use.
+func stateEnv(t *testing.T, home string) []string {
+	t.Helper()
+	return []string{"TUPPER_HOME=" + home, "TUPPER_STORE=" + testenv.StoreSpec(t, home)}
+}
+
+// startChild starts cmd, a `tupper serve`, and follows its stderr; it is killed when t ends.
+func startChild(t *testing.T, cmd *exec.Cmd) *child {
+	t.Helper()
 	pr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -175,7 +190,7 @@ func localServeHome(t *testing.T, why string) string {
 func newKey(t *testing.T, home string) string {
 	t.Helper()
 	// The store is opened here, in another process than the server: as `tupper keys` does.
-	st, err := store.Open(context.Background(), home)
+	st, err := store.OpenURL(context.Background(), testenv.StoreSpec(t, home))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ package server_test
 import (
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tupper-dev/tupper/internal/testenv"
 	"github.com/tupper-dev/tupper/server/servertest"
 	"github.com/tupper-dev/tupper/store"
 )
@@ -36,7 +38,7 @@ func TestServeAndKeysOnANewStateDirectory(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				time.Sleep(time.Duration(i) * 2 * time.Millisecond)
-				out, errOut, err := tupper(t, []string{"TUPPER_HOME=" + home}, "keys", "create")
+				out, errOut, err := tupper(t, stateEnv(t, home), "keys", "create")
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
@@ -72,11 +74,19 @@ func TestSecondServerRefused(t *testing.T) {
 	first := serve(t, home, "memory")
 	key := newKey(t, home)
 	start := time.Now()
-	cmd := exec.Command(servertest.Binary(t), "serve", "--addr", "127.0.0.1:0", "--home", home, "--provider", "memory")
-	cmd.Env = append(os.Environ(), "TUPPER_HOME="+home)
+	cmd := exec.Command(servertest.Binary(t), "serve", "--addr", "127.0.0.1:0", "--home", home, "--store", testenv.StoreSpec(t, home), "--provider", "memory")
+	cmd.Env = append(os.Environ(), stateEnv(t, home)...)
 	out, err := cmd.CombinedOutput()
 	took := time.Since(start)
 	want := fmt.Sprintf("another tupper server (pid %d, serving on %s) is using the state directory %s", first.cmd.Process.Pid, first.url, home)
+	if testenv.PostgresStore() {
+		// The database is named without its user and password (postgres://***@/name?…).
+		u, err := url.Parse(testenv.StoreSpec(t, home))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = fmt.Sprintf("another tupper server (tupper serve, pid %d, serving on %s) is using the PostgreSQL database postgres://***@%s", first.cmd.Process.Pid, first.url, u.Path)
+	}
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 125 || !strings.Contains(string(out), want) {
 		t.Fatalf("second server: %v: %s\nwant exit 125 and %q", err, out, want)
 	}
@@ -128,6 +138,9 @@ func TestSignedURLsAfterAnExposedStore(t *testing.T) {
 		t.Errorf("a clean restart warns: %s", b.logs())
 	}
 	b.kill()
+	if testenv.PostgresStore() {
+		return // no files to expose: a PostgreSQL store's access is its database's
+	}
 	for _, f := range []string{store.FileName, store.FileName + "-wal", store.FileName + "-shm"} {
 		if err := os.Chmod(filepath.Join(home, f), 0o644); err != nil {
 			t.Fatal(err)
