@@ -26,7 +26,8 @@ import (
 // A PostgreSQL that goes away under load (pg_ctl stop -m fast), then comes back: while it is
 // gone requests fail with 503 unavailable naming PostgreSQL, never a panic, and the server
 // stays up; once it is back the server recovers by itself, and every sandbox it acknowledged
-// is there, whole. The store's password is never in the server's output or in an answer.
+// is there, whole, and the database is still claimed by it. The store's password is never
+// in the server's output or in an answer.
 // PostgreSQL only (TUPPER_TEST_STORE=postgres), on a cluster of the test's own, since it
 // stops it.
 func TestPostgresGoesAway(t *testing.T) {
@@ -202,6 +203,26 @@ func TestPostgresGoesAway(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	acked = append(acked, id)
+
+	// The database stays claimed by this server: PostgreSQL's restart dropped the lock's
+	// session, and the server takes the lock again (it checks every second).
+	time.Sleep(2 * time.Second)
+	second := exec.Command(servertest.Binary(t), "serve", "--addr", "127.0.0.1:0", "--home", t.TempDir(), "--store", dsn, "--provider", "memory")
+	second.Env = append(os.Environ(), "TUPPER_HOME="+home)
+	sc := startChild(t, second)
+	// Its refusal names the first server's address ("serving on …"): tell them apart by its exit.
+	select {
+	case <-sc.exited:
+		_ = second.Wait()
+		if second.ProcessState.ExitCode() != 125 || !strings.Contains(sc.logs(), "is using the PostgreSQL database") {
+			t.Errorf("a second server after the outage: %v: %s", second.ProcessState, sc.logs())
+		}
+	case <-time.After(20 * time.Second):
+		t.Errorf("a second server was let onto the database after PostgreSQL came back: %s", sc.logs())
+	}
+	if strings.Contains(sc.logs(), password) {
+		t.Errorf("the second server's output holds the store's password:\n%s", sc.logs())
+	}
 
 	mu.Lock()
 	for _, b := range bad {

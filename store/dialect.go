@@ -3,7 +3,10 @@ package store
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
+	"io"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -311,9 +314,12 @@ func (s *Store) migratePostgres(ctx context.Context) error {
 
 // isPgConnErr reports whether err is PostgreSQL's connection failing or the server going
 // away (connection exceptions, class 08, and operator interventions such as a shutdown,
-// class 57P), not a query's error.
+// class 57P; or the connection's socket failing under a query, as when PostgreSQL stops
+// between two of them), not a query's error.
 func isPgConnErr(err error) bool {
 	var ce *pgconn.ConnectError
 	var pe *pgconn.PgError
-	return errors.As(err, &ce) || errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "08") || strings.HasPrefix(pe.Code, "57P"))
+	var ne *net.OpError
+	return errors.As(err, &ce) || errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "08") || strings.HasPrefix(pe.Code, "57P")) ||
+		errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, driver.ErrBadConn)
 }

@@ -3,13 +3,17 @@ package store
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -224,5 +228,17 @@ func TestPostgresGoneIsUnavailable(t *testing.T) {
 	_, err = s.Keys(ctx)
 	if !errors.Is(err, provider.CodeUnavailable) || !strings.Contains(err.Error(), "PostgreSQL") {
 		t.Fatalf("keys of a dropped database: %v; want unavailable, naming PostgreSQL", err)
+	}
+}
+
+// A connection whose socket fails under a query (PostgreSQL stopped between two of them:
+// pgx says "write failed: … broken pipe") is PostgreSQL unreachable too, not a bare error.
+func TestPostgresSocketFailureIsUnavailable(t *testing.T) {
+	sock := &net.OpError{Op: "write", Net: "unix", Err: syscall.EPIPE}
+	for _, err := range []error{fmt.Errorf("write failed: %w", sock), fmt.Errorf("read: %w", io.ErrUnexpectedEOF), driver.ErrBadConn} {
+		got := dbErr(err)
+		if !errors.Is(got, provider.CodeUnavailable) || !strings.Contains(got.Error(), "cannot reach PostgreSQL") {
+			t.Errorf("dbErr(%v) = %v; want unavailable, naming PostgreSQL", err, got)
+		}
 	}
 }

@@ -25,7 +25,13 @@ type pgServerLock struct {
 	db   *sql.DB
 	conn *sql.Conn
 	dsn  string
+	name string        // the connection's application_name, once serving
+	done chan struct{} // closed by unlock: ends keep
 }
+
+// pgServerLockCheck is how often a server checks that it still holds its lock: a PostgreSQL
+// restarted (or the lock's connection cut) drops it, and keep takes it again.
+const pgServerLockCheck = time.Second
 
 // lockPostgresServer takes the server lock of the database dsn names, or says which server
 // holds it (its application_name, which serving sets).
@@ -41,7 +47,7 @@ func lockPostgresServer(dsn string) (*pgServerLock, error) {
 		db.Close()
 		return nil, errorf(provider.CodeUnavailable, "store %s: cannot reach PostgreSQL: %v (is it running, and are the URL's host, user and password right?)", Redact(dsn), redactErr(err, dsn))
 	}
-	l := &pgServerLock{db: db, conn: c, dsn: dsn}
+	l := &pgServerLock{db: db, conn: c, dsn: dsn, done: make(chan struct{})}
 	var got bool
 	if err := c.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1)`, int64(pgServerLockID)).Scan(&got); err != nil {
 		l.unlock()
@@ -62,7 +68,53 @@ func lockPostgresServer(dsn string) (*pgServerLock, error) {
 		l.unlock()
 		return nil, err
 	}
+	go l.keep()
 	return l, nil
+}
+
+// keep takes the lock again whenever its connection is lost (PostgreSQL restarted, the
+// connection cut), so that a database that went away and came back stays claimed: without
+// it a second server would be let in beside this one. Until unlock.
+func (l *pgServerLock) keep() {
+	tick := time.NewTicker(pgServerLockCheck)
+	defer tick.Stop()
+	for {
+		select {
+		case <-l.done:
+			return
+		case <-tick.C:
+		}
+		l.relock()
+	}
+}
+
+// relock checks the lock's connection and, when it is lost, takes the lock on a new one. If
+// another server took it meanwhile, it tries again at the next check.
+func (l *pgServerLock) relock() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), pgServerLockCheck*5)
+	defer cancel()
+	if l.conn.PingContext(ctx) == nil {
+		return // the session, and so its lock, lives
+	}
+	c, err := l.db.Conn(ctx)
+	if err != nil {
+		return // PostgreSQL is still away
+	}
+	var got bool
+	if err := c.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1)`, int64(pgServerLockID)).Scan(&got); err != nil || !got {
+		c.Close()
+		return
+	}
+	if l.name != "" {
+		_, _ = c.ExecContext(ctx, `SELECT set_config('application_name', $1, false)`, l.name)
+	}
+	l.conn.Close()
+	l.conn = c
 }
 
 // serving names the lock's connection after its holder (its pid, and the address a server
@@ -82,6 +134,7 @@ func (l *pgServerLock) serving(pid int, addr string) error {
 	if _, err := l.conn.ExecContext(ctx, `SELECT set_config('application_name', $1, false)`, name); err != nil {
 		return errorf(provider.CodeUnavailable, "store %s: server lock: %v", Redact(l.dsn), redactErr(err, l.dsn))
 	}
+	l.name = name
 	return nil
 }
 
@@ -90,6 +143,7 @@ func (l *pgServerLock) unlock() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.conn != nil {
+		close(l.done)
 		l.conn.Close()
 		l.conn = nil
 	}
