@@ -143,29 +143,19 @@ func TestPostgresGoesAway(t *testing.T) {
 	// Load: creates and lists from a few clients, through the outage and after it.
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	for w := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				id, a, err := create(fmt.Sprintf("load-%d-%d", w, i))
-				record("create", a, err, http.StatusCreated)
-				if err == nil && a.code == http.StatusCreated {
-					mu.Lock()
-					acked = append(acked, id)
-					mu.Unlock()
-				}
-				a, err = do("GET", "/v1/sandboxes", nil)
-				record("list", a, err, http.StatusOK)
-				time.Sleep(10 * time.Millisecond)
-			}
-		}()
-	}
+	workers(&wg, stop, 4, func(w, i int) bool {
+		id, a, err := create(fmt.Sprintf("load-%d-%d", w, i))
+		record("create", a, err, http.StatusCreated)
+		if err == nil && a.code == http.StatusCreated {
+			mu.Lock()
+			acked = append(acked, id)
+			mu.Unlock()
+		}
+		a, err = do("GET", "/v1/sandboxes", nil)
+		record("list", a, err, http.StatusOK)
+		time.Sleep(10 * time.Millisecond)
+		return true
+	})
 	time.Sleep(300 * time.Millisecond)
 	pg.Stop(t, "fast")
 	time.Sleep(2 * time.Second) // requests while PostgreSQL is gone

@@ -352,54 +352,36 @@ func TestCreatesSurviveKill(t *testing.T) {
 		enough = make(chan struct{})
 	)
 	client := &http.Client{Timeout: time.Minute}
-	for w := range 3 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				b, _ := json.Marshal(map[string]any{"network": map[string]string{"mode": "none"}, "labels": map[string]string{"n": fmt.Sprint(w, "-", i)}})
-				req, _ := http.NewRequest("POST", a.url+"/v1/sandboxes", bytes.NewReader(b))
-				req.Header.Set("Authorization", "Bearer "+key)
-				resp, err := client.Do(req)
-				if err != nil {
-					return // the server is dead
-				}
-				var sb struct{ ID string }
-				data, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode == 201 && json.Unmarshal(data, &sb) == nil {
-					mu.Lock()
-					acked = append(acked, sb.ID)
-					if len(acked) == 6 {
-						close(enough)
-					}
-					mu.Unlock()
-				}
-			}
-		}()
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			out, _, err := tupper(t, stateEnv(t, home), "keys", "create")
-			if err == nil {
-				mu.Lock()
-				keys = append(keys, strings.TrimSpace(out))
-				mu.Unlock()
-			}
+	workers(&wg, stop, 3, func(w, i int) bool {
+		b, _ := json.Marshal(map[string]any{"network": map[string]string{"mode": "none"}, "labels": map[string]string{"n": fmt.Sprint(w, "-", i)}})
+		req, _ := http.NewRequest("POST", a.url+"/v1/sandboxes", bytes.NewReader(b))
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := client.Do(req)
+		if err != nil {
+			return false // the server is dead
 		}
-	}()
+		var sb struct{ ID string }
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == 201 && json.Unmarshal(data, &sb) == nil {
+			mu.Lock()
+			acked = append(acked, sb.ID)
+			if len(acked) == 6 {
+				close(enough)
+			}
+			mu.Unlock()
+		}
+		return true
+	})
+	workers(&wg, stop, 1, func(int, int) bool {
+		out, _, err := tupper(t, stateEnv(t, home), "keys", "create")
+		if err == nil {
+			mu.Lock()
+			keys = append(keys, strings.TrimSpace(out))
+			mu.Unlock()
+		}
+		return true
+	})
 	select {
 	case <-enough:
 	case <-time.After(2 * time.Minute):
@@ -477,4 +459,25 @@ func TestCreatesSurviveKill(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("%d sandboxes and %d keys acknowledged before kill -9; %d sandboxes listed, %d events", len(ackedNow), len(keysNow), len(listed), len(evs.Events))
+}
+
+// workers starts n goroutines (counted in wg) that call f(worker, i) for i = 0, 1, … until
+// stop is closed or f returns false.
+func workers(wg *sync.WaitGroup, stop <-chan struct{}, n int, f func(w, i int) bool) {
+	for w := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if !f(w, i) {
+					return
+				}
+			}
+		}()
+	}
 }
