@@ -80,12 +80,13 @@ func TestSecondServerRefused(t *testing.T) {
 	took := time.Since(start)
 	want := fmt.Sprintf("another tupper server (pid %d, serving on %s) is using the state directory %s", first.cmd.Process.Pid, first.url, home)
 	if testenv.PostgresStore() {
-		// The database is named without its user and password (postgres://***@/name?…).
+		// The holder by its pid and address, the database without its user and password
+		// (postgres://***@/name?…).
 		u, err := url.Parse(testenv.StoreSpec(t, home))
 		if err != nil {
 			t.Fatal(err)
 		}
-		want = fmt.Sprintf("another tupper server (tupper serve, pid %d, serving on %s) is using the PostgreSQL database postgres://***@%s", first.cmd.Process.Pid, first.url, u.Path)
+		want = fmt.Sprintf("pid %d, serving on %s) is using the PostgreSQL database postgres://***@%s", first.cmd.Process.Pid, first.url, u.Path)
 	}
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 125 || !strings.Contains(string(out), want) {
 		t.Fatalf("second server: %v: %s\nwant exit 125 and %q", err, out, want)
