@@ -72,6 +72,42 @@ func lockPostgresServer(dsn string) (*pgServerLock, error) {
 	return l, nil
 }
 
+// serving names the lock's connection after its holder (its pid, and the address a server
+// serves on), which is what a second claimant's error quotes.
+func (l *pgServerLock) serving(pid int, addr string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn == nil {
+		return nil
+	}
+	name := fmt.Sprintf("tupper, pid %d", pid)
+	if addr != "" {
+		name += ", serving on " + addr
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), pgServerLockTimeout)
+	defer cancel()
+	if _, err := l.conn.ExecContext(ctx, `SELECT set_config('application_name', $1, false)`, name); err != nil {
+		return errorf(provider.CodeUnavailable, "store %s: server lock: %v", Redact(l.dsn), redactErr(err, l.dsn))
+	}
+	l.name = name
+	return nil
+}
+
+// unlock ends the lock's connection, which releases the lock. Idempotent.
+func (l *pgServerLock) unlock() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn != nil {
+		close(l.done)
+		l.conn.Close()
+		l.conn = nil
+	}
+	if l.db != nil {
+		l.db.Close()
+		l.db = nil
+	}
+}
+
 // keep takes the lock again whenever its connection is lost (PostgreSQL restarted, the
 // connection cut), so that a database that went away and came back stays claimed: without
 // it a second server would be let in beside this one. Until unlock.
@@ -115,40 +151,4 @@ func (l *pgServerLock) relock() {
 	}
 	l.conn.Close()
 	l.conn = c
-}
-
-// serving names the lock's connection after its holder (its pid, and the address a server
-// serves on), which is what a second claimant's error quotes.
-func (l *pgServerLock) serving(pid int, addr string) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.conn == nil {
-		return nil
-	}
-	name := fmt.Sprintf("tupper, pid %d", pid)
-	if addr != "" {
-		name += ", serving on " + addr
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), pgServerLockTimeout)
-	defer cancel()
-	if _, err := l.conn.ExecContext(ctx, `SELECT set_config('application_name', $1, false)`, name); err != nil {
-		return errorf(provider.CodeUnavailable, "store %s: server lock: %v", Redact(l.dsn), redactErr(err, l.dsn))
-	}
-	l.name = name
-	return nil
-}
-
-// unlock ends the lock's connection, which releases the lock. Idempotent.
-func (l *pgServerLock) unlock() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.conn != nil {
-		close(l.done)
-		l.conn.Close()
-		l.conn = nil
-	}
-	if l.db != nil {
-		l.db.Close()
-		l.db = nil
-	}
 }
