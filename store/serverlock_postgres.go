@@ -93,12 +93,17 @@ func (l *pgServerLock) serving(pid int, addr string) error {
 	return nil
 }
 
-// unlock ends the lock's connection, which releases the lock. Idempotent.
+// unlock releases the lock and ends its connection. Idempotent. The release is asked for,
+// not left to the connection's end, which PostgreSQL notices a moment later: a server
+// started again at once would be refused.
 func (l *pgServerLock) unlock() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.conn != nil {
 		close(l.done)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, _ = l.conn.ExecContext(ctx, `SELECT pg_advisory_unlock_all()`)
+		cancel()
 		l.conn.Close()
 		l.conn = nil
 	}
