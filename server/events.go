@@ -29,6 +29,12 @@ func (s *Server) emit(ctx context.Context, typ, sandboxID string, data any) {
 		s.log.Error("storing an event", "type", typ, "sandbox", sandboxID, "err", err)
 		return
 	}
+	s.eventStored(ctx, store.Event{})
+}
+
+// eventStored wakes the dispatcher for an event stored already: by emit, or by the lifecycle
+// with the record it is about (lifecycle.Config.Stored).
+func (s *Server) eventStored(context.Context, store.Event) {
 	select {
 	case s.wake <- struct{}{}:
 	default:

@@ -209,7 +209,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		wake: make(chan struct{}, 1), webhooks: webhookClient(cfg.AllowPrivateWebhooks),
 	}
 	if s.lc, err = lifecycle.New(lifecycle.Config{
-		Provider: s.prov, Store: s.st, Logger: s.log, Emit: s.lifecycleEvent, PreviewURL: s.previewPath,
+		Provider: s.prov, Store: s.st, Logger: s.log, Emit: s.lifecycleEvent, Stored: s.eventStored, PreviewURL: s.previewPath,
 		SnapshotExpiry: cfg.SnapshotExpiry, SnapshotsPerSandbox: cfg.SnapshotsPerSandbox, SnapshotsPerKey: cfg.SnapshotsPerKey,
 		VolumesTotalMB: cfg.VolumesTotalMB,
 	}); err != nil {

@@ -24,6 +24,27 @@ type Event struct {
 // AddEvent stores an event and, in the same transaction, queues a delivery of it to every
 // webhook whose filter takes its type, so no event is ever lost between the two.
 func (s *Store) AddEvent(ctx context.Context, typ, sandboxID string, data any) (Event, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return Event{}, dbErr(err)
+	}
+	defer tx.Rollback()
+	ev, err := addEventTx(ctx, tx, typ, sandboxID, data)
+	if err != nil {
+		return Event{}, err
+	}
+	return ev, dbErr(tx.Commit())
+}
+
+// NewEvent is an event to store in the transaction of the write it is about (PutSandbox),
+// so that the write is never acknowledged without it.
+type NewEvent struct {
+	Type string
+	Data any
+}
+
+// addEventTx is AddEvent in the caller's transaction.
+func addEventTx(ctx context.Context, tx *tx, typ, sandboxID string, data any) (Event, error) {
 	raw := json.RawMessage(`{}`)
 	if data != nil {
 		b, err := json.Marshal(data)
@@ -33,11 +54,6 @@ func (s *Store) AddEvent(ctx context.Context, typ, sandboxID string, data any) (
 		raw = b
 	}
 	ev := Event{ID: "evt_" + RandomString(12), Type: typ, SandboxID: sandboxID, CreatedAt: time.Now().UTC().Truncate(time.Millisecond), Data: raw}
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return Event{}, dbErr(err)
-	}
-	defer tx.Rollback()
 	// RETURNING, not LastInsertId, which PostgreSQL's driver lacks.
 	if err := tx.QueryRowContext(ctx, `INSERT INTO events(id, type, sandbox_id, created_at, data) VALUES(?, ?, ?, ?, ?) RETURNING seq`,
 		ev.ID, ev.Type, ev.SandboxID, unixMilli(ev.CreatedAt), string(raw)).Scan(&ev.Seq); err != nil {
@@ -56,7 +72,7 @@ func (s *Store) AddEvent(ctx context.Context, typ, sandboxID string, data any) (
 			return Event{}, dbErr(err)
 		}
 	}
-	return ev, dbErr(tx.Commit())
+	return ev, nil
 }
 
 // EventFilter selects events. Zero fields select everything.

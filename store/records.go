@@ -186,13 +186,29 @@ func NewToken() string { return TokenPrefix + RandomString(20) }
 // PutSandbox records a sandbox with one token hash (replacing a record of the same id, which
 // keeps its other tokens).
 func (s *Store) PutSandbox(ctx context.Context, sb Sandbox, tokenHash []byte) error {
+	_, err := s.putSandbox(ctx, sb, tokenHash, nil)
+	return err
+}
+
+// PutSandboxEvent is PutSandbox storing ev, an event about the sandbox (sandbox.created), in
+// the same transaction: the record is never there without its event, however the server or
+// the database fails.
+func (s *Store) PutSandboxEvent(ctx context.Context, sb Sandbox, tokenHash []byte, ev NewEvent) (Event, error) {
+	stored, err := s.putSandbox(ctx, sb, tokenHash, &ev)
+	if err != nil {
+		return Event{}, err
+	}
+	return stored, nil
+}
+
+func (s *Store) putSandbox(ctx context.Context, sb Sandbox, tokenHash []byte, event *NewEvent) (stored Event, err error) {
 	labels, _ := json.Marshal(sb.Labels)
 	if sb.State == "" {
 		sb.State = provider.StateRunning
 	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return dbErr(err)
+		return Event{}, dbErr(err)
 	}
 	defer tx.Rollback()
 	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes(id, provider, api_key_id, key, labels, created_at, deadline, state,
@@ -204,20 +220,25 @@ func (s *Store) PutSandbox(ctx context.Context, sb Sandbox, tokenHash []byte) er
 		sb.ID, sb.Provider, sb.APIKeyID, sb.Key, string(labels), unixMilli(sb.CreatedAt), unixMilli(sb.Deadline), string(sb.State),
 		sb.OnTimeout, sb.AutoResume, sb.Timeout.Milliseconds())
 	if err != nil {
-		return dbErr(err)
+		return Event{}, dbErr(err)
 	}
 	if tokenHash != nil {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO sandbox_tokens(hash, sandbox_id, created_at) VALUES(?, ?, ?)`,
 			tokenHash, sb.ID, time.Now().UnixMilli()); err != nil {
-			return dbErr(err)
+			return Event{}, dbErr(err)
+		}
+	}
+	if event != nil {
+		if stored, err = addEventTx(ctx, tx, event.Type, sb.ID, event.Data); err != nil {
+			return Event{}, err
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return dbErr(err)
+		return Event{}, dbErr(err)
 	}
 	s.recorded.Add(1)
 	s.deadlineChanged()
-	return nil
+	return stored, nil
 }
 
 // DeadlineChanged returns a channel that is closed the next time this Store records a

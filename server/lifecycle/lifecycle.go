@@ -53,6 +53,11 @@ type Config struct {
 	// Emit records an event of type typ about a sandbox (the server stores it and delivers
 	// it to webhooks). Nil: events are not recorded.
 	Emit func(ctx context.Context, typ, sandboxID string, data any)
+	// Stored, when set, makes the service store the sandbox.created event itself, in the
+	// transaction of the sandbox's record (a sandbox is never acknowledged without its
+	// event), and then tell it here instead of through Emit; the server wakes its webhook
+	// dispatcher. Nil: every event goes through Emit.
+	Stored func(ctx context.Context, ev store.Event)
 	// PreviewURL is the preview URL function of every handle the Service opens; nil: the
 	// provider's.
 	PreviewURL sandbox.PreviewURLFunc
@@ -277,7 +282,9 @@ func (s *Service) Create(ctx context.Context, opts CreateOptions) (*Created, err
 			CreatedAt: info.CreatedAt, Deadline: deadline, State: info.State,
 			OnTimeout: opts.OnTimeout, AutoResume: opts.AutoResume, Timeout: timeout,
 		}
-		err = s.st.PutSandbox(wctx, rec, hash)
+		data := map[string]any{"key": rec.Key, "labels": rec.Labels, "template": info.Template}
+		maps.Copy(data, opts.Event)
+		err = s.putCreated(wctx, rec, hash, data)
 	} else if rec, err = s.st.Sandbox(ctx, b.ID); err == nil && hash != nil {
 		err = s.st.AddToken(wctx, b.ID, hash)
 	}
@@ -286,11 +293,6 @@ func (s *Service) Create(ctx context.Context, opts CreateOptions) (*Created, err
 	}
 	keep = true
 	out.Box = Box{Sandbox: s.remember(b), Record: rec, Info: info}
-	if out.Created {
-		data := map[string]any{"key": rec.Key, "labels": rec.Labels, "template": info.Template}
-		maps.Copy(data, opts.Event)
-		s.emit(ctx, EventCreated, rec.ID, data)
-	}
 	return out, nil
 }
 
@@ -330,12 +332,27 @@ func (s *Service) Record(ctx context.Context, b *sandbox.Sandbox, opts RecordOpt
 		ID: b.ID, Provider: s.prov.Name(), APIKeyID: opts.KeyID, Labels: maps.Clone(opts.Labels),
 		CreatedAt: info.CreatedAt, Deadline: info.Deadline, State: info.State,
 	}
-	if err := s.st.PutSandbox(ctx, rec, store.Hash(store.NewToken())); err != nil {
-		return err
-	}
 	data := map[string]any{"labels": rec.Labels}
 	maps.Copy(data, opts.Event)
-	s.emit(ctx, EventCreated, b.ID, data)
+	return s.putCreated(ctx, rec, store.Hash(store.NewToken()), data)
+}
+
+// putCreated records a new sandbox with its token hash and its sandbox.created event: in one
+// transaction when the server stores events itself (Config.Stored), else the record, then the
+// event through Emit.
+func (s *Service) putCreated(ctx context.Context, rec store.Sandbox, hash []byte, data map[string]any) error {
+	if s.cfg.Stored == nil {
+		if err := s.st.PutSandbox(ctx, rec, hash); err != nil {
+			return err
+		}
+		s.emit(ctx, EventCreated, rec.ID, data)
+		return nil
+	}
+	ev, err := s.st.PutSandboxEvent(ctx, rec, hash, store.NewEvent{Type: EventCreated, Data: data})
+	if err != nil {
+		return err
+	}
+	s.cfg.Stored(ctx, ev)
 	return nil
 }
 
