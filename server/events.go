@@ -29,12 +29,15 @@ func (s *Server) emit(ctx context.Context, typ, sandboxID string, data any) {
 		s.log.Error("storing an event", "type", typ, "sandbox", sandboxID, "err", err)
 		return
 	}
-	s.eventStored(ctx, store.Event{})
+	s.wakeDispatcher()
 }
 
-// eventStored wakes the dispatcher for an event stored already: by emit, or by the lifecycle
-// with the record it is about (lifecycle.Config.Stored).
-func (s *Server) eventStored(context.Context, store.Event) {
+// eventStored is told of an event the lifecycle stored with the record it is about
+// (lifecycle.Config.Stored): the dispatcher has a delivery to make.
+func (s *Server) eventStored(context.Context, store.Event) { s.wakeDispatcher() }
+
+// wakeDispatcher tells the webhook dispatcher that deliveries may be due.
+func (s *Server) wakeDispatcher() {
 	select {
 	case s.wake <- struct{}{}:
 	default:

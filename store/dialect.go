@@ -248,9 +248,14 @@ func openPostgres(ctx context.Context, dsn string) (*conn, error) {
 	db.SetMaxIdleConns(16)
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
-		return nil, errorf(provider.CodeUnavailable, "store %s: cannot reach PostgreSQL: %v (is it running, and are the URL's host, user and password right?)", Redact(dsn), redactErr(err, dsn))
+		return nil, unreachable(dsn, err)
 	}
 	return &conn{DB: db, dialect: postgres}, nil
+}
+
+// unreachable is the error of a PostgreSQL database dsn names that could not be reached.
+func unreachable(dsn string, err error) error {
+	return errorf(provider.CodeUnavailable, "store %s: cannot reach PostgreSQL: %v (is it running, and are the URL's host, user and password right?)", Redact(dsn), redactErr(err, dsn))
 }
 
 // redactErr is err's message without dsn's password, should the driver quote it.

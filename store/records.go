@@ -194,11 +194,7 @@ func (s *Store) PutSandbox(ctx context.Context, sb Sandbox, tokenHash []byte) er
 // the same transaction: the record is never there without its event, however the server or
 // the database fails.
 func (s *Store) PutSandboxEvent(ctx context.Context, sb Sandbox, tokenHash []byte, ev NewEvent) (Event, error) {
-	stored, err := s.putSandbox(ctx, sb, tokenHash, &ev)
-	if err != nil {
-		return Event{}, err
-	}
-	return stored, nil
+	return s.putSandbox(ctx, sb, tokenHash, &ev)
 }
 
 func (s *Store) putSandbox(ctx context.Context, sb Sandbox, tokenHash []byte, event *NewEvent) (stored Event, err error) {

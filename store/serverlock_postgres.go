@@ -45,7 +45,7 @@ func lockPostgresServer(dsn string) (*pgServerLock, error) {
 	c, err := db.Conn(ctx)
 	if err != nil {
 		db.Close()
-		return nil, errorf(provider.CodeUnavailable, "store %s: cannot reach PostgreSQL: %v (is it running, and are the URL's host, user and password right?)", Redact(dsn), redactErr(err, dsn))
+		return nil, unreachable(dsn, err)
 	}
 	l := &pgServerLock{db: db, conn: c, dsn: dsn, done: make(chan struct{})}
 	var got bool
