@@ -411,17 +411,27 @@ func testEgress(t *testing.T, rt string) {
 		if ev.Type != "sandbox.egress_denied" || ev.Data.Destination == "" || ev.Data.Reason == "" {
 			t.Errorf("webhook delivery: %+v", ev)
 		}
-		var list struct {
-			Events []struct {
-				Data struct{ Destination, Kind, Reason, Address string }
+		// The server's egress loop makes the proxy's log into events as it reads it: the first
+		// delivery says it runs, not that it has read every denial yet. Each must be an event
+		// within the same 20 s.
+		wantDenied := []string{"b.test", "deny.w.test", "c.test", egNoName.String() + ":7000", egDenied.String() + ":7000"}
+		got := map[string]string{}
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			var list struct {
+				Events []struct {
+					Data struct{ Destination, Kind, Reason, Address string }
+				}
+			}
+			api.want(t, 200, &list, "GET", "/v1/events?type=sandbox.egress_denied&sandbox="+inst.ID(), nil)
+			got = map[string]string{}
+			for _, e := range list.Events {
+				got[e.Data.Destination] = e.Data.Reason
+			}
+			if !slices.ContainsFunc(wantDenied, func(d string) bool { return got[d] == "" }) || time.Now().After(deadline) {
+				break
 			}
 		}
-		api.want(t, 200, &list, "GET", "/v1/events?type=sandbox.egress_denied&sandbox="+inst.ID(), nil)
-		got := map[string]string{}
-		for _, e := range list.Events {
-			got[e.Data.Destination] = e.Data.Reason
-		}
-		for _, d := range []string{"b.test", "deny.w.test", "c.test", egNoName.String() + ":7000", egDenied.String() + ":7000"} {
+		for _, d := range wantDenied {
 			if got[d] == "" {
 				t.Errorf("no sandbox.egress_denied event for %s: %v", d, got)
 			}
