@@ -165,10 +165,21 @@ func Sign(secret string, timestamp int64, body []byte) string {
 // retries it after this.
 const deliveryLease = 30 * time.Second
 
-// deliverLoop sends due deliveries until ctx ends.
+// releaseInterval is how often a server on a shared store releases the deliveries that
+// servers which died had in flight.
+const releaseInterval = 2 * time.Second
+
+// deliverLoop sends due deliveries until ctx ends. Every server on a store delivers: each
+// claims its own.
 func (s *Server) deliverLoop(ctx context.Context) {
 	t := time.NewTicker(500 * time.Millisecond)
 	defer t.Stop()
+	var release <-chan time.Time
+	if s.st.Shared() {
+		rt := time.NewTicker(releaseInterval)
+		defer rt.Stop()
+		release = rt.C
+	}
 	for {
 		s.deliverDue(ctx)
 		select {
@@ -176,6 +187,12 @@ func (s *Server) deliverLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		case <-s.wake:
+		case <-release:
+			if n, err := s.st.ReleaseClaims(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("releasing the deliveries of servers that died", "err", err)
+			} else if n > 0 {
+				s.log.Info("resending webhook deliveries a server that died left in flight", "count", n)
+			}
 		}
 	}
 }

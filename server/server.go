@@ -57,6 +57,11 @@ const (
 type Config struct {
 	Provider provider.Provider
 	Store    *store.Store
+	// Claim is the server's claim on its store (store.LockServer), with which it shares a
+	// PostgreSQL store with other servers: its claims carry the claim's instance, and it runs
+	// the work done once per store (the reaper, the deadlines, the egress events) only while
+	// it leads. Nil: the server is the store's only one (an embedded server, a test).
+	Claim *store.ServerLock
 	// Logger receives one line per request and the server's own messages; nil discards.
 	Logger *slog.Logger
 	// BaseURL is the server's public URL (e.g. https://sandboxes.example.com or
@@ -190,15 +195,18 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.MaxBuildContextBytes <= 0 {
 		cfg.MaxBuildContextBytes = 1 << 30
 	}
+	if cfg.Claim != nil {
+		cfg.Store.SetInstance(cfg.Claim.Instance())
+	}
 	signer, err := cfg.Store.Setting(ctx, "url-signing-key", 32)
 	if err != nil {
 		return nil, err
 	}
-	// Snapshots a previous process was making when it died were not made.
+	// Snapshots a server that died was making were not made.
 	if err := cfg.Store.DropSnapshotReservations(ctx); err != nil {
 		return nil, err
 	}
-	// Deliveries a previous process had in flight when it died go out again now.
+	// Deliveries a server that died had in flight go out again now.
 	if n, err := cfg.Store.ReleaseClaims(ctx); err != nil {
 		return nil, err
 	} else if n > 0 {

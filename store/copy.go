@@ -35,6 +35,7 @@ var copyTables = []copyTable{
 	{name: "settings", order: "name"},
 	{name: "snapshots", order: "id"},
 	{name: "secrets", order: "seq", serial: "seq"},
+	{name: "locks", order: "name"},
 }
 
 // TableRows is how many rows Copy copied into a table.

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -51,8 +52,9 @@ func populate(t *testing.T, s *Store) populated {
 	must(err)
 	_, err = s.CreateWebhook(ctx, "http://127.0.0.1:1/only", []string{"sandbox.destroyed"})
 	must(err)
-	for _, typ := range []string{"sandbox.created", "sandbox.created", "sandbox.destroyed"} {
-		_, err := s.AddEvent(ctx, typ, "sb1", map[string]string{"x": "y"})
+	// Of three sandboxes: one sandbox's deliveries are claimed one at a time, in order.
+	for i, typ := range []string{"sandbox.created", "sandbox.created", "sandbox.destroyed"} {
+		_, err := s.AddEvent(ctx, typ, fmt.Sprint("sb", i+1), map[string]string{"x": "y"})
 		must(err)
 	}
 	ds, err := s.ClaimDeliveries(ctx, time.Now().Add(time.Second), time.Minute, 10)
@@ -63,6 +65,8 @@ func populate(t *testing.T, s *Store) populated {
 	must(s.DeliverySucceeded(ctx, ds[0].ID))
 	must(s.DeliveryFailed(ctx, ds[1].ID, "connection refused", now.Add(time.Minute)))
 	_, err = s.Setting(ctx, "signing", 32)
+	must(err)
+	_, err = s.Lock(ctx, "key user:1") // held by a server that died
 	must(err)
 	_, err = s.CreateSecret(ctx, k.ID, "GITHUB_TOKEN", "ghp_x", map[string]string{"m": "1"})
 	must(err)

@@ -65,6 +65,7 @@ type Store struct {
 	exposed string // see Exposed
 
 	recorded atomic.Uint64 // see Recorded
+	instance atomic.Int64  // see SetInstance
 
 	wakeMu sync.Mutex
 	wake   chan struct{} // see DeadlineChanged
@@ -311,6 +312,24 @@ ALTER TABLE sandboxes ADD COLUMN memory_dropped INTEGER NOT NULL DEFAULT 0;
 `,
 		postgres: `
 ALTER TABLE sandboxes ADD COLUMN memory_dropped BIGINT NOT NULL DEFAULT 0;
+`,
+	},
+	// 8: store-wide locks (Lock), which servers on one PostgreSQL database take to
+	// serialize get-or-create by key: held by a server's instance, void when it dies.
+	{
+		sqlite: `
+CREATE TABLE locks (
+	name        TEXT PRIMARY KEY,
+	instance    INTEGER NOT NULL,
+	acquired_at INTEGER NOT NULL
+);
+`,
+		postgres: `
+CREATE TABLE locks (
+	name        TEXT COLLATE "C" PRIMARY KEY,
+	instance    BIGINT NOT NULL,
+	acquired_at BIGINT NOT NULL
+);
 `,
 	},
 }

@@ -193,31 +193,48 @@ func TestOutbox(t *testing.T) {
 			t.Fatal(err)
 		}
 		now := time.Now()
+		// In order per sandbox and webhook: "all"'s second delivery waits for its first.
 		ds, err := s.ClaimDeliveries(ctx, now, time.Minute, 10)
-		if err != nil || len(ds) != 3 {
-			t.Fatalf("claimed %d, %v", len(ds), err)
+		if err != nil || len(ds) != 2 {
+			t.Fatalf("claimed %d, %v; want 2 (the second of sb1's events to %s waits)", len(ds), err, all.ID)
 		}
 		// Leased: not claimed again until the lease ends.
 		if again, _ := s.ClaimDeliveries(ctx, now, time.Minute, 10); len(again) != 0 {
 			t.Fatalf("claimed %d again within the lease", len(again))
 		}
-		if again, _ := s.ClaimDeliveries(ctx, now.Add(2*time.Minute), time.Minute, 10); len(again) != 3 {
+		if again, _ := s.ClaimDeliveries(ctx, now.Add(2*time.Minute), time.Minute, 10); len(again) != 2 {
 			t.Fatalf("claimed %d after the lease", len(again))
 		}
-		// A restarted server releases what a dead one had in flight.
-		if n, err := s.ReleaseClaims(ctx); err != nil || n != 3 {
+		// Its own claims are not a dead server's: nothing to release.
+		if n, err := s.ReleaseClaims(ctx); err != nil || n != 0 {
+			t.Fatalf("released %d of its own claims, %v", n, err)
+		}
+		// A restarted server (another instance) releases what a dead one had in flight.
+		s.SetInstance(s.Instance() + 1)
+		if n, err := s.ReleaseClaims(ctx); err != nil || n != 2 {
 			t.Fatalf("released %d, %v", n, err)
 		}
-		if again, _ := s.ClaimDeliveries(ctx, time.Now(), time.Minute, 10); len(again) != 3 {
+		if again, _ := s.ClaimDeliveries(ctx, time.Now(), time.Minute, 10); len(again) != 2 {
 			t.Fatalf("claimed %d after release", len(again))
 		}
 		for _, d := range ds {
 			if d.Webhook.ID == only.ID && d.Event.Type != "sandbox.destroyed" {
 				t.Errorf("filtered webhook got %s", d.Event.Type)
 			}
+			if d.Webhook.ID == all.ID && d.Event.Type != "sandbox.created" {
+				t.Errorf("webhook %s got %s before sandbox.created", all.ID, d.Event.Type)
+			}
 			if err := s.DeliverySucceeded(ctx, d.ID); err != nil {
 				t.Fatal(err)
 			}
+		}
+		// The first done, the second is claimed.
+		next, err := s.ClaimDeliveries(ctx, time.Now(), time.Minute, 10)
+		if err != nil || len(next) != 1 || next[0].Event.Type != "sandbox.destroyed" || next[0].Webhook.ID != all.ID {
+			t.Fatalf("after the first: claimed %+v, %v", next, err)
+		}
+		if err := s.DeliverySucceeded(ctx, next[0].ID); err != nil {
+			t.Fatal(err)
 		}
 		st, _ := s.Deliveries(ctx, all.ID)
 		if len(st) != 2 || !st[0].Delivered || !st[1].Delivered {

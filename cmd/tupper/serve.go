@@ -58,7 +58,8 @@ func newServeCmd() *cobra.Command {
 				return fmt.Errorf("--provider remote would serve another server's sandboxes; pick a provider on this host (local, docker)")
 			}
 			// First of all: a second server on this SQLite store stops here, before it
-			// starts a pool or touches the first one's records.
+			// starts a pool or touches the first one's records. On PostgreSQL, servers
+			// share the store, and this is where this one joins them.
 			spec := store.Spec(storeSpec, home)
 			claim, err := store.LockServer(spec)
 			if err != nil {
@@ -104,7 +105,7 @@ func newServeCmd() *cobra.Command {
 					return err
 				}
 			}
-			srv, err := server.New(ctx, server.Config{Provider: prov, Store: st, Logger: logger, Domain: domain, BaseURL: baseURL, Version: version,
+			srv, err := server.New(ctx, server.Config{Provider: prov, Store: st, Claim: claim, Logger: logger, Domain: domain, BaseURL: baseURL, Version: version,
 				AllowPrivateWebhooks: allowPrivateWebhooks,
 				// The flags' 0 is "none"; the Config's is "the default".
 				SnapshotExpiry:       noneIfZero(snapExpiry),

@@ -911,7 +911,8 @@ func (s *Service) forget(id string) {
 }
 
 // keyLocator makes the server's store the authority for get-or-create keys and serializes
-// them, so a key maps to exactly one sandbox on any provider.
+// them (within this server, and on a shared store with every other server by a store lock),
+// so a key maps to exactly one sandbox on any provider.
 type keyLocator struct {
 	s     *Service
 	keyID string
@@ -941,6 +942,14 @@ func (l keyLocator) Delete(ctx context.Context, key string) error {
 func (l keyLocator) WithLock(ctx context.Context, key string, fn func(context.Context) error) error {
 	unlock := l.s.lockKey(key)
 	defer unlock()
+	if l.s.st.Shared() {
+		// Other servers on the store make sandboxes by key too.
+		release, err := l.s.st.Lock(ctx, "key "+key)
+		if err != nil {
+			return err
+		}
+		defer release()
+	}
 	return fn(ctx)
 }
 
