@@ -46,6 +46,9 @@ func (s *Server) lead(ctx context.Context) {
 			}
 			cancel()
 			wg.Wait()
+			if ctx.Err() != nil {
+				return
+			}
 			continue
 		}
 		select {
