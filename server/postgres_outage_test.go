@@ -197,7 +197,9 @@ func TestPostgresGoesAway(t *testing.T) {
 	// The server takes its locks again (PostgreSQL's restart dropped their session; it
 	// checks every second): it leads the store again, and a second server joins beside it
 	// without taking the lead.
-	leads := func(c *child) bool { return strings.Contains(storeLeader(t, dsn), fmt.Sprintf("pid %d,", c.cmd.Process.Pid)) }
+	leads := func(c *child) bool {
+		return strings.Contains(storeLeader(t, dsn), fmt.Sprintf("pid %d,", c.cmd.Process.Pid))
+	}
 	for deadline := time.Now().Add(10 * time.Second); !leads(srv); time.Sleep(200 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the server does not lead its store again after PostgreSQL came back (leader: %q)", storeLeader(t, dsn))
