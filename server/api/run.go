@@ -25,6 +25,7 @@ type RunResult struct {
 	TimedOut   bool   `json:"timedOut"`
 	Aborted    bool   `json:"aborted,omitempty"`
 	Signal     string `json:"signal,omitempty"`
+	OOMKilled  bool   `json:"oomKilled,omitempty"` // the kernel's OOM killer ended it
 	Cwd        string `json:"cwd"`
 	Command    string `json:"command"`
 }
