@@ -40,7 +40,11 @@ func (s *Server) newMCP() (*mcpserver.HTTPHandler, error) {
 				// Through the lifecycle, as the API's DELETE: recorded, evented, and not
 				// taken for expired by a reconcile that sees it gone meanwhile.
 				Destroy: func(ctx context.Context, b *sandbox.Sandbox) error {
-					err := s.lc.Destroy(context.WithoutCancel(ctx), b.ID)
+					by := ""
+					if c != nil {
+						by = c.KeyID
+					}
+					err := s.lc.Destroy(context.WithoutCancel(ctx), b.ID, by)
 					b.Close()
 					return err
 				},

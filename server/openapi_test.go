@@ -104,7 +104,7 @@ func TestOpenAPIMatchesWireTypes(t *testing.T) {
 		"Health": api.Health{}, "Deadline": api.Deadline{}, "VolumeList": api.VolumeList{},
 		"BuildRequest": api.BuildRequest{}, "Build": api.Build{}, "BuildFailure": api.BuildFailure{},
 		"BuildLogEntry": api.BuildLogEntry{}, "BuildLogPage": api.BuildLogPage{}, "TemplateList": api.TemplateList{},
-		"SnapshotList": api.SnapshotList{}, "WebhookList": api.WebhookList{},
+		"SnapshotList": api.SnapshotList{}, "WebhookList": api.WebhookList{}, "SandboxEnd": api.End{},
 	} {
 		s, ok := doc.Components.Schemas[schema]
 		if !ok {

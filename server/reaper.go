@@ -173,7 +173,7 @@ func (s *Server) destroyAtDeadline(ctx context.Context, id string, deadline time
 		s.log.Warn("destroying a sandbox past its deadline", "sandbox", id, "err", err)
 		return
 	}
-	s.lc.Gone(ctx, id, EventTimedOut, map[string]any{"deadline": deadline.UTC()})
+	s.lc.Gone(ctx, id, EventTimedOut, store.End{Reason: store.EndTimeout}, map[string]any{"deadline": deadline.UTC()})
 }
 
 // deadlineGrace is how long past its deadline the server leaves a sandbox to its provider
@@ -219,7 +219,7 @@ func (s *Server) Reconcile(ctx context.Context) error {
 				continue // the request destroying it records it
 			}
 			if missedBefore[rec.ID] {
-				s.lc.Gone(ctx, rec.ID, EventExpired, nil)
+				s.lc.Expired(ctx, rec.ID)
 			} else {
 				s.missingMu.Lock()
 				s.missing[rec.ID] = true

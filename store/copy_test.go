@@ -46,7 +46,7 @@ func populate(t *testing.T, s *Store) populated {
 	must(s.ExposePort(ctx, "sb1", 8080, true))
 	must(s.ExposePort(ctx, "sb1", 9000, false))
 	must(s.PutSandbox(ctx, Sandbox{ID: "sb2", Provider: "memory", CreatedAt: now}, Hash(NewToken())))
-	_, err = s.MarkDestroyed(ctx, "sb2")
+	_, err = s.MarkDestroyed(ctx, "sb2", End{Reason: EndTimeout})
 	must(err)
 	_, err = s.CreateWebhook(ctx, "http://127.0.0.1:1/all", nil)
 	must(err)

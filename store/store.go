@@ -332,6 +332,20 @@ CREATE TABLE locks (
 );
 `,
 	},
+	// 9: why a sandbox ended (End): its reason, who destroyed it (an API key id) and what
+	// went wrong. Sandboxes that ended before it have none ('').
+	{
+		sqlite: `
+ALTER TABLE sandboxes ADD COLUMN end_reason TEXT NOT NULL DEFAULT '';
+ALTER TABLE sandboxes ADD COLUMN end_by TEXT NOT NULL DEFAULT '';
+ALTER TABLE sandboxes ADD COLUMN end_message TEXT NOT NULL DEFAULT '';
+`,
+		postgres: `
+ALTER TABLE sandboxes ADD COLUMN end_reason TEXT COLLATE "C" NOT NULL DEFAULT '';
+ALTER TABLE sandboxes ADD COLUMN end_by TEXT COLLATE "C" NOT NULL DEFAULT '';
+ALTER TABLE sandboxes ADD COLUMN end_message TEXT COLLATE "C" NOT NULL DEFAULT '';
+`,
+	},
 }
 
 // rotateSecretsVersion is the migration that replaces the secrets of stores made by older

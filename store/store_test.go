@@ -130,12 +130,28 @@ func TestSandboxesAndTokens(t *testing.T) {
 		if got, err := s.SandboxByKey(ctx, "user:1"); err != nil || got.ID != "sb1" || got.Labels["a"] != "b" {
 			t.Fatalf("by key = %+v, %v", got, err)
 		}
-		live, err := s.MarkDestroyed(ctx, "sb1")
+		live, err := s.MarkDestroyed(ctx, "sb1", End{Reason: EndDestroyed, By: "key_1"})
 		if err != nil || !live {
 			t.Fatalf("destroy = %v, %v", live, err)
 		}
-		if live, _ := s.MarkDestroyed(ctx, "sb1"); live {
+		if live, _ := s.MarkDestroyed(ctx, "sb1", End{Reason: EndTimeout}); live {
 			t.Fatal("second destroy reported live")
+		}
+		// The first reason is kept, with who destroyed it.
+		ended, err := s.EndedSandboxes(ctx, 10)
+		if err != nil || len(ended) != 1 || ended[0].ID != "sb1" || ended[0].DestroyedAt.IsZero() ||
+			ended[0].End != (End{Reason: EndDestroyed, By: "key_1"}) {
+			t.Fatalf("ended = %+v, %v", ended, err)
+		}
+		// A record put again (the same id made again) is live, without the old reason.
+		if err := s.PutSandbox(ctx, sb, nil); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.Sandbox(ctx, "sb1"); err != nil || got.End != (End{}) {
+			t.Fatalf("put again = %+v, %v", got, err)
+		}
+		if live, _ := s.MarkDestroyed(ctx, "sb1", End{Reason: EndError, Message: "its init exited"}); !live {
+			t.Fatal("destroy of the record put again reported not live")
 		}
 		if _, err := s.SandboxForToken(ctx, tok); !errors.Is(err, provider.CodeUnauthorized) {
 			t.Fatalf("token of a destroyed sandbox: %v", err)

@@ -198,6 +198,17 @@ type Sandbox struct {
 	// Restarts are the times the provider found the sandbox stopped by one of its limits
 	// and booted it again on its files, with why, oldest first (provider.Info.Restarts).
 	Restarts []Restart `json:"restarts,omitempty"`
+	// EndedAt and End are set on a sandbox that ended (listed with ?all=true): when, and why.
+	EndedAt time.Time `json:"endedAt,omitzero"`
+	End     *End      `json:"end,omitempty"`
+}
+
+// End is why a sandbox ended: Reason is destroyed (By: the API key id that destroyed it),
+// timeout, idle, oom_killed, node_lost or error (Message says more). docs/sandboxes.md.
+type End struct {
+	Reason  string `json:"reason"`
+	By      string `json:"by,omitempty"`
+	Message string `json:"message,omitempty"`
 }
 
 // RestartsOf is a provider's restarts of a sandbox on the wire (times in UTC); nil for none.

@@ -1319,6 +1319,23 @@ export interface components {
                 at: string;
                 reason: string;
             }[];
+            /**
+             * Format: date-time
+             * @description when the sandbox ended (listed with all=true)
+             */
+            endedAt?: string;
+            end?: components["schemas"]["SandboxEnd"];
+        };
+        /** @description why a sandbox ended (docs/sandboxes.md) */
+        SandboxEnd: {
+            /**
+             * @description destroyed: a client destroyed it (by); timeout: its deadline passed; idle: its idle timeout passed; oom_killed: the kernel's OOM killer ended its init; node_lost: the machine it ran on was lost (reserved for the cluster); error: it stopped by itself otherwise (message). Empty for a sandbox that ended before the server recorded reasons.
+             * @enum {string}
+             */
+            reason: "destroyed" | "timeout" | "idle" | "oom_killed" | "node_lost" | "error";
+            /** @description the id of the API key that destroyed it */
+            by?: string;
+            message?: string;
         };
         SandboxList: {
             sandboxes: components["schemas"]["Sandbox"][];
@@ -1344,6 +1361,8 @@ export interface components {
             timedOut: boolean;
             aborted?: boolean;
             signal?: string;
+            /** @description the kernel's OOM killer ended the command: the sandbox reached its memory limit (exitCode 137, signal SIGKILL) */
+            oomKilled?: boolean;
             cwd: string;
             command: string;
         };
@@ -1369,6 +1388,8 @@ export interface components {
             data?: string;
             exitCode?: number;
             signal?: string;
+            /** @description on exit: the kernel's OOM killer ended the command (exitCode 137, signal SIGKILL) */
+            oomKilled?: boolean;
             pid?: number;
             code?: components["schemas"]["ErrorCode"];
             message?: string;
@@ -2029,6 +2050,8 @@ export interface operations {
                 /** @description KEY=VALUE; repeat to require several */
                 label?: string[];
                 key?: string;
+                /** @description also list the sandboxes that ended (the latest 100), with endedAt and end */
+                all?: boolean;
             };
             header?: never;
             path?: never;
