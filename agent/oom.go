@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/tupper-dev/tupper/agent/spec/process"
 )
 
@@ -15,9 +17,9 @@ import (
 // REST API turn it into their own oom_killed.
 const OOMKilledError = "oom_killed"
 
-// A command killed by SIGKILL while the sandbox's memory cgroup counted an OOM kill was
-// killed by the kernel's OOM killer: nothing else tells the parent of a SIGKILLed process
-// who sent it. The agent reads the count when each command starts and when it ends. Under
+// A command killed by SIGKILL (or a shell that exited 137 because its child was) while the
+// sandbox's memory cgroup counted an OOM kill was killed by the kernel's OOM killer: nothing
+// else tells the parent of a SIGKILLed process who sent it. The agent reads the count when each command starts and when it ends. Under
 // runc and crun the sandbox's own memory cgroup is mounted read-only at /sys/fs/cgroup
 // (memory.oom_control's oom_kill on cgroup v1, memory.events' on v2). Under runsc the
 // host's OOM killer ends the whole sandbox instead, which the provider reports (a command
@@ -75,6 +77,12 @@ func readOOMKills(path string) (int64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// killed reports whether a process ended by SIGKILL, or exited with 137 as a shell does
+// whose command SIGKILL ended (sh -c 'a | b', the usual command).
+func killed(ws unix.WaitStatus) bool {
+	return ws.Signaled() && ws.Signal() == unix.SIGKILL || ws.Exited() && ws.ExitStatus() == 128+int(unix.SIGKILL)
 }
 
 // markOOMKilled says in end that the OOM killer ended the process: its status stays envd's

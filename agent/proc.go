@@ -411,7 +411,7 @@ func (a *Agent) wait(p *proc, std *stdio, exited <-chan unix.WaitStatus) {
 	}
 	p.closeStdin()
 	end := endEvent(ws)
-	if ws.Signaled() && ws.Signal() == unix.SIGKILL && oomKills() > p.oomBefore {
+	if killed(ws) && oomKills() > p.oomBefore {
 		markOOMKilled(end)
 	}
 	a.end(p, end)

@@ -129,3 +129,64 @@ func (p *Provider) pruneEnded(now time.Time) {
 		}
 	}
 }
+
+// Exec is the agent's (agentinst.Agent.Exec), except for a command whose whole sandbox the
+// host's OOM killer ended, which only happens under runsc (the sentry holds all of the
+// sandbox's memory): its connection to the agent breaks, and rather than that error it is
+// reported as what it is, a command the OOM killer ended (137, SIGKILL, OOMKilled), once the
+// sandbox has come back on its files (revive.go) or ended as oom_killed. Under runc and crun
+// the agent itself tells an OOM kill (agent/oom.go). A sandbox that had stopped before the
+// command started fails it as before.
+func (i *Instance) Exec(ctx context.Context, req provider.ExecRequest) (provider.ExecResult, error) {
+	if req.Detach || i.runtime() != RuntimeRunsc {
+		return i.Agent.Exec(ctx, req)
+	}
+	start := time.Now()
+	if rec, err := i.p.lay.readRecord(i.id); err != nil || !alive(rec) {
+		return i.Agent.Exec(ctx, req)
+	}
+	res, err := i.Agent.Exec(ctx, req)
+	if err == nil || ctx.Err() != nil {
+		return res, err
+	}
+	if i.p.stoppedByOOM(ctx, i.id, start) {
+		return provider.ExecResult{ExitCode: 128 + int(unix.SIGKILL), Signal: "SIGKILL", OOMKilled: true}, nil
+	}
+	return res, err
+}
+
+func (i *Instance) runtime() string {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.rec.Runtime
+}
+
+// sentryExitWait bounds how long stoppedByOOM waits for a sentry the OOM killer chose to
+// be gone.
+const sentryExitWait = 5 * time.Second
+
+// stoppedByOOM reports whether runsc sandbox id stopped at its memory limit since since: it
+// came back from that (a restart since then says so) or ended of it. A call failing as the
+// sentry dies can see it alive still: it waits for the sentry to be gone (or not) first.
+func (p *Provider) stoppedByOOM(ctx context.Context, id string, since time.Time) bool {
+	rec, err := p.lay.readRecord(id)
+	if err == nil && oomKillCount(id) == 0 && len(rec.Restarts) == 0 {
+		return false // nothing was OOM-killed: not this
+	}
+	for deadline := time.Now().Add(sentryExitWait); err == nil && alive(rec) && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		rec, err = p.lay.readRecord(id)
+	}
+	if err == nil {
+		p.reviveDead(ctx, id)
+		if rec, err = p.lay.readRecord(id); err == nil {
+			for _, r := range rec.Restarts {
+				if !r.At.Before(since.Truncate(time.Millisecond)) && strings.Contains(r.Reason, "memory limit") {
+					return true
+				}
+			}
+		}
+	}
+	end, ok := p.EndOf(ctx, id)
+	return ok && end.Reason == "oom_killed"
+}
