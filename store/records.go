@@ -355,7 +355,12 @@ func (s *Store) SandboxByKey(ctx context.Context, key string) (Sandbox, error) {
 
 // Sandboxes lists the live sandboxes, oldest first.
 func (s *Store) Sandboxes(ctx context.Context) ([]Sandbox, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE destroyed_at IS NULL ORDER BY created_at, id`)
+	return s.sandboxes(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE destroyed_at IS NULL ORDER BY created_at, id`)
+}
+
+// sandboxes runs query, which selects sandboxCols, and scans its rows.
+func (s *Store) sandboxes(ctx context.Context, query string, args ...any) ([]Sandbox, error) {
+	rows, err := s.db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, dbErr(err)
 	}
@@ -374,21 +379,8 @@ func (s *Store) Sandboxes(ctx context.Context) ([]Sandbox, error) {
 // EndedSandboxes lists the records of sandboxes that ended, the latest to end first, at most
 // limit of them.
 func (s *Store) EndedSandboxes(ctx context.Context, limit int) ([]Sandbox, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE destroyed_at IS NOT NULL
+	return s.sandboxes(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE destroyed_at IS NOT NULL
 		ORDER BY destroyed_at DESC, id LIMIT ?`, limit)
-	if err != nil {
-		return nil, dbErr(err)
-	}
-	defer rows.Close()
-	var out []Sandbox
-	for rows.Next() {
-		sb, err := scanSandbox(rows)
-		if err != nil {
-			return nil, dbErr(err)
-		}
-		out = append(out, sb)
-	}
-	return out, dbErr(rows.Err())
 }
 
 // MarkDestroyed records that a sandbox is gone, and why, and drops its tokens. It reports

@@ -333,17 +333,20 @@ CREATE TABLE locks (
 `,
 	},
 	// 9: why a sandbox ended (End): its reason, who destroyed it (an API key id) and what
-	// went wrong. Sandboxes that ended before it have none ('').
+	// went wrong. Sandboxes that ended before it have none (''). The index serves the latest
+	// to end (EndedSandboxes).
 	{
 		sqlite: `
 ALTER TABLE sandboxes ADD COLUMN end_reason TEXT NOT NULL DEFAULT '';
 ALTER TABLE sandboxes ADD COLUMN end_by TEXT NOT NULL DEFAULT '';
 ALTER TABLE sandboxes ADD COLUMN end_message TEXT NOT NULL DEFAULT '';
+CREATE INDEX sandboxes_ended ON sandboxes(destroyed_at) WHERE destroyed_at IS NOT NULL;
 `,
 		postgres: `
 ALTER TABLE sandboxes ADD COLUMN end_reason TEXT COLLATE "C" NOT NULL DEFAULT '';
 ALTER TABLE sandboxes ADD COLUMN end_by TEXT COLLATE "C" NOT NULL DEFAULT '';
 ALTER TABLE sandboxes ADD COLUMN end_message TEXT COLLATE "C" NOT NULL DEFAULT '';
+CREATE INDEX sandboxes_ended ON sandboxes(destroyed_at) WHERE destroyed_at IS NOT NULL;
 `,
 	},
 }
