@@ -50,8 +50,9 @@ func (p *Provider) EndOf(ctx context.Context, id string) (provider.End, bool) {
 // endCause says why dead sandbox rec ended: its deadline, its agent's idle timeout (which
 // the agent writes in its run directory, endedAsTold), the OOM killer (its memory cgroup
 // counted a kill and its init is gone: under runsc the sentry, which the host's OOM killer
-// ends; under runc and crun the agent, whose OOM score the host sets lowest, so in practice
-// only once a command raised it), or else its init's exit.
+// ends; under runc and crun the agent, which the host ranks below every command, so in
+// practice only once a command raised its score or none is left to kill), or else its init's
+// exit.
 func (p *Provider) endCause(rec *record, now time.Time) provider.End {
 	if !rec.Deadline.IsZero() && now.After(rec.Deadline) {
 		return provider.End{Reason: "timeout"}
