@@ -150,6 +150,11 @@ func (i *Instance) Exec(ctx context.Context, req provider.ExecRequest) (provider
 	if err == nil || ctx.Err() != nil {
 		return res, err
 	}
+	// A dead sentry breaks the stream (provider, unavailable) or is found stopped (not
+	// found); any other failure (a paused sandbox, a bad request) is not this.
+	if c := provider.CodeOf(err); c != provider.CodeProvider && c != provider.CodeUnavailable && c != provider.CodeNotFound {
+		return res, err
+	}
 	if i.p.stoppedByOOM(ctx, i.id, start) {
 		return provider.ExecResult{ExitCode: 128 + int(unix.SIGKILL), Signal: "SIGKILL", OOMKilled: true}, nil
 	}
