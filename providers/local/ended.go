@@ -68,7 +68,7 @@ func (p *Provider) endCause(rec *record, now time.Time) provider.End {
 	}
 	if n := oomKillCount(rec.ID); n > 0 {
 		return provider.End{Reason: "oom_killed", Message: "it reached its memory limit (" + strconv.Itoa(rec.MemoryMB) +
-			" MB) and the kernel's OOM killer ended its init (" + strconv.FormatInt(n, 10) + " OOM kills in the sandbox)"}
+			" MB) and the kernel's OOM killer ended its init (OOM kills in its memory cgroup: " + strconv.FormatInt(n, 10) + ")"}
 	}
 	if rec.Runtime == RuntimeRunsc && cgroupCounter(filepath.Join(pidsV1Root, "tupper", rec.ID, "pids.events"), "max") > 0 {
 		return provider.End{Reason: "error", Message: "its processes reached the pids limit (" + strconv.FormatInt(rec.Pids, 10) +
