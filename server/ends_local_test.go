@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/tupper-dev/tupper/sandbox"
 	"github.com/tupper-dev/tupper/server/api"
 	"github.com/tupper-dev/tupper/server/servertest"
+	"github.com/tupper-dev/tupper/store"
 )
 
 // TestOOMKilledOverREST: a command the kernel's OOM killer ends in a real sandbox (runc) is
@@ -56,6 +58,19 @@ func TestOOMKilledOverREST(t *testing.T) {
 	const hog = "head -c 1024m /dev/zero | tail > /dev/null"
 	if code := do("POST", "/v1/sandboxes/"+sb.ID+"/run", map[string]any{"command": hog}, &res); code != 200 || !res.OOMKilled || res.ExitCode != 137 || res.OK {
 		t.Errorf("REST run of the hog: %d %+v; want oomKilled, 137", code, res)
+	}
+	// A background process: its wait result, and the process.exited event.
+	var proc api.Process
+	if code := do("POST", "/v1/sandboxes/"+sb.ID+"/processes", map[string]any{"command": "exec tail /dev/zero", "name": "hog"}, &proc); code != 200 && code != 201 {
+		t.Fatalf("start the hog: %d", code)
+	}
+	var wr api.WaitResult
+	if code := do("POST", "/v1/sandboxes/"+sb.ID+"/processes/hog/wait", map[string]any{"timeoutMs": 60000}, &wr); code != 200 || wr.Status != "exited" || !wr.OOMKilled || wr.ExitCode == nil || *wr.ExitCode != 137 {
+		t.Errorf("REST wait of the hog: %d %+v; want exited, oomKilled, 137", code, wr)
+	}
+	evs, err := srv.Store.Events(ctx, store.EventFilter{SandboxID: sb.ID, Type: "process.exited"})
+	if err != nil || len(evs) != 1 || !strings.Contains(string(evs[0].Data), `"oomKilled":true`) {
+		t.Errorf("process.exited events: %+v, %v; want one with oomKilled", evs, err)
 	}
 
 	// The Go SDK through the server: providers/remote's exec is the NDJSON exec stream.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/sandbox"
 )
 
 // hog allocates far past the test sandboxes' memory limit: tail keeps a whole line, and
@@ -56,6 +57,26 @@ func TestCommandOOMKilled(t *testing.T) {
 		}
 		if res, err := inst.Exec(ctx, provider.ExecRequest{Command: "exit 3"}); err != nil || res.OOMKilled || res.ExitCode != 3 {
 			t.Errorf("exit 3: %+v, %v", res, err)
+		}
+		// A background process too (the SDK's wrapper shell reads the count around it).
+		box, err := sandbox.Connect(ctx, p, inst.ID(), sandbox.ConnectOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer box.Close()
+		for _, c := range []struct {
+			cmd string
+			oom bool
+		}{{hog, true}, {"kill -9 $$", false}} {
+			settled(t, inst.ID())
+			proc, err := box.Start(ctx, c.cmd, sandbox.StartOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			es, err := proc.Wait(ctx)
+			if err != nil || es.ExitCode != 137 || es.OOMKilled != c.oom {
+				t.Errorf("background %q: %+v, %v; want 137, OOM-killed %v", c.cmd, es, err, c.oom)
+			}
 		}
 		if _, ok := p.EndOf(ctx, inst.ID()); ok {
 			t.Errorf("a live sandbox has an end")

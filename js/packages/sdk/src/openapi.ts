@@ -1470,6 +1470,8 @@ export interface components {
             status: "running" | "exited";
             exitCode?: number;
             signal?: string;
+            /** @description the kernel's OOM killer ended the process: the sandbox reached its memory limit (exitCode 137) */
+            oomKilled?: boolean;
         };
         Path: {
             path: string;
