@@ -36,6 +36,7 @@ var copyTables = []copyTable{
 	{name: "snapshots", order: "id"},
 	{name: "secrets", order: "seq", serial: "seq"},
 	{name: "locks", order: "name"},
+	{name: "audit", order: "id", serial: "id"},
 }
 
 // TableRows is how many rows Copy copied into a table.

@@ -21,8 +21,8 @@ type populated struct {
 
 // populate puts rows in every table of s: keys (one revoked), sandboxes (one destroyed) with
 // tokens and ports, webhooks, events and their deliveries (delivered, failed, waiting),
-// settings, secrets (the last deleted, so that its counter is past the largest left) and
-// snapshots.
+// settings, secrets (the last deleted, so that its counter is past the largest left),
+// snapshots and audit entries.
 func populate(t *testing.T, s *Store) populated {
 	t.Helper()
 	ctx := context.Background()
@@ -76,6 +76,8 @@ func populate(t *testing.T, s *Store) populated {
 	id, err := s.ReserveSnapshot(ctx, Snapshot{SandboxID: "sb1", APIKeyID: k.ID, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}, SnapshotQuota{PerSandbox: -1, PerKey: -1})
 	must(err)
 	must(s.SetSnapshotID(ctx, id, "snap1"))
+	must(s.AppendAudit(ctx, AuditEntry{Via: "key", KeyID: k.ID, API: "rest", Action: "sandbox.create", Target: "sb1", Result: "ok", Status: 201},
+		AuditEntry{Via: "token", KeyOf: "sb1", API: "e2b", Action: "sandbox.exec", Target: "sb1", Result: "ok", Status: 200}))
 	return populated{key: secret, revokedKey: revoked, token: tok}
 }
 
