@@ -18,6 +18,7 @@ import (
 
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/server/api"
+	"github.com/tupper-dev/tupper/server/internal/audit"
 	"github.com/tupper-dev/tupper/store"
 )
 
@@ -47,17 +48,11 @@ func (s *Server) wakeDispatcher() {
 func eventFilter(r *http.Request) (store.EventFilter, error) {
 	q := r.URL.Query()
 	f := store.EventFilter{SandboxID: q.Get("sandbox"), Type: q.Get("type"), After: q.Get("after")}
-	if v := q.Get("since"); v != "" {
-		t, err := time.Parse(time.RFC3339Nano, v)
-		if err != nil {
-			ms, err2 := strconv.ParseInt(v, 10, 64)
-			if err2 != nil {
-				return f, badRequest("since=%q is not an RFC 3339 time or unix milliseconds", v)
-			}
-			t = time.UnixMilli(ms)
-		}
-		f.Since = t
+	since, err := queryTime(r, "since")
+	if err != nil {
+		return f, err
 	}
+	f.Since = since
 	limit, err := queryInt(r, "limit", 0)
 	if err != nil {
 		return f, err
@@ -128,6 +123,7 @@ func (s *Server) createWebhook(w http.ResponseWriter, r *http.Request, _ *caller
 		writeError(w, err)
 		return
 	}
+	audit.SetTarget(r.Context(), h.ID)
 	writeJSON(w, http.StatusCreated, api.Webhook{ID: h.ID, URL: h.URL, Events: h.Events, Secret: h.Secret, CreatedAt: h.CreatedAt})
 }
 

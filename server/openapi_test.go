@@ -105,6 +105,7 @@ func TestOpenAPIMatchesWireTypes(t *testing.T) {
 		"BuildRequest": api.BuildRequest{}, "Build": api.Build{}, "BuildFailure": api.BuildFailure{},
 		"BuildLogEntry": api.BuildLogEntry{}, "BuildLogPage": api.BuildLogPage{}, "TemplateList": api.TemplateList{},
 		"SnapshotList": api.SnapshotList{}, "WebhookList": api.WebhookList{}, "SandboxEnd": api.End{},
+		"AuditEntry": api.AuditEntry{}, "AuditList": api.AuditList{},
 	} {
 		s, ok := doc.Components.Schemas[schema]
 		if !ok {

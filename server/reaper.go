@@ -72,6 +72,11 @@ func (s *Server) reapLoop(ctx context.Context) {
 		if err := s.st.DropSnapshotReservations(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("dropping the snapshot reservations of servers that died", "err", err)
 		}
+		if s.cfg.AuditRetention > 0 {
+			if _, err := s.st.PruneAudit(ctx, time.Now().Add(-s.cfg.AuditRetention)); err != nil && ctx.Err() == nil {
+				s.log.Warn("deleting audit entries past their retention", "err", err)
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return

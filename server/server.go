@@ -37,6 +37,7 @@ import (
 	"github.com/tupper-dev/tupper/sandbox"
 	"github.com/tupper-dev/tupper/server/builds"
 	"github.com/tupper-dev/tupper/server/e2b"
+	"github.com/tupper-dev/tupper/server/internal/audit"
 	"github.com/tupper-dev/tupper/server/lifecycle"
 	"github.com/tupper-dev/tupper/store"
 )
@@ -117,6 +118,10 @@ type Config struct {
 	// 200,000 files; ConcurrentBuilds run at once (0: 1), the others queue.
 	MaxBuildContextBytes int64
 	ConcurrentBuilds     int
+
+	// AuditRetention is how long the audit log keeps an entry (0: DefaultAuditRetention;
+	// negative: for ever); the reaper deletes older ones.
+	AuditRetention time.Duration
 }
 
 // Server serves the API. Create it with New, serve Handler, and call Run for the background
@@ -155,6 +160,8 @@ type Server struct {
 	boxMCP   map[string]*mcpserver.HTTPHandler
 
 	previews *http.Transport // the preview proxy's, over Sandbox.DialPort
+
+	audit *audit.Recorder // the audit log's writer (audit.go)
 }
 
 // New builds a server.
@@ -184,6 +191,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	cfg.SnapshotsPerSandbox = cmp.Or(cfg.SnapshotsPerSandbox, DefaultSnapshotsPerSandbox)
 	cfg.SnapshotsPerKey = cmp.Or(cfg.SnapshotsPerKey, DefaultSnapshotsPerKey)
 	cfg.VolumesTotalMB = cmp.Or(cfg.VolumesTotalMB, DefaultVolumesTotalMB)
+	cfg.AuditRetention = cmp.Or(cfg.AuditRetention, DefaultAuditRetention)
 	cfg.BaseURL = strings.TrimSuffix(cfg.BaseURL, "/")
 	if u, err := url.Parse(cfg.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
 		return nil, provider.Errorf(provider.CodeInvalidArgument, "server: BaseURL %q is not the server's absolute http or https URL", cfg.BaseURL)
@@ -227,6 +235,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.previews = s.newPreviewTransport()
+	s.audit = audit.New(s.st, s.log)
 	if s.mcp, err = s.newMCP(); err != nil {
 		return nil, err
 	}
@@ -240,7 +249,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.mux.Handle(pattern, s.wrap(rt))
 	}
 	if s.e2b, err = e2b.New(ctx, e2b.Config{Provider: s.prov, Store: s.st, Logger: s.log, Domain: cfg.Domain, Lifecycle: s.lc,
-		Builds: s.builds, BaseURL: cfg.BaseURL, MaxUploadBytes: cfg.MaxBuildContextBytes}); err != nil {
+		Builds: s.builds, BaseURL: cfg.BaseURL, MaxUploadBytes: cfg.MaxBuildContextBytes, Audit: s.audit}); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -323,7 +332,9 @@ func (s *Server) Close() error {
 	s.closeMCP()
 	s.builds.Close()
 	s.previews.CloseIdleConnections()
-	return s.lc.Close()
+	err := s.lc.Close()
+	s.audit.Close()
+	return err
 }
 
 // Capabilities is what the server can do for a client: what its provider can do
@@ -428,6 +439,10 @@ func (s *Server) wrap(rt route) http.Handler {
 				return
 			}
 			httpdeadline.LiftRead(w)
+		}
+		if action := auditAction(rt); action != "" {
+			s.audit.Wrap(w, r, "rest", action, auditCaller(c), func(w http.ResponseWriter, r *http.Request) { rt.h(w, r, c) })
+			return
 		}
 		rt.h(w, r, c)
 	})

@@ -367,3 +367,25 @@ type Health struct {
 type Deadline struct {
 	Deadline time.Time `json:"deadline"`
 }
+
+// AuditEntry is one entry of the audit log (GET /v1/audit): a call that changed something.
+// It names who made it and what it touched, never a key, a secret, a request's body or a
+// command's output.
+type AuditEntry struct {
+	ID     int64     `json:"id"`
+	Time   time.Time `json:"time"`
+	KeyID  string    `json:"keyId,omitempty"`
+	Via    string    `json:"via"`
+	Source string    `json:"source,omitempty"`
+	API    string    `json:"api"`
+	Action string    `json:"action"`
+	Target string    `json:"target,omitempty"`
+	Result string    `json:"result"`
+	Status int       `json:"status,omitempty"`
+}
+
+// AuditList is the answer of GET /v1/audit, oldest first: page on with after set to the last
+// entry's id.
+type AuditList struct {
+	Entries []AuditEntry `json:"entries"`
+}

@@ -62,7 +62,7 @@ func (s *Server) controlMux() *router {
 				return
 			}
 			httpdeadline.LiftRead(w)
-			fn(w, r, keyID)
+			s.recordKey(pattern, keyID, w, r, func(w http.ResponseWriter, r *http.Request) { fn(w, r, keyID) })
 		})
 	}
 	m.handle("GET /health", func(w http.ResponseWriter, r *http.Request) {

@@ -17,6 +17,7 @@ import (
 	"github.com/tupper-dev/tupper/egress"
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
+	"github.com/tupper-dev/tupper/server/internal/audit"
 	"github.com/tupper-dev/tupper/store"
 )
 
@@ -151,6 +152,9 @@ func (s *Server) createSecret(w http.ResponseWriter, r *http.Request, keyID stri
 		return
 	}
 	sec, err := s.st.CreateSecret(r.Context(), keyID, name, value, req.Metadata)
+	if err == nil {
+		audit.SetTarget(r.Context(), sec.ID) // its id: never its name or value
+	}
 	if err != nil {
 		writeError(w, err)
 		return

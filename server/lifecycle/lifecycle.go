@@ -27,6 +27,7 @@ import (
 
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
+	"github.com/tupper-dev/tupper/server/internal/audit"
 	"github.com/tupper-dev/tupper/store"
 )
 
@@ -292,6 +293,8 @@ func (s *Service) Create(ctx context.Context, opts CreateOptions) (*Created, err
 		return nil, err
 	}
 	keep = true
+	// Whichever API asked, its audit entry names the sandbox (or the one a key found again).
+	audit.SetTarget(ctx, b.ID)
 	out.Box = Box{Sandbox: s.remember(b), Record: rec, Info: info}
 	return out, nil
 }
