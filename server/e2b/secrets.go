@@ -152,13 +152,11 @@ func (s *Server) createSecret(w http.ResponseWriter, r *http.Request, keyID stri
 		return
 	}
 	sec, err := s.st.CreateSecret(r.Context(), keyID, name, value, req.Metadata)
-	if err == nil {
-		audit.SetTarget(r.Context(), sec.ID) // its id: never its name or value
-	}
 	if err != nil {
 		writeError(w, err)
 		return
 	}
+	audit.SetTarget(r.Context(), sec.ID) // its id: never its name or value
 	writeJSON(w, http.StatusCreated, toSecretJSON(sec))
 }
 

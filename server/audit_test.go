@@ -1,0 +1,311 @@
+//go:build linux
+
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/tupper-dev/tupper/internal/testenv"
+	"github.com/tupper-dev/tupper/server"
+	"github.com/tupper-dev/tupper/server/api"
+	"github.com/tupper-dev/tupper/server/servertest"
+	"github.com/tupper-dev/tupper/store"
+)
+
+// send makes one request with headers hdr and returns its status and body.
+func sendReq(t *testing.T, method, url string, body io.Reader, hdr map[string]string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+// TestAuditLog drives a workload through every API — REST with a key and with a sandbox
+// token, E2B's control and data planes, MCP, a signed URL — and checks that the audit log
+// names each change with its key, source, action, target and result, that its filters
+// select them, and that no secret, file contents, command line, command output, env value
+// or credential of the workload is anywhere in it.
+func TestAuditLog(t *testing.T) {
+	prov := servertest.Provider(t, 53)
+	dir := t.TempDir()
+	srv := servertest.Start(t, prov, dir, func(c *server.Config) { c.AllowPrivateWebhooks = true })
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	key, err := srv.Store.AuthenticateKey(ctx, srv.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mark := fmt.Sprint(time.Now().UnixNano())
+	var (
+		secretValue = "secretvalue-" + mark
+		fileContent = "filecontent-" + mark
+		envValue    = "envvalue-" + mark
+		cmdLine     = "cmdline-" + mark // the command prints it in upper case: output differs
+	)
+	bearer := map[string]string{"Authorization": "Bearer " + srv.Key, "Content-Type": "application/json"}
+	jsonBody := func(v any) io.Reader { b, _ := json.Marshal(v); return bytes.NewReader(b) }
+
+	// REST: create, exec, files with the key and with the sandbox's token.
+	var sb api.Sandbox
+	st, b := sendReq(t, "POST", srv.URL+"/v1/sandboxes", jsonBody(map[string]any{"env": map[string]string{"AUDIT_ENV": envValue}}), bearer)
+	if st != http.StatusCreated || json.Unmarshal(b, &sb) != nil || sb.Token == "" {
+		t.Fatalf("create: %d %s", st, b)
+	}
+	defer sendReq(t, "DELETE", srv.URL+"/v1/sandboxes/"+sb.ID, nil, bearer)
+	st, b = sendReq(t, "POST", srv.URL+"/v1/sandboxes/"+sb.ID+"/run", jsonBody(api.RunRequest{Command: "echo " + cmdLine + " $AUDIT_ENV | tr a-z A-Z"}), bearer)
+	if st != http.StatusOK || !strings.Contains(string(b), strings.ToUpper(cmdLine)) {
+		t.Fatalf("run: %d %s", st, b)
+	}
+	tokenHdr := map[string]string{"Authorization": "Bearer " + sb.Token, "Content-Type": "application/json"}
+	if st, b := sendReq(t, "POST", srv.URL+"/v1/sandboxes/"+sb.ID+"/files/write", jsonBody(api.WriteFile{Path: "/tmp/a.txt", Content: fileContent}), tokenHdr); st != http.StatusOK && st != http.StatusNoContent {
+		t.Fatalf("files/write with the token: %d %s", st, b)
+	}
+	if st, b := sendReq(t, "PUT", srv.URL+"/v1/sandboxes/"+sb.ID+"/files/content?path=/tmp/b.txt", strings.NewReader(fileContent), map[string]string{"Authorization": "Bearer " + srv.Key}); st >= 300 {
+		t.Fatalf("files/content: %d %s", st, b)
+	}
+	if st, b := sendReq(t, "POST", srv.URL+"/v1/sandboxes/"+sb.ID+"/files/remove", jsonBody(api.RemoveRequest{Path: "/tmp/a.txt"}), bearer); st >= 300 {
+		t.Fatalf("files/remove: %d %s", st, b)
+	}
+	// A signed upload: whoever holds the URL writes, as the sandbox's owner.
+	var signed struct{ URL string }
+	st, b = sendReq(t, "POST", srv.URL+"/v1/sandboxes/"+sb.ID+"/files/presign", jsonBody(map[string]any{"path": "/tmp/s.txt", "method": "PUT"}), bearer)
+	if st != http.StatusOK || json.Unmarshal(b, &signed) != nil || signed.URL == "" {
+		t.Fatalf("presign: %d %s", st, b)
+	}
+	if st, b := sendReq(t, "PUT", signed.URL, strings.NewReader(fileContent), nil); st >= 300 {
+		t.Fatalf("signed upload: %d %s", st, b)
+	}
+	// Failures are recorded with their code; reads are not recorded at all.
+	if st, _ := sendReq(t, "DELETE", srv.URL+"/v1/sandboxes/sbx-no-such", nil, bearer); st != http.StatusNotFound {
+		t.Fatalf("destroying a sandbox that does not exist: %d", st)
+	}
+	sendReq(t, "GET", srv.URL+"/v1/sandboxes/"+sb.ID, nil, bearer)
+	sendReq(t, "POST", srv.URL+"/v1/sandboxes/"+sb.ID+"/files/read", jsonBody(api.PathRequest{Path: "/tmp/b.txt"}), bearer)
+	var hook api.Webhook
+	st, b = sendReq(t, "POST", srv.URL+"/v1/webhooks", jsonBody(api.WebhookRequest{URL: "http://127.0.0.1:1/hook"}), bearer)
+	if st != http.StatusCreated || json.Unmarshal(b, &hook) != nil {
+		t.Fatalf("webhook: %d %s", st, b)
+	}
+	if st, _ := sendReq(t, "DELETE", srv.URL+"/v1/webhooks/"+hook.ID, nil, bearer); st >= 300 {
+		t.Fatalf("webhook delete: %d", st)
+	}
+
+	// E2B: a stored secret, a sandbox, a command and an upload through the data plane.
+	e2bHdr := map[string]string{"X-API-Key": srv.Key, "Content-Type": "application/json"}
+	var secret struct {
+		ID string `json:"secretID"`
+	}
+	st, b = sendReq(t, "POST", srv.URL+"/secrets", jsonBody(map[string]any{"name": "AUDIT_SECRET", "value": secretValue}), e2bHdr)
+	if st != http.StatusCreated || json.Unmarshal(b, &secret) != nil || secret.ID == "" {
+		t.Fatalf("e2b secret: %d %s", st, b)
+	}
+	var eb struct{ SandboxID, EnvdAccessToken string }
+	st, b = sendReq(t, "POST", srv.URL+"/sandboxes", jsonBody(map[string]any{"templateID": "base", "envVars": map[string]string{"AUDIT_ENV": envValue}}), e2bHdr)
+	if st != http.StatusCreated || json.Unmarshal(b, &eb) != nil || eb.EnvdAccessToken == "" {
+		t.Fatalf("e2b create: %d %s", st, b)
+	}
+	defer sendReq(t, "DELETE", srv.URL+"/sandboxes/"+eb.SandboxID, nil, e2bHdr)
+	envd := map[string]string{"E2b-Sandbox-Id": eb.SandboxID, "X-Access-Token": eb.EnvdAccessToken}
+	start, _ := json.Marshal(map[string]any{"process": map[string]any{"cmd": "/bin/sh", "args": []string{"-c", "echo " + cmdLine + "-e2b | tr a-z A-Z"}}})
+	frame := binary.BigEndian.AppendUint32([]byte{0}, uint32(len(start)))
+	hdr := map[string]string{"Content-Type": "application/connect+json", "Connect-Protocol-Version": "1"}
+	for k, v := range envd {
+		hdr[k] = v
+	}
+	st, b = sendReq(t, "POST", srv.URL+"/process.Process/Start", bytes.NewReader(append(frame, start...)), hdr)
+	if out := stdoutOf(b); st != http.StatusOK || !strings.Contains(out, strings.ToUpper(cmdLine)+"-E2B") {
+		t.Fatalf("e2b Start: %d, stdout %q, body %q", st, out, b)
+	}
+	var form bytes.Buffer
+	mw := multipart.NewWriter(&form)
+	fw, _ := mw.CreateFormFile("file", "c.txt")
+	fw.Write([]byte(fileContent))
+	mw.Close()
+	hdr = map[string]string{"Content-Type": mw.FormDataContentType()}
+	for k, v := range envd {
+		hdr[k] = v
+	}
+	if st, b := sendReq(t, "POST", srv.URL+"/files?path=/tmp/c.txt", &form, hdr); st != http.StatusOK {
+		t.Fatalf("e2b upload: %d %s", st, b)
+	}
+
+	// MCP: a command and a file in the session's default sandbox.
+	cs := mcpSession(ctx, t, srv)
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_command", Arguments: map[string]any{"command": "echo " + cmdLine + "-mcp | tr a-z A-Z"}})
+	if err != nil || res.IsError || !strings.Contains(fmt.Sprint(res.StructuredContent), strings.ToUpper(cmdLine)+"-MCP") {
+		t.Fatalf("mcp run_command: %v %+v", err, res)
+	}
+	if res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "write_file", Arguments: map[string]any{"path": "/tmp/d.txt", "content": fileContent}}); err != nil || res.IsError {
+		t.Fatalf("mcp write_file: %v %+v", err, res)
+	}
+	if res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "read_file", Arguments: map[string]any{"path": "/tmp/d.txt"}}); err != nil || res.IsError {
+		t.Fatalf("mcp read_file: %v %+v", err, res)
+	}
+
+	if st, b := sendReq(t, "DELETE", srv.URL+"/v1/sandboxes/"+sb.ID, nil, bearer); st >= 300 {
+		t.Fatalf("destroy: %d %s", st, b)
+	}
+
+	list := func(query string) []api.AuditEntry {
+		t.Helper()
+		st, b := sendReq(t, "GET", srv.URL+"/v1/audit"+query, nil, bearer)
+		var out api.AuditList
+		if st != http.StatusOK || json.Unmarshal(b, &out) != nil {
+			t.Fatalf("GET /v1/audit%s: %d %s", query, st, b)
+		}
+		return out.Entries
+	}
+	all := list("")
+	for _, e := range all {
+		t.Logf("%+v", e)
+	}
+	type want struct{ api, action, via, target, result string }
+	has := func(w want) *api.AuditEntry {
+		for i, e := range all {
+			if e.API == w.api && e.Action == w.action && e.Via == w.via && e.Target == w.target && e.Result == w.result {
+				return &all[i]
+			}
+		}
+		t.Errorf("no entry %+v", w)
+		return nil
+	}
+	for _, w := range []want{
+		{"rest", "sandbox.create", "key", sb.ID, "ok"},
+		{"rest", "sandbox.exec", "key", sb.ID, "ok"},
+		{"rest", "file.write", "token", sb.ID, "ok"},
+		{"rest", "file.write", "key", sb.ID, "ok"},
+		{"rest", "file.delete", "key", sb.ID, "ok"},
+		{"rest", "file.presign", "key", sb.ID, "ok"},
+		{"rest", "file.write", "signed", sb.ID, "ok"},
+		{"rest", "sandbox.destroy", "key", "sbx-no-such", "not_found"},
+		{"rest", "webhook.create", "key", hook.ID, "ok"},
+		{"rest", "webhook.delete", "key", hook.ID, "ok"},
+		{"rest", "sandbox.destroy", "key", sb.ID, "ok"},
+		{"e2b", "secret.create", "key", secret.ID, "ok"},
+		{"e2b", "sandbox.create", "key", eb.SandboxID, "ok"},
+		{"e2b", "sandbox.exec", "token", eb.SandboxID, "ok"},
+		{"e2b", "file.write", "token", eb.SandboxID, "ok"},
+		{"mcp", "sandbox.exec", "key", "", "ok"},
+		{"mcp", "file.write", "key", "", "ok"},
+	} {
+		if w.api == "mcp" {
+			// The session's default sandbox: whichever it made.
+			for _, e := range all {
+				if e.API == "mcp" && e.Action == w.action {
+					w.target = e.Target
+				}
+			}
+			if w.target == "" {
+				t.Errorf("mcp %s names no sandbox", w.action)
+			}
+		}
+		e := has(w)
+		if e == nil {
+			continue
+		}
+		// A token's or signed URL's call is its sandbox owner's: the key that made it.
+		if e.KeyID != key.ID || e.Time.IsZero() || e.ID == 0 {
+			t.Errorf("%+v: want key %s, a time and an id", *e, key.ID)
+		}
+		if e.API != "mcp" && (e.Source != "127.0.0.1" || e.Status == 0) {
+			t.Errorf("%+v: want source 127.0.0.1 and a status", *e)
+		}
+	}
+	for _, e := range all {
+		if e.Action == "sandbox.get" || strings.HasPrefix(e.Action, "mcp.") || e.Action == "file.read" {
+			t.Errorf("a read was recorded: %+v", e)
+		}
+		if e.Result == "not_found" && e.Status != http.StatusNotFound {
+			t.Errorf("%+v: result not_found with status %d", e, e.Status)
+		}
+	}
+
+	// The filters.
+	if got := list("?action=sandbox.exec"); len(got) != 3 {
+		t.Errorf("action=sandbox.exec: %d entries, want 3 (REST, E2B, MCP)", len(got))
+	}
+	if got := list("?action=file.*&target=" + sb.ID); len(got) != 5 {
+		t.Errorf("action=file.*&target=%s: %d entries, want 5", sb.ID, len(got))
+	}
+	if got := list("?key=" + key.ID); len(got) != len(all) {
+		t.Errorf("key=%s: %d entries of %d", key.ID, len(got), len(all))
+	}
+	if got := list("?key=key_nobody"); len(got) != 0 {
+		t.Errorf("key=key_nobody: %d entries", len(got))
+	}
+	page := list("?limit=2")
+	if len(page) != 2 || page[0].ID != all[0].ID {
+		t.Fatalf("limit=2: %+v", page)
+	}
+	if next := list(fmt.Sprintf("?limit=2&after=%d", page[1].ID)); len(next) != 2 || next[0].ID != all[2].ID {
+		t.Errorf("the second page: %+v", next)
+	}
+	if got := list("?from=" + time.Now().Add(time.Minute).UTC().Format(time.RFC3339)); len(got) != 0 {
+		t.Errorf("from a minute ahead: %d entries", len(got))
+	}
+	if got := list(fmt.Sprintf("?to=%d", time.Now().Add(-time.Hour).UnixMilli())); len(got) != 0 {
+		t.Errorf("to an hour ago: %d entries", len(got))
+	}
+	if st, _ := sendReq(t, "GET", srv.URL+"/v1/audit", nil, map[string]string{"Authorization": "Bearer " + sb.Token}); st != http.StatusForbidden && st != http.StatusUnauthorized {
+		t.Errorf("a sandbox token read the audit log: %d", st)
+	}
+
+	// Nothing of the workload's secrets, contents, commands or credentials is in the log:
+	// not in the API's answer, not in the table, read again through a new connection.
+	st2, err := store.OpenURL(ctx, testenv.StoreSpec(t, dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st2.Close()
+	rows, err := st2.Audit(ctx, store.AuditFilter{})
+	if err != nil || len(rows) != len(all) {
+		t.Fatalf("the table holds %d entries, %v; the API listed %d", len(rows), err, len(all))
+	}
+	listed, _ := json.Marshal(all)
+	table := fmt.Sprintf("%#v", rows)
+	for name, v := range map[string]string{
+		"the secret's value": secretValue, "file contents": fileContent, "an env value": envValue,
+		"the command line": cmdLine, "the command's output": strings.ToUpper(cmdLine),
+		"the API key": srv.Key, "the sandbox token": sb.Token, "the envd token": eb.EnvdAccessToken,
+		"the secret's name": "AUDIT_SECRET", "the file path": "/tmp/",
+	} {
+		if strings.Contains(strings.ToLower(string(listed)), strings.ToLower(v)) || strings.Contains(strings.ToLower(table), strings.ToLower(v)) {
+			t.Errorf("%s (%q) is in the audit log", name, v)
+		}
+	}
+}
+
+// stdoutOf is the standard output of a Connect stream of process.Process/Start in JSON.
+func stdoutOf(stream []byte) string {
+	var out strings.Builder
+	for _, m := range regexp.MustCompile(`"stdout":"([^"]*)"`).FindAllSubmatch(stream, -1) {
+		b, _ := base64.StdEncoding.DecodeString(string(m[1]))
+		out.Write(b)
+	}
+	return out.String()
+}
