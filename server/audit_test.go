@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -308,4 +309,123 @@ func stdoutOf(stream []byte) string {
 		out.Write(b)
 	}
 	return out.String()
+}
+
+// TestAuditAcrossRestarts runs `tupper serve`, `tupper keys` and `tupper audit` as an
+// operator does: changes of keys made by the CLI are in the log with the API's calls; a
+// server stopped (SIGTERM) right after a call has written its entry before it exits, one
+// killed (kill -9) keeps every entry it has listed; and --audit-retention deletes entries
+// past it.
+func TestAuditAcrossRestarts(t *testing.T) {
+	home := t.TempDir()
+	srv := serve(t, home, "memory")
+	henv := stateEnv(t, home)
+	newKey := func(name string) (id, secret string) {
+		t.Helper()
+		out, errOut, err := tupper(t, henv, "keys", "create", "--name", name, "--json")
+		var k struct{ ID, Key string }
+		if err != nil || json.Unmarshal([]byte(out), &k) != nil {
+			t.Fatalf("keys create: %v: %s %s", err, out, errOut)
+		}
+		return k.ID, k.Key
+	}
+	keyID, key := newKey("audit")
+	doomed, _ := newKey("doomed")
+	if _, errOut, err := tupper(t, henv, "keys", "revoke", doomed); err != nil {
+		t.Fatalf("keys revoke: %v: %s", err, errOut)
+	}
+	if _, _, err := tupper(t, henv, "keys", "revoke", "key_no_such"); err == nil {
+		t.Fatal("revoking a key that does not exist succeeded")
+	}
+	var sb api.Sandbox
+	if st := call(t, "POST", srv.url+"/v1/sandboxes", key, map[string]any{}, &sb); st != http.StatusCreated {
+		t.Fatalf("create: %d", st)
+	}
+	if st := call(t, "POST", srv.url+"/v1/sandboxes/"+sb.ID+"/run", key, api.RunRequest{Command: "true"}, nil); st != http.StatusOK {
+		t.Fatalf("run: %d", st)
+	}
+	// Stopped at once: the entries still queued are written before it exits.
+	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.cmd.Wait(); err != nil {
+		t.Fatalf("tupper serve after SIGTERM: %v: %s", err, srv.logs())
+	}
+
+	srv = serve(t, home, "memory")
+	env := append(henv, "TUPPER_URL="+srv.url, "TUPPER_API_KEY="+key)
+	audit := func(args ...string) []api.AuditEntry {
+		t.Helper()
+		out, errOut, err := tupper(t, env, append([]string{"audit", "--json"}, args...)...)
+		var l api.AuditList
+		if err != nil || json.Unmarshal([]byte(out), &l) != nil {
+			t.Fatalf("tupper audit %v: %v: %s %s", args, err, out, errOut)
+		}
+		return l.Entries
+	}
+	entries := audit()
+	got := map[string]api.AuditEntry{}
+	for _, e := range entries {
+		got[e.API+" "+e.Action+" "+e.Target+" "+e.Result] = e
+	}
+	for _, k := range []string{
+		"cli key.create " + keyID + " ok", "cli key.create " + doomed + " ok", "cli key.revoke " + doomed + " ok",
+		"cli key.revoke key_no_such not_found",
+		"rest sandbox.create " + sb.ID + " ok", "rest sandbox.exec " + sb.ID + " ok",
+	} {
+		e, ok := got[k]
+		if !ok {
+			t.Errorf("no entry %q in %+v", k, entries)
+			continue
+		}
+		if e.API == "cli" && (e.Via != "local" || e.Source != "local" || e.KeyID != "") {
+			t.Errorf("%q: %+v; want via and source local, no key", k, e)
+		}
+		if e.API == "rest" && e.KeyID != keyID {
+			t.Errorf("%q: key %q, want %s", k, e.KeyID, keyID)
+		}
+	}
+	if f := audit("--action", "key.*", "--limit", "2"); len(f) != 2 || f[0].Action != "key.create" {
+		t.Errorf("--action 'key.*' --limit 2: %+v", f)
+	}
+	if f := audit("--key", keyID); len(f) != 2 {
+		t.Errorf("--key %s: %d entries, want the create and the run", keyID, len(f))
+	}
+	if f := audit("--from", "2000-01-01T00:00:00Z", "--to", "1h"); len(f) != 0 {
+		t.Errorf("--to 1h: %d entries, want none", len(f))
+	}
+	table, errOut, err := tupper(t, env, "audit", "--action", "key.revoke")
+	if err != nil || !strings.Contains(table, "ACTION") || !strings.Contains(table, doomed) || strings.Count(table, "key.revoke") != 2 {
+		t.Errorf("tupper audit's table: %v %q %s", err, table, errOut)
+	}
+
+	// Killed outright: what it listed is in the store.
+	var hook api.Webhook
+	if st := call(t, "POST", srv.url+"/v1/webhooks", key, api.WebhookRequest{URL: "http://127.0.0.1:1/hook"}, &hook); st != http.StatusCreated {
+		t.Fatalf("webhook: %d", st)
+	}
+	if st := call(t, "GET", srv.url+"/v1/audit?action=webhook.create", key, nil, nil); st != http.StatusOK {
+		t.Fatalf("GET /v1/audit: %d", st)
+	}
+	srv.kill()
+	srv = serve(t, home, "memory")
+	env = append(henv, "TUPPER_URL="+srv.url, "TUPPER_API_KEY="+key)
+	if f := audit("--action", "webhook.create"); len(f) != 1 || f[0].Target != hook.ID {
+		t.Errorf("after kill -9: %+v", f)
+	}
+	srv.kill()
+
+	// A retention of a millisecond: the reaper's first pass deletes everything before it.
+	srv = startServeArgs(t, home, []string{"--provider", "memory", "--audit-retention", "1ms"})
+	if err := srv.waitServing(60 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	env = append(henv, "TUPPER_URL="+srv.url, "TUPPER_API_KEY="+key)
+	deadline := time.Now().Add(30 * time.Second)
+	for n := len(audit()); n > 0; n = len(audit()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d entries left 30 s after a server with --audit-retention 1ms started", n)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
