@@ -155,6 +155,14 @@ func TestAuditLog(t *testing.T) {
 		t.Fatalf("e2b upload: %d %s", st, b)
 	}
 
+	// A sandbox's token on another sandbox's route: refused, and recorded as its owner's.
+	if st, _ := sendReq(t, "POST", srv.URL+"/v1/sandboxes/"+eb.SandboxID+"/files/write", jsonBody(api.WriteFile{Path: "/tmp/x", Content: fileContent}), tokenHdr); st != http.StatusForbidden {
+		t.Fatalf("a token on another sandbox's route: %d", st)
+	}
+	// No credential, or a wrong one: refused, and not recorded (anyone can send those).
+	sendReq(t, "POST", srv.URL+"/v1/sandboxes/"+sb.ID+"/files/write", jsonBody(api.WriteFile{Path: "/tmp/x", Content: fileContent}), map[string]string{"Authorization": "Bearer ak_wrong"})
+	sendReq(t, "DELETE", srv.URL+"/v1/sandboxes/"+sb.ID, nil, nil)
+
 	// MCP: a command and a file in the session's default sandbox.
 	cs := mcpSession(ctx, t, srv)
 	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_command", Arguments: map[string]any{"command": "echo " + cmdLine + "-mcp | tr a-z A-Z"}})
@@ -207,6 +215,7 @@ func TestAuditLog(t *testing.T) {
 		{"rest", "webhook.create", "key", hook.ID, "ok"},
 		{"rest", "webhook.delete", "key", hook.ID, "ok"},
 		{"rest", "sandbox.destroy", "key", sb.ID, "ok"},
+		{"rest", "file.write", "token", eb.SandboxID, "forbidden"},
 		{"e2b", "secret.create", "key", secret.ID, "ok"},
 		{"e2b", "sandbox.create", "key", eb.SandboxID, "ok"},
 		{"e2b", "sandbox.exec", "token", eb.SandboxID, "ok"},
@@ -243,6 +252,9 @@ func TestAuditLog(t *testing.T) {
 		}
 		if e.Result == "not_found" && e.Status != http.StatusNotFound {
 			t.Errorf("%+v: result not_found with status %d", e, e.Status)
+		}
+		if e.Result == "unauthorized" {
+			t.Errorf("a call without a valid credential was recorded: %+v", e)
 		}
 	}
 

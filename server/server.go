@@ -390,7 +390,9 @@ var (
 	errBadCredential = provider.Errorf(provider.CodeUnauthorized, "the credential is not an API key (ak_… or e2b_…) or a sandbox token (sbt_…)")
 )
 
-// authenticate returns the caller of r, or an unauthorized/forbidden error for rt.
+// authenticate returns the caller of r, or an unauthorized/forbidden error for rt. With a
+// forbidden error it returns the caller too: the credential was good, the route not its to
+// call (the audit log records the attempt).
 func (s *Server) authenticate(r *http.Request, rt route) (*caller, error) {
 	cred := credential(r)
 	switch {
@@ -411,10 +413,10 @@ func (s *Server) authenticate(r *http.Request, rt route) (*caller, error) {
 			return &caller{SandboxID: id}, nil
 		}
 		if rt.Scope != scopeSandbox && rt.Scope != scopePreview {
-			return nil, provider.Errorf(provider.CodeForbidden, "this route needs an API key: a sandbox token may use only its own sandbox's routes, and may not snapshot it")
+			return &caller{SandboxID: id}, provider.Errorf(provider.CodeForbidden, "this route needs an API key: a sandbox token may use only its own sandbox's routes, and may not snapshot it")
 		}
 		if subtle.ConstantTimeCompare([]byte(id), []byte(r.PathValue("id"))) != 1 {
-			return nil, provider.Errorf(provider.CodeForbidden, "this sandbox token belongs to another sandbox")
+			return &caller{SandboxID: id}, provider.Errorf(provider.CodeForbidden, "this sandbox token belongs to another sandbox")
 		}
 		return &caller{SandboxID: id}, nil
 	}
@@ -435,7 +437,13 @@ func (s *Server) wrap(rt route) http.Handler {
 				if provider.CodeOf(err) == provider.CodeUnauthorized {
 					w.Header().Set("WWW-Authenticate", `Bearer realm="tupper"`)
 				}
-				writeError(w, err)
+				deny := func(w http.ResponseWriter, _ *http.Request) { writeError(w, err) }
+				if action := auditAction(rt); action != "" && c != nil {
+					// A good credential on a route it may not call: recorded, refused.
+					s.audit.Wrap(w, r, "rest", action, auditCaller(c), deny)
+					return
+				}
+				deny(w, r)
 				return
 			}
 			httpdeadline.LiftRead(w)
