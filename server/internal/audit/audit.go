@@ -5,7 +5,7 @@
 // body, so neither file contents, command lines, output nor secrets can enter the log.
 //
 // Entries are written by a Recorder in the background, in batches, so a call does not wait
-// for the store: an entry is committed a few milliseconds after the answer; Flush waits for
+// for the store: an entry is committed within linger (50 ms) of the answer; Flush waits for
 // those queued, and Close writes them all before it returns.
 package audit
 
@@ -25,6 +25,14 @@ import (
 // so a store that cannot keep up slows the API instead of losing entries.
 const maxQueue = 10000
 
+// linger is how long the writer lets entries gather before it writes them, unless Flush or
+// Close asks sooner or maxBatch have gathered: one transaction for the calls of this long
+// rather than one each, which on SQLite costs as much CPU as a fast exec.
+const (
+	linger   = 50 * time.Millisecond
+	maxBatch = 1000
+)
+
 // Recorder writes audit entries to a store. Its methods may be called from many goroutines.
 type Recorder struct {
 	st  *store.Store
@@ -35,6 +43,7 @@ type Recorder struct {
 	queue   []store.AuditEntry
 	added   uint64 // entries ever queued
 	written uint64 // entries ever taken out of the queue and written (or given up)
+	flushes int    // Flush calls waiting: the writer does not linger for them
 	closed  bool
 	wake    chan struct{}
 	done    chan struct{}
@@ -69,6 +78,11 @@ func (r *Recorder) Add(e store.AuditEntry) {
 	r.queue = append(r.queue, e)
 	r.added++
 	r.mu.Unlock()
+	r.poke()
+}
+
+// poke wakes the writer.
+func (r *Recorder) poke() {
 	select {
 	case r.wake <- struct{}{}:
 	default:
@@ -82,7 +96,14 @@ func (r *Recorder) Flush(ctx context.Context) error {
 	}
 	r.mu.Lock()
 	want := r.added
+	r.flushes++
 	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.flushes--
+		r.mu.Unlock()
+	}()
+	r.poke()
 	stop := context.AfterFunc(ctx, func() {
 		r.mu.Lock()
 		r.cond.Broadcast()
@@ -111,18 +132,39 @@ func (r *Recorder) Close() {
 	r.cond.Broadcast()
 	r.mu.Unlock()
 	if !already {
-		select {
-		case r.wake <- struct{}{}:
-		default:
-		}
+		r.poke()
 	}
 	<-r.done
 }
 
-// run writes what is queued, batch after batch, until Close.
+// run writes what is queued, batch after batch, until Close: each batch what gathered in
+// linger after the first entry of it, or less when Flush or Close is waiting.
 func (r *Recorder) run() {
 	defer close(r.done)
+	timer := time.NewTimer(linger)
+	timer.Stop()
 	for {
+		r.mu.Lock()
+		waiting := len(r.queue) > 0 && len(r.queue) < maxBatch && r.flushes == 0 && !r.closed
+		r.mu.Unlock()
+		if waiting {
+			timer.Reset(linger)
+		wait:
+			for {
+				select {
+				case <-timer.C:
+					break wait
+				case <-r.wake:
+					r.mu.Lock()
+					hurry := len(r.queue) >= maxBatch || r.flushes > 0 || r.closed
+					r.mu.Unlock()
+					if hurry {
+						timer.Stop()
+						break wait
+					}
+				}
+			}
+		}
 		r.mu.Lock()
 		batch := r.queue
 		r.queue = nil
