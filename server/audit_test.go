@@ -27,22 +27,18 @@ import (
 	"github.com/tupper-dev/tupper/store"
 )
 
-// send makes one request with headers hdr and returns its status and body.
+// sendReq is send (builds_local_test.go) with a body to read and headers in a map.
 func sendReq(t *testing.T, method, url string, body io.Reader, hdr map[string]string) (int, []byte) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), method, url, body)
-	if err != nil {
-		t.Fatal(err)
+	var data []byte
+	if body != nil {
+		data, _ = io.ReadAll(body)
 	}
+	var pairs []string
 	for k, v := range hdr {
-		req.Header.Set(k, v)
+		pairs = append(pairs, k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	resp, b := send(t, method, url, "", "", data, pairs...)
 	return resp.StatusCode, b
 }
 
@@ -405,6 +401,12 @@ func TestAuditAcrossRestarts(t *testing.T) {
 	}
 	if f := audit("--from", "2000-01-01T00:00:00Z", "--to", "1h"); len(f) != 0 {
 		t.Errorf("--to 1h: %d entries, want none", len(f))
+	}
+	if _, errOut, err := tupper(t, henv, "audit"); err == nil || !strings.Contains(errOut, "pass --url") {
+		t.Errorf("tupper audit without a server: %v %s", err, errOut)
+	}
+	if _, errOut, err := tupper(t, env, "audit", "--from", "yesterday"); err == nil || !strings.Contains(errOut, "duration") {
+		t.Errorf("tupper audit --from yesterday: %v %s", err, errOut)
 	}
 	table, errOut, err := tupper(t, env, "audit", "--action", "key.revoke")
 	if err != nil || !strings.Contains(table, "ACTION") || !strings.Contains(table, doomed) || strings.Count(table, "key.revoke") != 2 {
