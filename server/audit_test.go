@@ -18,9 +18,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/tupper-dev/tupper/internal/testenv"
+	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/server"
 	"github.com/tupper-dev/tupper/server/api"
 	"github.com/tupper-dev/tupper/server/servertest"
@@ -172,6 +174,30 @@ func TestAuditLog(t *testing.T) {
 		t.Fatalf("mcp read_file: %v %+v", err, res)
 	}
 
+	// A terminal, with the token: what is typed in it is never in the log either.
+	terminal := provider.CapabilitiesOf(prov).Has("terminal")
+	if terminal {
+		conn, resp, err := websocket.Dial(ctx, srv.URL+"/v1/sandboxes/"+sb.ID+"/terminal?cols=80&rows=24",
+			&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + sb.Token}}})
+		if err != nil {
+			t.Fatalf("terminal: %v (%v)", err, resp)
+		}
+		if err := conn.Write(ctx, websocket.MessageBinary, []byte("echo "+cmdLine+"-term | tr a-z A-Z\n")); err != nil {
+			t.Fatal(err)
+		}
+		var out strings.Builder
+		for !strings.Contains(out.String(), strings.ToUpper(cmdLine)+"-TERM") {
+			typ, data, err := conn.Read(ctx)
+			if err != nil {
+				t.Fatalf("terminal: %v; output %q", err, out.String())
+			}
+			if typ == websocket.MessageBinary {
+				out.Write(data)
+			}
+		}
+		conn.Close(websocket.StatusNormalClosure, "")
+	}
+
 	if st, b := sendReq(t, "DELETE", srv.URL+"/v1/sandboxes/"+sb.ID, nil, bearer); st >= 300 {
 		t.Fatalf("destroy: %d %s", st, b)
 	}
@@ -212,6 +238,7 @@ func TestAuditLog(t *testing.T) {
 		{"rest", "webhook.delete", "key", hook.ID, "ok"},
 		{"rest", "sandbox.destroy", "key", sb.ID, "ok"},
 		{"rest", "file.write", "token", eb.SandboxID, "forbidden"},
+		{"rest", "sandbox.terminal", "token", sb.ID, "ok"},
 		{"e2b", "secret.create", "key", secret.ID, "ok"},
 		{"e2b", "sandbox.create", "key", eb.SandboxID, "ok"},
 		{"e2b", "sandbox.exec", "token", eb.SandboxID, "ok"},
@@ -219,6 +246,9 @@ func TestAuditLog(t *testing.T) {
 		{"mcp", "sandbox.exec", "key", "", "ok"},
 		{"mcp", "file.write", "key", "", "ok"},
 	} {
+		if w.action == "sandbox.terminal" && !terminal {
+			continue
+		}
 		if w.api == "mcp" {
 			// The session's default sandbox: whichever it made.
 			for _, e := range all {
@@ -240,6 +270,9 @@ func TestAuditLog(t *testing.T) {
 		}
 		if e.API != "mcp" && (e.Source != "127.0.0.1" || e.Status == 0) {
 			t.Errorf("%+v: want source 127.0.0.1 and a status", *e)
+		}
+		if e.Action == "sandbox.terminal" && e.Status != http.StatusSwitchingProtocols {
+			t.Errorf("%+v: want status 101", *e)
 		}
 	}
 	for _, e := range all {
