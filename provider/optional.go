@@ -598,3 +598,22 @@ type End struct {
 	Reason  string `json:"reason"`
 	Message string `json:"message,omitempty"`
 }
+
+// Usage is what a sandbox has consumed since it started, as its provider counts it: the
+// figures of the usage ledger. CPU and network are cumulative counters; the peaks are the
+// highest seen so far. Values the provider cannot count are 0.
+type Usage struct {
+	At       time.Time // when it was measured
+	CPUUsec  int64     // CPU time used, in microseconds (the cgroup's usage)
+	MemPeak  int64     // bytes: the most memory it has held at once
+	DiskUsed int64     // bytes used now on its writable layer
+	NetRx    int64     // bytes it received over its network
+	NetTx    int64     // bytes it sent
+}
+
+// UsageReporter is optional: a Provider that counts sandbox id's use from outside it (the
+// host's cgroups and network interfaces), without entering it, so that the server can sample
+// every sandbox often at little cost. CodeNotFound when it no longer has the sandbox.
+type UsageReporter interface {
+	UsageOf(ctx context.Context, id string) (Usage, error)
+}

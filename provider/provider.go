@@ -36,6 +36,9 @@
 //     Templater). Without it, builds and their context directories are CodeUnsupported.
 //   - Prototyper: the type of its sandboxes, for CapabilitiesOf. Without it, only the
 //     provider's own interfaces are listed.
+//   - UsageReporter: a sandbox's cumulative CPU, memory peak, disk and network counted from
+//     outside it, for the server's usage ledger. Without it, the ledger has the sandbox's
+//     key, labels, template and times, and 0 for the figures.
 //   - Refuser: the optional interfaces it (or its sandboxes) has but cannot use here, and
 //     why. Without it, every interface it has is listed, and works.
 //

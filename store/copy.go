@@ -37,6 +37,7 @@ var copyTables = []copyTable{
 	{name: "secrets", order: "seq", serial: "seq"},
 	{name: "locks", order: "name"},
 	{name: "audit", order: "id", serial: "id"},
+	{name: "usage_ledger", order: "sandbox_id"},
 }
 
 // TableRows is how many rows Copy copied into a table.

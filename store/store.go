@@ -385,6 +385,49 @@ CREATE INDEX audit_at ON audit(at);
 CREATE INDEX audit_key ON audit(key_id, id);
 CREATE INDEX audit_action ON audit(action, id);
 `,
+	},	// 11: the usage ledger (usage.go): what each sandbox used, kept after it ends. ended_at
+	// is 0 while it lives.
+	{
+		sqlite: `
+CREATE TABLE usage_ledger (
+	sandbox_id TEXT PRIMARY KEY,
+	api_key_id TEXT NOT NULL DEFAULT '',
+	labels     TEXT NOT NULL DEFAULT '{}',
+	template   TEXT NOT NULL DEFAULT '',
+	runtime    TEXT NOT NULL DEFAULT '',
+	node       TEXT NOT NULL DEFAULT '',
+	started_at INTEGER NOT NULL,
+	ended_at   INTEGER NOT NULL DEFAULT 0,
+	sampled_at INTEGER NOT NULL DEFAULT 0,
+	cpu_usec   INTEGER NOT NULL DEFAULT 0,
+	mem_peak   INTEGER NOT NULL DEFAULT 0,
+	disk_peak  INTEGER NOT NULL DEFAULT 0,
+	net_rx     INTEGER NOT NULL DEFAULT 0,
+	net_tx     INTEGER NOT NULL DEFAULT 0,
+	end_reason TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX usage_ledger_started ON usage_ledger(started_at);
+`,
+		postgres: `
+CREATE TABLE usage_ledger (
+	sandbox_id TEXT COLLATE "C" PRIMARY KEY,
+	api_key_id TEXT COLLATE "C" NOT NULL DEFAULT '',
+	labels     TEXT COLLATE "C" NOT NULL DEFAULT '{}',
+	template   TEXT COLLATE "C" NOT NULL DEFAULT '',
+	runtime    TEXT COLLATE "C" NOT NULL DEFAULT '',
+	node       TEXT COLLATE "C" NOT NULL DEFAULT '',
+	started_at BIGINT NOT NULL,
+	ended_at   BIGINT NOT NULL DEFAULT 0,
+	sampled_at BIGINT NOT NULL DEFAULT 0,
+	cpu_usec   BIGINT NOT NULL DEFAULT 0,
+	mem_peak   BIGINT NOT NULL DEFAULT 0,
+	disk_peak  BIGINT NOT NULL DEFAULT 0,
+	net_rx     BIGINT NOT NULL DEFAULT 0,
+	net_tx     BIGINT NOT NULL DEFAULT 0,
+	end_reason TEXT COLLATE "C" NOT NULL DEFAULT ''
+);
+CREATE INDEX usage_ledger_started ON usage_ledger(started_at);
+`,
 	},
 }
 
