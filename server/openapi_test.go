@@ -106,6 +106,7 @@ func TestOpenAPIMatchesWireTypes(t *testing.T) {
 		"BuildLogEntry": api.BuildLogEntry{}, "BuildLogPage": api.BuildLogPage{}, "TemplateList": api.TemplateList{},
 		"SnapshotList": api.SnapshotList{}, "WebhookList": api.WebhookList{}, "SandboxEnd": api.End{},
 		"AuditEntry": api.AuditEntry{}, "AuditList": api.AuditList{},
+		"UsageReport": api.UsageReport{}, "UsageGroup": api.UsageGroup{},
 	} {
 		s, ok := doc.Components.Schemas[schema]
 		if !ok {

@@ -24,7 +24,7 @@ func (s *Server) Run(ctx context.Context) error {
 }
 
 // lead runs the work done once per store, however many servers share it, while this server
-// leads the store: the reaper, the deadlines and the egress events. Without a Claim it always
+// leads the store: the reaper, the deadlines, the egress events and the usage sampler. Without a Claim it always
 // leads.
 func (s *Server) lead(ctx context.Context) {
 	for {
@@ -33,11 +33,12 @@ func (s *Server) lead(ctx context.Context) {
 			on, changed = s.cfg.Claim.Leading()
 		}
 		if on {
-			s.log.Debug("leading the store: reaping, deadlines and egress events run here")
+			s.log.Debug("leading the store: reaping, deadlines, egress events and usage sampling run here")
 			lctx, cancel := context.WithCancel(ctx)
 			var wg sync.WaitGroup
-			wg.Add(3)
+			wg.Add(4)
 			go func() { defer wg.Done(); s.reapLoop(lctx) }()
+			go func() { defer wg.Done(); s.usageLoop(lctx) }()
 			go func() { defer wg.Done(); s.deadlineLoop(lctx) }()
 			go func() { defer wg.Done(); s.egressLoop(lctx) }()
 			select {
@@ -173,6 +174,7 @@ func (s *Server) destroyAtDeadline(ctx context.Context, id string, deadline time
 	defer s.deadlineMu.Unlock()
 	done := s.lc.DestroyingNow(id)
 	defer done()
+	s.lc.SampleUsage(ctx, id) // the counters go with the sandbox
 	err := s.prov.Destroy(ctx, id)
 	if err != nil && !errors.Is(err, provider.CodeNotFound) {
 		s.log.Warn("destroying a sandbox past its deadline", "sandbox", id, "err", err)

@@ -111,6 +111,8 @@ func (s *Server) table() []route {
 
 		// The audit log (audit.go): any API key reads it; nothing writes it but the server.
 		{"GET", "/v1/audit", scopeAccount, s.listAudit},
+		// The usage ledger (usage.go): any API key reads the sums.
+		{"GET", "/v1/usage", scopeAccount, s.getUsage},
 	}
 }
 

@@ -76,6 +76,9 @@ type Config struct {
 	// ReapInterval is how often the server reconciles its records with the provider and
 	// destroys sandboxes past their deadline; 0 is 10 s.
 	ReapInterval time.Duration
+	// UsageInterval is how often the server that leads the store samples every sandbox's
+	// counters into the usage ledger (usage.go); 0 is 10 s.
+	UsageInterval time.Duration
 	// EgressInterval is how often the server reads the egress records of its sandboxes and
 	// turns their refusals into sandbox.egress_denied events (egress.go); 0 is 1 s.
 	EgressInterval time.Duration
@@ -177,6 +180,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if cfg.ReapInterval <= 0 {
 		cfg.ReapInterval = 10 * time.Second
+	}
+	if cfg.UsageInterval <= 0 {
+		cfg.UsageInterval = 10 * time.Second
 	}
 	if cfg.EgressInterval <= 0 {
 		cfg.EgressInterval = time.Second

@@ -385,7 +385,8 @@ CREATE INDEX audit_at ON audit(at);
 CREATE INDEX audit_key ON audit(key_id, id);
 CREATE INDEX audit_action ON audit(action, id);
 `,
-	},	// 11: the usage ledger (usage.go): what each sandbox used, kept after it ends. ended_at
+	},
+	// 11: the usage ledger (usage.go): what each sandbox used, kept after it ends. ended_at
 	// is 0 while it lives.
 	{
 		sqlite: `

@@ -389,3 +389,28 @@ type AuditEntry struct {
 type AuditList struct {
 	Entries []AuditEntry `json:"entries"`
 }
+
+// UsageReport is the answer of GET /v1/usage: the usage ledger summed by group, over the
+// sandboxes that lived during [from, to). A sandbox counts whole (its figures since it
+// started) in every window it overlaps; figures are not prorated.
+type UsageReport struct {
+	From    *time.Time   `json:"from,omitempty"`
+	To      *time.Time   `json:"to,omitempty"`
+	GroupBy string       `json:"groupBy"` // "" (one group, "total"), key, template, runtime, node, sandbox or label:NAME
+	Groups  []UsageGroup `json:"groups"`
+}
+
+// UsageGroup is the sum of one group's sandboxes, largest CPU use first.
+type UsageGroup struct {
+	Group     string `json:"group"` // the key id, template, … or label value; "" for sandboxes without one
+	Sandboxes int    `json:"sandboxes"`
+	Running   int    `json:"running"` // of them, those not ended yet
+	// SandboxSeconds is their lifetimes summed (a running one's up to now).
+	SandboxSeconds float64 `json:"sandboxSeconds"`
+	CPUSeconds     float64 `json:"cpuSeconds"`
+	// MemoryPeakBytes and DiskPeakBytes are the highest of their sandboxes' peaks.
+	MemoryPeakBytes int64 `json:"memoryPeakBytes"`
+	DiskPeakBytes   int64 `json:"diskPeakBytes"`
+	NetRxBytes      int64 `json:"netRxBytes"`
+	NetTxBytes      int64 `json:"netTxBytes"`
+}

@@ -21,6 +21,7 @@ import (
 	"errors"
 	"log/slog"
 	"maps"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -74,6 +75,8 @@ type Config struct {
 	// host disk the server's volumes can take. Past it a create fails with
 	// resource_exhausted.
 	VolumesTotalMB int
+	// Node names the machine the sandboxes run on in the usage ledger; "": the host name.
+	Node string
 }
 
 // Service is the lifecycle of a server's sandboxes. Create it with New.
@@ -107,6 +110,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Node == "" {
+		cfg.Node, _ = os.Hostname()
 	}
 	return &Service{
 		cfg: cfg, prov: cfg.Provider, st: cfg.Store, log: cfg.Logger,
@@ -285,7 +291,9 @@ func (s *Service) Create(ctx context.Context, opts CreateOptions) (*Created, err
 		}
 		data := map[string]any{"key": rec.Key, "labels": rec.Labels, "template": info.Template}
 		maps.Copy(data, opts.Event)
-		err = s.putCreated(wctx, rec, hash, data)
+		if err = s.putCreated(wctx, rec, hash, data); err == nil {
+			s.startUsage(wctx, info)
+		}
 	} else if rec, err = s.st.Sandbox(ctx, b.ID); err == nil && hash != nil {
 		err = s.st.AddToken(wctx, b.ID, hash)
 	}
@@ -337,7 +345,11 @@ func (s *Service) Record(ctx context.Context, b *sandbox.Sandbox, opts RecordOpt
 	}
 	data := map[string]any{"labels": rec.Labels}
 	maps.Copy(data, opts.Event)
-	return s.putCreated(ctx, rec, store.Hash(store.NewToken()), data)
+	if err := s.putCreated(ctx, rec, store.Hash(store.NewToken()), data); err != nil {
+		return err
+	}
+	s.startUsage(ctx, info)
+	return nil
 }
 
 // putCreated records a new sandbox with its token hash and its sandbox.created event: in one
@@ -492,6 +504,7 @@ func (s *Service) Destroy(ctx context.Context, id, keyID string) error {
 		return err
 	}
 	defer s.DestroyingNow(id)()
+	last := s.usageOf(ctx, id) // the counters go with the sandbox
 	err := s.prov.Destroy(ctx, id)
 	if errors.Is(err, provider.CodeNotFound) {
 		s.Expired(ctx, id)
@@ -500,7 +513,7 @@ func (s *Service) Destroy(ctx context.Context, id, keyID string) error {
 	if err != nil {
 		return err
 	}
-	s.Gone(ctx, id, EventDestroyed, store.End{Reason: store.EndDestroyed, By: keyID}, nil)
+	s.gone(ctx, id, EventDestroyed, store.End{Reason: store.EndDestroyed, By: keyID}, nil, last)
 	return nil
 }
 
@@ -508,6 +521,12 @@ func (s *Service) Destroy(ctx context.Context, id, keyID string) error {
 // emits typ once, the first time it is recorded, with data and the reason: "reason", and
 // "by" and "message" when set (docs/webhooks.md).
 func (s *Service) Gone(ctx context.Context, id, typ string, end store.End, data map[string]any) {
+	s.gone(ctx, id, typ, end, data, nil)
+}
+
+// gone is Gone with the sandbox's last usage sample, read before it was destroyed (nil:
+// none), which closes its line of the usage ledger.
+func (s *Service) gone(ctx context.Context, id, typ string, end store.End, data map[string]any, last *store.UsageSample) {
 	s.forget(id)
 	ctx = context.WithoutCancel(ctx)
 	live, err := s.st.MarkDestroyed(ctx, id, end)
@@ -517,6 +536,9 @@ func (s *Service) Gone(ctx context.Context, id, typ string, end store.End, data 
 	}
 	if live {
 		s.emit(ctx, typ, id, EndData(end, data))
+	}
+	if err := s.st.EndUsage(ctx, id, last); err != nil {
+		s.log.Warn("closing a sandbox's line of the usage ledger", "sandbox", id, "err", err)
 	}
 }
 

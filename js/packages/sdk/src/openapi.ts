@@ -1240,6 +1240,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Sum the usage ledger
+         * @description The usage ledger, summed by group: for each sandbox (kept after it ends) its API key, labels, template, runtime, node, start and end, CPU-seconds, memory and disk peaks, network bytes in and out, and end reason, counted from the host (the sandbox's cgroup, disk and network interface) every 10 s by the server that leads the store and once more just before a destroy. A sandbox counts whole, with all it used since it started, in every window it overlaps. Providers that cannot count from outside (memory, docker, e2b) give 0 for the figures. See docs/operations.md.
+         */
+        get: operations["getUsage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -1883,6 +1903,36 @@ export interface components {
         };
         AuditList: {
             entries: components["schemas"]["AuditEntry"][];
+        };
+        UsageReport: {
+            /** Format: date-time */
+            from?: string;
+            /** Format: date-time */
+            to?: string;
+            /** @description as asked: "" (one group, total), key, template, runtime, node, sandbox or label:NAME */
+            groupBy: string;
+            /** @description largest CPU use first */
+            groups: components["schemas"]["UsageGroup"][];
+        };
+        UsageGroup: {
+            /** @description the API key id, template, runtime, node, sandbox id or label value; "" for sandboxes without one */
+            group: string;
+            /** @description how many sandboxes */
+            sandboxes: number;
+            /** @description of them, those not ended yet */
+            running: number;
+            /** @description their lifetimes summed (a running one's up to now) */
+            sandboxSeconds: number;
+            /** @description CPU time they used, summed */
+            cpuSeconds: number;
+            /** @description the highest of their memory peaks */
+            memoryPeakBytes: number;
+            /** @description the highest of their writable layers' peaks */
+            diskPeakBytes: number;
+            /** @description bytes they received, summed */
+            netRxBytes: number;
+            /** @description bytes they sent, summed */
+            netTxBytes: number;
         };
     };
     responses: never;
@@ -5002,6 +5052,42 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["AuditList"];
+                };
+            };
+            /** @description an error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    getUsage: {
+        parameters: {
+            query?: {
+                /** @description sandboxes still running at or after this time: RFC 3339 or unix milliseconds */
+                from?: string;
+                /** @description sandboxes started before this time: RFC 3339 or unix milliseconds */
+                to?: string;
+                /** @description key, template, runtime, node, sandbox or label:NAME (a label's value); absent: one group, total */
+                groupBy?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsageReport"];
                 };
             };
             /** @description an error */
