@@ -95,6 +95,7 @@ var subcommands = []struct {
 	{"store", newStoreCmd},
 	{"webhook", newWebhookCmd},
 	{"audit", newAuditCmd},
+	{"usage", newUsageCmd},
 	{"logs", newLogsCmd},
 	{"snapshot", newSnapshotCmd},
 	{"pause", newPauseCmd},

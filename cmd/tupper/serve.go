@@ -32,7 +32,7 @@ func newServeCmd() *cobra.Command {
 		buildContextMiB                       int64
 		volumesGiB                            int
 		concurrentBuilds                      int
-		auditRetention                        time.Duration
+		auditRetention, usageInterval         time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "serve [--addr HOST:PORT]",
@@ -116,6 +116,7 @@ func newServeCmd() *cobra.Command {
 				MaxBuildContextBytes: buildContextMiB << 20,
 				ConcurrentBuilds:     concurrentBuilds,
 				AuditRetention:       noneIfZero(auditRetention),
+				UsageInterval:        usageInterval,
 			})
 			if err != nil {
 				return err
@@ -174,6 +175,7 @@ func newServeCmd() *cobra.Command {
 	fl.IntVar(&volumesGiB, "volumes-gib", server.DefaultVolumesTotalMB>>10, "the most GiB the server's volumes may declare together, the host disk they can take as they fill (0: no bound)")
 	fl.Int64Var(&buildContextMiB, "build-context-mib", 1024, "largest template build context a request may send, in MiB; it may unpack to four times that")
 	fl.IntVar(&concurrentBuilds, "concurrent-builds", 1, "template builds that run at once; the others wait in a queue")
+	fl.DurationVar(&usageInterval, "usage-interval", 10*time.Second, "how often the server samples every sandbox's CPU, memory, disk and network into the usage ledger (docs/operations.md)")
 	fl.DurationVar(&auditRetention, "audit-retention", server.DefaultAuditRetention, "the audit log keeps an entry this long, then the server deletes it (0: for ever)")
 	fl.BoolVar(&bootImages, "boot-images", false, "restore runsc sandboxes with network none from a checkpoint of their template booted once, instead of booting each (local provider; see docs/local.md)")
 	fl.IntVar(&pool, "pool", 0, "keep this many sandboxes started for creates of the default shape with network none (local provider; see docs/local.md)")
