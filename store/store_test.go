@@ -12,7 +12,7 @@ import (
 	"github.com/tupper-dev/tupper/provider"
 )
 
-func open(t *testing.T, spec string) *Store {
+func open(t testing.TB, spec string) *Store {
 	t.Helper()
 	s, err := OpenURL(context.Background(), spec)
 	if err != nil {

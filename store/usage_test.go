@@ -2,8 +2,11 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/tupper-dev/tupper/internal/testenv"
 )
 
 // TestUsageLedger: a line is made from the sandbox's record, samples only raise its
@@ -79,4 +82,37 @@ func TestUsageLedger(t *testing.T) {
 			}
 		}
 	})
+}
+
+// BenchmarkRecordUsage: one sampler pass over 1,000 live sandboxes (one transaction), on
+// each database.
+func BenchmarkRecordUsage(b *testing.B) {
+	for _, db := range []string{"sqlite", "postgres"} {
+		b.Run(db, func(b *testing.B) {
+			ctx := context.Background()
+			spec := b.TempDir()
+			if db == "postgres" {
+				spec = testenv.PostgresDB(b)
+			}
+			s := open(b, spec)
+			samples := make([]UsageSample, 1000)
+			for i := range samples {
+				id := fmt.Sprintf("sb%04d", i)
+				if err := s.PutSandbox(ctx, Sandbox{ID: id, Provider: "local", CreatedAt: time.Now()}, Hash(NewToken())); err != nil {
+					b.Fatal(err)
+				}
+				samples[i] = UsageSample{SandboxID: id, Node: "n1"}
+			}
+			n := int64(0)
+			for b.Loop() {
+				n++
+				for i := range samples {
+					samples[i].At, samples[i].CPUUsec, samples[i].MemPeak = time.Now(), n*1000, n
+				}
+				if err := s.RecordUsage(ctx, samples...); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

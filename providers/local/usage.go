@@ -25,14 +25,20 @@ func (p *Provider) UsageOf(ctx context.Context, id string) (provider.Usage, erro
 		return provider.Usage{}, err
 	}
 	u := provider.Usage{At: time.Now()}
-	for _, d := range cgroupDirs(id) {
-		if n := cgroupCounter(filepath.Join(d, "cpu.stat"), "usage_usec"); n > 0 {
-			u.CPUUsec = max(u.CPUUsec, n)
+	// cgroup v2 first; v1 otherwise, its controllers' own hierarchies (a handful of opens,
+	// not one per hierarchy: this runs for every sandbox at every sample).
+	v2 := filepath.Join("/sys/fs/cgroup/tupper", id)
+	if n := cgroupCounter(filepath.Join(v2, "cpu.stat"), "usage_usec"); n > 0 {
+		u.CPUUsec = n
+		u.MemPeak = readInt(filepath.Join(v2, "memory.peak"))
+	} else {
+		for _, c := range []string{"cpuacct", "cpu,cpuacct"} {
+			if n := readInt(filepath.Join("/sys/fs/cgroup", c, "tupper", id, "cpuacct.usage")); n > 0 {
+				u.CPUUsec = n / 1000
+				break
+			}
 		}
-		if n := readInt(filepath.Join(d, "cpuacct.usage")); n > 0 {
-			u.CPUUsec = max(u.CPUUsec, n/1000)
-		}
-		u.MemPeak = max(u.MemPeak, readInt(filepath.Join(d, "memory.peak")), readInt(filepath.Join(d, "memory.max_usage_in_bytes")))
+		u.MemPeak = readInt(filepath.Join("/sys/fs/cgroup/memory/tupper", id, "memory.max_usage_in_bytes"))
 	}
 	if rec.HolderPID != 0 && holderAlive(rec) {
 		if d, err := p.diskDir(rec); err == nil {
