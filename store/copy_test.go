@@ -76,6 +76,7 @@ func populate(t *testing.T, s *Store) populated {
 	id, err := s.ReserveSnapshot(ctx, Snapshot{SandboxID: "sb1", APIKeyID: k.ID, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}, SnapshotQuota{PerSandbox: -1, PerKey: -1})
 	must(err)
 	must(s.SetSnapshotID(ctx, id, "snap1"))
+	must(s.RecordUsage(ctx, UsageSample{SandboxID: "sb1", Template: "base", Runtime: "runc", Node: "n1", At: now, CPUUsec: 1_500_000, MemPeak: 1 << 20, NetRx: 7}))
 	must(s.AppendAudit(ctx, AuditEntry{Via: "key", KeyID: k.ID, API: "rest", Action: "sandbox.create", Target: "sb1", Result: "ok", Status: 201},
 		AuditEntry{Via: "token", KeyOf: "sb1", API: "e2b", Action: "sandbox.exec", Target: "sb1", Result: "ok", Status: 200}))
 	return populated{key: secret, revokedKey: revoked, token: tok}
