@@ -609,6 +609,12 @@ type Usage struct {
 	DiskUsed int64     // bytes used now on its writable layer
 	NetRx    int64     // bytes it received over its network
 	NetTx    int64     // bytes it sent
+
+	// Now and its limits, for the server's time series of a sandbox's metrics.
+	MemUsed   int64   // bytes it holds now
+	MemLimit  int64   // bytes it may hold (0: not known)
+	DiskTotal int64   // bytes of its writable layer
+	CPUs      float64 // the CPUs it may use (0: not known)
 }
 
 // UsageReporter is optional: a Provider that counts sandbox id's use from outside it (the

@@ -106,7 +106,7 @@ func TestOpenAPIMatchesWireTypes(t *testing.T) {
 		"BuildLogEntry": api.BuildLogEntry{}, "BuildLogPage": api.BuildLogPage{}, "TemplateList": api.TemplateList{},
 		"SnapshotList": api.SnapshotList{}, "WebhookList": api.WebhookList{}, "SandboxEnd": api.End{},
 		"AuditEntry": api.AuditEntry{}, "AuditList": api.AuditList{},
-		"UsageReport": api.UsageReport{}, "UsageGroup": api.UsageGroup{},
+		"UsageReport": api.UsageReport{}, "UsageGroup": api.UsageGroup{}, "MetricsSeries": api.MetricsSeries{}, "MetricsSample": api.MetricsSample{},
 	} {
 		s, ok := doc.Components.Schemas[schema]
 		if !ok {

@@ -47,6 +47,7 @@ func (s *Server) table() []route {
 		{"GET", "/v1/sandboxes/{id}/egress/learned", scopeSandbox, s.egressLearned},
 		{"GET", "/v1/sandboxes/{id}/busy", scopeSandbox, s.busy},
 		{"GET", "/v1/sandboxes/{id}/events", scopeSandbox, s.sandboxEvents},
+		{"GET", "/v1/sandboxes/{id}/metrics", scopeSandbox, s.getMetrics},
 
 		// Templates are the server's, shared by every key (an API key only).
 		{"GET", "/v1/templates", scopeAccount, s.listTemplates},

@@ -135,6 +135,7 @@ type Server struct {
 	st     *store.Store
 	log    *slog.Logger
 	signer []byte // key of pre-signed URLs
+	series series // the usage sampler's readings, for GET /v1/sandboxes/{id}/metrics (series.go)
 
 	webhooks *http.Client // sends deliveries to permitted targets only
 

@@ -23,9 +23,10 @@ func (s *Server) usageLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if _, err := s.lc.SampleAllUsage(ctx); err != nil && ctx.Err() == nil {
+		if _, err := s.lc.SampleAllUsage(ctx, s.series.add); err != nil && ctx.Err() == nil {
 			s.log.Warn("sampling the sandboxes' usage", "err", err)
 		}
+		s.series.sweep(time.Now())
 	}
 }
 
@@ -118,4 +119,30 @@ func SumUsage(lines []store.UsageRecord, groupOf func(store.UsageRecord) string,
 		return cmp.Or(cmp.Compare(b.CPUSeconds, a.CPUSeconds), strings.Compare(a.Group, b.Group))
 	})
 	return out
+}
+
+// getMetrics is GET /v1/sandboxes/{id}/metrics?from=&to=: the sampler's readings of the
+// sandbox (series). A sandbox the store knows but this server has no readings of (another
+// server samples, the provider counts nothing, or it ended long ago) has none.
+func (s *Server) getMetrics(w http.ResponseWriter, r *http.Request, _ *caller) {
+	id := r.PathValue("id")
+	from, err := queryTime(r, "from")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	to, err := queryTime(r, "to")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	samples, ok := s.series.get(id, from, to)
+	if !ok {
+		if _, err := s.st.Sandbox(r.Context(), id); err != nil {
+			writeError(w, err)
+			return
+		}
+		samples = []api.MetricsSample{}
+	}
+	writeJSON(w, http.StatusOK, api.MetricsSeries{Samples: samples})
 }

@@ -64,6 +64,7 @@ func TestUsageLedgerLocal(t *testing.T) {
 	const burn = `u() { if [ -r /sys/fs/cgroup/cpu.stat ]; then sed -n 's/^usage_usec //p' /sys/fs/cgroup/cpu.stat; else echo $(( $(cat /sys/fs/cgroup/cpuacct/cpuacct.usage) / 1000 )); fi; }
 while [ "$(u)" -lt 2000000 ]; do i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; done`
 	ids := map[string]string{} // runtime → sandbox
+	tokens := map[string]string{}
 	for _, rt := range []string{"runc", "crun"} {
 		var sb api.Sandbox
 		if code := call(t, "POST", a.url+"/v1/sandboxes", key, map[string]any{"runtime": rt, "network": map[string]string{"mode": "none"},
@@ -71,6 +72,7 @@ while [ "$(u)" -lt 2000000 ]; do i=0; while [ $i -lt 20000 ]; do i=$((i+1)); don
 			t.Fatalf("create under %s: %d: %s", rt, code, a.logs())
 		}
 		ids[rt] = sb.ID
+		tokens[rt] = sb.Token
 		var res api.RunResult
 		if code := call(t, "POST", a.url+"/v1/sandboxes/"+sb.ID+"/run", key, map[string]any{"command": burn, "timeoutMs": 120000}, &res); code != 200 || res.ExitCode != 0 {
 			t.Fatalf("burn under %s: %d %+v", rt, code, res)
@@ -109,6 +111,29 @@ while [ "$(u)" -lt 2000000 ]; do i=0; while [ $i -lt 20000 ]; do i=$((i+1)); don
 		}
 	}
 	sampled := ledger()
+	// The same readings as a time series, from the server that took them; the sandbox's
+	// token may read its own.
+	for rt, id := range ids {
+		var ser api.MetricsSeries
+		if code := call(t, "GET", a.url+"/v1/sandboxes/"+id+"/metrics", tokens[rt], nil, &ser); code != 200 || len(ser.Samples) < 2 {
+			t.Fatalf("%s: GET …/metrics: %d, %d samples", rt, code, len(ser.Samples))
+		}
+		last, busy := ser.Samples[len(ser.Samples)-1], 0.0
+		for _, m := range ser.Samples {
+			busy = max(busy, m.CPUUsedPct)
+		}
+		if busy < 20 || !near(last.CPUSeconds, float64(sampled[id].CPUUsec)/1e6) || last.MemLimitBytes <= 0 || last.MemUsedBytes <= 0 ||
+			last.DiskTotalBytes <= 0 || last.CPUs <= 0 || last.Time.IsZero() {
+			t.Errorf("%s: series %+v (busiest %.1f %%); want the burn in it", rt, ser.Samples, busy)
+		}
+		var none api.MetricsSeries
+		if code := call(t, "GET", a.url+"/v1/sandboxes/"+id+"/metrics?from="+time.Now().Add(time.Hour).Format(time.RFC3339), key, nil, &none); code != 200 || len(none.Samples) != 0 {
+			t.Errorf("%s: metrics from an hour ahead: %d %+v", rt, code, none)
+		}
+	}
+	if code := call(t, "GET", a.url+"/v1/sandboxes/sbnosuchsandbox/metrics", key, nil, nil); code != 404 {
+		t.Errorf("metrics of a sandbox that never was: %d; want 404", code)
+	}
 	a.kill()
 
 	b := start()
@@ -120,6 +145,12 @@ while [ "$(u)" -lt 2000000 ]; do i=0; while [ $i -lt 20000 ]; do i=$((i+1)); don
 	}
 	last := map[string]float64{}
 	for rt, id := range ids {
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			var ser api.MetricsSeries
+			if call(t, "GET", b.url+"/v1/sandboxes/"+id+"/metrics", key, nil, &ser) == 200 && len(ser.Samples) > 0 {
+				break // the new server samples it too
+			}
+		}
 		last[rt] = cgroupCPU(t, id).Seconds()
 		if code := call(t, "DELETE", b.url+"/v1/sandboxes/"+id, key, nil, nil); code != 204 {
 			t.Fatalf("delete under %s: %d", rt, code)
@@ -135,6 +166,14 @@ while [ "$(u)" -lt 2000000 ]; do i=0; while [ $i -lt 20000 ]; do i=$((i+1)); don
 		if l.EndedAt.IsZero() || l.EndReason != store.EndDestroyed || l.Runtime != rt || l.Template == "" || l.Node != host ||
 			l.Labels["team"] != "t-"+rt || l.APIKeyID == "" || l.MemPeak <= 0 || l.DiskPeak <= 0 || l.StartedAt.IsZero() {
 			t.Errorf("%s: the line after the destroy: %+v", rt, l)
+		}
+	}
+
+	// An ended sandbox's series stays a while on the server that sampled it.
+	for rt, id := range ids {
+		var ser api.MetricsSeries
+		if code := call(t, "GET", b.url+"/v1/sandboxes/"+id+"/metrics", key, nil, &ser); code != 200 || len(ser.Samples) == 0 {
+			t.Errorf("%s: metrics after the end: %d, %d samples", rt, code, len(ser.Samples))
 		}
 	}
 

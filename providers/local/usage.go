@@ -16,9 +16,9 @@ import (
 // UsageOf counts what sandbox id has used, from the host: its cgroup's CPU time and memory
 // peak (cgroup v2's cpu.stat and memory.peak, else v1's cpuacct.usage and
 // memory.max_usage_in_bytes), its disk's tmpfs use, and its host-side veth's byte counters
-// (what the host receives there, the sandbox sent). A few small file reads: nothing runs in
-// the sandbox. A runsc sandbox revived after a limit (revive.go) starts a new cgroup, whose
-// counters start again from 0.
+// (what the host receives there, the sandbox sent); and its memory now, its limits and its
+// disk's size. A few small file reads: nothing runs in the sandbox. A runsc sandbox revived
+// after a limit (revive.go) starts a new cgroup, whose counters start again from 0.
 func (p *Provider) UsageOf(ctx context.Context, id string) (provider.Usage, error) {
 	rec, err := p.lay.readRecord(id)
 	if err != nil {
@@ -31,6 +31,7 @@ func (p *Provider) UsageOf(ctx context.Context, id string) (provider.Usage, erro
 	if n := cgroupCounter(filepath.Join(v2, "cpu.stat"), "usage_usec"); n > 0 {
 		u.CPUUsec = n
 		u.MemPeak = readInt(filepath.Join(v2, "memory.peak"))
+		u.MemUsed = readInt(filepath.Join(v2, "memory.current"))
 	} else {
 		for _, c := range []string{"cpuacct", "cpu,cpuacct"} {
 			if n := readInt(filepath.Join("/sys/fs/cgroup", c, "tupper", id, "cpuacct.usage")); n > 0 {
@@ -39,12 +40,15 @@ func (p *Provider) UsageOf(ctx context.Context, id string) (provider.Usage, erro
 			}
 		}
 		u.MemPeak = readInt(filepath.Join("/sys/fs/cgroup/memory/tupper", id, "memory.max_usage_in_bytes"))
+		u.MemUsed = readInt(filepath.Join("/sys/fs/cgroup/memory/tupper", id, "memory.usage_in_bytes"))
 	}
+	u.MemLimit, u.CPUs = int64(rec.MemoryMB)<<20, rec.CPU
 	if rec.HolderPID != 0 && holderAlive(rec) {
 		if d, err := p.diskDir(rec); err == nil {
 			var st unix.Statfs_t
 			if unix.Statfs(d, &st) == nil {
 				u.DiskUsed = int64(st.Blocks-st.Bfree) * int64(st.Bsize)
+				u.DiskTotal = int64(st.Blocks) * int64(st.Bsize)
 			}
 		}
 	}

@@ -414,3 +414,25 @@ type UsageGroup struct {
 	NetRxBytes      int64 `json:"netRxBytes"`
 	NetTxBytes      int64 `json:"netTxBytes"`
 }
+
+// MetricsSeries is the answer of GET /v1/sandboxes/{id}/metrics: the server's readings of the
+// sandbox, oldest first, every --usage-interval, for its last 10 minutes, and for 5 minutes
+// after it ended.
+type MetricsSeries struct {
+	Samples []MetricsSample `json:"samples"`
+}
+
+// MetricsSample is one reading of a sandbox's resource use, counted from the host.
+type MetricsSample struct {
+	Time           time.Time `json:"time"`
+	CPUs           float64   `json:"cpus"`       // the CPUs it may use
+	CPUUsedPct     float64   `json:"cpuUsedPct"` // of CPUs, since the reading before (0 for the first)
+	CPUSeconds     float64   `json:"cpuSeconds"` // used since it started
+	MemUsedBytes   int64     `json:"memUsedBytes"`
+	MemLimitBytes  int64     `json:"memLimitBytes"`
+	MemPeakBytes   int64     `json:"memPeakBytes"`
+	DiskUsedBytes  int64     `json:"diskUsedBytes"`
+	DiskTotalBytes int64     `json:"diskTotalBytes"`
+	NetRxBytes     int64     `json:"netRxBytes"` // received since it started
+	NetTxBytes     int64     `json:"netTxBytes"` // sent since it started
+}

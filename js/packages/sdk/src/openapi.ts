@@ -1260,6 +1260,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sandboxes/{id}/metrics": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The sandbox's resource use over time
+         * @description The readings of the sandbox's CPU, memory, disk and network that the server's usage sampler takes every `tupper serve --usage-interval` (10 s), counted from the host: its last 10 minutes, and for 5 minutes after it ended. Only the server that leads the store samples, and keeps them in memory: another server, or one restarted since, has none (an empty list). Providers that cannot count from outside (memory, docker, e2b) have none. The SDK's `Metrics` is one sample measured when asked. See docs/operations.md.
+         */
+        get: operations["getSandboxesIdMetrics"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -1932,6 +1952,37 @@ export interface components {
             /** @description bytes they received, summed */
             netRxBytes: number;
             /** @description bytes they sent, summed */
+            netTxBytes: number;
+        };
+        MetricsSeries: {
+            /** @description oldest first */
+            samples: components["schemas"]["MetricsSample"][];
+        };
+        MetricsSample: {
+            /**
+             * Format: date-time
+             * @description when it was read
+             */
+            time: string;
+            /** @description the CPUs it may use (0: not known) */
+            cpus: number;
+            /** @description CPU use since the reading before, in percent of cpus (0 for the first) */
+            cpuUsedPct: number;
+            /** @description CPU time used since it started */
+            cpuSeconds: number;
+            /** @description memory it holds now, page cache included */
+            memUsedBytes: number;
+            /** @description its memory limit (0: not known) */
+            memLimitBytes: number;
+            /** @description the most memory it has held */
+            memPeakBytes: number;
+            /** @description bytes used on its writable layer */
+            diskUsedBytes: number;
+            /** @description the size of its writable layer */
+            diskTotalBytes: number;
+            /** @description bytes received since it started */
+            netRxBytes: number;
+            /** @description bytes sent since it started */
             netTxBytes: number;
         };
     };
@@ -5088,6 +5139,42 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["UsageReport"];
+                };
+            };
+            /** @description an error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    getSandboxesIdMetrics: {
+        parameters: {
+            query?: {
+                /** @description readings at or after this time: RFC 3339 or unix milliseconds */
+                from?: string;
+                /** @description readings at or before this time: RFC 3339 or unix milliseconds */
+                to?: string;
+            };
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MetricsSeries"];
                 };
             };
             /** @description an error */
