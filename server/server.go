@@ -35,6 +35,7 @@ import (
 	"github.com/tupper-dev/tupper/mcpserver"
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
+	"github.com/tupper-dev/tupper/server/api"
 	"github.com/tupper-dev/tupper/server/builds"
 	"github.com/tupper-dev/tupper/server/e2b"
 	"github.com/tupper-dev/tupper/server/internal/audit"
@@ -256,7 +257,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.mux.Handle(pattern, s.wrap(rt))
 	}
 	if s.e2b, err = e2b.New(ctx, e2b.Config{Provider: s.prov, Store: s.st, Logger: s.log, Domain: cfg.Domain, Lifecycle: s.lc,
-		Builds: s.builds, BaseURL: cfg.BaseURL, MaxUploadBytes: cfg.MaxBuildContextBytes, Audit: s.audit}); err != nil {
+		Builds: s.builds, BaseURL: cfg.BaseURL, MaxUploadBytes: cfg.MaxBuildContextBytes, Audit: s.audit,
+		Series: func(id string, from, to time.Time) []api.MetricsSample { m, _ := s.series.get(id, from, to); return m }}); err != nil {
 		return nil, err
 	}
 	return s, nil

@@ -126,6 +126,18 @@ while [ "$(u)" -lt 2000000 ]; do i=0; while [ $i -lt 20000 ]; do i=$((i+1)); don
 			last.DiskTotalBytes <= 0 || last.CPUs <= 0 || last.Time.IsZero() {
 			t.Errorf("%s: series %+v (busiest %.1f %%); want the burn in it", rt, ser.Samples, busy)
 		}
+		// E2B's GET /sandboxes/{id}/metrics answers with the same readings, its field names.
+		var e2b []struct {
+			TimestampUnix       int64
+			CPUCount            int
+			CPUUsedPct          float64
+			MemUsed, MemTotal   int64
+			DiskUsed, DiskTotal int64
+		}
+		if code := call(t, "GET", a.url+"/sandboxes/"+id+"/metrics", key, nil, &e2b); code != 200 || len(e2b) < len(ser.Samples) || len(e2b) > len(ser.Samples)+2 ||
+			e2b[0].TimestampUnix != ser.Samples[0].Time.Unix() || e2b[0].CPUCount < 1 || e2b[0].MemTotal != ser.Samples[0].MemLimitBytes || e2b[0].DiskTotal <= 0 {
+			t.Errorf("%s: E2B's metrics: %d %+v; want the series (%d samples)", rt, code, e2b, len(ser.Samples))
+		}
 		var none api.MetricsSeries
 		if code := call(t, "GET", a.url+"/v1/sandboxes/"+id+"/metrics?from="+time.Now().Add(time.Hour).Format(time.RFC3339), key, nil, &none); code != 200 || len(none.Samples) != 0 {
 			t.Errorf("%s: metrics from an hour ahead: %d %+v", rt, code, none)

@@ -5,9 +5,11 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/provider/httpcode"
+	"github.com/tupper-dev/tupper/server/api"
 	"github.com/tupper-dev/tupper/server/builds"
 	"github.com/tupper-dev/tupper/server/internal/audit"
 	"github.com/tupper-dev/tupper/server/internal/httpjson"
@@ -47,6 +49,10 @@ type Config struct {
 	MaxUploadBytes int64
 	// Audit records the calls that change something (audit.go); nil records none.
 	Audit *audit.Recorder
+	// Series returns the server's time series of a sandbox's readings in [from, to]
+	// (GET /v1/sandboxes/{id}/metrics), which GET /sandboxes/{id}/metrics answers with when it
+	// has some; nil, or none: one sample measured now.
+	Series func(id string, from, to time.Time) []api.MetricsSample
 }
 
 // Server serves E2B's control plane and data plane. Create it with New.

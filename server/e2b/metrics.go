@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -8,13 +9,15 @@ import (
 	"github.com/tupper-dev/tupper/provider"
 )
 
-// metrics is GET /sandboxes/{id}/metrics: one sample (Sandbox.Metrics), measured now, when
-// now is inside the start and end of the query (unix seconds). A paused sandbox, or one on a
+// metrics is GET /sandboxes/{id}/metrics: the server's series of readings in the start and
+// end of the query (unix seconds; Config.Series) when it has some; else one sample
+// (Sandbox.Metrics), measured now, when now is inside them. A paused sandbox, or one on a
 // provider that cannot measure it, has none.
 func (s *Server) metrics(w http.ResponseWriter, r *http.Request, _ string) {
 	q := r.URL.Query()
 	now := time.Now()
 	inRange := true
+	var from, to time.Time
 	if v := q.Get("start"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
@@ -22,6 +25,7 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request, _ string) {
 			return
 		}
 		inRange = inRange && now.Unix() >= n
+		from = time.Unix(n, 0)
 	}
 	if v := q.Get("end"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
@@ -30,6 +34,7 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request, _ string) {
 			return
 		}
 		inRange = inRange && now.Unix() <= n+1
+		to = time.Unix(n+1, 0)
 	}
 	id := r.PathValue("sandboxID")
 	box, err := s.lookup(r.Context(), id)
@@ -38,6 +43,20 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request, _ string) {
 		return
 	}
 	out := []sandboxMetric{}
+	// The server's series, when it has readings in the range: E2B's SDKs chart them.
+	if s.cfg.Series != nil {
+		for _, m := range s.cfg.Series(id, from, to) {
+			out = append(out, sandboxMetric{
+				Timestamp: m.Time.UTC().Truncate(time.Second), TimestampUnix: m.Time.Unix(),
+				CPUCount: max(int(math.Ceil(m.CPUs)), 1), CPUUsedPct: m.CPUUsedPct, MemUsed: m.MemUsedBytes, MemTotal: m.MemLimitBytes,
+				DiskUsed: m.DiskUsedBytes, DiskTotal: m.DiskTotalBytes,
+			})
+		}
+		if len(out) > 0 {
+			writeJSON(w, http.StatusOK, out)
+			return
+		}
+	}
 	if inRange && box.Info.State != provider.StatePaused {
 		m, err := box.Sandbox.Metrics(r.Context())
 		switch {
