@@ -143,6 +143,30 @@ while [ "$(u)" -lt 2000000 ]; do i=0; while [ $i -lt 20000 ]; do i=$((i+1)); don
 			t.Errorf("%s: metrics from an hour ahead: %d %+v", rt, code, none)
 		}
 	}
+	// tupper stats: through the server (its latest readings), and on this machine (the
+	// local provider's counters, read by the CLI itself).
+	for name, env := range map[string][]string{
+		"--url": append(stateEnv(t, home), "TUPPER_URL="+a.url, "TUPPER_API_KEY="+key),
+		"local": append(stateEnv(t, home), "TUPPER_PROVIDER=local"),
+	} {
+		out, errOut, err := tupper(t, env, "stats", "--no-stream", "--json", ids["runc"], ids["crun"])
+		var rows []struct {
+			ID string
+			api.MetricsSample
+		}
+		if err != nil || json.Unmarshal([]byte(out), &rows) != nil || len(rows) != 2 {
+			t.Fatalf("tupper stats --json (%s): %v: %s %s", name, err, out, errOut)
+		}
+		for i, rt := range []string{"runc", "crun"} {
+			if r := rows[i]; r.ID != ids[rt] || r.CPUSeconds < 1.9 || r.MemUsedBytes <= 0 || r.MemLimitBytes <= 0 || r.DiskTotalBytes <= 0 {
+				t.Errorf("tupper stats (%s): %+v", name, r)
+			}
+		}
+		out, errOut, err = tupper(t, env, "stats", "--no-stream")
+		if err != nil || !strings.Contains(out, "MEM USAGE / LIMIT") || !strings.Contains(out, ids["runc"]) || !strings.Contains(out, ids["crun"]) {
+			t.Errorf("tupper stats --no-stream (%s): %v: %s %s", name, err, out, errOut)
+		}
+	}
 	if code := call(t, "GET", a.url+"/v1/sandboxes/sbnosuchsandbox/metrics", key, nil, nil); code != 404 {
 		t.Errorf("metrics of a sandbox that never was: %d; want 404", code)
 	}

@@ -96,6 +96,7 @@ var subcommands = []struct {
 	{"webhook", newWebhookCmd},
 	{"audit", newAuditCmd},
 	{"usage", newUsageCmd},
+	{"stats", newStatsCmd},
 	{"logs", newLogsCmd},
 	{"snapshot", newSnapshotCmd},
 	{"pause", newPauseCmd},
