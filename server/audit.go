@@ -115,11 +115,7 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request, _ *caller) {
 	q := r.URL.Query()
 	f := store.AuditFilter{KeyID: q.Get("key"), Action: q.Get("action"), Target: q.Get("target")}
 	var err error
-	if f.From, err = queryTime(r, "from"); err != nil {
-		writeError(w, err)
-		return
-	}
-	if f.To, err = queryTime(r, "to"); err != nil {
+	if f.From, f.To, err = queryRange(r); err != nil {
 		writeError(w, err)
 		return
 	}

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -37,5 +39,26 @@ func TestSeries(t *testing.T) {
 	s.sweep(last.Add(seriesKeepAfter + time.Second))
 	if _, ok := s.get("sb", time.Time{}, time.Time{}); ok {
 		t.Error("kept past seriesKeepAfter")
+	}
+}
+
+// BenchmarkSeriesMemory: the heap that full series of 1,000 sandboxes hold (the issue's
+// "memory of the server with 1,000 sandboxes sampled"), reported as heap-MB.
+func BenchmarkSeriesMemory(b *testing.B) {
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		var s series
+		t0 := time.Now()
+		for i := range seriesPoints {
+			for id := range 1000 {
+				s.add(fmt.Sprintf("sandbox%016d", id), provider.Usage{At: t0.Add(time.Duration(i) * 10 * time.Second), CPUUsec: int64(i)})
+			}
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/1e6, "heap-MB")
+		runtime.KeepAlive(&s)
 	}
 }

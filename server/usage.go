@@ -34,11 +34,7 @@ func (s *Server) usageLoop(ctx context.Context) {
 func (s *Server) getUsage(w http.ResponseWriter, r *http.Request, _ *caller) {
 	var f store.UsageFilter
 	var err error
-	if f.From, err = queryTime(r, "from"); err != nil {
-		writeError(w, err)
-		return
-	}
-	if f.To, err = queryTime(r, "to"); err != nil {
+	if f.From, f.To, err = queryRange(r); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -126,12 +122,7 @@ func SumUsage(lines []store.UsageRecord, groupOf func(store.UsageRecord) string,
 // server samples, the provider counts nothing, or it ended long ago) has none.
 func (s *Server) getMetrics(w http.ResponseWriter, r *http.Request, _ *caller) {
 	id := r.PathValue("id")
-	from, err := queryTime(r, "from")
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	to, err := queryTime(r, "to")
+	from, to, err := queryRange(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -145,4 +136,13 @@ func (s *Server) getMetrics(w http.ResponseWriter, r *http.Request, _ *caller) {
 		samples = []api.MetricsSample{}
 	}
 	writeJSON(w, http.StatusOK, api.MetricsSeries{Samples: samples})
+}
+
+// queryRange is a request's from and to query parameters (queryTime; absent: zero).
+func queryRange(r *http.Request) (from, to time.Time, err error) {
+	if from, err = queryTime(r, "from"); err != nil {
+		return
+	}
+	to, err = queryTime(r, "to")
+	return
 }

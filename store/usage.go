@@ -49,6 +49,12 @@ ON CONFLICT(sandbox_id) DO UPDATE SET
 	net_rx = CASE WHEN excluded.net_rx > usage_ledger.net_rx THEN excluded.net_rx ELSE usage_ledger.net_rx END,
 	net_tx = CASE WHEN excluded.net_tx > usage_ledger.net_tx THEN excluded.net_tx ELSE usage_ledger.net_tx END`
 
+func upsertUsage(ctx context.Context, tx *tx, u UsageSample) error {
+	_, err := tx.ExecContext(ctx, usageUpsert, u.SandboxID, u.Template, u.Runtime, u.Node,
+		unixMilli(u.At), u.CPUUsec, u.MemPeak, u.DiskUsed, u.NetRx, u.NetTx)
+	return dbErr(err)
+}
+
 // RecordUsage writes samples into the usage ledger, in one transaction.
 func (s *Store) RecordUsage(ctx context.Context, samples ...UsageSample) error {
 	if len(samples) == 0 {
@@ -60,9 +66,8 @@ func (s *Store) RecordUsage(ctx context.Context, samples ...UsageSample) error {
 	}
 	defer tx.Rollback()
 	for _, u := range samples {
-		if _, err := tx.ExecContext(ctx, usageUpsert, u.SandboxID, u.Template, u.Runtime, u.Node,
-			unixMilli(u.At), u.CPUUsec, u.MemPeak, u.DiskUsed, u.NetRx, u.NetTx); err != nil {
-			return dbErr(err)
+		if err := upsertUsage(ctx, tx, u); err != nil {
+			return err
 		}
 	}
 	return dbErr(tx.Commit())
@@ -82,9 +87,8 @@ func (s *Store) EndUsage(ctx context.Context, id string, last *UsageSample) erro
 		return dbErr(err)
 	}
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, usageUpsert, u.SandboxID, u.Template, u.Runtime, u.Node,
-		unixMilli(u.At), u.CPUUsec, u.MemPeak, u.DiskUsed, u.NetRx, u.NetTx); err != nil {
-		return dbErr(err)
+	if err := upsertUsage(ctx, tx, u); err != nil {
+		return err
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE usage_ledger SET
 		ended_at = (SELECT COALESCE(destroyed_at, 0) FROM sandboxes WHERE id = ?1),
