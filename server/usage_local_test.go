@@ -167,6 +167,14 @@ while [ "$(u)" -lt 2000000 ]; do i=0; while [ $i -lt 20000 ]; do i=$((i+1)); don
 			t.Errorf("tupper stats --no-stream (%s): %v: %s %s", name, err, out, errOut)
 		}
 	}
+	// A sandbox's token reads its own metrics, never the ledger (every key's sandboxes) nor
+	// another sandbox's metrics.
+	if code := call(t, "GET", a.url+"/v1/usage", tokens["runc"], nil, nil); code != 403 {
+		t.Errorf("GET /v1/usage with a sandbox token: %d; want 403", code)
+	}
+	if code := call(t, "GET", a.url+"/v1/sandboxes/"+ids["crun"]+"/metrics", tokens["runc"], nil, nil); code != 403 {
+		t.Errorf("another sandbox's metrics with a sandbox token: %d; want 403", code)
+	}
 	if code := call(t, "GET", a.url+"/v1/sandboxes/sbnosuchsandbox/metrics", key, nil, nil); code != 404 {
 		t.Errorf("metrics of a sandbox that never was: %d; want 404", code)
 	}
