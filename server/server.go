@@ -235,7 +235,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if s.lc, err = lifecycle.New(lifecycle.Config{
 		Provider: s.prov, Store: s.st, Logger: s.log, Emit: s.lifecycleEvent, Stored: s.eventStored, PreviewURL: s.previewPath,
 		SnapshotExpiry: cfg.SnapshotExpiry, SnapshotsPerSandbox: cfg.SnapshotsPerSandbox, SnapshotsPerKey: cfg.SnapshotsPerKey,
-		VolumesTotalMB: cfg.VolumesTotalMB,
+		VolumesTotalMB: cfg.VolumesTotalMB, Sampled: s.series.add,
 	}); err != nil {
 		return nil, err
 	}

@@ -23,7 +23,7 @@ func (s *Server) usageLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if _, err := s.lc.SampleAllUsage(ctx, s.series.add); err != nil && ctx.Err() == nil {
+		if _, err := s.lc.SampleAllUsage(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("sampling the sandboxes' usage", "err", err)
 		}
 		s.series.sweep(time.Now())

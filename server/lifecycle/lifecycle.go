@@ -77,6 +77,10 @@ type Config struct {
 	VolumesTotalMB int
 	// Node names the machine the sandboxes run on in the usage ledger; "": the host name.
 	Node string
+	// Sampled, when set, receives every reading of a sandbox's counters the Service takes
+	// (SampleAllUsage, and the last before a destroy): the server keeps them as the
+	// sandbox's time series.
+	Sampled func(id string, u provider.Usage)
 }
 
 // Service is the lifecycle of a server's sandboxes. Create it with New.

@@ -22,25 +22,19 @@ func (s *Service) startUsage(ctx context.Context, info sandbox.Info) {
 }
 
 // usageOf reads sandbox id's counters now, when the provider counts them (nil otherwise, or
-// when it failed).
+// when it failed), and hands the reading to Config.Sampled.
 func (s *Service) usageOf(ctx context.Context, id string) *store.UsageSample {
-	u, ok := s.readUsage(ctx, id)
+	r, ok := s.prov.(provider.UsageReporter)
 	if !ok {
 		return nil
 	}
-	return s.sample(id, u)
-}
-
-func (s *Service) readUsage(ctx context.Context, id string) (provider.Usage, bool) {
-	r, ok := s.prov.(provider.UsageReporter)
-	if !ok {
-		return provider.Usage{}, false
-	}
 	u, err := r.UsageOf(ctx, id)
-	return u, err == nil
-}
-
-func (s *Service) sample(id string, u provider.Usage) *store.UsageSample {
+	if err != nil {
+		return nil
+	}
+	if s.cfg.Sampled != nil {
+		s.cfg.Sampled(id, u)
+	}
 	return &store.UsageSample{SandboxID: id, Node: s.cfg.Node, At: u.At, CPUUsec: u.CPUUsec, MemPeak: u.MemPeak,
 		DiskUsed: u.DiskUsed, NetRx: u.NetRx, NetTx: u.NetTx}
 }
@@ -56,10 +50,10 @@ func (s *Service) SampleUsage(ctx context.Context, id string) {
 	}
 }
 
-// SampleAllUsage reads the counters of every live sandbox the store has a record of, hands
-// each reading to each (nil: none), and writes them into the ledger in one transaction. It
-// returns how many it sampled. A provider without provider.UsageReporter samples nothing.
-func (s *Service) SampleAllUsage(ctx context.Context, each func(id string, u provider.Usage)) (int, error) {
+// SampleAllUsage reads the counters of every live sandbox the store has a record of and
+// writes them into the ledger in one transaction. It returns how many it sampled. A
+// provider without provider.UsageReporter samples nothing.
+func (s *Service) SampleAllUsage(ctx context.Context) (int, error) {
 	if _, ok := s.prov.(provider.UsageReporter); !ok {
 		return 0, nil
 	}
@@ -72,11 +66,8 @@ func (s *Service) SampleAllUsage(ctx context.Context, each func(id string, u pro
 		if rec.State == provider.StatePaused {
 			continue // nothing to count, and its counters may be gone with its processes
 		}
-		if u, ok := s.readUsage(ctx, rec.ID); ok {
-			if each != nil {
-				each(rec.ID, u)
-			}
-			samples = append(samples, *s.sample(rec.ID, u))
+		if u := s.usageOf(ctx, rec.ID); u != nil {
+			samples = append(samples, *u)
 		}
 	}
 	return len(samples), s.st.RecordUsage(ctx, samples...)
