@@ -29,9 +29,11 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tupper-dev/tupper/internal/httpdeadline"
+	"github.com/tupper-dev/tupper/internal/metrics"
 	"github.com/tupper-dev/tupper/mcpserver"
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
@@ -112,6 +114,12 @@ type Config struct {
 	// 200,000 files; ConcurrentBuilds run at once (0: 1), the others queue.
 	MaxBuildContextBytes int64
 	ConcurrentBuilds     int
+
+	// Metrics receives the server's measurements (requests, creates, commands, snapshots,
+	// forks, egress, webhooks, store statements) and answers the gauges of this server's
+	// sandboxes, pool and webhook outbox at each scrape; one Metrics serves one Server. Nil
+	// collects nothing, and GET /metrics answers 404.
+	Metrics *metrics.Metrics
 }
 
 // Server serves the API. Create it with New, serve Handler, and call Run for the background
@@ -150,6 +158,8 @@ type Server struct {
 	boxMCP   map[string]*mcpserver.HTTPHandler
 
 	previews *http.Transport // the preview proxy's, over Sandbox.DialPort
+
+	poolWasFull atomic.Bool // readyz saw the warm pool full once
 }
 
 // New builds a server.
@@ -204,6 +214,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	} else if n > 0 {
 		cfg.Logger.Info("resending webhook deliveries left in flight", "count", n)
 	}
+	cfg.Store.Measure(cfg.Metrics)
 	s := &Server{
 		cfg: cfg, prov: cfg.Provider, st: cfg.Store, log: cfg.Logger, signer: signer,
 		wake: make(chan struct{}, 1), webhooks: webhookClient(cfg.AllowPrivateWebhooks),
@@ -211,7 +222,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if s.lc, err = lifecycle.New(lifecycle.Config{
 		Provider: s.prov, Store: s.st, Logger: s.log, Emit: s.lifecycleEvent, Stored: s.eventStored, PreviewURL: s.previewPath,
 		SnapshotExpiry: cfg.SnapshotExpiry, SnapshotsPerSandbox: cfg.SnapshotsPerSandbox, SnapshotsPerKey: cfg.SnapshotsPerKey,
-		VolumesTotalMB: cfg.VolumesTotalMB,
+		VolumesTotalMB: cfg.VolumesTotalMB, Metrics: cfg.Metrics,
 	}); err != nil {
 		return nil, err
 	}
@@ -222,6 +233,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if s.mcp, err = s.newMCP(); err != nil {
 		return nil, err
 	}
+	cfg.Metrics.Watch(metricsSource{s})
 	s.routes = s.table()
 	s.mux = http.NewServeMux()
 	for _, rt := range s.routes {
@@ -232,7 +244,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.mux.Handle(pattern, s.wrap(rt))
 	}
 	if s.e2b, err = e2b.New(ctx, e2b.Config{Provider: s.prov, Store: s.st, Logger: s.log, Domain: cfg.Domain, Lifecycle: s.lc,
-		Builds: s.builds, BaseURL: cfg.BaseURL, MaxUploadBytes: cfg.MaxBuildContextBytes}); err != nil {
+		Builds: s.builds, BaseURL: cfg.BaseURL, MaxUploadBytes: cfg.MaxBuildContextBytes, Metrics: cfg.Metrics}); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -246,7 +258,7 @@ func (s *Server) Handler() http.Handler {
 		if s.e2b.Match(r) {
 			// E2B's control plane (/sandboxes…) and data plane (E2b-Sandbox-Id, 49983-{id} hosts).
 			s.e2b.ServeHTTP(lw, r)
-			s.logRequest(r, "e2b", lw.status, start)
+			s.logRequest(r, e2bRoute(r), lw.status, start)
 			return
 		}
 		if port, id, ok := s.e2b.SandboxPort(r); ok {
@@ -282,10 +294,13 @@ func (s *Server) HTTPServer() *http.Server {
 
 // logRequest logs one request by its route pattern, never its path or query (which may hold
 // a signature) or its headers (which hold credentials).
+// It also counts it in the metrics, by the same pattern.
 func (s *Server) logRequest(r *http.Request, pattern string, status int, start time.Time) {
+	d := time.Since(start)
+	s.observeRequest(pattern, status, d)
 	s.log.LogAttrs(r.Context(), slog.LevelInfo, "request",
 		slog.String("route", pattern), slog.Int("status", status),
-		slog.Duration("duration", time.Since(start)), slog.String("remote", r.RemoteAddr))
+		slog.Duration("duration", d), slog.String("remote", r.RemoteAddr))
 }
 
 // logWriter records the status; it passes Flush, Hijack and full duplex through Unwrap.

@@ -43,6 +43,9 @@ type SessionOptions struct {
 	// does). Nil: Sandbox.PauseWith and Sandbox.Resume.
 	Pause  func(ctx context.Context, b *sandbox.Sandbox, opts sandbox.PauseOptions) error
 	Resume func(ctx context.Context, b *sandbox.Sandbox) error
+	// Ran, when set, is told how long each run_command took, from the call to its result
+	// (a server's metrics). Nil: nobody is told.
+	Ran func(d time.Duration)
 
 	// Bound, when set, binds the session to that existing sandbox: it is the default, it is
 	// the only sandbox the session lists or reaches (another sandbox_id is not found), and the

@@ -9,10 +9,12 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/tupper-dev/tupper/internal/metrics"
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/server"
 	"github.com/tupper-dev/tupper/store"
@@ -32,6 +34,8 @@ func newServeCmd() *cobra.Command {
 		buildContextMiB                       int64
 		volumesGiB                            int
 		concurrentBuilds                      int
+		metricsAddr                           string
+		withMetrics                           bool
 	)
 	cmd := &cobra.Command{
 		Use:   "serve [--addr HOST:PORT]",
@@ -104,7 +108,13 @@ func newServeCmd() *cobra.Command {
 					return err
 				}
 			}
+			// Built here, not at init: commands that do not serve build no registry.
+			var m *metrics.Metrics
+			if withMetrics {
+				m = metrics.New()
+			}
 			srv, err := server.New(ctx, server.Config{Provider: prov, Store: st, Logger: logger, Domain: domain, BaseURL: baseURL, Version: version,
+				Metrics:              m,
 				AllowPrivateWebhooks: allowPrivateWebhooks,
 				// The flags' 0 is "none"; the Config's is "the default".
 				SnapshotExpiry:       noneIfZero(snapExpiry),
@@ -132,6 +142,19 @@ func newServeCmd() *cobra.Command {
 			}
 			if keys, err := st.Keys(ctx); err == nil && len(keys) == 0 {
 				fmt.Fprintln(errw, "tupper: no API keys yet: create one with `tupper keys create`")
+			}
+			if withMetrics && metricsAddr != "off" {
+				explicit := cmd.Flags().Changed("metrics-addr") || os.Getenv("TUPPER_METRICS_ADDR") != ""
+				mln, err := listenMetrics(metricsAddr, explicit, errw)
+				if err != nil {
+					return err
+				}
+				if mln != nil {
+					ms := &http.Server{Handler: metricsMux(srv.MetricsHandler()), ReadHeaderTimeout: 10 * time.Second, WriteTimeout: time.Minute}
+					defer ms.Close()
+					go func() { _ = ms.Serve(mln) }()
+					fmt.Fprintf(errw, "tupper: metrics on http://%s/metrics (no API key)\n", mln.Addr())
+				}
 			}
 			hs := srv.HTTPServer()
 			rctx, stop := context.WithCancel(ctx)
@@ -172,8 +195,36 @@ func newServeCmd() *cobra.Command {
 	fl.Int64Var(&buildContextMiB, "build-context-mib", 1024, "largest template build context a request may send, in MiB; it may unpack to four times that")
 	fl.IntVar(&concurrentBuilds, "concurrent-builds", 1, "template builds that run at once; the others wait in a queue")
 	fl.BoolVar(&bootImages, "boot-images", false, "restore runsc sandboxes with network none from a checkpoint of their template booted once, instead of booting each (local provider; see docs/local.md)")
+	fl.StringVar(&metricsAddr, "metrics-addr", envOr("TUPPER_METRICS_ADDR", defaultMetricsAddr), "serve Prometheus metrics at /metrics on this address, with no API key ($TUPPER_METRICS_ADDR; off: only at /metrics of --addr, with a key)")
+	fl.BoolVar(&withMetrics, "metrics", true, "collect Prometheus metrics (false: none, on either listener)")
 	fl.IntVar(&pool, "pool", 0, "keep this many sandboxes started for creates of the default shape with network none (local provider; see docs/local.md)")
 	return cmd
+}
+
+// defaultMetricsAddr is where the metrics listen unless told otherwise: loopback, on the
+// port after the API's (server.DefaultAddr).
+const defaultMetricsAddr = "127.0.0.1:7424"
+
+// listenMetrics listens on addr for the metrics. A default address already in use (a
+// second server on this machine) is a warning and no metrics listener, since the main
+// listener still serves /metrics with a key; an address the operator chose must work.
+func listenMetrics(addr string, explicit bool, errw io.Writer) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err == nil {
+		return ln, nil
+	}
+	if explicit || !errors.Is(err, syscall.EADDRINUSE) {
+		return nil, fmt.Errorf("metrics: listen on %s: %w (pick another with --metrics-addr, or off)", addr, err)
+	}
+	fmt.Fprintf(errw, "tupper: warning: %s is in use, so no metrics listener; /metrics of the main address serves them with an API key (or set --metrics-addr)\n", addr)
+	return nil, nil
+}
+
+// metricsMux serves h at /metrics and nothing else.
+func metricsMux(h http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", h)
+	return mux
 }
 
 // listenURL is the server's URL when no --base-url says it: http:// and the address it

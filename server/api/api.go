@@ -352,6 +352,13 @@ type Health struct {
 	OK bool `json:"ok"`
 }
 
+// Readiness is the answer of GET /readyz: ready when every check passed. Checks holds each
+// check's outcome by name ("store", "provider", "pool"): "ok", or what is wrong.
+type Readiness struct {
+	Ready  bool              `json:"ready"`
+	Checks map[string]string `json:"checks"`
+}
+
 // Deadline is the answer of POST /v1/sandboxes/{id}/timeout and keepalive: the new deadline.
 type Deadline struct {
 	Deadline time.Time `json:"deadline"`

@@ -23,6 +23,7 @@ import (
 
 	"github.com/tupper-dev/tupper/agent/spec/process"
 	"github.com/tupper-dev/tupper/internal/httpdeadline"
+	"github.com/tupper-dev/tupper/internal/metrics"
 	"github.com/tupper-dev/tupper/provider"
 )
 
@@ -205,6 +206,9 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request, t target) {
 			writeEnvdError(w, http.StatusBadRequest, err.Error())
 			return
 		}
+		// A command's latency: from here to the end of its stream, its exit.
+		start := time.Now()
+		defer func() { s.cfg.Metrics.ObserveExec(metrics.APIE2B, time.Since(start)) }()
 	}
 	s.proxy.ServeHTTP(w, r.WithContext(context.WithValue(ctx, sandboxKey{}, id)))
 }
