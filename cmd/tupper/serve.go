@@ -128,6 +128,22 @@ func newServeCmd() *cobra.Command {
 				return err
 			}
 			defer srv.Close()
+			if withMetrics && metricsAddr != "off" {
+				explicit := cmd.Flags().Changed("metrics-addr") || os.Getenv("TUPPER_METRICS_ADDR") != ""
+				mln, err := listenMetrics(metricsAddr, explicit, errw)
+				if err != nil {
+					return err
+				}
+				if mln != nil {
+					ms := &http.Server{Handler: metricsMux(srv.MetricsHandler()), ReadHeaderTimeout: 10 * time.Second, WriteTimeout: time.Minute}
+					defer ms.Close()
+					go func() { _ = ms.Serve(mln) }()
+					fmt.Fprintf(errw, "tupper: metrics on http://%s/metrics (no API key)\n", mln.Addr())
+					if ip := mln.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() {
+						fmt.Fprintln(errw, "tupper: warning: metrics are served without a key beyond loopback; firewall --metrics-addr to your Prometheus")
+					}
+				}
+			}
 			if err := claim.Serving("http://" + ln.Addr().String()); err != nil {
 				return err
 			}
@@ -142,19 +158,6 @@ func newServeCmd() *cobra.Command {
 			}
 			if keys, err := st.Keys(ctx); err == nil && len(keys) == 0 {
 				fmt.Fprintln(errw, "tupper: no API keys yet: create one with `tupper keys create`")
-			}
-			if withMetrics && metricsAddr != "off" {
-				explicit := cmd.Flags().Changed("metrics-addr") || os.Getenv("TUPPER_METRICS_ADDR") != ""
-				mln, err := listenMetrics(metricsAddr, explicit, errw)
-				if err != nil {
-					return err
-				}
-				if mln != nil {
-					ms := &http.Server{Handler: metricsMux(srv.MetricsHandler()), ReadHeaderTimeout: 10 * time.Second, WriteTimeout: time.Minute}
-					defer ms.Close()
-					go func() { _ = ms.Serve(mln) }()
-					fmt.Fprintf(errw, "tupper: metrics on http://%s/metrics (no API key)\n", mln.Addr())
-				}
 			}
 			hs := srv.HTTPServer()
 			rctx, stop := context.WithCancel(ctx)
