@@ -9,7 +9,7 @@
 //
 // # Auth
 //
-// Every route but /v1/health, /v1/openapi.json, pre-signed URLs and public preview ports needs
+// Every route but /v1/health, /healthz, /readyz, /v1/openapi.json, pre-signed URLs and public preview ports needs
 // a credential in "Authorization: Bearer …" (or "X-API-Key: …", for E2B clients): an account
 // API key (ak_…), which may do anything, or a sandbox token (sbt_…, returned when the sandbox
 // is created), which may only touch that one sandbox. Credentials are compared by their

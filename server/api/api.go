@@ -347,7 +347,7 @@ type WebhookRequest struct {
 	Events []string `json:"events,omitempty"`
 }
 
-// Health is the answer of GET /v1/health.
+// Health is the answer of GET /v1/health and GET /healthz.
 type Health struct {
 	OK bool `json:"ok"`
 }
