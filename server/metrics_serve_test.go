@@ -3,7 +3,6 @@
 package server_test
 
 import (
-	"io"
 	"net/http"
 	"regexp"
 	"strings"
@@ -16,17 +15,8 @@ import (
 func TestServeMetricsFlags(t *testing.T) {
 	get := func(url, key string) (int, string) {
 		t.Helper()
-		req, _ := http.NewRequest("GET", url, nil)
-		if key != "" {
-			req.Header.Set("Authorization", "Bearer "+key)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		resp, body := send(t, "GET", url, key, "", nil)
+		return resp.StatusCode, string(body)
 	}
 	home := t.TempDir()
 	key := newKey(t, home)

@@ -44,19 +44,7 @@ func (b *bencher) metricsSection(ctx context.Context, rt string) error {
 	}
 
 	// 1. Exec round trip of true in a running sandbox of each server, in turn.
-	var fs []func() error
-	for _, s := range sides {
-		id, err := s.api.create(ctx)
-		if err != nil {
-			return fmt.Errorf("%s: %w", s.name, err)
-		}
-		defer s.api.destroy(context.WithoutCancel(ctx), id)
-		fs = append(fs, func() error {
-			_, err := s.api.run(ctx, id, "true")
-			return err
-		})
-	}
-	execs, err := measureEach(b.o.execN, fs...)
+	execs, err := b.execInTurn(ctx, []*tupperAPI{sides[0].api, sides[1].api})
 	if err != nil {
 		return err
 	}

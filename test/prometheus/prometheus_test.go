@@ -154,19 +154,19 @@ func TestPrometheusScrapesTheServer(t *testing.T) {
 			prom.has(ctx, `sum(tupper_egress_total{kind="dns",result="denied"}) > 0`, -1)
 	})
 	for expr, want := range map[string]float64{
-		`up{job="tupper"}`:                                                  1,
-		`tupper_exec_seconds_count{api="rest"}`:                             restRuns + 1,
-		`tupper_exec_seconds_count{api="e2b"}`:                              e2bRuns,
-		`sum(tupper_sandbox_create_seconds_count)`:                          float64(creates),
-		`sum(tupper_sandbox_create_seconds_count{pooled="true"})`:           1,
-		`tupper_pool_hits_total`:                                            1,
-		`tupper_pool_target`:                                                1,
-		`tupper_http_requests_total{route="POST /v1/sandboxes",code="2xx"}`: 3,
+		`up{job="tupper"}`:                                                           1,
+		`tupper_exec_seconds_count{api="rest"}`:                                      restRuns + 1,
+		`tupper_exec_seconds_count{api="e2b"}`:                                       e2bRuns,
+		`sum(tupper_sandbox_create_seconds_count)`:                                   float64(creates),
+		`sum(tupper_sandbox_create_seconds_count{pooled="true"})`:                    1,
+		`tupper_pool_hits_total`:                                                     1,
+		`tupper_pool_target`:                                                         1,
+		`tupper_http_requests_total{route="POST /v1/sandboxes",code="2xx"}`:          3,
 		`tupper_http_requests_total{route="POST /v1/sandboxes/{id}/run",code="2xx"}`: restRuns + 1,
-		`tupper_snapshot_seconds_count{kind="filesystem",result="ok"}`:             1,
-		`sum(tupper_fork_seconds_count{result="ok"})`:                              1,
-		`sum(tupper_webhook_deliveries_total{result="delivered"})`:                 float64(wantDelivered),
-		`sum(tupper_sandboxes{state="running"})`:                                   float64(len(ids)),
+		`tupper_snapshot_seconds_count{kind="filesystem",result="ok"}`:               1,
+		`sum(tupper_fork_seconds_count{result="ok"})`:                                1,
+		`sum(tupper_webhook_deliveries_total{result="delivered"})`:                   float64(wantDelivered),
+		`sum(tupper_sandboxes{state="running"})`:                                     float64(len(ids)),
 	} {
 		if got := q(expr); got != want {
 			t.Errorf("%s = %v, want %v", expr, got, want)
