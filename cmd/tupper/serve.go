@@ -47,7 +47,9 @@ func newServeCmd() *cobra.Command {
 			"Every request needs an API key: create one with\n" +
 			"`tupper keys create`, also while the server runs.\n\n" +
 			"It listens on " + server.DefaultAddr + " (loopback only) unless told otherwise; put TLS in\n" +
-			"front of it before serving beyond this machine.",
+			"front of it before serving beyond this machine. Prometheus metrics are served with no key\n" +
+			"on " + defaultMetricsAddr + "/metrics (--metrics-addr), and /healthz and /readyz are\n" +
+			"Kubernetes' probes (docs/operations.md).",
 		Example: "  tupper serve\n  key=$(tupper keys create)\n  curl -H \"Authorization: Bearer $key\" -X POST http://127.0.0.1:7423/v1/sandboxes",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
