@@ -95,6 +95,11 @@ func newServeCmd() *cobra.Command {
 			if volumesGiB < 0 {
 				return fmt.Errorf("--volumes-gib must be 0 (no bound) or more")
 			}
+			// Built here, not at init: commands that do not serve build no registry.
+			var m *metrics.Metrics
+			if withMetrics {
+				m = metrics.New()
+			}
 			st, err := openStore(cmd, spec)
 			if err != nil {
 				return err
@@ -110,13 +115,7 @@ func newServeCmd() *cobra.Command {
 					return err
 				}
 			}
-			// Built here, not at init: commands that do not serve build no registry.
-			var m *metrics.Metrics
-			if withMetrics {
-				m = metrics.New()
-			}
 			srv, err := server.New(ctx, server.Config{Provider: prov, Store: st, Logger: logger, Domain: domain, BaseURL: baseURL, Version: version,
-				Metrics:              m,
 				AllowPrivateWebhooks: allowPrivateWebhooks,
 				// The flags' 0 is "none"; the Config's is "the default".
 				SnapshotExpiry:       noneIfZero(snapExpiry),
@@ -125,6 +124,7 @@ func newServeCmd() *cobra.Command {
 				VolumesTotalMB:       noneIfZero(volumesGiB << 10),
 				MaxBuildContextBytes: buildContextMiB << 20,
 				ConcurrentBuilds:     concurrentBuilds,
+				Metrics:              m,
 			})
 			if err != nil {
 				return err
