@@ -27,7 +27,6 @@ import (
 
 	"github.com/tupper-dev/tupper/internal/metrics"
 	"github.com/tupper-dev/tupper/internal/testenv"
-	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/providers/e2b"
 	"github.com/tupper-dev/tupper/providers/local"
 	"github.com/tupper-dev/tupper/sandbox"
@@ -49,24 +48,7 @@ func TestPrometheusScrapesTheServer(t *testing.T) {
 
 	// A server over the local provider with a warm pool of one, its metrics on a listener
 	// of their own, as tupper serve --pool 1 --metrics-addr does.
-	cfg := servertest.LocalConfig(t, 91)
-	cfg.Pool = 1
-	prov, err := local.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := prov.Available(ctx); err != nil {
-		testenv.Skip(t, "local provider: "+err.Error())
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		infos, _ := prov.List(ctx, provider.ListFilter{})
-		for _, in := range infos {
-			_ = prov.Destroy(ctx, in.ID)
-		}
-		prov.Close()
-	})
+	prov := servertest.LocalWith(t, 91, func(c *local.Config) { c.Pool = 1 })
 	srv := servertest.Start(t, prov, "", func(c *server.Config) {
 		c.Metrics = metrics.New()
 		c.AllowPrivateWebhooks = true // the receiver is on loopback
