@@ -86,6 +86,11 @@ type Config struct {
 	WebhookMaxAttempts int
 	// Version is reported to MCP clients; "" is "dev".
 	Version string
+	// Metrics receives the server's measurements (requests, creates, commands, snapshots,
+	// forks, egress, webhooks, store statements) and answers the gauges of this server's
+	// sandboxes, pool and webhook outbox at each scrape; one Metrics serves one Server. Nil
+	// collects nothing, and GET /metrics answers 404.
+	Metrics *metrics.Metrics
 
 	// Snapshots made through the server (an API key is needed: each is a copy of a disk on
 	// the host) expire after SnapshotExpiry unless the request asks for less (0:
@@ -114,12 +119,6 @@ type Config struct {
 	// 200,000 files; ConcurrentBuilds run at once (0: 1), the others queue.
 	MaxBuildContextBytes int64
 	ConcurrentBuilds     int
-
-	// Metrics receives the server's measurements (requests, creates, commands, snapshots,
-	// forks, egress, webhooks, store statements) and answers the gauges of this server's
-	// sandboxes, pool and webhook outbox at each scrape; one Metrics serves one Server. Nil
-	// collects nothing, and GET /metrics answers 404.
-	Metrics *metrics.Metrics
 }
 
 // Server serves the API. Create it with New, serve Handler, and call Run for the background
@@ -148,6 +147,8 @@ type Server struct {
 	// deadlineMu makes the deadline loop and Reconcile act on a deadline one at a time.
 	deadlineMu sync.Mutex
 
+	poolWasFull atomic.Bool // readyz saw the warm pool full once
+
 	wake chan struct{} // a new event may have queued deliveries
 
 	mcp *mcpserver.HTTPHandler // /mcp
@@ -158,8 +159,6 @@ type Server struct {
 	boxMCP   map[string]*mcpserver.HTTPHandler
 
 	previews *http.Transport // the preview proxy's, over Sandbox.DialPort
-
-	poolWasFull atomic.Bool // readyz saw the warm pool full once
 }
 
 // New builds a server.
@@ -244,7 +243,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.mux.Handle(pattern, s.wrap(rt))
 	}
 	if s.e2b, err = e2b.New(ctx, e2b.Config{Provider: s.prov, Store: s.st, Logger: s.log, Domain: cfg.Domain, Lifecycle: s.lc,
-		Builds: s.builds, BaseURL: cfg.BaseURL, MaxUploadBytes: cfg.MaxBuildContextBytes, Metrics: cfg.Metrics}); err != nil {
+		Builds: s.builds, BaseURL: cfg.BaseURL, MaxUploadBytes: cfg.MaxBuildContextBytes}); err != nil {
 		return nil, err
 	}
 	return s, nil

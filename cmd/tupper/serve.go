@@ -34,8 +34,11 @@ func newServeCmd() *cobra.Command {
 		buildContextMiB                       int64
 		volumesGiB                            int
 		concurrentBuilds                      int
-		metricsAddr                           string
-		withMetrics                           bool
+	)
+	// Prometheus metrics (docs/operations.md).
+	var (
+		metricsAddr string
+		withMetrics bool
 	)
 	cmd := &cobra.Command{
 		Use:   "serve [--addr HOST:PORT]",
@@ -119,12 +122,12 @@ func newServeCmd() *cobra.Command {
 				AllowPrivateWebhooks: allowPrivateWebhooks,
 				// The flags' 0 is "none"; the Config's is "the default".
 				SnapshotExpiry:       noneIfZero(snapExpiry),
+				Metrics:              m,
 				SnapshotsPerSandbox:  noneIfZero(snapsPerSandbox),
 				SnapshotsPerKey:      noneIfZero(snapsPerKey),
 				VolumesTotalMB:       noneIfZero(volumesGiB << 10),
 				MaxBuildContextBytes: buildContextMiB << 20,
 				ConcurrentBuilds:     concurrentBuilds,
-				Metrics:              m,
 			})
 			if err != nil {
 				return err

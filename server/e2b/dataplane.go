@@ -206,9 +206,10 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request, t target) {
 			writeEnvdError(w, http.StatusBadRequest, err.Error())
 			return
 		}
-		// A command's latency: from here to the end of its stream, its exit.
+		// A command's latency: from here to the end of its stream, its exit (the metrics
+		// of the lifecycle's server).
 		start := time.Now()
-		defer func() { s.cfg.Metrics.ObserveExec(metrics.APIE2B, time.Since(start)) }()
+		defer func() { s.lc.Metrics().ObserveExec(metrics.APIE2B, time.Since(start)) }()
 	}
 	s.proxy.ServeHTTP(w, r.WithContext(context.WithValue(ctx, sandboxKey{}, id)))
 }

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/tupper-dev/tupper/internal/metrics"
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/provider/httpcode"
 	"github.com/tupper-dev/tupper/server/builds"
@@ -45,9 +44,6 @@ type Config struct {
 	Builds         *builds.Service
 	BaseURL        string
 	MaxUploadBytes int64
-	// Metrics receives the latency of the commands the data plane runs (process.Process
-	// Start, to the end of its stream); nil: none.
-	Metrics *metrics.Metrics
 }
 
 // Server serves E2B's control plane and data plane. Create it with New.

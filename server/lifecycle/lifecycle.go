@@ -119,6 +119,10 @@ func New(cfg Config) (*Service, error) {
 // Provider is the provider the Service manages sandboxes on.
 func (s *Service) Provider() provider.Provider { return s.prov }
 
+// Metrics is Config.Metrics, for the APIs over the Service to measure their own work
+// (nil: none).
+func (s *Service) Metrics() *metrics.Metrics { return s.cfg.Metrics }
+
 // Close drops the Service's handles to sandboxes (the sandboxes live on). Idempotent.
 func (s *Service) Close() error {
 	s.hmu.Lock()
