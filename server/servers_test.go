@@ -155,17 +155,9 @@ func TestServersShareAStore(t *testing.T) {
 	})
 
 	t.Run("either server answers E2B's SDK", func(t *testing.T) {
-		e2b := func(method, url string, body string) (int, []byte) {
-			req, _ := http.NewRequest(method, url, strings.NewReader(body))
-			req.Header.Set("X-API-Key", key)
-			req.Header.Set("Content-Type", "application/json")
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			data, _ := io.ReadAll(resp.Body)
-			return resp.StatusCode, data
+		// E2B's control plane takes the key as Authorization: Bearer too.
+		e2b := func(method, url, body string) (int, []byte) {
+			return callCtx(t, context.Background(), method, url, key, body)
 		}
 		code, data := e2b("POST", a.url+"/sandboxes", `{"templateID":"base","timeout":300}`)
 		var sb struct{ SandboxID string }
