@@ -46,6 +46,8 @@ type proc struct {
 
 	timedOut atomic.Bool
 	timer    *time.Timer
+	// oomBefore is the sandbox's OOM kill count when the process started (oomKills).
+	oomBefore int64
 
 	stdinMu sync.Mutex // serialises writes to stdin
 
@@ -238,6 +240,7 @@ func (a *Agent) start(spec startSpec, first *subscriber) (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
+	oomBefore := oomKills()
 	pid, exited, err := a.reaper.spawn(func() (int, error) {
 		return a.forkExec(cmd.prog, cmd.argv, cmd.env, cmd.dir, spec.user, std.fds[:], spec.pty != nil)
 	})
@@ -250,6 +253,7 @@ func (a *Agent) start(spec startSpec, first *subscriber) (*proc, error) {
 		return nil, &errStart{msg: fmt.Sprintf("start %q: %v", spec.cfg.GetCmd(), err), exhausted: exhausted}
 	}
 	p := a.track(pid, spec, std, first)
+	p.oomBefore = oomBefore
 	go a.wait(p, std, exited)
 	return p, nil
 }
@@ -406,7 +410,11 @@ func (a *Agent) wait(p *proc, std *stdio, exited <-chan unix.WaitStatus) {
 		}
 	}
 	p.closeStdin()
-	a.end(p, endEvent(ws))
+	end := endEvent(ws)
+	if killed(ws) && oomKills() > p.oomBefore {
+		markOOMKilled(end)
+	}
+	a.end(p, end)
 }
 
 // end records p's end, finishes it in the table and sends the end event to each

@@ -596,3 +596,19 @@ type Metrics struct {
 type MetricsReporter interface {
 	Metrics(ctx context.Context) (Metrics, error)
 }
+
+// EndReporter is a provider that remembers for a while why sandboxes it no longer has ended
+// by themselves (their deadline or idle timeout, the OOM killer, a crash), so that the
+// server records the reason rather than a bare "expired".
+type EndReporter interface {
+	// EndOf returns why sandbox id ended, or false when the provider does not know (it
+	// never had it, it was destroyed through Destroy, or it ended too long ago).
+	EndOf(ctx context.Context, id string) (End, bool)
+}
+
+// End is why a sandbox ended by itself. Reason is one of the server's end reasons (timeout,
+// idle, oom_killed, error); Message says more.
+type End struct {
+	Reason  string `json:"reason"`
+	Message string `json:"message,omitempty"`
+}

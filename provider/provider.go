@@ -217,6 +217,9 @@ type ExecResult struct {
 	ExitCode int    // the exit status; 128+n when killed by signal n
 	Signal   string // the signal that killed it, e.g. "SIGKILL", or ""
 	PID      int    // the process (and process group) id, set for detached commands
+	// OOMKilled is set when the kernel's OOM killer ended the command (the sandbox reached
+	// its memory limit): ExitCode is then 137 and Signal SIGKILL, as for any SIGKILL.
+	OOMKilled bool
 }
 
 // CreateSpec is everything a provider needs to make a sandbox. Zero values are defaults.

@@ -33,6 +33,7 @@ import (
 //	stdout     the process's standard output
 //	stderr     the process's standard error
 //	exit       its exit status, written when it exits by itself
+//	oom        present when it exited 137 while the sandbox's OOM kill count rose (oomCount)
 //	stopped    the signal Stop sent, written before it is sent
 //
 // Any process with access to the sandbox can read these, so handles can be found again by
@@ -52,6 +53,9 @@ const (
 type ExitStatus struct {
 	ExitCode int    // 128+n when killed by signal n
 	Signal   string // "SIGTERM" or "SIGKILL" when Stop ended it
+	// OOMKilled is set when the kernel's OOM killer ended it (ExitCode 137): see
+	// docs/commands.md#out-of-memory.
+	OOMKilled bool
 }
 
 // LogLine is one line of a background process's output.
@@ -222,7 +226,7 @@ func (p *Process) launch(ctx context.Context) error {
 		}
 	}
 	// Old state of an earlier run of the same name.
-	clean := fmt.Sprintf("rm -f %[1]s/exit %[1]s/exit.tmp %[1]s/stopped %[1]s/pid %[1]s/start", Quote(p.dir))
+	clean := fmt.Sprintf("rm -f %[1]s/exit %[1]s/exit.tmp %[1]s/oom %[1]s/stopped %[1]s/pid %[1]s/start", Quote(p.dir))
 	if _, err := b.inst.Exec(ctx, provider.ExecRequest{Command: clean, Cwd: "/"}); err != nil {
 		return b.red.Err(wrapProvider(err, op))
 	}
@@ -231,9 +235,11 @@ func (p *Process) launch(ctx context.Context) error {
 	env[envSDKRun] = "1"
 	d := Quote(p.dir)
 	// The wrapper first records its start time (see startTime), which tells it from a later
-	// process given the same pid once the sandbox has booted again.
-	wrapper := fmt.Sprintf("%s >%s/start; (cd %s && sh -c %s) >%s/stdout 2>%s/stderr </dev/null; echo $? >%s/exit.tmp; mv %s/exit.tmp %s/exit",
-		startTime("$$"), d, Quote(p.spec.Cwd), Quote(p.spec.Command), d, d, d, d, d)
+	// process given the same pid once the sandbox has booted again, and the sandbox's OOM
+	// kill count, which tells an OOM kill from another SIGKILL when the command ends.
+	wrapper := fmt.Sprintf("%s >%s/start; o=$(%s); (cd %s && sh -c %s) >%s/stdout 2>%s/stderr </dev/null; c=$?; "+
+		"[ $c = 137 ] && [ \"$(%s)\" != \"$o\" ] && : >%s/oom; echo $c >%s/exit.tmp; mv %s/exit.tmp %s/exit",
+		startTime("$$"), d, oomCount, Quote(p.spec.Cwd), Quote(p.spec.Command), d, d, oomCount, d, d, d, d)
 	res, err := b.inst.Exec(ctx, provider.ExecRequest{Command: wrapper, Cwd: "/", Env: env, Detach: true})
 	if err != nil {
 		return b.red.Err(wrapProvider(err, op))
@@ -542,6 +548,11 @@ func (p *Process) state(ctx context.Context) (ProcessStatus, ExitStatus, error) 
 		if wasStopped && code > 128 {
 			es.Signal = stopped
 		}
+		if code == 137 && !wasStopped {
+			if _, oom, err := p.readFile(ctx, "oom", 8); err == nil && oom {
+				es.OOMKilled = true
+			}
+		}
 		return ProcessExited, es, nil
 	}
 	pid := p.PID()
@@ -619,6 +630,13 @@ func (p *Process) startTime(ctx context.Context) (string, error) {
 func startTime(pid string) string {
 	return fmt.Sprintf(`{ s=$(cat /proc/%s/stat 2>/dev/null) && s=${s##*) } && set -- $s && echo "${20}"; }`, pid)
 }
+
+// oomCount is a shell command that prints the sandbox's OOM kill count as its memory cgroup
+// says, mounted at /sys/fs/cgroup under runc and crun (cgroup v1 memory.oom_control, v2
+// memory.events), or 0 where there is none: what the agent reads around its commands
+// (agent/oom.go), for background processes, which the wrapper shell runs.
+const oomCount = `n=0; for f in /sys/fs/cgroup/memory/memory.oom_control /sys/fs/cgroup/memory.events; do [ -r "$f" ] || continue; ` +
+	`while read -r k v; do [ "$k" = oom_kill ] && n=$v; done <"$f"; break; done; echo $n`
 
 // Status reports whether the process is running.
 func (p *Process) Status(ctx context.Context) (ProcessStatus, error) {

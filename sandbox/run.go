@@ -58,6 +58,9 @@ type RunResult struct {
 	TimedOut  bool   // killed, with its process group, at the timeout
 	Aborted   bool   // the caller's ctx ended first; the command was killed
 	Signal    string // the signal that ended it, if any
+	// OOMKilled is set when the kernel's OOM killer ended it: the sandbox reached its memory
+	// limit (ExitCode 137, Signal SIGKILL). See docs/sandboxes.md.
+	OOMKilled bool
 	Cwd       string // the absolute working directory
 	Command   string // the command, redacted
 }
@@ -267,11 +270,12 @@ func (b *Sandbox) run(ctx context.Context, command string, opts RunOptions, h *R
 	col.flush()
 
 	out := &RunResult{
-		ExitCode: res.ExitCode,
-		Signal:   res.Signal,
-		Duration: dur,
-		Cwd:      cwd,
-		Command:  red.String(command),
+		ExitCode:  res.ExitCode,
+		Signal:    res.Signal,
+		OOMKilled: res.OOMKilled,
+		Duration:  dur,
+		Cwd:       cwd,
+		Command:   red.String(command),
 	}
 	if err != nil {
 		switch {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -61,8 +62,31 @@ func TestCLIAgainstServer(t *testing.T) {
 	if _, errOut, err := tupper(t, env, "logs", id, "nope"); err == nil || !strings.Contains(errOut, "not_found") {
 		t.Fatalf("logs of a missing process: %v %s", err, errOut)
 	}
-	// Revoked while the server runs: refused at once.
 	var keys []struct{ ID, Prefix string }
+	out, _, _ = tupper(t, henv, "keys", "list", "--json")
+	if json.Unmarshal([]byte(out), &keys) != nil || len(keys) != 1 {
+		t.Fatalf("keys list --json: %s", out)
+	}
+	// ls -a lists it once it has ended, with why: destroyed by this key.
+	if _, errOut, err := tupper(t, env, "rm", id); err != nil {
+		t.Fatalf("rm: %v %s", err, errOut)
+	}
+	out, errOut, err = tupper(t, env, "ls", "-a")
+	if err != nil || !regexp.MustCompile(`(?m)^`+id+` +ended .* destroyed by `+keys[0].ID+`$`).MatchString(out) {
+		t.Fatalf("ls -a: %q %v %s", out, err, errOut)
+	}
+	out, _, err = tupper(t, env, "ls", "-a", "--json")
+	var ended []struct {
+		ID  string
+		End struct{ Reason, By string }
+	}
+	if err != nil || json.Unmarshal([]byte(out), &ended) != nil || len(ended) != 1 || ended[0].ID != id || ended[0].End.Reason != "destroyed" || ended[0].End.By != keys[0].ID {
+		t.Fatalf("ls -a --json: %q %v", out, err)
+	}
+	if out, _, _ := tupper(t, env, "ls"); strings.Contains(out, id) {
+		t.Fatalf("ls without -a lists the ended sandbox: %q", out)
+	}
+	// Revoked while the server runs: refused at once.
 	out, _, _ = tupper(t, henv, "keys", "list", "--json")
 	if json.Unmarshal([]byte(out), &keys) != nil || len(keys) != 1 || !strings.HasPrefix(key, keys[0].Prefix) {
 		t.Fatalf("keys list --json: %s", out)

@@ -19,6 +19,7 @@ import (
 	"github.com/tupper-dev/tupper/internal/metrics"
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/server/api"
+	"github.com/tupper-dev/tupper/server/internal/audit"
 	"github.com/tupper-dev/tupper/store"
 )
 
@@ -48,17 +49,11 @@ func (s *Server) wakeDispatcher() {
 func eventFilter(r *http.Request) (store.EventFilter, error) {
 	q := r.URL.Query()
 	f := store.EventFilter{SandboxID: q.Get("sandbox"), Type: q.Get("type"), After: q.Get("after")}
-	if v := q.Get("since"); v != "" {
-		t, err := time.Parse(time.RFC3339Nano, v)
-		if err != nil {
-			ms, err2 := strconv.ParseInt(v, 10, 64)
-			if err2 != nil {
-				return f, badRequest("since=%q is not an RFC 3339 time or unix milliseconds", v)
-			}
-			t = time.UnixMilli(ms)
-		}
-		f.Since = t
+	since, err := queryTime(r, "since")
+	if err != nil {
+		return f, err
 	}
+	f.Since = since
 	limit, err := queryInt(r, "limit", 0)
 	if err != nil {
 		return f, err
@@ -129,6 +124,7 @@ func (s *Server) createWebhook(w http.ResponseWriter, r *http.Request, _ *caller
 		writeError(w, err)
 		return
 	}
+	audit.SetTarget(r.Context(), h.ID)
 	writeJSON(w, http.StatusCreated, api.Webhook{ID: h.ID, URL: h.URL, Events: h.Events, Secret: h.Secret, CreatedAt: h.CreatedAt})
 }
 
@@ -166,10 +162,21 @@ func Sign(secret string, timestamp int64, body []byte) string {
 // retries it after this.
 const deliveryLease = 30 * time.Second
 
-// deliverLoop sends due deliveries until ctx ends.
+// releaseInterval is how often a server on a shared store releases the deliveries that
+// servers which died had in flight.
+const releaseInterval = 2 * time.Second
+
+// deliverLoop sends due deliveries until ctx ends. Every server on a store delivers: each
+// claims its own.
 func (s *Server) deliverLoop(ctx context.Context) {
 	t := time.NewTicker(500 * time.Millisecond)
 	defer t.Stop()
+	var release <-chan time.Time
+	if s.st.Shared() {
+		rt := time.NewTicker(releaseInterval)
+		defer rt.Stop()
+		release = rt.C
+	}
 	for {
 		s.deliverDue(ctx)
 		select {
@@ -177,6 +184,12 @@ func (s *Server) deliverLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		case <-s.wake:
+		case <-release:
+			if n, err := s.st.ReleaseClaims(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("releasing the deliveries of servers that died", "err", err)
+			} else if n > 0 {
+				s.log.Info("resending webhook deliveries a server that died left in flight", "count", n)
+			}
 		}
 	}
 }

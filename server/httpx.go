@@ -137,6 +137,24 @@ func queryInt(r *http.Request, name string, def int64) (int64, error) {
 	return n, nil
 }
 
+// queryTime reads a query parameter that is an RFC 3339 time or Unix milliseconds; the zero
+// time when it is absent.
+func queryTime(r *http.Request, name string) (time.Time, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		ms, err2 := strconv.ParseInt(v, 10, 64)
+		if err2 != nil {
+			return time.Time{}, badRequest("%s=%q is not an RFC 3339 time or unix milliseconds", name, v)
+		}
+		t = time.UnixMilli(ms)
+	}
+	return t, nil
+}
+
 // wantStream picks the streaming format from Accept: "ndjson", "sse" or "" for plain JSON.
 func wantStream(r *http.Request) string {
 	acc := r.Header.Get("Accept")

@@ -10,7 +10,9 @@ import (
 	"github.com/tupper-dev/tupper/mcpserver"
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
+	"github.com/tupper-dev/tupper/server/internal/audit"
 	"github.com/tupper-dev/tupper/server/lifecycle"
+	"github.com/tupper-dev/tupper/store"
 	"github.com/tupper-dev/tupper/tools"
 )
 
@@ -32,8 +34,13 @@ func (s *Server) newMCP() (*mcpserver.HTTPHandler, error) {
 				key = c.KeyID
 			}
 			labels := map[string]string{mcpKeyLabel: key}
+			source := audit.Source(r)
 			return tools.SessionOptions{
 				Labels: labels,
+				// Tool calls that run or write are in the audit log, as the session's key's.
+				Called: func(_ context.Context, tool, sandboxID string, err error) {
+					s.recordMCPCall(c, source, tool, sandboxID, err)
+				},
 				// Sandboxes made over MCP are recorded, listed and evented like the API's own.
 				Created: func(ctx context.Context, b *sandbox.Sandbox) error {
 					return s.recordMCPSandbox(ctx, key, labels, b)
@@ -41,7 +48,11 @@ func (s *Server) newMCP() (*mcpserver.HTTPHandler, error) {
 				// Through the lifecycle, as the API's DELETE: recorded, evented, and not
 				// taken for expired by a reconcile that sees it gone meanwhile.
 				Destroy: func(ctx context.Context, b *sandbox.Sandbox) error {
-					err := s.lc.Destroy(context.WithoutCancel(ctx), b.ID)
+					by := ""
+					if c != nil {
+						by = c.KeyID
+					}
+					err := s.lc.Destroy(context.WithoutCancel(ctx), b.ID, by)
 					b.Close()
 					return err
 				},
@@ -63,6 +74,24 @@ func (s *Server) newMCP() (*mcpserver.HTTPHandler, error) {
 			}
 		},
 	})
+}
+
+// recordMCPCall records an MCP tool call that runs or writes in the audit log (as
+// mcpActions names it), from the address that opened the session.
+func (s *Server) recordMCPCall(c *caller, source, tool, sandboxID string, err error) {
+	ac := auditCaller(c)
+	if ac == nil {
+		return
+	}
+	result := "ok"
+	if err != nil {
+		result = string(provider.CodeOf(err))
+	}
+	action := mcpActions[tool]
+	if action == "" {
+		action = "mcp." + tool
+	}
+	s.audit.Add(store.AuditEntry{KeyID: ac.KeyID, Via: ac.Via, Source: source, API: "mcp", Action: action, Target: sandboxID, Result: result})
 }
 
 // recordMCPSandbox records a sandbox an MCP session made, owned by the session's API key

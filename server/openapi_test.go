@@ -104,7 +104,8 @@ func TestOpenAPIMatchesWireTypes(t *testing.T) {
 		"Health": api.Health{}, "Readiness": api.Readiness{}, "Deadline": api.Deadline{}, "VolumeList": api.VolumeList{},
 		"BuildRequest": api.BuildRequest{}, "Build": api.Build{}, "BuildFailure": api.BuildFailure{},
 		"BuildLogEntry": api.BuildLogEntry{}, "BuildLogPage": api.BuildLogPage{}, "TemplateList": api.TemplateList{},
-		"SnapshotList": api.SnapshotList{}, "WebhookList": api.WebhookList{},
+		"SnapshotList": api.SnapshotList{}, "WebhookList": api.WebhookList{}, "SandboxEnd": api.End{},
+		"AuditEntry": api.AuditEntry{}, "AuditList": api.AuditList{},
 	} {
 		s, ok := doc.Components.Schemas[schema]
 		if !ok {

@@ -26,7 +26,7 @@ import (
 // A PostgreSQL that goes away under load (pg_ctl stop -m fast), then comes back: while it is
 // gone requests fail with 503 unavailable naming PostgreSQL, never a panic, and the server
 // stays up; once it is back the server recovers by itself, and every sandbox it acknowledged
-// is there, whole, and the database is still claimed by it. The store's password is never
+// is there, whole, and it leads the store again. The store's password is never
 // in the server's output or in an answer.
 // PostgreSQL only (TUPPER_TEST_STORE=postgres), on a cluster of the test's own, since it
 // stops it.
@@ -194,21 +194,24 @@ func TestPostgresGoesAway(t *testing.T) {
 	wg.Wait()
 	acked = append(acked, id)
 
-	// The database stays claimed by this server: PostgreSQL's restart dropped the lock's
-	// session, and the server takes the lock again (it checks every second).
-	time.Sleep(2 * time.Second)
-	second := exec.Command(servertest.Binary(t), "serve", "--addr", "127.0.0.1:0", "--home", t.TempDir(), "--store", dsn, "--provider", "memory")
+	// The server takes its locks again (PostgreSQL's restart dropped their session; it
+	// checks every second): it leads the store again, and a second server joins beside it
+	// without taking the lead.
+	leads := func(c *child) bool {
+		return strings.Contains(storeLeader(t, dsn), fmt.Sprintf("pid %d,", c.cmd.Process.Pid))
+	}
+	for deadline := time.Now().Add(10 * time.Second); !leads(srv); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the server does not lead its store again after PostgreSQL came back (leader: %q)", storeLeader(t, dsn))
+		}
+	}
+	second := exec.Command(servertest.Binary(t), "serve", "--addr", "127.0.0.1:0", "--home", home, "--store", dsn, "--provider", "memory")
 	second.Env = append(os.Environ(), "TUPPER_HOME="+home)
 	sc := startChild(t, second)
-	// Its refusal names the first server's address ("serving on …"): tell them apart by its exit.
-	select {
-	case <-sc.exited:
-		_ = second.Wait()
-		if second.ProcessState.ExitCode() != 125 || !strings.Contains(sc.logs(), "is using the PostgreSQL database") {
-			t.Errorf("a second server after the outage: %v: %s", second.ProcessState, sc.logs())
-		}
-	case <-time.After(20 * time.Second):
-		t.Errorf("a second server was let onto the database after PostgreSQL came back: %s", sc.logs())
+	if err := sc.waitServing(60 * time.Second); err != nil {
+		t.Errorf("a second server after the outage: %v", err)
+	} else if time.Sleep(1500 * time.Millisecond); !leads(srv) || leads(sc) {
+		t.Errorf("after a second server joined, the leader is %q; want the first (pid %d)", storeLeader(t, dsn), srv.cmd.Process.Pid)
 	}
 	if strings.Contains(sc.logs(), password) {
 		t.Errorf("the second server's output holds the store's password:\n%s", sc.logs())
@@ -272,4 +275,24 @@ func TestPostgresGoesAway(t *testing.T) {
 	if strings.Contains(srv.logs(), password) {
 		t.Errorf("the server's output holds the store's password:\n%s", srv.logs())
 	}
+}
+
+// storeLeader is the application_name ("tupper, pid N, serving on …") of the server leading
+// the PostgreSQL store dsn names (the session holding its leader lock: see store.ServerLock),
+// or "" when none leads.
+func storeLeader(t *testing.T, dsn string) string {
+	t.Helper()
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var name string
+	err = db.QueryRow(`SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+		WHERE l.locktype = 'advisory' AND l.classid::bigint = $1 AND l.objid = 0 AND l.objsubid = 2 AND l.granted
+		AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`, store.PGInstancesLockSpace).Scan(&name)
+	if err != nil && err != sql.ErrNoRows {
+		t.Fatal(err)
+	}
+	return name
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
 	"github.com/tupper-dev/tupper/server/api"
+	"github.com/tupper-dev/tupper/server/internal/audit"
 )
 
 // DefaultSignedTTL is how long a signed preview or file URL stays valid unless asked otherwise.
@@ -437,6 +438,9 @@ func (s *Server) signedUpload(w http.ResponseWriter, r *http.Request, _ *caller)
 		writeError(w, err)
 		return
 	}
+	// A write by whoever holds the URL, on the authority of the sandbox's owner who signed it.
+	audit.SetCaller(r.Context(), audit.Caller{SandboxID: id, Via: "signed"})
+	audit.SetTarget(r.Context(), id)
 	httpdeadline.Lift(w)
 	s.withSandbox(w, r, id, func(b *sandbox.Sandbox) error { return s.writeBody(w, r, b, p, nil) })
 }

@@ -201,8 +201,12 @@ func (s *Server) waitProcess(w http.ResponseWriter, r *http.Request, _ *caller) 
 			}
 			return err
 		}
-		s.emit(r.Context(), EventProcessExited, b.ID, map[string]any{"name": p.Name(), "exitCode": es.ExitCode, "signal": es.Signal})
-		writeJSON(w, http.StatusOK, api.WaitResult{Status: "exited", ExitCode: &es.ExitCode, Signal: &es.Signal})
+		data := map[string]any{"name": p.Name(), "exitCode": es.ExitCode, "signal": es.Signal}
+		if es.OOMKilled {
+			data["oomKilled"] = true
+		}
+		s.emit(r.Context(), EventProcessExited, b.ID, data)
+		writeJSON(w, http.StatusOK, api.WaitResult{Status: "exited", ExitCode: &es.ExitCode, Signal: &es.Signal, OOMKilled: es.OOMKilled})
 		return nil
 	})
 }

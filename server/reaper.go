@@ -11,18 +11,52 @@ import (
 )
 
 // Run does the server's background work until ctx ends: webhook deliveries from the outbox
-// (including those a previous process left unfinished) and the reaper (sandboxes past
-// their deadline, expired snapshots) and the egress loop (refusals of network policies as
-// events).
+// (including those a server that died left unfinished), and, while it leads its store
+// (Config.Claim), the reaper (sandboxes past their deadline, expired snapshots) and the
+// egress loop (refusals of network policies as events).
 func (s *Server) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	wg.Add(4)
+	wg.Add(2)
 	go func() { defer wg.Done(); s.deliverLoop(ctx) }()
-	go func() { defer wg.Done(); s.reapLoop(ctx) }()
-	go func() { defer wg.Done(); s.deadlineLoop(ctx) }()
-	go func() { defer wg.Done(); s.egressLoop(ctx) }()
+	go func() { defer wg.Done(); s.lead(ctx) }()
 	wg.Wait()
 	return nil
+}
+
+// lead runs the work done once per store, however many servers share it, while this server
+// leads the store: the reaper, the deadlines and the egress events. Without a Claim it always
+// leads.
+func (s *Server) lead(ctx context.Context) {
+	for {
+		on, changed := true, (<-chan struct{})(nil)
+		if s.cfg.Claim != nil {
+			on, changed = s.cfg.Claim.Leading()
+		}
+		if on {
+			s.log.Debug("leading the store: reaping, deadlines and egress events run here")
+			lctx, cancel := context.WithCancel(ctx)
+			var wg sync.WaitGroup
+			wg.Add(3)
+			go func() { defer wg.Done(); s.reapLoop(lctx) }()
+			go func() { defer wg.Done(); s.deadlineLoop(lctx) }()
+			go func() { defer wg.Done(); s.egressLoop(lctx) }()
+			select {
+			case <-ctx.Done():
+			case <-changed:
+			}
+			cancel()
+			wg.Wait()
+			if ctx.Err() != nil {
+				return
+			}
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
 }
 
 func (s *Server) reapLoop(ctx context.Context) {
@@ -34,6 +68,14 @@ func (s *Server) reapLoop(ctx context.Context) {
 		}
 		if err := s.reapSnapshots(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("deleting expired snapshots", "err", err)
+		}
+		if err := s.st.DropSnapshotReservations(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("dropping the snapshot reservations of servers that died", "err", err)
+		}
+		if s.cfg.AuditRetention > 0 {
+			if _, err := s.st.PruneAudit(ctx, time.Now().Add(-s.cfg.AuditRetention)); err != nil && ctx.Err() == nil {
+				s.log.Warn("deleting audit entries past their retention", "err", err)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -47,11 +89,19 @@ func (s *Server) reapLoop(ctx context.Context) {
 // it pauses a running sandbox created with onTimeout pause (or pause-cold), and destroys one
 // whose provider has no deadline of its own (no "timeout" capability). It sleeps until the
 // earliest of them, or until the store records a sandbox or moves a deadline. A failure
-// waits for Reconcile, every ReapInterval, which is also the backstop for all of it.
+// waits for Reconcile, every ReapInterval, which is also the backstop for all of it. On a
+// store other servers share, whose records and deadlines this one is not told of, it looks
+// again at least every sharedDeadlinePoll.
 func (s *Server) deadlineLoop(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
+	var poll <-chan time.Time
+	if s.st.Shared() {
+		t := time.NewTicker(sharedDeadlinePoll)
+		defer t.Stop()
+		poll = t.C
+	}
 	for {
 		changed := s.st.DeadlineChanged()
 		next, err := s.reapDeadlines(ctx)
@@ -68,10 +118,14 @@ func (s *Server) deadlineLoop(ctx context.Context) {
 			return
 		case <-changed:
 		case <-fire:
+		case <-poll:
 		}
 		timer.Stop()
 	}
 }
+
+// sharedDeadlinePoll is how often the deadline loop looks at a shared store's deadlines.
+const sharedDeadlinePoll = 500 * time.Millisecond
 
 // reapDeadlines pauses or destroys the sandboxes whose server-enforced deadline has passed
 // (deadlineLoop) and returns the earliest deadline still to come (zero: none).
@@ -124,7 +178,7 @@ func (s *Server) destroyAtDeadline(ctx context.Context, id string, deadline time
 		s.log.Warn("destroying a sandbox past its deadline", "sandbox", id, "err", err)
 		return
 	}
-	s.lc.Gone(ctx, id, EventTimedOut, map[string]any{"deadline": deadline.UTC()})
+	s.lc.Gone(ctx, id, EventTimedOut, store.End{Reason: store.EndTimeout}, map[string]any{"deadline": deadline.UTC()})
 }
 
 // deadlineGrace is how long past its deadline the server leaves a sandbox to its provider
@@ -170,7 +224,7 @@ func (s *Server) Reconcile(ctx context.Context) error {
 				continue // the request destroying it records it
 			}
 			if missedBefore[rec.ID] {
-				s.lc.Gone(ctx, rec.ID, EventExpired, nil)
+				s.lc.Expired(ctx, rec.ID)
 			} else {
 				s.missingMu.Lock()
 				s.missing[rec.ID] = true

@@ -112,6 +112,9 @@ func (s *Server) table() []route {
 		{"POST", "/v1/webhooks", scopeAccount, s.createWebhook},
 		{"GET", "/v1/webhooks", scopeAccount, s.listWebhooks},
 		{"DELETE", "/v1/webhooks/{webhook}", scopeAccount, s.deleteWebhook},
+
+		// The audit log (audit.go): any API key reads it; nothing writes it but the server.
+		{"GET", "/v1/audit", scopeAccount, s.listAudit},
 	}
 }
 

@@ -20,7 +20,7 @@ func resultJSON(r *sandbox.RunResult) api.RunResult {
 	return api.RunResult{
 		OK: r.OK, ExitCode: r.ExitCode, Stdout: r.Stdout, Stderr: r.Stderr, Output: r.Output,
 		DurationMS: r.Duration.Milliseconds(), Truncated: r.Truncated, TimedOut: r.TimedOut,
-		Aborted: r.Aborted, Signal: r.Signal, Cwd: r.Cwd, Command: r.Command,
+		Aborted: r.Aborted, Signal: r.Signal, OOMKilled: r.OOMKilled, Cwd: r.Cwd, Command: r.Command,
 	}
 }
 
@@ -174,7 +174,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, _ *caller) {
 			_ = fw.send(api.ExecFrame{Type: "error", Code: e.Code, Message: e.Message})
 			return nil
 		}
-		_ = fw.send(api.ExecFrame{Type: "exit", ExitCode: res.ExitCode, Signal: res.Signal, PID: res.PID})
+		_ = fw.send(api.ExecFrame{Type: "exit", ExitCode: res.ExitCode, Signal: res.Signal, OOMKilled: res.OOMKilled, PID: res.PID})
 		return nil
 	})
 }

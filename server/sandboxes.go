@@ -4,6 +4,7 @@ import (
 	"errors"
 	"maps"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -175,7 +176,36 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, _ *caller
 	for _, l := range list {
 		out = append(out, s.toJSON(l.Info, l.Record))
 	}
+	if all, _ := strconv.ParseBool(q.Get("all")); all {
+		ended, err := s.st.EndedSandboxes(r.Context(), maxEndedListed)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		for _, rec := range ended {
+			if (q.Get("key") == "" || rec.Key == q.Get("key")) && (provider.ListFilter{Labels: filter}).Matches(rec.Labels) {
+				out = append(out, endedJSON(s.prov.Name(), rec))
+			}
+		}
+	}
 	writeJSON(w, http.StatusOK, api.SandboxList{Sandboxes: out})
+}
+
+// maxEndedListed is how many ended sandboxes GET /v1/sandboxes?all=true lists at most, the
+// latest to end.
+const maxEndedListed = 100
+
+// endedJSON is the record of a sandbox that ended, on the wire.
+func endedJSON(prov string, rec store.Sandbox) api.Sandbox {
+	labels := rec.Labels
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	return api.Sandbox{
+		ID: rec.ID, Provider: prov, Key: rec.Key, Labels: labels, State: string(provider.StateStopped),
+		CreatedAt: rec.CreatedAt.UTC(), Deadline: rec.Deadline.UTC(), OnTimeout: rec.OnTimeout, AutoResume: rec.AutoResume,
+		EndedAt: rec.DestroyedAt.UTC(), End: &api.End{Reason: rec.End.Reason, By: rec.End.By, Message: rec.End.Message},
+	}
 }
 
 // withBox runs fn with the live sandbox named by {id}.
@@ -205,8 +235,8 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, _ *caller) {
 
 // deleteSandbox destroys a sandbox; one the provider had already lost is recorded expired,
 // and the delete succeeds all the same.
-func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, _ *caller) {
-	if err := s.lc.Destroy(r.Context(), r.PathValue("id")); err != nil && !errors.Is(err, lifecycle.ErrExpired) {
+func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, c *caller) {
+	if err := s.lc.Destroy(r.Context(), r.PathValue("id"), c.KeyID); err != nil && !errors.Is(err, lifecycle.ErrExpired) {
 		writeError(w, err)
 		return
 	}

@@ -39,6 +39,7 @@ import (
 	"github.com/tupper-dev/tupper/sandbox"
 	"github.com/tupper-dev/tupper/server/builds"
 	"github.com/tupper-dev/tupper/server/e2b"
+	"github.com/tupper-dev/tupper/server/internal/audit"
 	"github.com/tupper-dev/tupper/server/lifecycle"
 	"github.com/tupper-dev/tupper/store"
 )
@@ -59,6 +60,11 @@ const (
 type Config struct {
 	Provider provider.Provider
 	Store    *store.Store
+	// Claim is the server's claim on its store (store.LockServer), with which it shares a
+	// PostgreSQL store with other servers: its claims carry the claim's instance, and it runs
+	// the work done once per store (the reaper, the deadlines, the egress events) only while
+	// it leads. Nil: the server is the store's only one (an embedded server, a test).
+	Claim *store.ServerLock
 	// Logger receives one line per request and the server's own messages; nil discards.
 	Logger *slog.Logger
 	// BaseURL is the server's public URL (e.g. https://sandboxes.example.com or
@@ -119,6 +125,10 @@ type Config struct {
 	// 200,000 files; ConcurrentBuilds run at once (0: 1), the others queue.
 	MaxBuildContextBytes int64
 	ConcurrentBuilds     int
+
+	// AuditRetention is how long the audit log keeps an entry (0: DefaultAuditRetention;
+	// negative: for ever); the reaper deletes older ones.
+	AuditRetention time.Duration
 }
 
 // Server serves the API. Create it with New, serve Handler, and call Run for the background
@@ -159,6 +169,8 @@ type Server struct {
 	boxMCP   map[string]*mcpserver.HTTPHandler
 
 	previews *http.Transport // the preview proxy's, over Sandbox.DialPort
+
+	audit *audit.Recorder // the audit log's writer (audit.go)
 }
 
 // New builds a server.
@@ -188,6 +200,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	cfg.SnapshotsPerSandbox = cmp.Or(cfg.SnapshotsPerSandbox, DefaultSnapshotsPerSandbox)
 	cfg.SnapshotsPerKey = cmp.Or(cfg.SnapshotsPerKey, DefaultSnapshotsPerKey)
 	cfg.VolumesTotalMB = cmp.Or(cfg.VolumesTotalMB, DefaultVolumesTotalMB)
+	cfg.AuditRetention = cmp.Or(cfg.AuditRetention, DefaultAuditRetention)
 	cfg.BaseURL = strings.TrimSuffix(cfg.BaseURL, "/")
 	if u, err := url.Parse(cfg.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
 		return nil, provider.Errorf(provider.CodeInvalidArgument, "server: BaseURL %q is not the server's absolute http or https URL", cfg.BaseURL)
@@ -199,15 +212,18 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.MaxBuildContextBytes <= 0 {
 		cfg.MaxBuildContextBytes = 1 << 30
 	}
+	if cfg.Claim != nil {
+		cfg.Store.SetInstance(cfg.Claim.Instance())
+	}
 	signer, err := cfg.Store.Setting(ctx, "url-signing-key", 32)
 	if err != nil {
 		return nil, err
 	}
-	// Snapshots a previous process was making when it died were not made.
+	// Snapshots a server that died was making were not made.
 	if err := cfg.Store.DropSnapshotReservations(ctx); err != nil {
 		return nil, err
 	}
-	// Deliveries a previous process had in flight when it died go out again now.
+	// Deliveries a server that died had in flight go out again now.
 	if n, err := cfg.Store.ReleaseClaims(ctx); err != nil {
 		return nil, err
 	} else if n > 0 {
@@ -229,6 +245,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.previews = s.newPreviewTransport()
+	s.audit = audit.New(s.st, s.log)
 	if s.mcp, err = s.newMCP(); err != nil {
 		return nil, err
 	}
@@ -243,7 +260,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.mux.Handle(pattern, s.wrap(rt))
 	}
 	if s.e2b, err = e2b.New(ctx, e2b.Config{Provider: s.prov, Store: s.st, Logger: s.log, Domain: cfg.Domain, Lifecycle: s.lc,
-		Builds: s.builds, BaseURL: cfg.BaseURL, MaxUploadBytes: cfg.MaxBuildContextBytes}); err != nil {
+		Builds: s.builds, BaseURL: cfg.BaseURL, MaxUploadBytes: cfg.MaxBuildContextBytes, Audit: s.audit}); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -329,7 +346,9 @@ func (s *Server) Close() error {
 	s.closeMCP()
 	s.builds.Close()
 	s.previews.CloseIdleConnections()
-	return s.lc.Close()
+	err := s.lc.Close()
+	s.audit.Close()
+	return err
 }
 
 // Capabilities is what the server can do for a client: what its provider can do
@@ -385,7 +404,9 @@ var (
 	errBadCredential = provider.Errorf(provider.CodeUnauthorized, "the credential is not an API key (ak_… or e2b_…) or a sandbox token (sbt_…)")
 )
 
-// authenticate returns the caller of r, or an unauthorized/forbidden error for rt.
+// authenticate returns the caller of r, or an unauthorized/forbidden error for rt. With a
+// forbidden error it returns the caller too: the credential was good, the route not its to
+// call (the audit log records the attempt).
 func (s *Server) authenticate(r *http.Request, rt route) (*caller, error) {
 	cred := credential(r)
 	switch {
@@ -406,10 +427,10 @@ func (s *Server) authenticate(r *http.Request, rt route) (*caller, error) {
 			return &caller{SandboxID: id}, nil
 		}
 		if rt.Scope != scopeSandbox && rt.Scope != scopePreview {
-			return nil, provider.Errorf(provider.CodeForbidden, "this route needs an API key: a sandbox token may use only its own sandbox's routes, and may not snapshot it")
+			return &caller{SandboxID: id}, provider.Errorf(provider.CodeForbidden, "this route needs an API key: a sandbox token may use only its own sandbox's routes, and may not snapshot it")
 		}
 		if subtle.ConstantTimeCompare([]byte(id), []byte(r.PathValue("id"))) != 1 {
-			return nil, provider.Errorf(provider.CodeForbidden, "this sandbox token belongs to another sandbox")
+			return &caller{SandboxID: id}, provider.Errorf(provider.CodeForbidden, "this sandbox token belongs to another sandbox")
 		}
 		return &caller{SandboxID: id}, nil
 	}
@@ -430,10 +451,20 @@ func (s *Server) wrap(rt route) http.Handler {
 				if provider.CodeOf(err) == provider.CodeUnauthorized {
 					w.Header().Set("WWW-Authenticate", `Bearer realm="tupper"`)
 				}
-				writeError(w, err)
+				deny := func(w http.ResponseWriter, _ *http.Request) { writeError(w, err) }
+				if action := auditAction(rt); action != "" && c != nil {
+					// A good credential on a route it may not call: recorded, refused.
+					s.audit.Wrap(w, r, "rest", action, auditCaller(c), deny)
+					return
+				}
+				deny(w, r)
 				return
 			}
 			httpdeadline.LiftRead(w)
+		}
+		if action := auditAction(rt); action != "" {
+			s.audit.Wrap(w, r, "rest", action, auditCaller(c), func(w http.ResponseWriter, r *http.Request) { rt.h(w, r, c) })
+			return
 		}
 		rt.h(w, r, c)
 	})

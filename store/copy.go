@@ -35,6 +35,8 @@ var copyTables = []copyTable{
 	{name: "settings", order: "name"},
 	{name: "snapshots", order: "id"},
 	{name: "secrets", order: "seq", serial: "seq"},
+	{name: "locks", order: "name"},
+	{name: "audit", order: "id", serial: "id"},
 }
 
 // TableRows is how many rows Copy copied into a table.

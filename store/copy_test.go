@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -20,8 +21,8 @@ type populated struct {
 
 // populate puts rows in every table of s: keys (one revoked), sandboxes (one destroyed) with
 // tokens and ports, webhooks, events and their deliveries (delivered, failed, waiting),
-// settings, secrets (the last deleted, so that its counter is past the largest left) and
-// snapshots.
+// settings, secrets (the last deleted, so that its counter is past the largest left),
+// snapshots and audit entries.
 func populate(t *testing.T, s *Store) populated {
 	t.Helper()
 	ctx := context.Background()
@@ -45,14 +46,15 @@ func populate(t *testing.T, s *Store) populated {
 	must(s.ExposePort(ctx, "sb1", 8080, true))
 	must(s.ExposePort(ctx, "sb1", 9000, false))
 	must(s.PutSandbox(ctx, Sandbox{ID: "sb2", Provider: "memory", CreatedAt: now}, Hash(NewToken())))
-	_, err = s.MarkDestroyed(ctx, "sb2")
+	_, err = s.MarkDestroyed(ctx, "sb2", End{Reason: EndTimeout})
 	must(err)
 	_, err = s.CreateWebhook(ctx, "http://127.0.0.1:1/all", nil)
 	must(err)
 	_, err = s.CreateWebhook(ctx, "http://127.0.0.1:1/only", []string{"sandbox.destroyed"})
 	must(err)
-	for _, typ := range []string{"sandbox.created", "sandbox.created", "sandbox.destroyed"} {
-		_, err := s.AddEvent(ctx, typ, "sb1", map[string]string{"x": "y"})
+	// Of three sandboxes: one sandbox's deliveries are claimed one at a time, in order.
+	for i, typ := range []string{"sandbox.created", "sandbox.created", "sandbox.destroyed"} {
+		_, err := s.AddEvent(ctx, typ, fmt.Sprint("sb", i+1), map[string]string{"x": "y"})
 		must(err)
 	}
 	ds, err := s.ClaimDeliveries(ctx, time.Now().Add(time.Second), time.Minute, 10)
@@ -64,6 +66,8 @@ func populate(t *testing.T, s *Store) populated {
 	must(s.DeliveryFailed(ctx, ds[1].ID, "connection refused", now.Add(time.Minute)))
 	_, err = s.Setting(ctx, "signing", 32)
 	must(err)
+	_, err = s.Lock(ctx, "key user:1") // held by a server that died
+	must(err)
 	_, err = s.CreateSecret(ctx, k.ID, "GITHUB_TOKEN", "ghp_x", map[string]string{"m": "1"})
 	must(err)
 	last, err := s.CreateSecret(ctx, k.ID, "NPM_TOKEN", "npm_x", nil)
@@ -72,6 +76,8 @@ func populate(t *testing.T, s *Store) populated {
 	id, err := s.ReserveSnapshot(ctx, Snapshot{SandboxID: "sb1", APIKeyID: k.ID, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}, SnapshotQuota{PerSandbox: -1, PerKey: -1})
 	must(err)
 	must(s.SetSnapshotID(ctx, id, "snap1"))
+	must(s.AppendAudit(ctx, AuditEntry{Via: "key", KeyID: k.ID, API: "rest", Action: "sandbox.create", Target: "sb1", Result: "ok", Status: 201},
+		AuditEntry{Via: "token", KeyOf: "sb1", API: "e2b", Action: "sandbox.exec", Target: "sb1", Result: "ok", Status: 200}))
 	return populated{key: secret, revokedKey: revoked, token: tok}
 }
 

@@ -75,22 +75,19 @@ func TestNewerSchemaRefused(t *testing.T) {
 		ctx := context.Background()
 		s := open(t, spec)
 		newer := len(migrations) + 1
-		q := `PRAGMA user_version = 8`
+		q := fmt.Sprintf(`PRAGMA user_version = %d`, newer)
 		if s.db.dialect == postgres {
-			q = `UPDATE schema_version SET version = 8`
-		}
-		if newer != 8 {
-			t.Fatalf("migrations: %d; update this test's version", len(migrations))
+			q = fmt.Sprintf(`UPDATE schema_version SET version = %d`, newer)
 		}
 		if _, err := s.db.ExecContext(ctx, q); err != nil {
 			t.Fatal(err)
 		}
 		_, err := OpenURL(ctx, spec)
-		if err == nil || !strings.Contains(err.Error(), "schema version 8, newer than this tupper knows (7)") {
-			t.Fatalf("open a newer store: %v; want a refusal naming both versions", err)
+		if want := fmt.Sprintf("schema version %d, newer than this tupper knows (%d)", newer, len(migrations)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("open a newer store: %v; want a refusal saying %q", err, want)
 		}
-		if v, err := s.Version(ctx); err != nil || v != 8 {
-			t.Fatalf("version after the refusal = %d, %v; want 8 still", v, err)
+		if v, err := s.Version(ctx); err != nil || v != newer {
+			t.Fatalf("version after the refusal = %d, %v; want %d still", v, err, newer)
 		}
 	})
 }
@@ -123,10 +120,10 @@ func TestPostgresOpenAtOnce(t *testing.T) {
 	}
 }
 
-// A PostgreSQL store is claimed by one server at a time, as a state directory is: a second
-// server is refused, naming the first by its pid and address, without the password; the
-// claim ends with the first server's lock (or its connection), and LockServer makes no
-// directory of a URL.
+// Servers share a PostgreSQL store: a second server joins beside the first, with another
+// instance number, and exactly one of them leads; a store copy (LockStore) is refused while
+// any server is on it, naming one by its pid and address, without the password, and a server
+// is refused while a copy runs. LockServer makes no directory of a URL.
 func TestLockServerPostgres(t *testing.T) {
 	wd, _ := os.Getwd()
 	spec := testenv.PostgresDB(t)
@@ -137,24 +134,49 @@ func TestLockServerPostgres(t *testing.T) {
 	if err := a.Serving("http://127.0.0.1:7423"); err != nil {
 		t.Fatal(err)
 	}
-	_, err = LockServer(spec)
-	if provider.CodeOf(err) != provider.CodeConflict || !strings.Contains(err.Error(), "serving on http://127.0.0.1:7423") ||
-		!strings.Contains(err.Error(), fmt.Sprintf("pid %d", os.Getpid())) {
+	b, err := LockServer(spec)
+	if err != nil {
 		t.Fatalf("a second server on the database: %v", err)
 	}
+	if a.Instance() == b.Instance() || a.Instance() <= 0 || b.Instance() <= 0 {
+		t.Errorf("instances %d and %d; want two positive numbers", a.Instance(), b.Instance())
+	}
+	aLeads, _ := a.Leading()
+	bLeads, bChanged := b.Leading()
+	if !aLeads || bLeads {
+		t.Errorf("leading: first %v, second %v; want the first only", aLeads, bLeads)
+	}
+	_, err = LockStore(spec)
+	if provider.CodeOf(err) != provider.CodeConflict || !strings.Contains(err.Error(), "serving on http://127.0.0.1:7423") ||
+		!strings.Contains(err.Error(), fmt.Sprintf("pid %d", os.Getpid())) || !strings.Contains(err.Error(), "stop every server") {
+		t.Fatalf("a store copy beside servers: %v", err)
+	}
+	// The leader goes: the other takes the lead within a lock check or two.
+	a.Unlock()
+	a.Unlock() // idempotent
+	select {
+	case <-bChanged:
+	case <-time.After(5 * pgServerLockCheck):
+		t.Fatal("the second server did not take the lead when the first went")
+	}
+	if on, _ := b.Leading(); !on {
+		t.Fatal("the lead changed, and the second server does not lead")
+	}
+	b.Unlock()
+	c, err := LockStore(spec)
+	if err != nil {
+		t.Fatalf("a store copy once the servers are gone: %v", err)
+	}
+	if _, err := LockServer(spec); provider.CodeOf(err) != provider.CodeConflict || !strings.Contains(err.Error(), "is copying") {
+		t.Fatalf("a server during a store copy: %v", err)
+	}
+	c.Unlock()
 	// Another database of the same cluster is another store.
-	other, err := LockServer(testenv.PostgresDB(t))
+	other, err := LockStore(testenv.PostgresDB(t))
 	if err != nil {
 		t.Fatalf("another database: %v", err)
 	}
 	other.Unlock()
-	a.Unlock()
-	a.Unlock() // idempotent
-	b, err := LockServer(spec)
-	if err != nil {
-		t.Fatalf("after the first server's unlock: %v", err)
-	}
-	b.Unlock()
 	if _, err := os.Stat(filepath.Join(wd, "postgres:")); err == nil {
 		t.Fatal("LockServer made a directory of a URL")
 	}

@@ -210,19 +210,33 @@ type Delivery struct {
 	Attempts int // attempts made before this one
 }
 
-// ClaimDeliveries returns up to limit deliveries due at now and pushes their next attempt to
-// now+lease, so a delivery in flight is not picked again; if the process dies, it becomes
-// due again when the lease runs out.
+// ClaimDeliveries returns up to limit deliveries due at now, claimed for this store's
+// instance, and pushes their next attempt to now+lease, so a delivery in flight is not picked
+// again; if the server dies, another releases it at once (ReleaseClaims), or it becomes due
+// again when the lease runs out.
+//
+// A webhook gets a sandbox's events in order: a delivery is claimed only when every earlier
+// delivery of the same sandbox's events to the same webhook is done (delivered, or given up),
+// so no two of them are ever in flight at once. Servers sharing a PostgreSQL store claim at
+// the same time without waiting for each other (FOR UPDATE SKIP LOCKED) and never claim one
+// delivery twice.
 func (s *Store) ClaimDeliveries(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]Delivery, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, dbErr(err)
 	}
 	defer tx.Rollback()
+	lock := ""
+	if s.db.dialect == postgres {
+		lock = " FOR UPDATE OF d SKIP LOCKED"
+	}
 	rows, err := tx.QueryContext(ctx, `SELECT d.id, d.attempts, w.id, w.url, w.secret, e.seq, e.id, e.type, e.sandbox_id, e.created_at, e.data
 		FROM deliveries d JOIN webhooks w ON w.id = d.webhook_id JOIN events e ON e.seq = d.event_seq
 		WHERE d.delivered_at IS NULL AND d.failed_at IS NULL AND d.next_attempt <= ?
-		ORDER BY d.next_attempt, d.id LIMIT ?`, unixMilli(now), limit)
+		AND (e.sandbox_id = '' OR NOT EXISTS (SELECT 1 FROM deliveries p JOIN events pe ON pe.seq = p.event_seq
+			WHERE p.webhook_id = d.webhook_id AND p.id < d.id AND p.delivered_at IS NULL AND p.failed_at IS NULL
+			AND pe.sandbox_id = e.sandbox_id))
+		ORDER BY d.next_attempt, d.id LIMIT ?`+lock, unixMilli(now), limit)
 	if err != nil {
 		return nil, dbErr(err)
 	}
@@ -244,7 +258,7 @@ func (s *Store) ClaimDeliveries(ctx context.Context, now time.Time, lease time.D
 		return nil, dbErr(err)
 	}
 	for _, d := range out {
-		if _, err := tx.ExecContext(ctx, `UPDATE deliveries SET next_attempt = ?, claimed = 1 WHERE id = ?`, unixMilli(now.Add(lease)), d.ID); err != nil {
+		if _, err := tx.ExecContext(ctx, `UPDATE deliveries SET next_attempt = ?, claimed = ? WHERE id = ?`, unixMilli(now.Add(lease)), s.Instance(), d.ID); err != nil {
 			return nil, dbErr(err)
 		}
 	}
@@ -297,12 +311,13 @@ func (s *Store) Deliveries(ctx context.Context, webhookID string) ([]DeliverySta
 	return out, dbErr(rows.Err())
 }
 
-// ReleaseClaims makes every delivery claimed by an earlier process due now. A server calls it
-// when it starts: only one server uses a store, so a claim it finds is one a process that
-// died mid-delivery left behind. Returns how many it released.
+// ReleaseClaims makes every delivery claimed by a server no longer alive due now: on SQLite
+// (one server to a store) the claims of an earlier process, on PostgreSQL those of a server
+// whose instance lock is gone (it died, or lost its connection). A server calls it when it
+// starts and as it delivers. Returns how many it released.
 func (s *Store) ReleaseClaims(ctx context.Context) (int, error) {
 	res, err := s.db.ExecContext(ctx, `UPDATE deliveries SET claimed = 0, next_attempt = ?
-		WHERE claimed = 1 AND delivered_at IS NULL AND failed_at IS NULL`, time.Now().UnixMilli())
+		WHERE delivered_at IS NULL AND failed_at IS NULL AND `+s.deadClaim("claimed"), time.Now().UnixMilli(), s.Instance())
 	if err != nil {
 		return 0, dbErr(err)
 	}

@@ -160,7 +160,28 @@ type Sandbox struct {
 	// MemoryDropped says the paused sandbox's pause dropped its memory (a cold pause): its
 	// resume boots it again, so only an explicit resume may, never a use (AutoResume).
 	MemoryDropped bool
+	// End is why it ended, once DestroyedAt is set (its Reason is "" for a sandbox that
+	// ended before reasons were recorded).
+	End End
 }
+
+// End is why a sandbox ended. Reason is one of the End* constants; By is the API key id
+// that destroyed it (EndDestroyed); Message says more, for EndError above all.
+type End struct {
+	Reason  string `json:"reason"`
+	By      string `json:"by,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+// Why a sandbox ended (End.Reason).
+const (
+	EndDestroyed = "destroyed"  // a client destroyed it (By: the API key id)
+	EndTimeout   = "timeout"    // its deadline passed
+	EndIdle      = "idle"       // its idle timeout passed
+	EndOOMKilled = "oom_killed" // the kernel's OOM killer ended its init
+	EndNodeLost  = "node_lost"  // the machine it ran on was lost (reserved for the cluster)
+	EndError     = "error"      // it stopped by itself otherwise (Message says how)
+)
 
 // What a sandbox does at its deadline (Sandbox.OnTimeout).
 const (
@@ -211,7 +232,7 @@ func (s *Store) putSandbox(ctx context.Context, sb Sandbox, tokenHash []byte, ev
 			on_timeout, auto_resume, timeout_ms)
 		VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT(id) DO UPDATE SET key = excluded.key, labels = excluded.labels, deadline = excluded.deadline,
-			state = excluded.state, destroyed_at = NULL, on_timeout = excluded.on_timeout,
+			state = excluded.state, destroyed_at = NULL, end_reason = '', end_by = '', end_message = '', on_timeout = excluded.on_timeout,
 			auto_resume = excluded.auto_resume, timeout_ms = excluded.timeout_ms`,
 		sb.ID, sb.Provider, sb.APIKeyID, sb.Key, string(labels), unixMilli(sb.CreatedAt), unixMilli(sb.Deadline), string(sb.State),
 		sb.OnTimeout, sb.AutoResume, sb.Timeout.Milliseconds())
@@ -295,7 +316,7 @@ func (s *Store) SandboxForToken(ctx context.Context, token string) (string, erro
 }
 
 const sandboxCols = `id, provider, api_key_id, key, labels, created_at, deadline, state, destroyed_at,
-	on_timeout, auto_resume, timeout_ms, memory_dropped`
+	on_timeout, auto_resume, timeout_ms, memory_dropped, end_reason, end_by, end_message`
 
 func scanSandbox(sc interface{ Scan(...any) error }) (Sandbox, error) {
 	var sb Sandbox
@@ -303,7 +324,7 @@ func scanSandbox(sc interface{ Scan(...any) error }) (Sandbox, error) {
 	var created, deadline, timeoutMS int64
 	var destroyed sql.NullInt64
 	if err := sc.Scan(&sb.ID, &sb.Provider, &sb.APIKeyID, &sb.Key, &labels, &created, &deadline, &state, &destroyed,
-		&sb.OnTimeout, &sb.AutoResume, &timeoutMS, &sb.MemoryDropped); err != nil {
+		&sb.OnTimeout, &sb.AutoResume, &timeoutMS, &sb.MemoryDropped, &sb.End.Reason, &sb.End.By, &sb.End.Message); err != nil {
 		return Sandbox{}, err
 	}
 	sb.Timeout = time.Duration(timeoutMS) * time.Millisecond
@@ -334,7 +355,12 @@ func (s *Store) SandboxByKey(ctx context.Context, key string) (Sandbox, error) {
 
 // Sandboxes lists the live sandboxes, oldest first.
 func (s *Store) Sandboxes(ctx context.Context) ([]Sandbox, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE destroyed_at IS NULL ORDER BY created_at, id`)
+	return s.sandboxes(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE destroyed_at IS NULL ORDER BY created_at, id`)
+}
+
+// sandboxes runs query, which selects sandboxCols, and scans its rows.
+func (s *Store) sandboxes(ctx context.Context, query string, args ...any) ([]Sandbox, error) {
+	rows, err := s.db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, dbErr(err)
 	}
@@ -350,15 +376,24 @@ func (s *Store) Sandboxes(ctx context.Context) ([]Sandbox, error) {
 	return out, dbErr(rows.Err())
 }
 
-// MarkDestroyed records that a sandbox is gone and drops its tokens. It reports whether the
-// sandbox was live, so exactly one caller emits the event.
-func (s *Store) MarkDestroyed(ctx context.Context, id string) (bool, error) {
+// EndedSandboxes lists the records of sandboxes that ended, the latest to end first, at most
+// limit of them.
+func (s *Store) EndedSandboxes(ctx context.Context, limit int) ([]Sandbox, error) {
+	return s.sandboxes(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE destroyed_at IS NOT NULL
+		ORDER BY destroyed_at DESC, id LIMIT ?`, limit)
+}
+
+// MarkDestroyed records that a sandbox is gone, and why, and drops its tokens. It reports
+// whether the sandbox was live, so exactly one caller emits the event (and the first reason
+// is the one kept).
+func (s *Store) MarkDestroyed(ctx context.Context, id string, end End) (bool, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return false, dbErr(err)
 	}
 	defer tx.Rollback()
-	res, err := tx.ExecContext(ctx, `UPDATE sandboxes SET destroyed_at = ?, state = 'stopped' WHERE id = ? AND destroyed_at IS NULL`, time.Now().UnixMilli(), id)
+	res, err := tx.ExecContext(ctx, `UPDATE sandboxes SET destroyed_at = ?, state = 'stopped', end_reason = ?, end_by = ?, end_message = ?
+		WHERE id = ? AND destroyed_at IS NULL`, time.Now().UnixMilli(), end.Reason, end.By, end.Message, id)
 	if err != nil {
 		return false, dbErr(err)
 	}

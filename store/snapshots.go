@@ -33,7 +33,7 @@ const reservedPrefix = "reserved-"
 // snapshot fails). The check and the record are one statement, so two requests at once cannot
 // both take the last place. Over a bound it fails with CodeResourceExhausted, saying which.
 func (s *Store) ReserveSnapshot(ctx context.Context, sn Snapshot, q SnapshotQuota) (string, error) {
-	id := reservedPrefix + RandomString(20)
+	id := s.reservation()
 	now := time.Now().UnixMilli()
 	bound := func(n int) int64 {
 		if n < 0 {
@@ -79,11 +79,39 @@ func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
 	return dbErr(err)
 }
 
-// DropSnapshotReservations forgets the reservations a server left when it stopped in the
-// middle of a snapshot; only a server that holds LockServer may call it.
+// DropSnapshotReservations forgets the reservations that servers no longer alive left when
+// they stopped in the middle of a snapshot (on SQLite, any earlier process). A server calls
+// it when it starts, and its reaper as it runs.
 func (s *Store) DropSnapshotReservations(ctx context.Context) error {
-	_, err := s.db.ExecContext(ctx, `DELETE FROM snapshots WHERE substr(id, 1, ?) = ?`, len(reservedPrefix), reservedPrefix)
-	return dbErr(err)
+	live, err := s.liveInstances(ctx)
+	if err != nil {
+		return err
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT id FROM snapshots WHERE substr(id, 1, ?) = ?`, len(reservedPrefix), reservedPrefix)
+	if err != nil {
+		return dbErr(err)
+	}
+	var dead []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return dbErr(err)
+		}
+		if !live[reservationInstance(id)] {
+			dead = append(dead, id)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return dbErr(err)
+	}
+	for _, id := range dead {
+		if _, err := s.db.ExecContext(ctx, `DELETE FROM snapshots WHERE id = ?`, id); err != nil {
+			return dbErr(err)
+		}
+	}
+	return nil
 }
 
 // ExpiredSnapshots lists the snapshots (not reservations) that expired at or before now.

@@ -130,12 +130,28 @@ func TestSandboxesAndTokens(t *testing.T) {
 		if got, err := s.SandboxByKey(ctx, "user:1"); err != nil || got.ID != "sb1" || got.Labels["a"] != "b" {
 			t.Fatalf("by key = %+v, %v", got, err)
 		}
-		live, err := s.MarkDestroyed(ctx, "sb1")
+		live, err := s.MarkDestroyed(ctx, "sb1", End{Reason: EndDestroyed, By: "key_1"})
 		if err != nil || !live {
 			t.Fatalf("destroy = %v, %v", live, err)
 		}
-		if live, _ := s.MarkDestroyed(ctx, "sb1"); live {
+		if live, _ := s.MarkDestroyed(ctx, "sb1", End{Reason: EndTimeout}); live {
 			t.Fatal("second destroy reported live")
+		}
+		// The first reason is kept, with who destroyed it.
+		ended, err := s.EndedSandboxes(ctx, 10)
+		if err != nil || len(ended) != 1 || ended[0].ID != "sb1" || ended[0].DestroyedAt.IsZero() ||
+			ended[0].End != (End{Reason: EndDestroyed, By: "key_1"}) {
+			t.Fatalf("ended = %+v, %v", ended, err)
+		}
+		// A record put again (the same id made again) is live, without the old reason.
+		if err := s.PutSandbox(ctx, sb, nil); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.Sandbox(ctx, "sb1"); err != nil || got.End != (End{}) {
+			t.Fatalf("put again = %+v, %v", got, err)
+		}
+		if live, _ := s.MarkDestroyed(ctx, "sb1", End{Reason: EndError, Message: "its init exited"}); !live {
+			t.Fatal("destroy of the record put again reported not live")
 		}
 		if _, err := s.SandboxForToken(ctx, tok); !errors.Is(err, provider.CodeUnauthorized) {
 			t.Fatalf("token of a destroyed sandbox: %v", err)
@@ -193,31 +209,48 @@ func TestOutbox(t *testing.T) {
 			t.Fatal(err)
 		}
 		now := time.Now()
+		// In order per sandbox and webhook: "all"'s second delivery waits for its first.
 		ds, err := s.ClaimDeliveries(ctx, now, time.Minute, 10)
-		if err != nil || len(ds) != 3 {
-			t.Fatalf("claimed %d, %v", len(ds), err)
+		if err != nil || len(ds) != 2 {
+			t.Fatalf("claimed %d, %v; want 2 (the second of sb1's events to %s waits)", len(ds), err, all.ID)
 		}
 		// Leased: not claimed again until the lease ends.
 		if again, _ := s.ClaimDeliveries(ctx, now, time.Minute, 10); len(again) != 0 {
 			t.Fatalf("claimed %d again within the lease", len(again))
 		}
-		if again, _ := s.ClaimDeliveries(ctx, now.Add(2*time.Minute), time.Minute, 10); len(again) != 3 {
+		if again, _ := s.ClaimDeliveries(ctx, now.Add(2*time.Minute), time.Minute, 10); len(again) != 2 {
 			t.Fatalf("claimed %d after the lease", len(again))
 		}
-		// A restarted server releases what a dead one had in flight.
-		if n, err := s.ReleaseClaims(ctx); err != nil || n != 3 {
+		// Its own claims are not a dead server's: nothing to release.
+		if n, err := s.ReleaseClaims(ctx); err != nil || n != 0 {
+			t.Fatalf("released %d of its own claims, %v", n, err)
+		}
+		// A restarted server (another instance) releases what a dead one had in flight.
+		s.SetInstance(s.Instance() + 1)
+		if n, err := s.ReleaseClaims(ctx); err != nil || n != 2 {
 			t.Fatalf("released %d, %v", n, err)
 		}
-		if again, _ := s.ClaimDeliveries(ctx, time.Now(), time.Minute, 10); len(again) != 3 {
+		if again, _ := s.ClaimDeliveries(ctx, time.Now(), time.Minute, 10); len(again) != 2 {
 			t.Fatalf("claimed %d after release", len(again))
 		}
 		for _, d := range ds {
 			if d.Webhook.ID == only.ID && d.Event.Type != "sandbox.destroyed" {
 				t.Errorf("filtered webhook got %s", d.Event.Type)
 			}
+			if d.Webhook.ID == all.ID && d.Event.Type != "sandbox.created" {
+				t.Errorf("webhook %s got %s before sandbox.created", all.ID, d.Event.Type)
+			}
 			if err := s.DeliverySucceeded(ctx, d.ID); err != nil {
 				t.Fatal(err)
 			}
+		}
+		// The first done, the second is claimed.
+		next, err := s.ClaimDeliveries(ctx, time.Now(), time.Minute, 10)
+		if err != nil || len(next) != 1 || next[0].Event.Type != "sandbox.destroyed" || next[0].Webhook.ID != all.ID {
+			t.Fatalf("after the first: claimed %+v, %v", next, err)
+		}
+		if err := s.DeliverySucceeded(ctx, next[0].ID); err != nil {
+			t.Fatal(err)
 		}
 		st, _ := s.Deliveries(ctx, all.ID)
 		if len(st) != 2 || !st[0].Delivered || !st[1].Delivered {

@@ -71,6 +71,8 @@ func runResult(res *sandbox.RunResult, timeout time.Duration) Result {
 		fmt.Fprintf(&b, "timed out after %v; the command and its child processes were killed\n", timeout)
 	case res.Aborted:
 		b.WriteString("aborted: the request was cancelled and the command was killed\n")
+	case res.OOMKilled:
+		fmt.Fprintf(&b, "exit code: %d: the kernel's OOM killer ended it, the sandbox reached its memory limit; use less memory at once\n", res.ExitCode)
 	default:
 		fmt.Fprintf(&b, "exit code: %d\n", res.ExitCode)
 	}
@@ -96,6 +98,9 @@ func runResult(res *sandbox.RunResult, timeout time.Duration) Result {
 		"stderr":    stderr,
 		"timed_out": res.TimedOut,
 		"truncated": res.Truncated || cutOut || cutErr,
+	}
+	if res.OOMKilled {
+		data["oom_killed"] = true
 	}
 	return Result{Text: b.String(), IsError: !res.OK, Data: data}
 }

@@ -95,3 +95,41 @@ func TestPauseHooks(t *testing.T) {
 	plain, _ := newTestSession(t, SessionOptions{})
 	want(t, call(t, plain, "pause_sandbox", map[string]any{"keep_memory": false}), true, "cannot pause")
 }
+
+// The Called hook is told of every call of a tool that changes something, with the sandbox it
+// acted in or made and its failure, and of no read-only tool's.
+func TestCalledHook(t *testing.T) {
+	type called struct {
+		tool, sandbox string
+		code          sandbox.Code
+	}
+	var mu sync.Mutex
+	var got []called
+	s, _ := newTestSession(t, SessionOptions{
+		Called: func(_ context.Context, tool, sandboxID string, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			c := called{tool: tool, sandbox: sandboxID}
+			if err != nil {
+				c.code = sandbox.CodeOf(err)
+			}
+			got = append(got, c)
+		},
+	})
+	want(t, call(t, s, "run_command", map[string]any{"command": "exit 3"}), true)
+	def := s.DefaultID()
+	want(t, call(t, s, "read_file", map[string]any{"path": "/etc/hostname"}), false)
+	want(t, call(t, s, "write_file", map[string]any{"path": "/tmp/x", "content": "y"}), false)
+	res := call(t, s, "create_sandbox", map[string]any{})
+	extra, _ := res.Data.(map[string]any)["sandbox_id"].(string)
+	want(t, call(t, s, "destroy_sandbox", map[string]any{"sandbox_id": "no-such"}), true)
+	wantCalls := []called{
+		{"run_command", def, ""}, // a command that ran and failed is a call that succeeded
+		{"write_file", def, ""},
+		{"create_sandbox", extra, ""},
+		{"destroy_sandbox", "no-such", sandbox.CodeNotFound},
+	}
+	if def == "" || extra == "" || !slices.Equal(got, wantCalls) {
+		t.Errorf("Called saw %+v, want %+v", got, wantCalls)
+	}
+}

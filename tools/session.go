@@ -47,6 +47,12 @@ type SessionOptions struct {
 	// (a server's metrics). Nil: nobody is told.
 	Ran func(d time.Duration)
 
+	// Called, when set, is told of each call of a tool that is not ReadOnly, once it has
+	// run: the tool's name, the sandbox it acted in or made ("" when none), and its failure
+	// (nil when it succeeded; an error Result's failure too). It is never given the
+	// arguments or the result. A server records the call in its audit log.
+	Called func(ctx context.Context, tool, sandboxID string, err error)
+
 	// Bound, when set, binds the session to that existing sandbox: it is the default, it is
 	// the only sandbox the session lists or reaches (another sandbox_id is not found), and the
 	// session neither creates sandboxes (create_sandbox is refused) nor destroys, pauses or

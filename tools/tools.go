@@ -94,6 +94,9 @@ func (t Tool) Call(ctx context.Context, s *Session, args json.RawMessage) (Resul
 		return Result{}, err
 	}
 	res, err := t.Handler(ctx, s, args)
+	if s.opts.Called != nil && !t.ReadOnly {
+		s.opts.Called(ctx, t.Name, calledIn(s, args, res), failure(res, err))
+	}
 	if err == nil {
 		return res, nil
 	}
@@ -105,6 +108,36 @@ func (t Tool) Call(ctx context.Context, s *Session, args json.RawMessage) (Resul
 		return Result{}, ctx.Err()
 	}
 	return errorResult(err), nil
+}
+
+// calledIn is the sandbox a call acted in, for SessionOptions.Called: the one it made
+// (create_sandbox's result), the one it named, or the session's default.
+func calledIn(s *Session, args json.RawMessage, res Result) string {
+	if m, ok := res.Data.(map[string]any); ok {
+		if id, ok := m["sandbox_id"].(string); ok && id != "" {
+			return id
+		}
+	}
+	var in inSandbox
+	if json.Unmarshal(args, &in) == nil && in.SandboxID != "" {
+		return in.SandboxID
+	}
+	return s.DefaultID()
+}
+
+// failure is a call's failure for SessionOptions.Called: its error, or a refusal the tool
+// answered with a Result with IsError. A command that ran and exited non-zero (a Result
+// with an exit_code) is no failure of the call, as in the REST API.
+func failure(res Result, err error) error {
+	if err != nil || !res.IsError {
+		return err
+	}
+	if m, ok := res.Data.(map[string]any); ok {
+		if _, ran := m["exit_code"]; ran {
+			return nil
+		}
+	}
+	return &sandbox.Error{Code: sandbox.CodeInvalidArgument, Message: "the tool refused the call"}
 }
 
 // errorResult turns a failure into text a model can act on.

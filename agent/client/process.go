@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -55,6 +56,14 @@ type ExecResult struct {
 	Status string
 	// TimedOut is set when the agent killed the process at its Timeout.
 	TimedOut bool
+	// OOMKilled is set when the kernel's OOM killer ended the process (the end event's
+	// error begins with agent.OOMKilledError).
+	OOMKilled bool
+}
+
+// oomKilled reports whether an end event says the OOM killer ended the process.
+func oomKilled(end *process.ProcessEvent_EndEvent) bool {
+	return strings.HasPrefix(end.GetError(), "oom_killed")
 }
 
 func (r *ExecRequest) config() (*process.ProcessConfig, error) {
@@ -188,6 +197,7 @@ func (c *Client) follow(ctx context.Context, pid int, recv func() bool, msg func
 			res.ExitCode = int(e.End.GetExitCode())
 			res.Exited = e.End.GetExited()
 			res.Status = bounded(e.End.GetStatus())
+			res.OOMKilled = oomKilled(e.End)
 		}
 	}
 	err := errf()
@@ -300,6 +310,7 @@ func (c *Client) attach(ctx context.Context, sel *process.ProcessSelector, stdou
 		case *process.ProcessEvent_End:
 			gotEnd = true
 			res.ExitCode, res.Exited, res.Status = int(e.End.GetExitCode()), e.End.GetExited(), bounded(e.End.GetStatus())
+			res.OOMKilled = oomKilled(e.End)
 		}
 	}
 	if gotEnd {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"text/tabwriter"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/store"
 )
 
@@ -44,6 +46,7 @@ func newKeysCmd() *cobra.Command {
 				create = st.CreateE2BKey
 			}
 			k, secret, err := create(cmd.Context(), name)
+			recordKeyChange(cmd, st, "key.create", k.ID, err)
 			if err != nil {
 				return err
 			}
@@ -105,6 +108,11 @@ func newKeysCmd() *cobra.Command {
 			}
 			defer st.Close()
 			k, err := st.RevokeKey(cmd.Context(), args[0])
+			target := k.ID
+			if target == "" {
+				target = args[0]
+			}
+			recordKeyChange(cmd, st, "key.revoke", target, err)
 			if err != nil {
 				return err
 			}
@@ -114,6 +122,20 @@ func newKeysCmd() *cobra.Command {
 	}
 	cmd.AddCommand(create, list, revoke)
 	return cmd
+}
+
+// recordKeyChange adds a change of the keys to the server's audit log, as the API's calls
+// are: made on the server's host ("local", the CLI), with its result. A failure to record
+// it is a warning: the change is made.
+func recordKeyChange(cmd *cobra.Command, st *store.Store, action, keyID string, err error) {
+	result := "ok"
+	if err != nil {
+		result = string(provider.CodeOf(err))
+	}
+	e := store.AuditEntry{Via: "local", Source: "local", API: "cli", Action: action, Target: keyID, Result: result}
+	if aerr := st.AppendAudit(context.WithoutCancel(cmd.Context()), e); aerr != nil {
+		cmd.PrintErrf("tupper: warning: recording %s in the audit log: %v\n", action, aerr)
+	}
 }
 
 // openStore opens the store spec names (store.Spec of a --store flag and --home), as

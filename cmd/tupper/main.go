@@ -94,6 +94,7 @@ var subcommands = []struct {
 	{"keys", newKeysCmd},
 	{"store", newStoreCmd},
 	{"webhook", newWebhookCmd},
+	{"audit", newAuditCmd},
 	{"logs", newLogsCmd},
 	{"snapshot", newSnapshotCmd},
 	{"pause", newPauseCmd},

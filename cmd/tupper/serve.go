@@ -34,6 +34,7 @@ func newServeCmd() *cobra.Command {
 		buildContextMiB                       int64
 		volumesGiB                            int
 		concurrentBuilds                      int
+		auditRetention                        time.Duration
 	)
 	// Prometheus metrics (docs/operations.md).
 	var (
@@ -67,7 +68,8 @@ func newServeCmd() *cobra.Command {
 				return fmt.Errorf("--provider remote would serve another server's sandboxes; pick a provider on this host (local, docker)")
 			}
 			// First of all: a second server on this SQLite store stops here, before it
-			// starts a pool or touches the first one's records.
+			// starts a pool or touches the first one's records. On PostgreSQL, servers
+			// share the store, and this is where this one joins them.
 			spec := store.Spec(storeSpec, home)
 			claim, err := store.LockServer(spec)
 			if err != nil {
@@ -118,7 +120,7 @@ func newServeCmd() *cobra.Command {
 					return err
 				}
 			}
-			srv, err := server.New(ctx, server.Config{Provider: prov, Store: st, Logger: logger, Domain: domain, BaseURL: baseURL, Version: version,
+			srv, err := server.New(ctx, server.Config{Provider: prov, Store: st, Claim: claim, Logger: logger, Domain: domain, BaseURL: baseURL, Version: version,
 				AllowPrivateWebhooks: allowPrivateWebhooks,
 				// The flags' 0 is "none"; the Config's is "the default".
 				SnapshotExpiry:       noneIfZero(snapExpiry),
@@ -128,6 +130,7 @@ func newServeCmd() *cobra.Command {
 				VolumesTotalMB:       noneIfZero(volumesGiB << 10),
 				MaxBuildContextBytes: buildContextMiB << 20,
 				ConcurrentBuilds:     concurrentBuilds,
+				AuditRetention:       noneIfZero(auditRetention),
 			})
 			if err != nil {
 				return err
@@ -202,6 +205,7 @@ func newServeCmd() *cobra.Command {
 	fl.IntVar(&volumesGiB, "volumes-gib", server.DefaultVolumesTotalMB>>10, "the most GiB the server's volumes may declare together, the host disk they can take as they fill (0: no bound)")
 	fl.Int64Var(&buildContextMiB, "build-context-mib", 1024, "largest template build context a request may send, in MiB; it may unpack to four times that")
 	fl.IntVar(&concurrentBuilds, "concurrent-builds", 1, "template builds that run at once; the others wait in a queue")
+	fl.DurationVar(&auditRetention, "audit-retention", server.DefaultAuditRetention, "the audit log keeps an entry this long, then the server deletes it (0: for ever)")
 	fl.BoolVar(&bootImages, "boot-images", false, "restore runsc sandboxes with network none from a checkpoint of their template booted once, instead of booting each (local provider; see docs/local.md)")
 	fl.StringVar(&metricsAddr, "metrics-addr", envOr("TUPPER_METRICS_ADDR", defaultMetricsAddr), "serve Prometheus metrics at /metrics on this address, with no API key ($TUPPER_METRICS_ADDR; off: only at /metrics of --addr, with a key)")
 	fl.BoolVar(&withMetrics, "metrics", true, "collect Prometheus metrics (false: none, on either listener)")

@@ -67,7 +67,7 @@ func migrateStore(cmd *cobra.Command, from, to string) error {
 	defer src.Close()
 	// Held for the whole copy: a server that starts on either store meanwhile is refused.
 	for _, spec := range []string{from, to} {
-		lk, err := store.LockServer(spec)
+		lk, err := store.LockStore(spec)
 		if err != nil {
 			return err
 		}

@@ -41,6 +41,12 @@ test("secrets stay redacted after a get-or-create hit", async () => {
   } finally {
     await b.destroy();
   }
+  // Listed with all once it has ended, with why: destroyed by this client's key.
+  const ended = (await c.list({ all: true })).find((s) => s.id === b.id);
+  assert.equal(ended?.end?.reason, "destroyed");
+  assert.match(ended?.end?.by ?? "", /^key_/);
+  assert.ok(ended?.endedAt);
+  assert.ok(!(await c.list()).some((s) => s.id === b.id));
 });
 
 test("run streams output as it comes", async () => {

@@ -12,7 +12,7 @@ import (
 // itself was killed by a signal, whose number n (parsed from the status text) gives ExitCode
 // 128+n and whose name is Signal; a signal the text does not name counts as SIGKILL.
 func execResult(res client.ExecResult) provider.ExecResult {
-	out := provider.ExecResult{ExitCode: res.ExitCode}
+	out := provider.ExecResult{ExitCode: res.ExitCode, OOMKilled: res.OOMKilled}
 	if res.Exited {
 		return out
 	}

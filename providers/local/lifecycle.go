@@ -222,6 +222,7 @@ func sweepCgroups(cutoff time.Time) {
 // locks held by others; without, it skips those sandboxes.
 func (p *Provider) reapAll(ctx context.Context, wait bool) (int, error) {
 	p.reapSnapshots()
+	p.pruneEnded(time.Now())
 	maybeSweepCgroups(time.Now())
 	ids, err := p.lay.ids()
 	if err != nil {
@@ -282,6 +283,7 @@ func (p *Provider) reapIDs(ctx context.Context, ids []string, wait bool) (int, e
 					continue
 				}
 			}
+			p.recordEnd(rec)
 			if err := p.teardown(ctx, rec); err != nil {
 				errs = append(errs, err)
 			} else if !rec.Pooled {
@@ -440,6 +442,7 @@ func (p *Provider) Connect(ctx context.Context, id string) (provider.Instance, e
 		}
 		if lk, err := p.lockSandbox(ctx, id); err == nil {
 			if rec, err = p.lay.readRecord(id); err == nil && p.dead(rec, time.Now()) {
+				p.recordEnd(rec)
 				p.teardown(ctx, rec)
 			}
 			lk.Unlock()

@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/tupper-dev/tupper/provider"
 )
 
@@ -99,16 +97,7 @@ const endFileName = "ended"
 // endedAsTold reports whether sandbox rec's agent said it ended at its deadline or idle
 // timeout. The file is in a directory the sandbox's root owns: it is opened without
 // following a symbolic link, and a bit of it read.
-func (p *Provider) endedAsTold(rec *record) bool {
-	f, err := os.OpenFile(filepath.Join(p.lay.run(rec.ID), endFileName), os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	b := make([]byte, 64)
-	n, _ := f.Read(b)
-	return n > 0
-}
+func (p *Provider) endedAsTold(rec *record) bool { return p.endTold(rec) != "" }
 
 // revive boots sandbox rec again on its files, recording why it stopped. Call with the
 // sandbox lock held, rec read under it and revivable. A boot that fails leaves the sandbox

@@ -42,5 +42,9 @@ func TestEndedAsTold(t *testing.T) {
 		if _, err := p.Connect(context.Background(), inst.ID()); provider.CodeOf(err) != provider.CodeNotFound {
 			t.Errorf("connect after the idle timeout: %v, want not_found", err)
 		}
+		// Removed by that Connect, it ended as idle (ended.go).
+		if end, ok := p.EndOf(context.Background(), inst.ID()); !ok || end.Reason != "idle" {
+			t.Errorf("EndOf after the idle timeout = %+v, %v; want idle", end, ok)
+		}
 	})
 }

@@ -960,21 +960,24 @@ func (s *secSuite) memoryHog(t *testing.T) {
 	if strings.Contains(out.String(), "allocated 2048") {
 		t.Fatalf("ESCAPE: the hog allocated 2048 MB under a %d MB limit", memMB)
 	}
-	survived := err == nil
-	if survived {
-		if res.ExitCode != 137 || res.Signal != "SIGKILL" {
-			t.Errorf("hog: exit %d signal %q, want 137 SIGKILL (the OOM killer)", res.ExitCode, res.Signal)
+	switch {
+	case s.rt != RuntimeRunsc && err == nil:
+		if res.ExitCode != 137 || res.Signal != "SIGKILL" || !res.OOMKilled {
+			t.Errorf("hog: exit %d signal %q OOM-killed %v, want 137 SIGKILL (the OOM killer)", res.ExitCode, res.Signal, res.OOMKilled)
 		}
 		if got := run(t, hog, "echo agent-ok"); got != "agent-ok" {
 			t.Errorf("after the hog: %q", got)
 		}
-	} else if s.rt != RuntimeRunsc {
+	case s.rt != RuntimeRunsc:
 		t.Errorf("FINDING: under %s the OOM killer took the agent with the hog: %v", s.rt, err)
-	} else {
+	default:
 		// Under runsc the sentry is one host process that holds all of the sandbox's memory:
 		// the cgroup's OOM killer can only kill the whole sandbox, which comes back by itself
-		// on its files (revive.go), the reason recorded.
-		t.Logf("under runsc the hog took its whole sandbox down: %v", err)
+		// on its files (revive.go), the reason recorded; the hog's result says the OOM killer
+		// ended it (ended.go).
+		if err != nil || !res.OOMKilled || res.ExitCode != 137 {
+			t.Errorf("under runsc the hog ended %+v, %v; want OOM-killed, 137", res, err)
+		}
 		// The sentry may still be ending: the next call revives it once it has.
 		for start := time.Now(); alive(rec) && time.Since(start) < 30*time.Second; {
 			time.Sleep(50 * time.Millisecond)
@@ -987,7 +990,7 @@ func (s *secSuite) memoryHog(t *testing.T) {
 		}
 	}
 	if oc := readTrim(cg + "/memory.oom_control"); !strings.Contains(oc, "oom_kill ") || strings.Contains(oc, "oom_kill 0") {
-		if survived || s.rt != RuntimeRunsc {
+		if s.rt != RuntimeRunsc { // under runsc the sandbox came back in new cgroups
 			t.Errorf("memory.oom_control shows no OOM kill: %q", oc)
 		}
 	}

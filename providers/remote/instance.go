@@ -108,7 +108,7 @@ func (in *Instance) Exec(ctx context.Context, req provider.ExecRequest) (provide
 				}
 			}
 		case "exit":
-			return provider.ExecResult{ExitCode: f.ExitCode, Signal: f.Signal, PID: f.PID}, nil
+			return provider.ExecResult{ExitCode: f.ExitCode, Signal: f.Signal, OOMKilled: f.OOMKilled, PID: f.PID}, nil
 		case "error":
 			if ctx.Err() != nil {
 				return provider.ExecResult{}, fmt.Errorf("exec: %w", ctx.Err())

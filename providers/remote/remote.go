@@ -402,6 +402,27 @@ func (p *Provider) List(ctx context.Context, filter provider.ListFilter) ([]prov
 	return out, nil
 }
 
+// Ended returns the sandboxes that ended whose labels include every pair of filter.Labels,
+// the latest to end first (the server keeps the last 100 it lists), each with why it ended
+// (api.Sandbox.End). A server older than end reasons lists none.
+func (p *Provider) Ended(ctx context.Context, filter provider.ListFilter) ([]api.Sandbox, error) {
+	q := url.Values{"all": {"true"}}
+	for k, v := range filter.Labels {
+		q.Add("label", k+"="+v)
+	}
+	var list api.SandboxList
+	if err := p.call(ctx, http.MethodGet, "/v1/sandboxes?"+q.Encode(), nil, &list); err != nil {
+		return nil, err
+	}
+	var out []api.Sandbox
+	for _, sb := range list.Sandboxes {
+		if sb.End != nil && filter.Matches(sb.Labels) {
+			out = append(out, sb)
+		}
+	}
+	return out, nil
+}
+
 // Destroy destroys the sandbox id; CodeNotFound when it is already gone.
 func (p *Provider) Destroy(ctx context.Context, id string) error {
 	if id == "" || strings.ContainsAny(id, "/?#") {

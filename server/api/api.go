@@ -198,6 +198,17 @@ type Sandbox struct {
 	// Restarts are the times the provider found the sandbox stopped by one of its limits
 	// and booted it again on its files, with why, oldest first (provider.Info.Restarts).
 	Restarts []Restart `json:"restarts,omitempty"`
+	// EndedAt and End are set on a sandbox that ended (listed with ?all=true): when, and why.
+	EndedAt time.Time `json:"endedAt,omitzero"`
+	End     *End      `json:"end,omitempty"`
+}
+
+// End is why a sandbox ended: Reason is destroyed (By: the API key id that destroyed it),
+// timeout, idle, oom_killed, node_lost or error (Message says more). docs/sandboxes.md.
+type End struct {
+	Reason  string `json:"reason"`
+	By      string `json:"by,omitempty"`
+	Message string `json:"message,omitempty"`
 }
 
 // RestartsOf is a provider's restarts of a sandbox on the wire (times in UTC); nil for none.
@@ -362,4 +373,26 @@ type Readiness struct {
 // Deadline is the answer of POST /v1/sandboxes/{id}/timeout and keepalive: the new deadline.
 type Deadline struct {
 	Deadline time.Time `json:"deadline"`
+}
+
+// AuditEntry is one entry of the audit log (GET /v1/audit): a call that changed something.
+// It names who made it and what it touched, never a key, a secret, a request's body or a
+// command's output.
+type AuditEntry struct {
+	ID     int64     `json:"id"`
+	Time   time.Time `json:"time"`
+	KeyID  string    `json:"keyId,omitempty"`
+	Via    string    `json:"via"`
+	Source string    `json:"source,omitempty"`
+	API    string    `json:"api"`
+	Action string    `json:"action"`
+	Target string    `json:"target,omitempty"`
+	Result string    `json:"result"`
+	Status int       `json:"status,omitempty"`
+}
+
+// AuditList is the answer of GET /v1/audit, oldest first: page on with after set to the last
+// entry's id.
+type AuditList struct {
+	Entries []AuditEntry `json:"entries"`
 }

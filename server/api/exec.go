@@ -18,13 +18,15 @@ type ExecHeader struct {
 // ExecFrame is one NDJSON line of an exec response: output ("stdout"/"stderr" with Data,
 // base64 on the wire), the end ("exit"), or a failure ("error", with Code and Message).
 type ExecFrame struct {
-	Type     string        `json:"type"`
-	Data     []byte        `json:"data,omitempty"`
-	ExitCode int           `json:"exitCode,omitempty"`
-	Signal   string        `json:"signal,omitempty"`
-	PID      int           `json:"pid,omitempty"`
-	Code     provider.Code `json:"code,omitempty"`
-	Message  string        `json:"message,omitempty"`
+	Type     string `json:"type"`
+	Data     []byte `json:"data,omitempty"`
+	ExitCode int    `json:"exitCode,omitempty"`
+	Signal   string `json:"signal,omitempty"`
+	// OOMKilled: the kernel's OOM killer ended the command (exitCode 137, signal SIGKILL).
+	OOMKilled bool          `json:"oomKilled,omitempty"`
+	PID       int           `json:"pid,omitempty"`
+	Code      provider.Code `json:"code,omitempty"`
+	Message   string        `json:"message,omitempty"`
 }
 
 // TerminalControl is a text message on a terminal's WebSocket

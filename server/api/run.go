@@ -25,6 +25,7 @@ type RunResult struct {
 	TimedOut   bool   `json:"timedOut"`
 	Aborted    bool   `json:"aborted,omitempty"`
 	Signal     string `json:"signal,omitempty"`
+	OOMKilled  bool   `json:"oomKilled,omitempty"` // the kernel's OOM killer ended it
 	Cwd        string `json:"cwd"`
 	Command    string `json:"command"`
 }
@@ -103,9 +104,10 @@ type ProcessList struct {
 // WaitResult is the answer of POST processes/{name}/wait: Status "running" when the wait
 // timed out, else "exited" with ExitCode and Signal (both set, even when 0 and "").
 type WaitResult struct {
-	ExitCode *int    `json:"exitCode,omitempty"`
-	Signal   *string `json:"signal,omitempty"`
-	Status   string  `json:"status"`
+	ExitCode  *int    `json:"exitCode,omitempty"`
+	Signal    *string `json:"signal,omitempty"`
+	OOMKilled bool    `json:"oomKilled,omitempty"` // the kernel's OOM killer ended it
+	Status    string  `json:"status"`
 }
 
 // PortList is the answer of GET /v1/sandboxes/{id}/ports.

@@ -35,6 +35,7 @@ import (
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
 	"github.com/tupper-dev/tupper/server/api"
+	"github.com/tupper-dev/tupper/server/internal/audit"
 	"github.com/tupper-dev/tupper/store"
 	"github.com/tupper-dev/tupper/template"
 )
@@ -246,6 +247,8 @@ func (s *Service) Reserve(ctx context.Context, keyID, name string, tags []string
 	if err := template.ValidName(name); err != nil {
 		return nil, err
 	}
+	// Whichever API asked, its audit entry names the template.
+	audit.SetTarget(ctx, name)
 	for _, t := range tags {
 		if t == "" || len(t) > 256 || strings.ContainsAny(t, " \t\n/") {
 			return nil, provider.Errorf(provider.CodeInvalidArgument, "tag %q: up to 256 characters, no spaces or slashes", t)

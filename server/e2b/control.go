@@ -62,7 +62,7 @@ func (s *Server) controlMux() *router {
 				return
 			}
 			httpdeadline.LiftRead(w)
-			fn(w, r, keyID)
+			s.recordKey(pattern, keyID, w, r, func(w http.ResponseWriter, r *http.Request) { fn(w, r, keyID) })
 		})
 	}
 	m.handle("GET /health", func(w http.ResponseWriter, r *http.Request) {
@@ -513,9 +513,9 @@ func e2bOnTimeout(onTimeout string) string {
 }
 
 // kill is DELETE /sandboxes/{id}: 404 for a sandbox that had already ended.
-func (s *Server) kill(w http.ResponseWriter, r *http.Request, _ string) {
+func (s *Server) kill(w http.ResponseWriter, r *http.Request, keyID string) {
 	id := r.PathValue("sandboxID")
-	if err := s.lc.Destroy(r.Context(), id); err != nil {
+	if err := s.lc.Destroy(r.Context(), id, keyID); err != nil {
 		writeError(w, e2bError(id, err))
 		return
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/tupper-dev/tupper/internal/httpdeadline"
 	"github.com/tupper-dev/tupper/internal/metrics"
 	"github.com/tupper-dev/tupper/provider"
+	"github.com/tupper-dev/tupper/server/internal/audit"
 )
 
 // The routing headers of E2B's SDKs.
@@ -211,7 +212,19 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request, t target) {
 		start := time.Now()
 		defer func() { s.lc.Metrics().ObserveExec(metrics.APIE2B, time.Since(start)) }()
 	}
-	s.proxy.ServeHTTP(w, r.WithContext(context.WithValue(ctx, sandboxKey{}, id)))
+	r = r.WithContext(context.WithValue(ctx, sandboxKey{}, id))
+	if action := envdAction(r); action != "" {
+		via := "token"
+		if signed {
+			via = "signed"
+		}
+		s.cfg.Audit.Wrap(w, r, "e2b", action, &audit.Caller{SandboxID: id, Via: via}, func(w http.ResponseWriter, r *http.Request) {
+			audit.SetTarget(r.Context(), id)
+			s.proxy.ServeHTTP(w, r)
+		})
+		return
+	}
+	s.proxy.ServeHTTP(w, r)
 }
 
 // envdPath reports whether path is in envd's API, the part of the agent's API the data

@@ -9,6 +9,7 @@ import (
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/provider/httpcode"
 	"github.com/tupper-dev/tupper/server/builds"
+	"github.com/tupper-dev/tupper/server/internal/audit"
 	"github.com/tupper-dev/tupper/server/internal/httpjson"
 	"github.com/tupper-dev/tupper/server/lifecycle"
 	"github.com/tupper-dev/tupper/store"
@@ -44,6 +45,8 @@ type Config struct {
 	Builds         *builds.Service
 	BaseURL        string
 	MaxUploadBytes int64
+	// Audit records the calls that change something (audit.go); nil records none.
+	Audit *audit.Recorder
 }
 
 // Server serves E2B's control plane and data plane. Create it with New.

@@ -127,8 +127,11 @@ func TestSandboxLogs(t *testing.T) {
 	if r := call(t, "DELETE", u+"/sandboxes/"+id, key, "", nil, nil); r.StatusCode != 204 {
 		t.Fatalf("kill: %d", r.StatusCode)
 	}
-	if got := messages(logs(url.Values{"limit": {"1"}})); !slices.Equal(got, []string{"sandbox.destroyed"}) {
-		t.Errorf("the newest entry after a kill: %q", got)
+	if got := logs(url.Values{"limit": {"1"}}); !slices.Equal(messages(got), []string{"sandbox.destroyed"}) {
+		t.Errorf("the newest entry after a kill: %q", messages(got))
+	} else if keys, _ := srv.Store.Keys(t.Context()); got[0].Fields["reason"] != "destroyed" || got[0].Fields["by"] != keys[len(keys)-1].ID {
+		// Why it ended, and by which key (the E2B key, the newest).
+		t.Errorf("the destroyed entry's fields: %v", got[0].Fields)
 	}
 	var e struct{ Code int }
 	if r := call(t, "GET", u+"/v2/sandboxes/nosuchsandbox/logs", key, "", nil, &e); r.StatusCode != 404 || e.Code != 404 {

@@ -17,6 +17,7 @@ import (
 	"github.com/tupper-dev/tupper/egress"
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
+	"github.com/tupper-dev/tupper/server/internal/audit"
 	"github.com/tupper-dev/tupper/store"
 )
 
@@ -155,6 +156,7 @@ func (s *Server) createSecret(w http.ResponseWriter, r *http.Request, keyID stri
 		writeError(w, err)
 		return
 	}
+	audit.SetTarget(r.Context(), sec.ID) // its id: never its name or value
 	writeJSON(w, http.StatusCreated, toSecretJSON(sec))
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
+	"github.com/tupper-dev/tupper/server/internal/audit"
 )
 
 // E2B's volumes are the provider's volumes (provider.Volumer), by name: a volume's
@@ -42,7 +43,14 @@ func (s *Server) volumeRoutes(m *router, h func(string, func(http.ResponseWriter
 	h("GET /volumes/{volumeID}", s.getVolume)
 	h("DELETE /volumes/{volumeID}", s.deleteVolume)
 	c := func(pattern string, fn func(w http.ResponseWriter, r *http.Request, root *os.File, p string)) {
-		m.handle(pattern, func(w http.ResponseWriter, r *http.Request) { s.volumeContent(w, r, fn) })
+		m.handle(pattern, func(w http.ResponseWriter, r *http.Request) {
+			// Who called is known once volumeContent has checked the credential (SetCaller).
+			if action := auditActions[pattern]; action != "" {
+				s.cfg.Audit.Wrap(w, r, "e2b", action, nil, func(w http.ResponseWriter, r *http.Request) { s.volumeContent(w, r, fn) })
+				return
+			}
+			s.volumeContent(w, r, fn)
+		})
 	}
 	c("GET /volumecontent/{volumeID}/dir", s.volListDir)
 	c("POST /volumecontent/{volumeID}/dir", s.volMakeDir)
@@ -122,10 +130,15 @@ func (s *Server) volumeContent(w http.ResponseWriter, r *http.Request, fn func(w
 		return
 	}
 	if subtle.ConstantTimeCompare([]byte(cred), []byte(s.volumeToken(v))) != 1 {
-		if _, err := s.authenticate(r); err != nil {
+		keyID, err := s.authenticate(r)
+		if err != nil {
 			writeError(w, provider.Errorf(provider.CodeUnauthorized, "invalid volume token"))
 			return
 		}
+		audit.SetCaller(r.Context(), audit.Caller{KeyID: keyID, Via: "key"})
+	} else {
+		// The volume's token is no key's: the entry names the volume only.
+		audit.SetCaller(r.Context(), audit.Caller{Via: "token"})
 	}
 	o, ok := s.prov.(provider.VolumeOpener)
 	if !ok {

@@ -28,6 +28,7 @@ import (
 	"github.com/tupper-dev/tupper/internal/metrics"
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
+	"github.com/tupper-dev/tupper/server/internal/audit"
 	"github.com/tupper-dev/tupper/store"
 )
 
@@ -300,6 +301,8 @@ func (s *Service) Create(ctx context.Context, opts CreateOptions) (*Created, err
 		return nil, err
 	}
 	keep = true
+	// Whichever API asked, its audit entry names the sandbox (or the one a key found again).
+	audit.SetTarget(ctx, b.ID)
 	out.Box = Box{Sandbox: s.remember(b), Record: rec, Info: info}
 	if b.Created {
 		s.observeCreate(info, fromSnapshot, time.Since(start))
@@ -451,7 +454,7 @@ func (s *Service) handle(ctx context.Context, id string) (*sandbox.Sandbox, erro
 	}
 	b, err := sandbox.Connect(ctx, s.prov, id, sandbox.ConnectOptions{PreviewURL: s.cfg.PreviewURL})
 	if errors.Is(err, provider.CodeNotFound) {
-		s.Gone(ctx, id, EventExpired, nil)
+		s.Expired(ctx, id)
 		return nil, NotFound(id)
 	}
 	if err != nil {
@@ -481,7 +484,7 @@ func (s *Service) Get(ctx context.Context, id string) (Box, error) {
 	}
 	info, err := b.Info(ctx)
 	if errors.Is(err, provider.CodeNotFound) {
-		s.Gone(ctx, id, EventExpired, nil)
+		s.Expired(ctx, id)
 		return Box{}, NotFound(id)
 	}
 	if err != nil {
@@ -495,7 +498,7 @@ func (s *Service) Get(ctx context.Context, id string) (Box, error) {
 func (s *Service) CheckGone(ctx context.Context, id string) {
 	inst, err := s.prov.Connect(ctx, id)
 	if errors.Is(err, provider.CodeNotFound) {
-		s.Gone(ctx, id, EventExpired, nil)
+		s.Expired(ctx, id)
 		return
 	}
 	if err == nil {
@@ -503,39 +506,74 @@ func (s *Service) CheckGone(ctx context.Context, id string) {
 	}
 }
 
-// Destroy destroys a sandbox the server has a record of and records it destroyed. When the
-// provider no longer had it, Destroy records it expired and returns a CodeNotFound error
-// wrapping ErrExpired.
-func (s *Service) Destroy(ctx context.Context, id string) error {
+// Destroy destroys a sandbox the server has a record of and records it destroyed by the API
+// key keyID. When the provider no longer had it, Destroy records it expired and returns a
+// CodeNotFound error wrapping ErrExpired.
+func (s *Service) Destroy(ctx context.Context, id, keyID string) error {
 	if _, err := s.record(ctx, id); err != nil {
 		return err
 	}
 	defer s.DestroyingNow(id)()
 	err := s.prov.Destroy(ctx, id)
 	if errors.Is(err, provider.CodeNotFound) {
-		s.Gone(ctx, id, EventExpired, nil)
+		s.Expired(ctx, id)
 		return provider.Errorf(provider.CodeNotFound, "sandbox %q not found: %w", id, ErrExpired)
 	}
 	if err != nil {
 		return err
 	}
-	s.Gone(ctx, id, EventDestroyed, nil)
+	s.Gone(ctx, id, EventDestroyed, store.End{Reason: store.EndDestroyed, By: keyID}, nil)
 	return nil
 }
 
-// Gone records that a sandbox no longer exists, drops the handle to it and emits typ (with
-// data) once, the first time it is recorded.
-func (s *Service) Gone(ctx context.Context, id, typ string, data any) {
+// Gone records that a sandbox no longer exists and why (end), drops the handle to it and
+// emits typ once, the first time it is recorded, with data and the reason: "reason", and
+// "by" and "message" when set (docs/webhooks.md).
+func (s *Service) Gone(ctx context.Context, id, typ string, end store.End, data map[string]any) {
 	s.forget(id)
 	ctx = context.WithoutCancel(ctx)
-	live, err := s.st.MarkDestroyed(ctx, id)
+	live, err := s.st.MarkDestroyed(ctx, id, end)
 	if err != nil {
 		s.log.Error("recording a destroyed sandbox", "sandbox", id, "err", err)
 		return
 	}
 	if live {
-		s.emit(ctx, typ, id, data)
+		s.emit(ctx, typ, id, EndData(end, data))
 	}
+}
+
+// EndData is the data of an event that ends a sandbox: data with end's fields added.
+func EndData(end store.End, data map[string]any) map[string]any {
+	out := make(map[string]any, len(data)+3)
+	maps.Copy(out, data)
+	out["reason"] = end.Reason
+	if end.By != "" {
+		out["by"] = end.By
+	}
+	if end.Message != "" {
+		out["message"] = end.Message
+	}
+	return out
+}
+
+// Expired records a sandbox the provider no longer has as gone (sandbox.expired), with the
+// reason the provider gives (provider.EndReporter), else timeout when its deadline has
+// passed, else error.
+func (s *Service) Expired(ctx context.Context, id string) {
+	s.Gone(ctx, id, EventExpired, s.whyGone(ctx, id), nil)
+}
+
+// whyGone is why sandbox id, which the provider no longer has, ended.
+func (s *Service) whyGone(ctx context.Context, id string) store.End {
+	if r, ok := s.prov.(provider.EndReporter); ok {
+		if e, ok := r.EndOf(ctx, id); ok {
+			return store.End{Reason: e.Reason, Message: e.Message}
+		}
+	}
+	if rec, err := s.st.Sandbox(ctx, id); err == nil && !rec.Deadline.IsZero() && !time.Now().Before(rec.Deadline) {
+		return store.End{Reason: store.EndTimeout}
+	}
+	return store.End{Reason: store.EndError, Message: "the provider no longer has the sandbox: it stopped by itself"}
 }
 
 // DestroyingNow marks id as being destroyed by a request until done is called, so that a
@@ -820,7 +858,7 @@ func (s *Service) Fork(ctx context.Context, id string, opts ForkOptions) ([]*Cre
 		for _, k := range kids {
 			_ = k.Destroy(wctx)
 			s.forget(k.ID)
-			_, _ = s.st.MarkDestroyed(wctx, k.ID)
+			_, _ = s.st.MarkDestroyed(wctx, k.ID, store.End{Reason: store.EndError, Message: "the fork failed: " + err.Error()})
 		}
 		return nil, err
 	}
@@ -937,7 +975,8 @@ func (s *Service) forget(id string) {
 }
 
 // keyLocator makes the server's store the authority for get-or-create keys and serializes
-// them, so a key maps to exactly one sandbox on any provider.
+// them (within this server, and on a shared store with every other server by a store lock),
+// so a key maps to exactly one sandbox on any provider.
 type keyLocator struct {
 	s     *Service
 	keyID string
@@ -960,13 +999,21 @@ func (l keyLocator) Delete(ctx context.Context, key string) error {
 	if err != nil {
 		return nil
 	}
-	l.s.Gone(ctx, sb.ID, EventExpired, nil)
+	l.s.Expired(ctx, sb.ID)
 	return nil
 }
 
 func (l keyLocator) WithLock(ctx context.Context, key string, fn func(context.Context) error) error {
 	unlock := l.s.lockKey(key)
 	defer unlock()
+	if l.s.st.Shared() {
+		// Other servers on the store make sandboxes by key too.
+		release, err := l.s.st.Lock(ctx, "key "+key)
+		if err != nil {
+			return err
+		}
+		defer release()
+	}
 	return fn(ctx)
 }
 

@@ -112,11 +112,11 @@ func TestDestroyExpired(t *testing.T) {
 	if err := prov.Destroy(t.Context(), id); err != nil {
 		t.Fatal(err)
 	}
-	err = lc.Destroy(t.Context(), id)
+	err = lc.Destroy(t.Context(), id, "key_test")
 	if !errors.Is(err, lifecycle.ErrExpired) || !errors.Is(err, provider.CodeNotFound) {
 		t.Fatalf("Destroy of a lost sandbox: %v", err)
 	}
-	err = lc.Destroy(t.Context(), id)
+	err = lc.Destroy(t.Context(), id, "key_test")
 	if !errors.Is(err, provider.CodeNotFound) || errors.Is(err, lifecycle.ErrExpired) {
 		t.Fatalf("Destroy again: %v", err)
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
+	"github.com/tupper-dev/tupper/server/internal/audit"
 )
 
 // CreateVolume creates a volume of the provider, for every API of the server, within
@@ -15,6 +16,7 @@ func (s *Service) CreateVolume(ctx context.Context, name string, opts sandbox.Vo
 	if err := (provider.VolumeRequest{Name: name, SizeMB: opts.SizeMB}).Validate(); err != nil {
 		return sandbox.VolumeInfo{}, err
 	}
+	audit.SetTarget(ctx, name) // whichever API asked
 	if s.cfg.VolumesTotalMB > 0 {
 		s.vmu.Lock()
 		defer s.vmu.Unlock()

@@ -119,6 +119,16 @@ export async function run(sdk, sdkVersion) {
     })
   })
 
+  await step('a command the OOM killer ends throws CommandExitError with error oom_killed', async () => {
+    // tail keeps a whole line, and /dev/zero has none: it grows to the sandbox's memory limit.
+    await assert.rejects(sbx.commands.run('head -c 8G /dev/zero | tail > /dev/null'), (err) => {
+      assert.ok(err instanceof CommandExitError, `got ${err?.constructor?.name}: ${err}`)
+      assert.equal(err.exitCode, 137)
+      assert.match(String(err.error), /^oom_killed: /)
+      return true
+    })
+  })
+
   await step('command timeout throws TimeoutError', async () => {
     const t0 = Date.now()
     await assert.rejects(sbx.commands.run('sleep 30', { timeoutMs: 1500 }), (err) => {

@@ -165,8 +165,11 @@ export class Client {
     return new Sandbox(this, info);
   }
 
-  /** Lists the sandboxes, optionally only those with a key or with labels ("k=v"). */
-  async list(filter: { key?: string; label?: string } = {}): Promise<SandboxInfo[]> {
+  /**
+   * Lists the sandboxes, optionally only those with a key or with labels ("k=v"). With `all`,
+   * also the latest 100 that ended, each with `endedAt` and why it ended (`end`).
+   */
+  async list(filter: { key?: string; label?: string; all?: boolean } = {}): Promise<SandboxInfo[]> {
     const out = await this.json<Schemas["SandboxList"]>({ method: "GET", path: "/v1/sandboxes", query: filter });
     return out.sandboxes;
   }

@@ -1280,6 +1280,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/audit": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the audit log
+         * @description Every authenticated call that changed something, through the REST API, E2B's API (control and data plane) and MCP, and `tupper keys`: when, which API key (its id, never the key; a sandbox token's call names the sandbox owner's key), the client's address, the API, the action, its target and its result. Never a request body, file contents, a command line or its output, or a secret. Oldest first; page on with `after` set to the last entry's id. Entries are kept for `tupper serve --audit-retention` (90 days by default). See docs/operations.md.
+         */
+        get: operations["getAudit"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -1379,6 +1399,23 @@ export interface components {
                 at: string;
                 reason: string;
             }[];
+            /**
+             * Format: date-time
+             * @description when the sandbox ended (listed with all=true)
+             */
+            endedAt?: string;
+            end?: components["schemas"]["SandboxEnd"];
+        };
+        /** @description why a sandbox ended (docs/sandboxes.md) */
+        SandboxEnd: {
+            /**
+             * @description destroyed: a client destroyed it (by); timeout: its deadline passed; idle: its idle timeout passed; oom_killed: the kernel's OOM killer ended its init; node_lost: the machine it ran on was lost (reserved for the cluster); error: it stopped by itself otherwise (message). Empty for a sandbox that ended before the server recorded reasons.
+             * @enum {string}
+             */
+            reason: "destroyed" | "timeout" | "idle" | "oom_killed" | "node_lost" | "error";
+            /** @description the id of the API key that destroyed it */
+            by?: string;
+            message?: string;
         };
         SandboxList: {
             sandboxes: components["schemas"]["Sandbox"][];
@@ -1404,6 +1441,8 @@ export interface components {
             timedOut: boolean;
             aborted?: boolean;
             signal?: string;
+            /** @description the kernel's OOM killer ended the command: the sandbox reached its memory limit (exitCode 137, signal SIGKILL) */
+            oomKilled?: boolean;
             cwd: string;
             command: string;
         };
@@ -1429,6 +1468,8 @@ export interface components {
             data?: string;
             exitCode?: number;
             signal?: string;
+            /** @description on exit: the kernel's OOM killer ended the command (exitCode 137, signal SIGKILL) */
+            oomKilled?: boolean;
             pid?: number;
             code?: components["schemas"]["ErrorCode"];
             message?: string;
@@ -1509,6 +1550,8 @@ export interface components {
             status: "running" | "exited";
             exitCode?: number;
             signal?: string;
+            /** @description the kernel's OOM killer ended the process: the sandbox reached its memory limit (exitCode 137) */
+            oomKilled?: boolean;
         };
         Path: {
             path: string;
@@ -1877,6 +1920,37 @@ export interface components {
          * @enum {string}
          */
         ErrorCode: "not_found" | "unsupported" | "invalid_argument" | "conflict" | "process_exited" | "edit_not_found" | "edit_not_unique" | "timeout" | "aborted" | "unauthorized" | "forbidden" | "unavailable" | "resource_exhausted" | "provider" | "internal";
+        AuditEntry: {
+            /** @description increasing; the page cursor (after) */
+            id: number;
+            /**
+             * Format: date-time
+             * @description when the call was made
+             */
+            time: string;
+            /** @description the API key's id; for a sandbox token's or signed URL's call, the id of the key that made the sandbox */
+            keyId?: string;
+            /**
+             * @description how the caller proved who it is: an API key, a sandbox (or volume) token, a signed URL, or `tupper keys` on the server's host
+             * @enum {string}
+             */
+            via: "key" | "token" | "signed" | "local";
+            /** @description the client's IP address ("local" for the CLI) */
+            source?: string;
+            /** @enum {string} */
+            api: "rest" | "e2b" | "mcp" | "cli";
+            /** @description sandbox.create, sandbox.exec, file.write, key.revoke, … (docs/operations.md lists them) */
+            action: string;
+            /** @description what the call acted on: a sandbox, template, volume, webhook, secret or key id */
+            target?: string;
+            /** @description ok, or the error's code (not_found, forbidden, …) */
+            result: string;
+            /** @description the HTTP status of the answer; absent for the CLI and MCP */
+            status?: number;
+        };
+        AuditList: {
+            entries: components["schemas"]["AuditEntry"][];
+        };
     };
     responses: never;
     parameters: never;
@@ -2174,6 +2248,8 @@ export interface operations {
                 /** @description KEY=VALUE; repeat to require several */
                 label?: string[];
                 key?: string;
+                /** @description also list the sandboxes that ended (the latest 100), with endedAt and end */
+                all?: boolean;
             };
             header?: never;
             path?: never;
@@ -5027,6 +5103,50 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["EgressLearned"];
+                };
+            };
+            /** @description an error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    getAudit: {
+        parameters: {
+            query?: {
+                /** @description entries at or after this time: RFC 3339 or unix milliseconds */
+                from?: string;
+                /** @description entries before this time: RFC 3339 or unix milliseconds */
+                to?: string;
+                /** @description an API key's id (key_…) */
+                key?: string;
+                /** @description an action (sandbox.exec), or a prefix ending in * (sandbox.*) */
+                action?: string;
+                /** @description a sandbox, template, webhook, key … id */
+                target?: string;
+                /** @description the id of the last entry of the previous page */
+                after?: number;
+                /** @description at most this many entries (1 to 1000; default 1000) */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuditList"];
                 };
             };
             /** @description an error */
