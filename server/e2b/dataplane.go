@@ -475,3 +475,42 @@ func startIn(r *http.Request, dir string) error {
 	r.Header.Del("Transfer-Encoding")
 	return nil
 }
+
+// CodeInterpreterPort is the port of the code-interpreter server in a sandbox
+// (@e2b/code-interpreter's JUPYTER_PORT).
+const CodeInterpreterPort = 49999
+
+// CodeInterpreterOpen reports whether r, for port of a sandbox, is one of the requests E2B's
+// Code Interpreter SDK sends without a credential: @e2b/code-interpreter 2.8.0 sends the
+// sandbox's access token (X-Access-Token) with /execute only, not with /health or the
+// /contexts routes, which list, create, restart and remove kernels but run no code. They are
+// served on the sandbox's id alone, as E2B serves them; /execute still needs the token.
+func CodeInterpreterOpen(r *http.Request, port int) bool {
+	if port != CodeInterpreterPort || r.Header.Get(headerAccessToken) != "" {
+		return false
+	}
+	p := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	switch {
+	case r.Method == http.MethodGet && len(p) == 1 && p[0] == "health":
+		return true
+	case (r.Method == http.MethodGet || r.Method == http.MethodPost) && len(p) == 1 && p[0] == "contexts":
+		return true
+	case r.Method == http.MethodDelete && len(p) == 2 && p[0] == "contexts":
+		return true
+	case r.Method == http.MethodPost && len(p) == 3 && p[0] == "contexts" && p[2] == "restart":
+		return true
+	}
+	return false
+}
+
+// AccessTokenCredential moves the sandbox's access token that E2B's SDKs send to a port of
+// it (X-Access-Token: the envdAccessToken of create and connect, a sandbox token) into
+// Authorization, where the server's own rules read a sandbox token, unless r has a
+// credential there already; the header never reaches the sandbox.
+func AccessTokenCredential(r *http.Request) {
+	tok := strings.TrimSpace(r.Header.Get(headerAccessToken))
+	r.Header.Del(headerAccessToken)
+	if tok != "" && r.Header.Get("Authorization") == "" && r.Header.Get("X-API-Key") == "" {
+		r.Header.Set("Authorization", "Bearer "+tok)
+	}
+}
