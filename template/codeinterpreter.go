@@ -39,6 +39,8 @@ var CodeInterpreterPackages = [][]string{
 	{"python3-matplotlib", "python3-seaborn", "fonts-dejavu-core"},
 	{"python3-sklearn", "python3-sympy", "python3-plotly", "python3-networkx", "python3-tqdm",
 		"python3-joblib", "python3-aiohttp"},
+	{"python3-nltk", "python3-xarray", "python3-imageio", "python3-docx", "python3-pytest",
+		"python3-soundfile", "python3-tz"},
 }
 
 // codeInterpreterDockerfile is the build of CodeInterpreter. The packages come first, so
@@ -104,6 +106,8 @@ func (s *Store) EnsureCodeInterpreter(ctx context.Context, opts CodeInterpreterO
 	return s.Build(ctx, BuildOptions{
 		Name: CodeInterpreter, Context: dir, DockerfileText: codeInterpreterDockerfile(),
 		Runner: opts.Runner, Network: opts.Network, Progress: opts.Progress,
+		// scipy alone, with what it pulls in, passes the default 1 GB of a step's sandbox.
+		Size:     provider.Sizes["medium"],
 		StartCmd: codeInterpreterStart, ReadyCmd: codeInterpreterReady,
 	})
 }
