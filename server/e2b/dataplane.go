@@ -486,7 +486,7 @@ const CodeInterpreterPort = 49999
 // /contexts routes, which list, create, restart and remove kernels but run no code. They are
 // served on the sandbox's id alone, as E2B serves them; /execute still needs the token.
 func CodeInterpreterOpen(r *http.Request, port int) bool {
-	if port != CodeInterpreterPort || r.Header.Get(headerAccessToken) != "" {
+	if port != CodeInterpreterPort {
 		return false
 	}
 	p := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
@@ -503,14 +503,12 @@ func CodeInterpreterOpen(r *http.Request, port int) bool {
 	return false
 }
 
-// AccessTokenCredential moves the sandbox's access token that E2B's SDKs send to a port of
-// it (X-Access-Token: the envdAccessToken of create and connect, a sandbox token) into
-// Authorization, where the server's own rules read a sandbox token, unless r has a
-// credential there already; the header never reaches the sandbox.
-func AccessTokenCredential(r *http.Request) {
+// PortAccessToken reports whether r carries sandbox id's access token in X-Access-Token
+// (the envdAccessToken of create and connect, which @e2b/code-interpreter also sends to the
+// code-interpreter port with /execute), a credential there as at its envd. It removes the
+// header either way: the token never reaches the sandbox.
+func (s *Server) PortAccessToken(r *http.Request, id string) bool {
 	tok := strings.TrimSpace(r.Header.Get(headerAccessToken))
 	r.Header.Del(headerAccessToken)
-	if tok != "" && r.Header.Get("Authorization") == "" && r.Header.Get("X-API-Key") == "" {
-		r.Header.Set("Authorization", "Bearer "+tok)
-	}
+	return s.tokenOK(r.Context(), id, tok)
 }
