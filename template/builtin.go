@@ -94,7 +94,8 @@ func (s *Store) Ensure(ctx context.Context, ref string, opts EnsureOptions) (*Te
 		return s.Get(ref)
 	}
 	t, err := s.Get(b.Name)
-	if provider.CodeOf(err) != provider.CodeNotFound {
+	stale := err == nil && b.Name == CodeInterpreter && !codeInterpreterCurrent(t) // another tupper's server
+	if provider.CodeOf(err) != provider.CodeNotFound && !stale {
 		return t, err
 	}
 	if opts.Output != nil {

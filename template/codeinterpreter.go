@@ -2,6 +2,8 @@ package template
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	_ "embed"
 	"os"
 	"path/filepath"
@@ -22,11 +24,15 @@ const CodeInterpreter = "code-interpreter"
 // CodeInterpreter: E2B's (the SDK's JUPYTER_PORT).
 const CodeInterpreterPort = 49999
 
-// codeInterpreterServer is the in-sandbox server: contexts are Jupyter kernels, /execute
-// streams their output as E2B's SDK reads it (docs/code-interpreter.md).
-//
-//go:embed codeinterpreter/server.py
-var codeInterpreterServer []byte
+// codeInterpreterServer is the in-sandbox server: Python contexts are Jupyter kernels,
+// JavaScript ones Node.js processes of codeInterpreterKernelJS; /execute streams their
+// output as E2B's SDK reads it (docs/code-interpreter.md).
+var (
+	//go:embed codeinterpreter/server.py
+	codeInterpreterServer []byte
+	//go:embed codeinterpreter/kernel.js
+	codeInterpreterKernelJS []byte
+)
 
 // CodeInterpreterPackages are the Debian packages of CodeInterpreter beyond Base's, one RUN
 // step per group: a step's files live in its sandbox's memory until the step ends (the
@@ -54,8 +60,30 @@ func codeInterpreterDockerfile() string {
 	}
 	b.WriteString("RUN mkdir -p /home/user/.config/matplotlib && echo 'backend: Agg' > /home/user/.config/matplotlib/matplotlibrc \\\n" +
 		"    && chown -R user:user /home/user/.config\n" +
-		"COPY server.py /opt/tupper/code-interpreter/server.py\n")
+		"COPY server.py kernel.js /opt/tupper/code-interpreter/\n")
+	b.WriteString("LABEL " + codeInterpreterLabel + "=" + codeInterpreterVersion(b.String()) + "\n")
 	return b.String()
+}
+
+// codeInterpreterLabel is the label of CodeInterpreter that says which Dockerfile and server
+// made it: a template made by another tupper is rebuilt (its package steps from the build
+// cache), so that an upgrade of tupper upgrades the server in it.
+const codeInterpreterLabel = "dev.tupper.code-interpreter"
+
+func codeInterpreterVersion(dockerfile string) string {
+	h := sha256.New()
+	for _, b := range [][]byte{[]byte(dockerfile), codeInterpreterServer, codeInterpreterKernelJS} {
+		h.Write(b)
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// codeInterpreterCurrent reports whether t was made from this tupper's Dockerfile and server.
+func codeInterpreterCurrent(t *Template) bool {
+	df := codeInterpreterDockerfile()
+	want := df[strings.LastIndex(df, "=")+1 : len(df)-1]
+	return t.Config.Labels[codeInterpreterLabel] == want
 }
 
 // The start and ready commands of CodeInterpreter: the server runs as user (code in it runs
@@ -77,10 +105,11 @@ type CodeInterpreterOptions struct {
 }
 
 // EnsureCodeInterpreter returns the template CodeInterpreter, building it first when the
-// store lacks it (and base and debian before it: several minutes, once). Concurrent
-// callers, in this process or another, wait for one build.
+// store lacks it (and base and debian before it: several minutes, once) or when another
+// tupper's server made it (seconds: only its last steps run). Concurrent callers, in this
+// process or another, wait for one build.
 func (s *Store) EnsureCodeInterpreter(ctx context.Context, opts CodeInterpreterOptions) (*Template, error) {
-	if t, err := s.Get(CodeInterpreter); err == nil {
+	if t, err := s.Get(CodeInterpreter); err == nil && codeInterpreterCurrent(t) {
 		return t, nil
 	}
 	if opts.Runner == nil {
@@ -91,7 +120,7 @@ func (s *Store) EnsureCodeInterpreter(ctx context.Context, opts CodeInterpreterO
 		return nil, err
 	}
 	defer lk.Unlock()
-	if t, err := s.Get(CodeInterpreter); err == nil {
+	if t, err := s.Get(CodeInterpreter); err == nil && codeInterpreterCurrent(t) {
 		return t, nil // made meanwhile
 	}
 	dir, err := os.MkdirTemp(s.root, ".code-interpreter-*")
@@ -99,8 +128,10 @@ func (s *Store) EnsureCodeInterpreter(ctx context.Context, opts CodeInterpreterO
 		return nil, provider.Errorf(provider.CodeInternal, "template %s: a build context: %v", CodeInterpreter, err)
 	}
 	defer os.RemoveAll(dir)
-	if err := os.WriteFile(filepath.Join(dir, "server.py"), codeInterpreterServer, 0o644); err != nil {
-		return nil, provider.Errorf(provider.CodeInternal, "template %s: writing its server: %v", CodeInterpreter, err)
+	for name, data := range map[string][]byte{"server.py": codeInterpreterServer, "kernel.js": codeInterpreterKernelJS} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			return nil, provider.Errorf(provider.CodeInternal, "template %s: writing its server: %v", CodeInterpreter, err)
+		}
 	}
 	// Its FROM base is made by the build's resolver (Ensure) when the store lacks it.
 	return s.Build(ctx, BuildOptions{

@@ -27,7 +27,9 @@ import json
 import os
 import queue
 import select
+import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -43,9 +45,11 @@ OUTPUT_LIMIT = int(os.environ.get("TUPPER_CODE_OUTPUT_LIMIT", str(16 << 20)))
 HOME = os.environ.get("HOME") or "/home/user"
 DEFAULT_CWD = HOME if os.path.isdir(HOME) else os.getcwd()
 
-# Languages with a kernel in this template, and their kernel specs.
-KERNELS = {"python": "python3"}
-ALIASES = {"python3": "python", "py": "python", "ipython": "python"}
+# The languages of contexts: Python in a Jupyter kernel, JavaScript in a Node.js process of
+# kernel.js (Debian packages no Jupyter kernel for it).
+LANGUAGES = ("python", "javascript")
+ALIASES = {"python3": "python", "py": "python", "ipython": "python", "js": "javascript", "node": "javascript", "nodejs": "javascript"}
+KERNEL_JS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel.js")
 
 CHART_MIME = "application/vnd.tupper.chart+json"
 
@@ -153,35 +157,38 @@ class Dead(Exception):
 
 
 class Context:
+    """A context: its language, working directory and interpreter, one run at a time."""
+
     def __init__(self, language, cwd):
         self.id = str(uuid.uuid4())
         self.language = language
         self.cwd = cwd
         self.lock = threading.Lock()  # one run at a time
-        self.km = None
-        self.kc = None
         self.dead = False
 
     def json(self):
         return {"id": self.id, "language": self.language, "cwd": self.cwd}
 
-    def start(self):
-        self.km = KernelManager(kernel_name=KERNELS[self.language])
-        self.km.start_kernel(cwd=self.cwd)
-        self._connect()
+    def restart(self):
+        """Replaces the interpreter with a new one: its variables are gone."""
+        self.shutdown()
+        self.start()
 
-    def _connect(self):
+
+class PythonContext(Context):
+    """A Jupyter kernel (ipykernel)."""
+
+    km = None
+    kc = None
+
+    def start(self):
+        self.km = KernelManager(kernel_name="python3")
+        self.km.start_kernel(cwd=self.cwd)
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=60)
-        if self.language == "python":
-            self.silent(PYTHON_SETUP)
+        self.silent(PYTHON_SETUP)
         self.dead = False
-
-    def restart(self):
-        """Replaces the kernel with a new one: its variables are gone."""
-        self.shutdown()
-        self.start()
 
     def shutdown(self):
         try:
@@ -208,6 +215,118 @@ class Context:
                     and msg["content"]["execution_state"] == "idle":
                 return
 
+    def exit_status(self):
+        p = getattr(getattr(self.km, "provisioner", None), "process", None)
+        return p.poll() if p is not None else None
+
+    def execute(self, run, code, env):
+        """Runs code, sending its output to run; returns its execution count."""
+        count = None
+        if env:
+            keys = json.dumps(sorted(env))
+            self.silent("import os as __t_os\n__t_saved = {k: __t_os.environ.get(k) for k in %s}\n__t_os.environ.update(%s)\n" % (keys, json.dumps(env)))
+        try:
+            msg_id = self.kc.execute(code, store_history=True, allow_stdin=False, stop_on_error=True)
+            interrupted = False
+            alive_check = time.monotonic()
+            while True:
+                try:
+                    msg = self.kc.get_iopub_msg(timeout=0.05)
+                except queue.Empty:
+                    if not interrupted and run.client_gone():
+                        self.km.interrupt_kernel()
+                        interrupted = True
+                    if time.monotonic() - alive_check > 0.5:
+                        alive_check = time.monotonic()
+                        if not self.km.is_alive():
+                            raise Dead()
+                    continue
+                if msg["parent_header"].get("msg_id") != msg_id:
+                    continue
+                t, c = msg["msg_type"], msg["content"]
+                if t == "stream":
+                    run.line({"type": "stdout" if c.get("name") == "stdout" else "stderr", "text": c.get("text", ""), "timestamp": now()})
+                elif t in ("execute_result", "display_data"):
+                    run.result(c, t == "execute_result")
+                elif t == "error":
+                    run.error(c.get("ename", ""), c.get("evalue", ""), "\n".join(c.get("traceback") or []))
+                elif t == "execute_input":
+                    count = c.get("execution_count")
+                elif t == "status" and c.get("execution_state") == "idle":
+                    break
+                if not interrupted and run.gone:
+                    self.km.interrupt_kernel()
+                    interrupted = True
+        finally:
+            if env and self.km.is_alive():
+                self.silent("for __t_k, __t_v in __t_saved.items():\n    __t_os.environ.pop(__t_k, None) if __t_v is None else __t_os.environ.__setitem__(__t_k, __t_v)\ndel __t_saved, __t_k, __t_v\n")
+        return count
+
+
+class JavaScriptContext(Context):
+    """A Node.js process running kernel.js."""
+
+    proc = None
+
+    def start(self):
+        self.proc = subprocess.Popen(["node", KERNEL_JS], cwd=self.cwd, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, bufsize=0)
+        self.lines = queue.Queue()
+        threading.Thread(target=self._read, args=(self.proc, self.lines), daemon=True).start()
+        msg = self.lines.get(timeout=60)
+        if msg is None or msg.get("type") != "ready":
+            raise RuntimeError("the JavaScript context did not start")
+        self.dead = False
+
+    @staticmethod
+    def _read(proc, lines):
+        for raw in proc.stdout:
+            try:
+                lines.put(json.loads(raw))
+            except ValueError:
+                continue
+        lines.put(None)  # the process ended
+
+    def shutdown(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def exit_status(self):
+        return self.proc.poll()
+
+    def execute(self, run, code, env):
+        try:
+            self.proc.stdin.write((json.dumps({"code": code, "env": env}) + "\n").encode())
+        except OSError:
+            raise Dead()
+        interrupted = False
+        while True:
+            try:
+                msg = self.lines.get(timeout=0.05)
+            except queue.Empty:
+                if not interrupted and run.client_gone():
+                    self.proc.send_signal(signal.SIGINT)
+                    interrupted = True
+                continue
+            if msg is None:
+                raise Dead()
+            t = msg.get("type")
+            if t in ("stdout", "stderr"):
+                run.line({"type": t, "text": msg.get("text", ""), "timestamp": now()})
+            elif t == "result":
+                run.result({"data": {"text/plain": msg.get("text", "")}}, True)
+            elif t == "error":
+                run.error(msg.get("name", ""), msg.get("value", ""), msg.get("traceback", ""))
+            elif t == "done":
+                return msg.get("count")
+            if not interrupted and run.gone:
+                self.proc.send_signal(signal.SIGINT)
+                interrupted = True
+
+
+CONTEXTS = {"python": PythonContext, "javascript": JavaScriptContext}
+
 
 contexts = {}
 defaults = {}  # language -> the context a run without context_id uses
@@ -216,7 +335,7 @@ ready = threading.Event()
 
 
 def new_context(language, cwd):
-    c = Context(language, cwd)
+    c = CONTEXTS[language](language, cwd)
     c.start()
     with contexts_lock:
         contexts[c.id] = c
@@ -241,8 +360,8 @@ def default_context(language):
 def language_of(name):
     name = (name or "python").lower()
     name = ALIASES.get(name, name)
-    if name not in KERNELS:
-        raise ValueError("language %r has no kernel in this template (it has: %s)" % (name, ", ".join(sorted(KERNELS))))
+    if name not in LANGUAGES:
+        raise ValueError("language %r has no kernel in this template (it has: %s)" % (name, ", ".join(LANGUAGES)))
     return name
 
 
@@ -309,59 +428,18 @@ class Run:
         if len(out) > 2:
             self.line(out)
 
+    def error(self, name, value, traceback):
+        self.line({"type": "error", "name": name, "value": value, "traceback": traceback}, count=False)
+
     def execute(self, ctx, code, env):
-        count = None
         if ctx.dead:
             ctx.restart()
-        if env:
-            keys = json.dumps(sorted(env))
-            ctx.silent("import os as __t_os\n__t_saved = {k: __t_os.environ.get(k) for k in %s}\n__t_os.environ.update(%s)\n" % (keys, json.dumps(env)))
         try:
-            msg_id = ctx.kc.execute(code, store_history=True, allow_stdin=False, stop_on_error=True)
-            interrupted = False
-            alive_check = time.monotonic()
-            while True:
-                try:
-                    msg = ctx.kc.get_iopub_msg(timeout=0.05)
-                except queue.Empty:
-                    if not interrupted and self.client_gone():
-                        ctx.km.interrupt_kernel()
-                        interrupted = True
-                    if time.monotonic() - alive_check > 0.5:
-                        alive_check = time.monotonic()
-                        if not ctx.km.is_alive():
-                            raise Dead()
-                    continue
-                if msg["parent_header"].get("msg_id") != msg_id:
-                    continue
-                t, c = msg["msg_type"], msg["content"]
-                if t == "stream":
-                    self.line({"type": "stdout" if c.get("name") == "stdout" else "stderr", "text": c.get("text", ""), "timestamp": now()})
-                elif t in ("execute_result", "display_data"):
-                    self.result(c, t == "execute_result")
-                elif t == "error":
-                    self.line({"type": "error", "name": c.get("ename", ""), "value": c.get("evalue", ""),
-                               "traceback": "\n".join(c.get("traceback") or [])}, count=False)
-                elif t == "execute_input":
-                    count = c.get("execution_count")
-                elif t == "status" and c.get("execution_state") == "idle":
-                    break
-                if not interrupted and self.gone:
-                    ctx.km.interrupt_kernel()
-                    interrupted = True
+            count = ctx.execute(self, code, env)
         except Dead:
             ctx.dead = True
-            code = ctx.km.provisioner.process.poll() if getattr(ctx.km, "provisioner", None) and getattr(ctx.km.provisioner, "process", None) else None
-            self.line({"type": "error", "name": "KernelDied",
-                       "value": "the kernel of this context died (exit status %s); it restarts on the next run, without its variables" % code,
-                       "traceback": ""}, count=False)
+            self.error("KernelDied", "the kernel of this context died (exit status %s); it restarts on the next run, without its variables" % ctx.exit_status(), "")
             return
-        finally:
-            if env and not ctx.dead:
-                try:
-                    ctx.silent("for __t_k, __t_v in __t_saved.items():\n    __t_os.environ.pop(__t_k, None) if __t_v is None else __t_os.environ.__setitem__(__t_k, __t_v)\ndel __t_saved, __t_k, __t_v\n")
-                except Dead:
-                    ctx.dead = True
         if count is not None:
             self.line({"type": "number_of_executions", "execution_count": count}, count=False)
         self.line({"type": "end_of_execution"}, count=False)
@@ -374,6 +452,12 @@ def now():
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "tupper-code-interpreter"
+
+    def setup(self):
+        super().setup()
+        # Each line goes out as it comes: without this, Nagle's algorithm holds a small
+        # chunk until the client's delayed ACK, 40 ms a cell.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def log_message(self, fmt, *args):
         pass

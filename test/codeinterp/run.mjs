@@ -86,6 +86,24 @@ await step('contexts: create, run in, list, restart, remove', async () => {
   assert.equal((await sbx.runCode('x')).text, '40')
 })
 
+await step('a JavaScript context: variables, console, await, errors', async () => {
+  const js = await sbx.createCodeContext({ language: 'javascript' })
+  assert.equal(js.language, 'javascript')
+  await sbx.runCode('const greeting = "hi"; let n = 1', { context: js })
+  const out = []
+  const e = await sbx.runCode('console.log(greeting); n + 1', { context: js, onStdout: (m) => out.push(m.line) })
+  assert.equal(e.text, '2')
+  assert.deepEqual(out, ['hi\n'])
+  assert.equal((await sbx.runCode('await new Promise((r) => setTimeout(r, 50)); n * 10', { context: js })).text, '10')
+  const err = await sbx.runCode('null.x', { context: js })
+  assert.equal(err.error?.name, 'TypeError')
+  // The default JavaScript context is another one.
+  assert.equal((await sbx.runCode('typeof greeting', { language: 'javascript' })).text, "'undefined'")
+  // A language without a kernel is refused.
+  await assert.rejects(sbx.runCode('1', { language: 'r' }), /400/)
+  await sbx.removeCodeContext(js)
+})
+
 await step("a matplotlib chart's png and chart data", async () => {
   const e = await sbx.runCode(
     'import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.plot([1, 2, 3], [4, 1, 9], label="series")\nax.set_title("Growth")\nax.set_xlabel("day")\nplt.show()',
