@@ -11,8 +11,9 @@ It speaks E2B's Code Interpreter protocol on port 49999, as E2B's SDKs
   DELETE /contexts/{id}
   POST   /contexts/{id}/restart
 
-A context is a Jupyter kernel (jupyter_client) with its language and working directory; its
-variables live until it is restarted or removed. The lines of /execute are
+A context is an interpreter with its language and working directory: a Jupyter kernel
+(jupyter_client) for Python, a Node.js process of kernel.js for JavaScript; its variables live
+until it is restarted or removed. The lines of /execute are
 {"type": "stdout"|"stderr", "text"}, {"type": "result", "is_main_result", "text", "html", ...},
 {"type": "error", "name", "value", "traceback"}, {"type": "number_of_executions",
 "execution_count"} and a last {"type": "end_of_execution"}. A client that goes away (the SDK's
@@ -226,7 +227,9 @@ class PythonContext(Context):
             keys = json.dumps(sorted(env))
             self.silent("import os as __t_os\n__t_saved = {k: __t_os.environ.get(k) for k in %s}\n__t_os.environ.update(%s)\n" % (keys, json.dumps(env)))
         try:
-            msg_id = self.kc.execute(code, store_history=True, allow_stdin=False, stop_on_error=True)
+            # Not stop_on_error: after an error ipykernel aborts the execute requests that reach it
+            # before its next loop turn, and the next run (sent once this one is idle) may be one.
+            msg_id = self.kc.execute(code, store_history=True, allow_stdin=False, stop_on_error=False)
             interrupted = False
             alive_check = time.monotonic()
             while True:

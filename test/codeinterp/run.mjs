@@ -128,6 +128,15 @@ await step("a pandas DataFrame's html and text", async () => {
   assert.match(r.text, /city\s+temp/)
 })
 
+await step('a result with malformed display data is skipped with a note', async () => {
+  const e = await sbx.runCode('display({"image/png": "not base64 at all!", "text/plain": "ok"}, raw=True)\n"after"')
+  assert.equal(e.results.length, 2, JSON.stringify(e.results))
+  assert.equal(e.results[0].png, undefined)
+  assert.equal(e.results[0].text, 'ok')
+  assert.match(e.logs.stderr.join(''), /image\/png data was malformed/)
+  assert.equal(e.text, "'after'")
+})
+
 await step('environment variables for one run', async () => {
   const e = await sbx.runCode('import os; os.environ["TUPPER_CI_VAR"]', { envs: { TUPPER_CI_VAR: 'from-run' } })
   assert.equal(e.text, "'from-run'")
