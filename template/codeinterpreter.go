@@ -3,8 +3,8 @@ package template
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	_ "embed"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"strings"

@@ -38,16 +38,11 @@ func TestCodeInterpreterSDK(t *testing.T) {
 	if _, err := template.HostDistro("/"); err != nil {
 		testenv.Skip(t, err.Error())
 	}
-	home := os.Getenv("TUPPER_TEST_CODEINTERP_HOME")
-	if home == "" {
-		home = t.TempDir()
-		// t.TempDir's parent is private; a user namespace's root must traverse it.
-		if err := os.Chmod(filepath.Dir(home), 0o711); err != nil {
-			t.Fatal(err)
-		}
+	cfg := servertest.LocalConfig(t, 33)
+	if home := os.Getenv("TUPPER_TEST_CODEINTERP_HOME"); home != "" {
+		cfg.Home = home
 	}
-	p, err := local.New(local.Config{Home: home, AgentPath: testenv.TupperBinary(t),
-		Subnet: "10.215.33.0/24", Bridge: "tupperci33"})
+	p, err := local.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +51,7 @@ func TestCodeInterpreterSDK(t *testing.T) {
 	if err := p.Available(ctx); err != nil {
 		testenv.Skip(t, err.Error())
 	}
-	st, err := template.Open(home)
+	st, err := template.Open(cfg.Home)
 	if err != nil {
 		t.Fatal(err)
 	}
