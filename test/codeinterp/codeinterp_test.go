@@ -92,14 +92,14 @@ func TestCodeInterpreterSDK(t *testing.T) {
 	for _, rt := range []string{"runc", "runsc"} {
 		t.Run("go-"+rt, func(t *testing.T) {
 			testenv.RequireBinary(t, rt)
-			testGoSDK(ctx, t, p, rt)
+			testGoSDK(ctx, t, p, rt, cfg.Home)
 		})
 	}
 }
 
 // testGoSDK runs the Go SDK's RunCode and contexts on a sandbox of the template under
 // runtime rt, and gives the figures of the first cell and of later ones.
-func testGoSDK(ctx context.Context, t *testing.T, p *local.Provider, rt string) {
+func testGoSDK(ctx context.Context, t *testing.T, p *local.Provider, rt, home string) {
 	start := time.Now()
 	b, err := sandbox.Create(ctx, p, sandbox.CreateOptions{Template: template.CodeInterpreter, Runtime: rt})
 	if err != nil {
@@ -172,6 +172,13 @@ func testGoSDK(ctx context.Context, t *testing.T, p *local.Provider, rt string) 
 	}
 	if ex = run("x", sandbox.CodeOptions{}); ex.Text() != "20" {
 		t.Errorf("the context after an interrupt: %+v (%v after the timeout)", ex, time.Since(start))
+	}
+
+	// tupper code: the same context, from the command line.
+	cli := exec.CommandContext(ctx, testenv.TupperBinary(t), "code", b.ID, "print('cli'); x + 1")
+	cli.Env = append(os.Environ(), "TUPPER_HOME="+home)
+	if out, err := cli.CombinedOutput(); err != nil || string(out) != "cli\n21\n" {
+		t.Errorf("tupper code: %v: %q", err, out)
 	}
 
 	ex = run("import matplotlib.pyplot as plt\nplt.bar(['a', 'b'], [3, 5])\nplt.title('Bars')\nplt.show()", sandbox.CodeOptions{})
