@@ -47,11 +47,7 @@ func newCodeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			prov, err := pf.resolveExisting(ctx)
-			if err != nil {
-				return err
-			}
-			box, err := sandbox.Connect(ctx, prov, args[0], sandbox.ConnectOptions{})
+			box, err := pf.connect(ctx, args[0])
 			if err != nil {
 				return err
 			}
