@@ -5,11 +5,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/tupper-dev/tupper/provider"
 )
 
 // CodeInterpreterPort is the port of the code-interpreter server in a sandbox of the
@@ -130,10 +133,10 @@ func (b *Sandbox) codeCall(ctx context.Context, op, method, path string, body an
 		if ctx.Err() != nil {
 			return nil, errorf(CodeTimeout, op, "%v", ctx.Err())
 		}
-		if CodeOf(err) != "" {
-			return nil, err
+		if pe := (*provider.Error)(nil); errors.As(err, &pe) && pe.Code != CodeUnavailable {
+			return nil, pe // DialPort's own error: no such sandbox, no tunnel
 		}
-		return nil, errorf(CodeUnavailable, op, "the code-interpreter server (port %d) does not answer: is the sandbox of the code-interpreter template? %v", CodeInterpreterPort, err)
+		return nil, errorf(CodeUnavailable, op, "nothing answers on port %d, the code-interpreter server's: make the sandbox from the code-interpreter template (%v)", CodeInterpreterPort, err)
 	}
 	if resp.StatusCode >= 300 {
 		defer resp.Body.Close()
