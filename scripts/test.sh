@@ -87,6 +87,13 @@ else
 	echo "== PostgreSQL did not start (above): the tests on it will say so" >&2
 fi
 
+# The code-interpreter template takes minutes to make from the mirror (debian, base, then its
+# packages): its group keeps it in a provider home of its own, once per machine, as set-up
+# keeps runsc; the template is made again when its Dockerfile or server changes. The debian
+# group still makes debian and base from the mirror on every run.
+export TUPPER_TEST_CODEINTERP_HOME=${TUPPER_TEST_CODEINTERP_HOME:-/var/cache/tupper-test/codeinterp}
+mkdir -p "$TUPPER_TEST_CODEINTERP_HOME"
+
 later_log=$(mktemp /tmp/tupper-test-later.XXXXXX)
 (
 	group "cross builds and vet: macOS and Windows (the Docker provider's platforms)" cross_check
