@@ -1,3 +1,5 @@
+//go:build linux
+
 package agent
 
 import (
@@ -11,11 +13,6 @@ import (
 
 	"github.com/tupper-dev/tupper/agent/spec/process"
 )
-
-// OOMKilledError is the end event's error of a command the kernel's OOM killer ended (E2B's
-// SDKs show it as CommandExitError's error); the text after it says why. The SDK and the
-// REST API turn it into their own oom_killed.
-const OOMKilledError = "oom_killed"
 
 // A command killed by SIGKILL (or a shell that exited 137 because its child was) while the
 // sandbox's memory cgroup counted an OOM kill was killed by the kernel's OOM killer: nothing

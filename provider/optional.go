@@ -509,6 +509,20 @@ type NetworkReporter interface {
 	Network(ctx context.Context) (Network, error)
 }
 
+// PoolReporter is optional, on a Provider that keeps a warm pool of started sandboxes:
+// the pool's state now. Without it (or with ok false) the provider has no pool, and a
+// server reports none.
+type PoolReporter interface {
+	PoolStats() (s PoolStats, ok bool)
+}
+
+// PoolStats is a warm pool's state. Hits and Misses count since the provider was made: a
+// hit is a create the pool served, a miss one it could have served but found empty.
+type PoolStats struct {
+	Target, Ready int
+	Hits, Misses  uint64
+}
+
 // EgressReporter is optional: what a sandbox with a network policy (NetworkAllow) asked for
 // and reached, and what its policy refused, oldest first, from a cursor ("" is the start).
 // Names in entries come from the sandbox: bounded and stripped of anything but the

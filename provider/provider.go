@@ -364,6 +364,9 @@ type Info struct {
 	// sandboxes after a fork bomb or a memory hog: docs/security.md, finding 7); empty for a
 	// provider that never does.
 	Restarts []Restart
+	// Pooled is true on the handle Create returned when the provider's warm pool served
+	// the create (PoolReporter); false everywhere else.
+	Pooled bool
 }
 
 // Restart is one time a provider found a sandbox stopped and booted it again.

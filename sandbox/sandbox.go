@@ -110,6 +110,8 @@ type Info struct {
 	// Restarts are the times the provider found the sandbox stopped by one of its limits
 	// and booted it again on its files (every process ended), with why, oldest first.
 	Restarts []provider.Restart
+	// Pooled is true on the handle Create returned when the provider's warm pool served it.
+	Pooled bool
 }
 
 // InfoOf is the SDK's Info of a provider's description of a sandbox (provider.Provider.List,
@@ -118,7 +120,7 @@ func InfoOf(in provider.Info) Info {
 	return Info{
 		ID: in.ID, Key: in.Key, Labels: in.Labels, State: in.State, CreatedAt: in.CreatedAt,
 		Template: in.Template, Runtime: in.Runtime, Deadline: in.Deadline, Workdir: in.Workdir,
-		Restarts: in.Restarts,
+		Restarts: in.Restarts, Pooled: in.Pooled,
 	}
 }
 

@@ -64,8 +64,9 @@ pkgs=(runc crun iptables iproute2 git debootstrap e2fsprogs)
 # busybox-static: the tests' image templates are made of its static busybox. docker.io: the
 # Docker provider's tests run against a real dockerd, which scripts/test.sh starts.
 # postgresql: the server's store is tested on PostgreSQL too, on a private cluster that
-# scripts/postgres.sh makes (the package's own service is never used).
-[ -z "$for_tests" ] || pkgs+=(nodejs npm busybox-static docker.io postgresql)
+# scripts/postgres.sh makes (the package's own service is never used). prometheus: a real
+# Prometheus scrapes a test server's metrics (test/prometheus starts its own on loopback).
+[ -z "$for_tests" ] || pkgs+=(nodejs npm busybox-static docker.io postgresql prometheus)
 for p in "${pkgs[@]}"; do
 	have "$(command_of "$p")" || need+=("$p")
 done

@@ -16,7 +16,7 @@ import (
 // hidden are the real commands a fresh machine lacks (or that the test stands in for).
 var hidden = map[string]bool{
 	"runc": true, "runsc": true, "crun": true, "iptables": true, "ip": true,
-	"apt-get": true, "id": true, "node": true, "npm": true, "dockerd": true, "pg_ctlcluster": true,
+	"apt-get": true, "id": true, "node": true, "npm": true, "dockerd": true, "pg_ctlcluster": true, "prometheus": true,
 }
 
 // farm is a directory of links to every command on the test's own PATH but the hidden ones.
@@ -186,8 +186,8 @@ func TestSetup(t *testing.T) {
 		if b, err := exec.Command(filepath.Join(m.root, "usr/local/sbin/runsc"), "--version").Output(); err != nil || string(b) != "runsc version release-20260905.0\n" {
 			t.Errorf("/usr/local/sbin/runsc --version: %q %v", b, err)
 		}
-		if strings.Contains(out, "nodejs") || strings.Contains(out, "docker.io") || strings.Contains(out, "postgresql") {
-			t.Errorf("installs Node.js, Docker or PostgreSQL without --test:\n%s", out)
+		if strings.Contains(out, "nodejs") || strings.Contains(out, "docker.io") || strings.Contains(out, "postgresql") || strings.Contains(out, "prometheus") {
+			t.Errorf("installs Node.js, Docker, PostgreSQL or Prometheus without --test:\n%s", out)
 		}
 		// Run again on the machine as it now is: nothing more to do.
 		os.Remove(m.aptLog)
@@ -204,7 +204,7 @@ func TestSetup(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("exit %d:\n%s", code, out)
 		}
-		if len(calls) < 2 || calls[1] != "install -y -qq runc crun iptables iproute2 nodejs npm docker.io postgresql" {
+		if len(calls) < 2 || calls[1] != "install -y -qq runc crun iptables iproute2 nodejs npm docker.io postgresql prometheus" {
 			t.Errorf("apt-get calls: %q\n%s", calls, out)
 		}
 		code, out, _ = m.run(t, fd, "--bogus")

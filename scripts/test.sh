@@ -70,7 +70,7 @@ docker_group() {
 }
 
 # The cross builds, then the end-to-end groups (the Docker provider against a real dockerd,
-# E2B's SDK, the server on PostgreSQL, the JavaScript packages, the debian template from the
+# E2B's SDK, the server on PostgreSQL, the JavaScript packages, a real Prometheus, the debian template from the
 # apt mirror), which drive real sandboxes through real servers and clients, run one after
 # another in the background, beside the main group (whose longest package, providers/local,
 # leaves a core mostly waiting on sandboxes), and their output is printed, whole, when both are done. Each group
@@ -87,6 +87,13 @@ else
 	echo "== PostgreSQL did not start (above): the tests on it will say so" >&2
 fi
 
+# The code-interpreter template takes minutes to make from the mirror (debian, base, then its
+# packages): its group keeps it in a provider home of its own, once per machine, as set-up
+# keeps runsc; the template is made again when its Dockerfile or server changes. The debian
+# group still makes debian and base from the mirror on every run.
+export TUPPER_TEST_CODEINTERP_HOME=${TUPPER_TEST_CODEINTERP_HOME:-/var/cache/tupper-test/codeinterp}
+mkdir -p "$TUPPER_TEST_CODEINTERP_HOME"
+
 later_log=$(mktemp /tmp/tupper-test-later.XXXXXX)
 (
 	group "cross builds and vet: macOS and Windows (the Docker provider's platforms)" cross_check
@@ -95,8 +102,11 @@ later_log=$(mktemp /tmp/tupper-test-later.XXXXXX)
 	group "the server and its E2B dialect on PostgreSQL (the store's own tests run on both in the main group)" \
 		env TUPPER_TEST_STORE=postgres go test -race -count=1 -timeout 20m "$@" ./server/ ./server/e2b/
 	group "JavaScript packages (js/)" go test -race -count=1 -timeout 15m "$@" ./test/js/
+	group "a real Prometheus scraping a real server's metrics" go test -race -count=1 -timeout 10m "$@" ./test/prometheus/
 	group "the debian template, the conformance suite on it, a build on it and base, from this machine's apt mirror" \
 		go test -race -count=1 -timeout 40m "$@" ./test/debian/
+	group "the code-interpreter template from the apt mirror, E2B's Code Interpreter SDK and the Go SDK's RunCode on it" \
+		go test -race -count=1 -timeout 50m "$@" ./test/codeinterp/
 ) >"$later_log" 2>&1 </dev/null &
 later=$!
 # Whatever ends this script stops the background groups too (their own traps clean up).
@@ -104,7 +114,7 @@ trap 'kill $later 2>/dev/null || true; wait $later 2>/dev/null || true; rm -f "$
 
 echo "== go test -race (the end-to-end groups run beside it; their output follows)"
 group "go test -race: every package but the end-to-end groups" \
-	go test -race -count=1 -timeout 50m "$@" $(go list ./... | grep -v -e '/test/e2b$' -e '/test/js$' -e '/test/debian$' -e '/providers/docker$')
+	go test -race -count=1 -timeout 50m "$@" $(go list ./... | grep -v -e '/test/e2b$' -e '/test/js$' -e '/test/debian$' -e '/test/prometheus$' -e '/test/codeinterp$' -e '/providers/docker$')
 wait $later
 cat "$later_log"
 summary

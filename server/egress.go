@@ -87,7 +87,11 @@ func (s *Server) pollEgress(ctx context.Context, id string, w *egressWatch, star
 	}
 	now := time.Now()
 	for _, e := range entries {
-		if e.Allowed || e.Time.Before(started) {
+		if e.Time.Before(started) {
+			continue
+		}
+		s.cfg.Metrics.CountEgress(egressKind(e.Kind), e.Allowed)
+		if e.Allowed {
 			continue
 		}
 		if now.Sub(w.window) >= time.Minute {
@@ -118,4 +122,12 @@ func (s *Server) pollEgress(ctx context.Context, id string, w *egressWatch, star
 		}
 		s.emit(ctx, EventEgressDenied, id, data)
 	}
+}
+
+// egressKind is an egress record's kind as a metrics label: "dns", "connect", or "other".
+func egressKind(k string) string {
+	if k == "dns" || k == "connect" {
+		return k
+	}
+	return "other"
 }

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tupper-dev/tupper/internal/metrics"
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/server/api"
 	"github.com/tupper-dev/tupper/server/internal/audit"
@@ -222,6 +223,7 @@ func (s *Server) deliver(ctx context.Context, d store.Delivery) {
 	ts := time.Now().Unix()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.Webhook.URL, bytes.NewReader(body))
 	if err != nil {
+		s.cfg.Metrics.CountDelivery(metrics.DeliveryGaveUp)
 		_ = s.st.DeliveryFailed(context.WithoutCancel(ctx), d.ID, "bad url", time.Time{})
 		return
 	}
@@ -236,6 +238,7 @@ func (s *Server) deliver(ctx context.Context, d store.Delivery) {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 		resp.Body.Close()
 		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+			s.cfg.Metrics.CountDelivery(metrics.DeliveryDelivered)
 			if err := s.st.DeliverySucceeded(context.WithoutCancel(ctx), d.ID); err != nil {
 				s.log.Error("recording a delivery", "webhook", d.Webhook.ID, "err", err)
 			}
@@ -253,9 +256,12 @@ func (s *Server) deliver(ctx context.Context, d store.Delivery) {
 	}
 	attempt := d.Attempts + 1
 	next := time.Time{}
+	result := metrics.DeliveryGaveUp
 	if attempt < s.cfg.WebhookMaxAttempts {
 		next = time.Now().Add(backoff(s.cfg.WebhookBackoff, attempt))
+		result = metrics.DeliveryRetry
 	}
+	s.cfg.Metrics.CountDelivery(result)
 	s.log.Warn("webhook delivery failed", "webhook", d.Webhook.ID, "event", d.Event.ID, "attempt", attempt, "err", msg)
 	if err := s.st.DeliveryFailed(context.WithoutCancel(ctx), d.ID, msg, next); err != nil {
 		s.log.Error("recording a delivery", "webhook", d.Webhook.ID, "err", err)

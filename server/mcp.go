@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tupper-dev/tupper/internal/httpdeadline"
+	"github.com/tupper-dev/tupper/internal/metrics"
 	"github.com/tupper-dev/tupper/mcpserver"
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
@@ -69,6 +70,7 @@ func (s *Server) newMCP() (*mcpserver.HTTPHandler, error) {
 					return s.lc.Pause(ctx, b.ID, opts)
 				},
 				Resume: func(ctx context.Context, b *sandbox.Sandbox) error { return s.lc.Resume(ctx, b.ID) },
+				Ran:    func(d time.Duration) { s.cfg.Metrics.ObserveExec(metrics.APIMCP, d) },
 			}
 		},
 	})
@@ -160,7 +162,8 @@ func (s *Server) boxMCPHandler(id string) (*mcpserver.HTTPHandler, error) {
 	h, err := mcpserver.NewHTTPHandler(mcpserver.HTTPOptions{
 		Options: mcpserver.Options{Provider: s.prov, Logger: s.log, Version: s.cfg.Version},
 		SessionFor: func(*http.Request) tools.SessionOptions {
-			return tools.SessionOptions{Bound: id, PreviewURL: s.previewPath}
+			return tools.SessionOptions{Bound: id, PreviewURL: s.previewPath,
+				Ran: func(d time.Duration) { s.cfg.Metrics.ObserveExec(metrics.APIMCP, d) }}
 		},
 	})
 	if err != nil {

@@ -101,7 +101,7 @@ func TestOpenAPIMatchesWireTypes(t *testing.T) {
 		"KeepAlive": api.KeepAliveRequest{}, "EgressLearned": api.EgressLearned{}, "CreateWebhook": api.WebhookRequest{},
 		"FileList": api.FileList{}, "FileContent": api.FileContent{}, "Exists": api.Exists{}, "Marked": api.Marked{},
 		"ProcessList": api.ProcessList{}, "WaitResult": api.WaitResult{}, "PortList": api.PortList{}, "Git": api.GitRequest{},
-		"Health": api.Health{}, "Deadline": api.Deadline{}, "VolumeList": api.VolumeList{},
+		"Health": api.Health{}, "Readiness": api.Readiness{}, "Deadline": api.Deadline{}, "VolumeList": api.VolumeList{},
 		"BuildRequest": api.BuildRequest{}, "Build": api.Build{}, "BuildFailure": api.BuildFailure{},
 		"BuildLogEntry": api.BuildLogEntry{}, "BuildLogPage": api.BuildLogPage{}, "TemplateList": api.TemplateList{},
 		"SnapshotList": api.SnapshotList{}, "WebhookList": api.WebhookList{}, "SandboxEnd": api.End{},

@@ -22,6 +22,7 @@ import (
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
 	"github.com/tupper-dev/tupper/server/api"
+	"github.com/tupper-dev/tupper/server/e2b"
 	"github.com/tupper-dev/tupper/server/internal/audit"
 )
 
@@ -210,7 +211,9 @@ func (s *Server) proxySigned(w http.ResponseWriter, r *http.Request, _ *caller) 
 // serveHostPreview serves a port of a sandbox named by its host, {port}-{id}.{domain}, or by
 // E2B's routing headers (e2b.Server.SandboxPort): a sandbox that is not live is E2B's 502
 // "The sandbox was not found" to anyone (e2b.SandboxGone); public ports to anyone, others to a caller
-// with an API key or the sandbox's token; but every port of a sandbox created through E2B's
+// with an API key or the sandbox's token; the code-interpreter port also to E2B's access token
+// (e2b.PortAccessToken), and the requests of E2B's Code Interpreter SDK that carry none
+// (e2b.CodeInterpreterOpen); but every port of a sandbox created through E2B's
 // API with allowPublicTraffic false only with its traffic access token (e2b.PublicTraffic).
 func (s *Server) serveHostPreview(w http.ResponseWriter, r *http.Request, id string, port int) {
 	r.SetPathValue("id", id)
@@ -222,7 +225,7 @@ func (s *Server) serveHostPreview(w http.ResponseWriter, r *http.Request, id str
 		if !ok {
 			return
 		}
-	} else if !s.isPublicPort(r) {
+	} else if !(port == e2b.CodeInterpreterPort && s.e2b.PortAccessToken(r, id)) && !s.isPublicPort(r) && !e2b.CodeInterpreterOpen(r, port) {
 		if _, err := s.authenticate(r, route{Scope: scopePreview}); err != nil {
 			writeError(w, err)
 			return
@@ -361,6 +364,13 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 			}
 			writeError(w, provider.Errorf(provider.CodeUnavailable, "nothing answers on port %d in the sandbox: %v", port, err))
 		},
+	}
+	// Full duplex, as the E2B data plane's proxy: otherwise the server closes the request
+	// body once the sandbox's answer starts, the Transport's last read of it (for EOF) can
+	// fail, and the Transport cuts the answer's stream (one streamed /execute of the
+	// code interpreter in thirty, cut short).
+	if err := http.NewResponseController(w).EnableFullDuplex(); err != nil && r.ProtoMajor == 1 {
+		s.log.Debug("preview: cannot serve full duplex", "err", err)
 	}
 	rp.ServeHTTP(w, r)
 }

@@ -13,6 +13,10 @@ func (s *Server) table() []route {
 	return []route{
 		{"GET", "/v1/health", scopePublic, s.health},
 		{"GET", "/v1/openapi.json", scopePublic, s.openapi},
+		// Kubernetes' probes, and the metrics behind a key (operations.md; metrics.go).
+		{"GET", "/healthz", scopePublic, s.healthz},
+		{"GET", "/readyz", scopePublic, s.readyz},
+		{"GET", "/metrics", scopeAccount, s.metricsRoute},
 
 		{"POST", "/mcp", scopeAccount, long(s.serveMCP)},
 		{"GET", "/mcp", scopeAccount, long(s.serveMCP)},

@@ -9,7 +9,7 @@
 //
 // # Auth
 //
-// Every route but /v1/health, /v1/openapi.json, pre-signed URLs and public preview ports needs
+// Every route but /v1/health, /healthz, /readyz, /v1/openapi.json, pre-signed URLs and public preview ports needs
 // a credential in "Authorization: Bearer …" (or "X-API-Key: …", for E2B clients): an account
 // API key (ak_…), which may do anything, or a sandbox token (sbt_…, returned when the sandbox
 // is created), which may only touch that one sandbox. Credentials are compared by their
@@ -29,9 +29,11 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tupper-dev/tupper/internal/httpdeadline"
+	"github.com/tupper-dev/tupper/internal/metrics"
 	"github.com/tupper-dev/tupper/mcpserver"
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
@@ -94,6 +96,11 @@ type Config struct {
 	WebhookMaxAttempts int
 	// Version is reported to MCP clients; "" is "dev".
 	Version string
+	// Metrics receives the server's measurements (requests, creates, commands, snapshots,
+	// forks, egress, webhooks, store statements) and answers the gauges of this server's
+	// sandboxes, pool and webhook outbox at each scrape; one Metrics serves one Server. Nil
+	// collects nothing, and GET /metrics answers 404.
+	Metrics *metrics.Metrics
 
 	// Snapshots made through the server (an API key is needed: each is a copy of a disk on
 	// the host) expire after SnapshotExpiry unless the request asks for less (0:
@@ -154,6 +161,8 @@ type Server struct {
 
 	// deadlineMu makes the deadline loop and Reconcile act on a deadline one at a time.
 	deadlineMu sync.Mutex
+
+	poolWasFull atomic.Bool // readyz saw the warm pool full once
 
 	wake chan struct{} // a new event may have queued deliveries
 
@@ -228,6 +237,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	} else if n > 0 {
 		cfg.Logger.Info("resending webhook deliveries left in flight", "count", n)
 	}
+	cfg.Store.Measure(cfg.Metrics)
 	s := &Server{
 		cfg: cfg, prov: cfg.Provider, st: cfg.Store, log: cfg.Logger, signer: signer,
 		wake: make(chan struct{}, 1), webhooks: webhookClient(cfg.AllowPrivateWebhooks),
@@ -235,7 +245,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if s.lc, err = lifecycle.New(lifecycle.Config{
 		Provider: s.prov, Store: s.st, Logger: s.log, Emit: s.lifecycleEvent, Stored: s.eventStored, PreviewURL: s.previewPath,
 		SnapshotExpiry: cfg.SnapshotExpiry, SnapshotsPerSandbox: cfg.SnapshotsPerSandbox, SnapshotsPerKey: cfg.SnapshotsPerKey,
-		VolumesTotalMB: cfg.VolumesTotalMB, Sampled: s.series.add,
+		VolumesTotalMB: cfg.VolumesTotalMB, Sampled: s.series.add, Metrics: cfg.Metrics,
 	}); err != nil {
 		return nil, err
 	}
@@ -247,6 +257,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if s.mcp, err = s.newMCP(); err != nil {
 		return nil, err
 	}
+	cfg.Metrics.Watch(metricsSource{s})
 	s.routes = s.table()
 	s.mux = http.NewServeMux()
 	for _, rt := range s.routes {
@@ -272,7 +283,7 @@ func (s *Server) Handler() http.Handler {
 		if s.e2b.Match(r) {
 			// E2B's control plane (/sandboxes…) and data plane (E2b-Sandbox-Id, 49983-{id} hosts).
 			s.e2b.ServeHTTP(lw, r)
-			s.logRequest(r, "e2b", lw.status, start)
+			s.logRequest(r, e2bRoute(r), lw.status, start)
 			return
 		}
 		if port, id, ok := s.e2b.SandboxPort(r); ok {
@@ -308,10 +319,13 @@ func (s *Server) HTTPServer() *http.Server {
 
 // logRequest logs one request by its route pattern, never its path or query (which may hold
 // a signature) or its headers (which hold credentials).
+// It also counts it in the metrics, by the same pattern.
 func (s *Server) logRequest(r *http.Request, pattern string, status int, start time.Time) {
+	d := time.Since(start)
+	s.observeRequest(pattern, status, d)
 	s.log.LogAttrs(r.Context(), slog.LevelInfo, "request",
 		slog.String("route", pattern), slog.Int("status", status),
-		slog.Duration("duration", time.Since(start)), slog.String("remote", r.RemoteAddr))
+		slog.Duration("duration", d), slog.String("remote", r.RemoteAddr))
 }
 
 // logWriter records the status; it passes Flush, Hijack and full duplex through Unwrap.

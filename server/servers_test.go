@@ -154,6 +154,27 @@ func TestServersShareAStore(t *testing.T) {
 		}
 	})
 
+	t.Run("either server answers E2B's SDK", func(t *testing.T) {
+		// E2B's control plane takes the key as Authorization: Bearer too.
+		e2b := func(method, url, body string) (int, []byte) {
+			return callCtx(t, context.Background(), method, url, key, body)
+		}
+		code, data := e2b("POST", a.url+"/sandboxes", `{"templateID":"base","timeout":300}`)
+		var sb struct{ SandboxID string }
+		if code != 201 || json.Unmarshal(data, &sb) != nil || sb.SandboxID == "" {
+			t.Fatalf("E2B create on a: %d %s", code, data)
+		}
+		if code, data := e2b("GET", b.url+"/sandboxes/"+sb.SandboxID, ""); code != 200 {
+			t.Fatalf("E2B get on b: %d %s", code, data)
+		}
+		if code, data := e2b("DELETE", b.url+"/sandboxes/"+sb.SandboxID, ""); code != 204 {
+			t.Fatalf("E2B kill on b: %d %s", code, data)
+		}
+		if code, _ := e2b("GET", a.url+"/sandboxes/"+sb.SandboxID, ""); code != 404 {
+			t.Fatalf("a sandbox b killed, on a: %d", code)
+		}
+	})
+
 	t.Run("one sandbox per key", func(t *testing.T) {
 		p, err := local.New(local.Config{Home: home, AgentPath: servertest.Binary(t)})
 		if err != nil {

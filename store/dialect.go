@@ -15,10 +15,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // the database/sql driver "pgx"
 
+	"github.com/tupper-dev/tupper/internal/metrics"
 	"github.com/tupper-dev/tupper/provider"
 )
 
@@ -131,21 +134,34 @@ var keywordPassword = sync.OnceValue(func() *regexp.Regexp {
 type conn struct {
 	*sql.DB
 	dialect dialect
+	// m times every statement (Store.Measure); nil: none.
+	m atomic.Pointer[metrics.Metrics]
+}
+
+// observe records a statement of op that began at start, when the store is measured.
+func (c *conn) observe(op string, start time.Time) {
+	if m := c.m.Load(); m != nil {
+		m.ObserveStore(op, c.dialect.String(), time.Since(start))
+	}
 }
 
 func (c *conn) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	defer c.observe("exec", time.Now())
 	return c.DB.ExecContext(ctx, c.rebind(q), c.args(args)...)
 }
 
 func (c *conn) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	defer c.observe("query", time.Now())
 	return c.DB.QueryContext(ctx, c.rebind(q), c.args(args)...)
 }
 
 func (c *conn) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	defer c.observe("query", time.Now())
 	return c.DB.QueryRowContext(ctx, c.rebind(q), c.args(args)...)
 }
 
 func (c *conn) BeginTx(ctx context.Context, opts *sql.TxOptions) (*tx, error) {
+	defer c.observe("begin", time.Now())
 	t, err := c.DB.BeginTx(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -160,15 +176,23 @@ type tx struct {
 }
 
 func (t *tx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	defer t.c.observe("exec", time.Now())
 	return t.Tx.ExecContext(ctx, t.c.rebind(q), t.c.args(args)...)
 }
 
 func (t *tx) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	defer t.c.observe("query", time.Now())
 	return t.Tx.QueryContext(ctx, t.c.rebind(q), t.c.args(args)...)
 }
 
 func (t *tx) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	defer t.c.observe("query", time.Now())
 	return t.Tx.QueryRowContext(ctx, t.c.rebind(q), t.c.args(args)...)
+}
+
+func (t *tx) Commit() error {
+	defer t.c.observe("commit", time.Now())
+	return t.Tx.Commit()
 }
 
 // rebound caches PostgreSQL's text of each query.

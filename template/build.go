@@ -40,6 +40,10 @@ type BoxSpec struct {
 	// Mirror is the package mirror of the template the stage started from (Template.Mirror),
 	// or nil: the step's sandbox may reach it as that template's sandboxes may.
 	Mirror *Mirror
+	// Size is the step sandbox's machine size (zero: the provider's default). A step's new
+	// files stay in its sandbox's memory until it ends, so a step that installs a lot needs
+	// more than the default.
+	Size provider.Size
 }
 
 // A BuildBox is a sandbox a build step runs in.
@@ -85,6 +89,8 @@ type BuildOptions struct {
 	Pull func(ctx context.Context, ref string) (*Template, error)
 	// Progress receives the build's events, in order (nil: none).
 	Progress func(BuildEvent)
+	// Size is the machine size of the RUN steps' sandboxes (zero: the provider's default).
+	Size provider.Size
 	// StartCmd and ReadyCmd, when set, are the template's start and ready commands (Config),
 	// which a Dockerfile has no instruction for (E2B's setStartCmd and setReadyCmd).
 	StartCmd, ReadyCmd string
@@ -567,7 +573,7 @@ func (bc *buildCtx) layerStep(ctx context.Context, st *stageState, in dockerfile
 			return nil
 		}
 	}
-	box, err := bc.opts.Runner.Start(ctx, BoxSpec{Layers: st.layers, Network: bc.network(), Mirror: st.mirror})
+	box, err := bc.opts.Runner.Start(ctx, BoxSpec{Layers: st.layers, Network: bc.network(), Mirror: st.mirror, Size: bc.opts.Size})
 	if err != nil {
 		return err
 	}

@@ -27,6 +27,9 @@ var Builtins = []Builtin{
 	{Name: Debian, About: "built in: made on first use from this machine's apt mirror", Takes: "a minute or two"},
 	{Name: Base, About: "built in: debian with Python, Node.js, git, curl and sudo (E2B's base), built on first use", Takes: "a few minutes: debian, then Python, Node.js, git, curl and sudo",
 		Images: []string{"e2bdev/base"}},
+	{Name: CodeInterpreter, About: "built in: base with an IPython kernel, numpy, pandas, matplotlib, scipy, scikit-learn and the code-interpreter server of E2B's SDK (port 49999), built on first use",
+		Takes:  "several minutes: debian, base, then the Debian packages of Python's data libraries",
+		Images: []string{"e2bdev/code-interpreter"}},
 }
 
 // BuiltinNamed returns the built-in template called name.
@@ -91,7 +94,8 @@ func (s *Store) Ensure(ctx context.Context, ref string, opts EnsureOptions) (*Te
 		return s.Get(ref)
 	}
 	t, err := s.Get(b.Name)
-	if provider.CodeOf(err) != provider.CodeNotFound {
+	stale := err == nil && b.Name == CodeInterpreter && !codeInterpreterCurrent(t) // another tupper's server
+	if provider.CodeOf(err) != provider.CodeNotFound && !stale {
 		return t, err
 	}
 	if opts.Output != nil {
@@ -102,6 +106,8 @@ func (s *Store) Ensure(ctx context.Context, ref string, opts EnsureOptions) (*Te
 		return s.EnsureDebian(ctx, DebianOptions{})
 	case Base:
 		return s.EnsureBase(ctx, BaseOptions{Runner: opts.Runner, Progress: opts.progress()})
+	case CodeInterpreter:
+		return s.EnsureCodeInterpreter(ctx, CodeInterpreterOptions{Runner: opts.Runner, Progress: opts.progress()})
 	}
 	return nil, provider.Errorf(provider.CodeInternal, "built-in template %s: no way to make it", b.Name)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/tupper-dev/tupper/sandbox"
 )
@@ -66,9 +67,13 @@ func runCommand(ctx context.Context, s *Session, a runCommandArgs) (Result, erro
 	if a.TimeoutMS > 0 {
 		timeout = ms(a.TimeoutMS)
 	}
+	start := time.Now()
 	res, err := b.Run(ctx, a.Command, sandbox.RunOptions{Cwd: a.Cwd, Timeout: timeout, MaxOutputBytes: maxRunOutput})
 	if err != nil {
 		return Result{}, err
+	}
+	if s.opts.Ran != nil {
+		s.opts.Ran(time.Since(start))
 	}
 	return runResult(res, timeout), nil
 }

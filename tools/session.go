@@ -43,6 +43,9 @@ type SessionOptions struct {
 	// does). Nil: Sandbox.PauseWith and Sandbox.Resume.
 	Pause  func(ctx context.Context, b *sandbox.Sandbox, opts sandbox.PauseOptions) error
 	Resume func(ctx context.Context, b *sandbox.Sandbox) error
+	// Ran, when set, is told how long each run_command took, from the call to its result
+	// (a server's metrics). Nil: nobody is told.
+	Ran func(d time.Duration)
 
 	// Called, when set, is told of each call of a tool that is not ReadOnly, once it has
 	// run: the tool's name, the sandbox it acted in or made ("" when none), and its failure

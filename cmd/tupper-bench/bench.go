@@ -51,7 +51,9 @@ func newBenchCmd() *cobra.Command {
 			"                 memory: saved to disk, else cold), with what a dormant one costs and\n" +
 			"                 how soon it answers again\n" +
 			"  --fork         a running sandbox forked N times into one child and N times into\n" +
-			"                 ten, per child, beside a cold create of the same runtime\n\n" +
+			"                 ten, per child, beside a cold create of the same runtime\n" +
+			"  --metrics      the API section's exec and create → first command on a tupper serve\n" +
+			"                 collecting Prometheus metrics and one with --metrics=false, in turn\n\n" +
 			"See docs/performance.md for figures from this machine.",
 		Example:       "  tupper bench\n  tupper bench --api --e2b test/e2b/v251\n  tupper bench --density-max 500 --density-runtimes crun,runc,runsc\n  tupper bench --dormant 200 --dormant-runtimes runsc\n  tupper bench --fork 5 --fork-runtimes runsc",
 		Args:          cobra.NoArgs,
@@ -65,7 +67,7 @@ func newBenchCmd() *cobra.Command {
 			if o.stores, err = parseStores(o.storesFlag); err != nil {
 				return err
 			}
-			if !o.api && len(o.stores) == 0 && o.densityMax == 0 && o.dormant == 0 && o.fork == 0 {
+			if !o.api && len(o.stores) == 0 && o.densityMax == 0 && o.dormant == 0 && o.fork == 0 && !o.metrics {
 				o.cli = true
 			}
 			tupper, err := findTupper(o.tupper)
@@ -92,6 +94,7 @@ func newBenchCmd() *cobra.Command {
 	fl.BoolVar(&o.docker, "docker", true, "compare with docker when its CLI and daemon answer")
 	fl.BoolVar(&o.cli, "cli", false, "run the CLI section (the default when no other section is asked for)")
 	fl.BoolVar(&o.api, "api", false, "run the API section")
+	fl.BoolVar(&o.metrics, "metrics", false, "run the metrics section: the hot path with Prometheus metrics on and off")
 	fl.IntVar(&o.pool, "pool", 2, "warm pool of the API section's pooled server")
 	fl.StringVar(&o.e2bDir, "e2b", "", "npm project with E2B's JS SDK installed (npm ci) for the API section (default: test/e2b/v251 under the current directory, when installed)")
 	fl.IntVar(&o.densityMax, "density-max", 0, "run the density section with at most this many idle sandboxes per runtime (0: skip)")
@@ -119,6 +122,7 @@ type benchOptions struct {
 	runtime         string
 	docker          bool
 	cli, api        bool
+	metrics         bool
 	pool            int
 	e2bDir          string
 	densityMax      int

@@ -354,10 +354,12 @@ type serveProc struct {
 }
 
 // startServe starts `tupper serve` on a free loopback port with its state directory home,
-// its store spec ("": the one in home), a warm pool of pool sandboxes (0: none) and
-// --runtime when one was asked for, and waits until it answers.
-func (b *bencher) startServe(ctx context.Context, home, spec string, pool int) (*serveProc, error) {
-	args := []string{"serve", "--addr", "127.0.0.1:0", "--home", home, "--provider", "local", "--quiet"}
+// its store spec ("": the one in home), a warm pool of pool sandboxes (0: none), --runtime
+// when one was asked for and the flags extra, and waits until it answers. Its metrics
+// listener is off (a bench server is one of several on this machine); the metrics are
+// still collected, unless extra says --metrics=false.
+func (b *bencher) startServe(ctx context.Context, home, spec string, pool int, extra ...string) (*serveProc, error) {
+	args := append([]string{"serve", "--addr", "127.0.0.1:0", "--home", home, "--provider", "local", "--quiet", "--metrics-addr", "off"}, extra...)
 	if spec != "" {
 		args = append(args, "--store", spec)
 	}

@@ -56,6 +56,11 @@ func (b *bencher) localSections(ctx context.Context) error {
 			return err
 		}
 	}
+	if b.o.metrics {
+		if err := b.metricsSection(ctx, rt); err != nil {
+			return err
+		}
+	}
 	if b.o.densityMax > 0 {
 		if err := b.densitySection(ctx, prov, rt); err != nil {
 			return err

@@ -106,19 +106,11 @@ func (b *bencher) storesSection(ctx context.Context, rt string) error {
 	}
 
 	// 1. Exec round trip of true in a running sandbox of each server, in turn.
-	var fs []func() error
+	var apis []*tupperAPI
 	for _, s := range sides {
-		id, err := s.api.create(ctx)
-		if err != nil {
-			return fmt.Errorf("%s store: %w", s.name, err)
-		}
-		defer s.api.destroy(context.WithoutCancel(ctx), id)
-		fs = append(fs, func() error {
-			_, err := s.api.run(ctx, id, "true")
-			return err
-		})
+		apis = append(apis, s.api)
 	}
-	execs, err := measureEach(b.o.execN, fs...)
+	execs, err := b.execInTurn(ctx, apis)
 	if err != nil {
 		return err
 	}
@@ -205,6 +197,24 @@ func (b *bencher) storesSection(ctx context.Context, rt string) error {
 	}
 	return b.flush(fmt.Sprintf("HTTP API: tupper serve (%s, no pool) on each store: %s, one keep-alive client each, in turn",
 		rt, strings.Join(names, ", ")))
+}
+
+// execInTurn times --exec-n exec round trips of true in a running sandbox of each server
+// of apis, in turn, and destroys the sandboxes after.
+func (b *bencher) execInTurn(ctx context.Context, apis []*tupperAPI) ([]stats, error) {
+	var fs []func() error
+	for _, api := range apis {
+		id, err := api.create(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", api.url, err)
+		}
+		defer api.destroy(context.WithoutCancel(ctx), id)
+		fs = append(fs, func() error {
+			_, err := api.run(ctx, id, "true")
+			return err
+		})
+	}
+	return measureEach(b.o.execN, fs...)
 }
 
 // ratio is this over other at p50 and p99 (above 1: this is slower), named name.

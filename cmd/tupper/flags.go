@@ -39,6 +39,16 @@ func (f *providerFlags) resolveExisting(ctx context.Context) (provider.Provider,
 	return f.resolveFor(ctx, true)
 }
 
+// connect returns a handle to the existing sandbox id of the provider the flags name; the
+// caller closes it.
+func (f *providerFlags) connect(ctx context.Context, id string) (*sandbox.Sandbox, error) {
+	prov, err := f.resolveExisting(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return sandbox.Connect(ctx, prov, id, sandbox.ConnectOptions{})
+}
+
 func (f *providerFlags) resolveFor(ctx context.Context, existing bool) (provider.Provider, error) {
 	if f.url != "" {
 		if f.name != "" && f.name != remote.Name {

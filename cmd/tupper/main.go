@@ -82,6 +82,7 @@ var subcommands = []struct {
 	{"run", newRunCmd},
 	{"create", newCreateCmd},
 	{"exec", newExecCmd},
+	{"code", newCodeCmd},
 	{"network", newNetworkCmd},
 	{"cp", newCpCmd},
 	{"ls", newLsCmd},

@@ -61,11 +61,7 @@ func newNetworkCmd() *cobra.Command {
 				return fmt.Errorf("give --allow/--deny, --learn, --learned, or --mode all or none")
 			}
 			ctx := cmd.Context()
-			prov, err := pf.resolveExisting(ctx)
-			if err != nil {
-				return err
-			}
-			box, err := sandbox.Connect(ctx, prov, args[0], sandbox.ConnectOptions{})
+			box, err := pf.connect(ctx, args[0])
 			if err != nil {
 				return err
 			}

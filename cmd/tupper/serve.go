@@ -9,10 +9,12 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/tupper-dev/tupper/internal/metrics"
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/server"
 	"github.com/tupper-dev/tupper/store"
@@ -34,6 +36,11 @@ func newServeCmd() *cobra.Command {
 		concurrentBuilds                      int
 		auditRetention, usageInterval         time.Duration
 	)
+	// Prometheus metrics (docs/operations.md).
+	var (
+		metricsAddr string
+		withMetrics bool
+	)
 	cmd := &cobra.Command{
 		Use:   "serve [--addr HOST:PORT]",
 		Short: "Serve sandboxes over HTTP (the REST API under /v1)",
@@ -44,7 +51,9 @@ func newServeCmd() *cobra.Command {
 			"Every request needs an API key: create one with\n" +
 			"`tupper keys create`, also while the server runs.\n\n" +
 			"It listens on " + server.DefaultAddr + " (loopback only) unless told otherwise; put TLS in\n" +
-			"front of it before serving beyond this machine.",
+			"front of it before serving beyond this machine. Prometheus metrics are served with no key\n" +
+			"on " + defaultMetricsAddr + "/metrics (--metrics-addr), and /healthz and /readyz are\n" +
+			"Kubernetes' probes (docs/operations.md).",
 		Example: "  tupper serve\n  key=$(tupper keys create)\n  curl -H \"Authorization: Bearer $key\" -X POST http://127.0.0.1:7423/v1/sandboxes",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -91,6 +100,11 @@ func newServeCmd() *cobra.Command {
 			if volumesGiB < 0 {
 				return fmt.Errorf("--volumes-gib must be 0 (no bound) or more")
 			}
+			// Built here, not at init: commands that do not serve build no registry.
+			var m *metrics.Metrics
+			if withMetrics {
+				m = metrics.New()
+			}
 			st, err := openStore(cmd, spec)
 			if err != nil {
 				return err
@@ -110,6 +124,7 @@ func newServeCmd() *cobra.Command {
 				AllowPrivateWebhooks: allowPrivateWebhooks,
 				// The flags' 0 is "none"; the Config's is "the default".
 				SnapshotExpiry:       noneIfZero(snapExpiry),
+				Metrics:              m,
 				SnapshotsPerSandbox:  noneIfZero(snapsPerSandbox),
 				SnapshotsPerKey:      noneIfZero(snapsPerKey),
 				VolumesTotalMB:       noneIfZero(volumesGiB << 10),
@@ -122,6 +137,22 @@ func newServeCmd() *cobra.Command {
 				return err
 			}
 			defer srv.Close()
+			if withMetrics && metricsAddr != "off" {
+				explicit := cmd.Flags().Changed("metrics-addr") || os.Getenv("TUPPER_METRICS_ADDR") != ""
+				mln, err := listenMetrics(metricsAddr, explicit, errw)
+				if err != nil {
+					return err
+				}
+				if mln != nil {
+					ms := &http.Server{Handler: metricsMux(srv.MetricsHandler()), ReadHeaderTimeout: 10 * time.Second, WriteTimeout: time.Minute}
+					defer ms.Close()
+					go func() { _ = ms.Serve(mln) }()
+					fmt.Fprintf(errw, "tupper: metrics on http://%s/metrics (no API key)\n", mln.Addr())
+					if ip := mln.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() {
+						fmt.Fprintln(errw, "tupper: warning: metrics are served without a key beyond loopback; firewall --metrics-addr to your Prometheus")
+					}
+				}
+			}
 			if err := claim.Serving("http://" + ln.Addr().String()); err != nil {
 				return err
 			}
@@ -178,8 +209,36 @@ func newServeCmd() *cobra.Command {
 	fl.DurationVar(&usageInterval, "usage-interval", 10*time.Second, "how often the server samples every sandbox's CPU, memory, disk and network into the usage ledger (docs/operations.md)")
 	fl.DurationVar(&auditRetention, "audit-retention", server.DefaultAuditRetention, "the audit log keeps an entry this long, then the server deletes it (0: for ever)")
 	fl.BoolVar(&bootImages, "boot-images", false, "restore runsc sandboxes with network none from a checkpoint of their template booted once, instead of booting each (local provider; see docs/local.md)")
+	fl.StringVar(&metricsAddr, "metrics-addr", envOr("TUPPER_METRICS_ADDR", defaultMetricsAddr), "serve Prometheus metrics at /metrics on this address, with no API key ($TUPPER_METRICS_ADDR; off: only at /metrics of --addr, with a key)")
+	fl.BoolVar(&withMetrics, "metrics", true, "collect Prometheus metrics (false: none, on either listener)")
 	fl.IntVar(&pool, "pool", 0, "keep this many sandboxes started for creates of the default shape with network none (local provider; see docs/local.md)")
 	return cmd
+}
+
+// defaultMetricsAddr is where the metrics listen unless told otherwise: loopback, on the
+// port after the API's (server.DefaultAddr).
+const defaultMetricsAddr = "127.0.0.1:7424"
+
+// listenMetrics listens on addr for the metrics. A default address already in use (a
+// second server on this machine) is a warning and no metrics listener, since the main
+// listener still serves /metrics with a key; an address the operator chose must work.
+func listenMetrics(addr string, explicit bool, errw io.Writer) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err == nil {
+		return ln, nil
+	}
+	if explicit || !errors.Is(err, syscall.EADDRINUSE) {
+		return nil, fmt.Errorf("metrics: listen on %s: %w (pick another with --metrics-addr, or off)", addr, err)
+	}
+	fmt.Fprintf(errw, "tupper: warning: %s is in use, so no metrics listener; /metrics of the main address serves them with an API key (or set --metrics-addr)\n", addr)
+	return nil, nil
+}
+
+// metricsMux serves h at /metrics and nothing else.
+func metricsMux(h http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", h)
+	return mux
 }
 
 // listenURL is the server's URL when no --base-url says it: http:// and the address it

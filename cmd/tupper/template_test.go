@@ -87,10 +87,12 @@ func TestTemplateCLI(t *testing.T) {
 	if res.code != 0 || json.Unmarshal([]byte(res.stdout), &ls) != nil {
 		t.Fatalf("ls --json: %+v", res)
 	}
-	// The provider's list: host, the store's, then debian and base (built in, not made yet).
-	if len(ls.Templates) != 5 || ls.Templates[0].Name != "host" || !ls.Templates[0].Builtin ||
+	// The provider's list: host, the store's, then debian, base and code-interpreter (built in,
+	// not made yet).
+	if len(ls.Templates) != 6 || ls.Templates[0].Name != "host" || !ls.Templates[0].Builtin ||
 		ls.Templates[3].Name != "debian" || !ls.Templates[3].Builtin || ls.Templates[3].Layers != 0 ||
 		ls.Templates[4].Name != "base" || !ls.Templates[4].Builtin ||
+		ls.Templates[5].Name != "code-interpreter" || !ls.Templates[5].Builtin ||
 		ls.Templates[1].Name != "app" || ls.Templates[1].Layers != 2 || ls.Templates[1].Size != int64(len("baseapp")) || ls.Templates[1].Tags[0] != "app:1" ||
 		ls.Templates[2].Name != "other" || !strings.HasPrefix(ls.Templates[2].Source, "oci-layout:") || ls.Store.Layers != 3 {
 		t.Fatalf("ls --json: %s", res.stdout)

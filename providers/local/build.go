@@ -122,7 +122,7 @@ func (r buildRunner) Start(ctx context.Context, spec template.BoxSpec) (template
 		}
 		tp.lowers = []string{empty}
 	}
-	inst, err := p.createFrom(ctx, provider.CreateSpec{Network: provider.Network{Mode: spec.Network}, Labels: map[string]string{"tupper.build": "1"}}, false, tp)
+	inst, err := p.createFrom(ctx, provider.CreateSpec{Network: provider.Network{Mode: spec.Network}, Size: spec.Size, Labels: map[string]string{"tupper.build": "1"}}, false, tp)
 	if err != nil {
 		return nil, err
 	}

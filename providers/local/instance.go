@@ -30,6 +30,8 @@ type Instance struct {
 	id  string
 	mu  sync.Mutex
 	rec *record // as read when the handle was made; refreshed by Info
+	// pooled: the warm pool served the create that returned this handle (Info.Pooled).
+	pooled bool
 }
 
 var (
@@ -207,7 +209,9 @@ func (i *Instance) Info(ctx context.Context) (provider.Info, error) {
 	i.mu.Lock()
 	i.rec = rec
 	i.mu.Unlock()
-	return info(rec), nil
+	in := info(rec)
+	in.Pooled = i.pooled
+	return in, nil
 }
 
 // SetTimeout moves the lifetime deadline to now+d: in the record, which the host enforces,

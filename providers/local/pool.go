@@ -34,9 +34,10 @@ type pool struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the filler has returned
 
-	mu     sync.Mutex
-	ready  []string // ids of pooled sandboxes, oldest first
-	closed bool
+	mu           sync.Mutex
+	ready        []string // ids of pooled sandboxes, oldest first
+	closed       bool
+	hits, misses uint64 // PoolStats
 }
 
 // refillDelay is how long the pool waits after a hand-out before it starts a replacement.
@@ -132,6 +133,7 @@ func (p *Provider) fromPool(ctx context.Context, spec provider.CreateSpec) *Inst
 	for ctx.Err() == nil {
 		pl.mu.Lock()
 		if len(pl.ready) == 0 {
+			pl.misses++
 			pl.mu.Unlock()
 			return nil
 		}
@@ -143,10 +145,25 @@ func (p *Provider) fromPool(ctx context.Context, spec provider.CreateSpec) *Inst
 		default:
 		}
 		if inst, err := p.handOut(ctx, id, spec); err == nil {
+			inst.pooled = true
+			pl.mu.Lock()
+			pl.hits++
+			pl.mu.Unlock()
 			return inst
 		}
 	}
 	return nil
+}
+
+// PoolStats reports the warm pool (provider.PoolReporter); ok is false without one.
+func (p *Provider) PoolStats() (provider.PoolStats, bool) {
+	pl := p.pool
+	if pl == nil {
+		return provider.PoolStats{}, false
+	}
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	return provider.PoolStats{Target: pl.want, Ready: len(pl.ready), Hits: pl.hits, Misses: pl.misses}, true
 }
 
 // handOut turns pooled sandbox id into the caller's: the agent learns the deadline and idle

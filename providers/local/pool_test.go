@@ -115,6 +115,26 @@ func TestPoolHandsOutAndRefills(t *testing.T) {
 	if !slices.Contains(ids, timed.ID()) || !slices.Contains(ids, idle.ID()) {
 		t.Fatalf("not from the pool: %s, %s (pool %v)", timed.ID(), idle.ID(), ids)
 	}
+	// A third of the pool's shape right after: a miss, unless the refill (100 ms after the
+	// hand-out, then a create) was quicker; either way the stats count it, and Info says
+	// which handles the pool served.
+	third := create(t, p, provider.CreateSpec{Network: netNone})
+	st, ok := p.PoolStats()
+	if !ok || st.Target != 2 || st.Hits+st.Misses != 3 || st.Hits < 2 {
+		t.Errorf("pool stats %+v (%v), want 2 hits and a miss, or 3 hits", st, ok)
+	}
+	for _, in := range []*Instance{timed, third} {
+		info, err := in.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := in == timed || st.Hits == 3; info.Pooled != want {
+			t.Errorf("Info(%s).Pooled = %v, want %v", info.ID, info.Pooled, want)
+		}
+	}
+	if err := p.Destroy(ctx, third.ID()); err != nil {
+		t.Fatal(err)
+	}
 	if out := run(t, timed, "echo hi"); out != "hi" {
 		t.Errorf("echo: %q", out)
 	}
@@ -206,6 +226,10 @@ func TestPoolBypass(t *testing.T) {
 	}
 	if got := pooled(p); !slices.Equal(got, ids) {
 		t.Errorf("pool %v, want %v", got, ids)
+	}
+	// What bypasses the pool is neither a hit nor a miss.
+	if st, _ := p.PoolStats(); st.Hits != 0 || st.Misses != 0 || st.Ready != 1 {
+		t.Errorf("pool stats after bypasses: %+v", st)
 	}
 }
 

@@ -67,6 +67,7 @@ var (
 	_ provider.KeyedCreator = (*Provider)(nil)
 	_ provider.Prototyper   = (*Provider)(nil)
 	_ provider.Refuser      = (*Provider)(nil)
+	_ provider.PoolReporter = (*Provider)(nil)
 )
 
 func init() {

@@ -7,11 +7,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Runtime names. runc and crun make containers with the host kernel (crun is a C runtime,
@@ -58,20 +61,58 @@ func (r ociRuntime) run(ctx context.Context, network string, args ...string) err
 	return err
 }
 
+// output runs the runtime and returns what it printed. Its standard output and error are
+// memory files, not pipes: exec's Wait would wait for every process holding a pipe's write
+// end to close it, and on a loaded machine one did longer than its WaitDelay (CI: `runsc kill
+// ID USR2` of a ten-child runsc fork failed with "WaitDelay expired before I/O complete"
+// after runsc had done its work). A file is read once the runtime has exited, whoever else
+// holds it.
 func (r ociRuntime) output(ctx context.Context, network string, args ...string) ([]byte, error) {
 	full := append(r.globalArgs(network), args...)
 	cmd := exec.CommandContext(ctx, r.path, full...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.WaitDelay = time.Second
-	if err := cmd.Run(); err != nil {
-		msg := strings.TrimSpace(stderr.String())
-		if msg == "" {
-			msg = strings.TrimSpace(stdout.String())
-		}
-		return nil, fmt.Errorf("%s %s: %w: %s", r.name, strings.Join(args, " "), err, lastLines(msg, 3))
+	stdout, err := memFile(r.name + "-stdout")
+	if err != nil {
+		return nil, err
 	}
-	return stdout.Bytes(), nil
+	defer stdout.Close()
+	stderr, err := memFile(r.name + "-stderr")
+	if err != nil {
+		return nil, err
+	}
+	defer stderr.Close()
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.WaitDelay = time.Second
+	runErr := cmd.Run()
+	out, err := readAll(stdout)
+	if err != nil {
+		return nil, err
+	}
+	if runErr != nil {
+		msg, _ := readAll(stderr)
+		if len(bytes.TrimSpace(msg)) == 0 {
+			msg = out
+		}
+		return nil, fmt.Errorf("%s %s: %w: %s", r.name, strings.Join(args, " "), runErr, lastLines(strings.TrimSpace(string(msg)), 3))
+	}
+	return out, nil
+}
+
+// memFile is an anonymous file in memory (memfd), closed on exec but for the descriptor a
+// child gets it as.
+func memFile(name string) (*os.File, error) {
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("memfd: %w", err)
+	}
+	return os.NewFile(uintptr(fd), name), nil
+}
+
+// readAll reads a file a child wrote, from its start, at most 1 MiB.
+func readAll(f *os.File) ([]byte, error) {
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	return io.ReadAll(io.LimitReader(f, 1<<20))
 }
 
 // start launches the container detached. With createOnly it stops after `create` (the init

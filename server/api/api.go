@@ -358,9 +358,16 @@ type WebhookRequest struct {
 	Events []string `json:"events,omitempty"`
 }
 
-// Health is the answer of GET /v1/health.
+// Health is the answer of GET /v1/health and GET /healthz.
 type Health struct {
 	OK bool `json:"ok"`
+}
+
+// Readiness is the answer of GET /readyz: ready when every check passed. Checks holds each
+// check's outcome by name ("store", "provider", "pool"): "ok", or what is wrong.
+type Readiness struct {
+	Ready  bool              `json:"ready"`
+	Checks map[string]string `json:"checks"`
 }
 
 // Deadline is the answer of POST /v1/sandboxes/{id}/timeout and keepalive: the new deadline.

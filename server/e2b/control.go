@@ -208,9 +208,12 @@ func (s *Server) options(ctx context.Context, req newSandbox, defTimeout int64, 
 	for _, m := range req.VolumeMounts {
 		opts.Volumes = append(opts.Volumes, provider.VolumeMount{Name: m.Name, Path: m.Path})
 	}
-	if req.TemplateID != baseTemplate && req.TemplateID != mcpTemplate {
+	switch {
+	case req.TemplateID == codeInterpreterDefault:
+		opts.Template = codeInterpreterTemplate
+	case req.TemplateID != baseTemplate && req.TemplateID != mcpTemplate:
 		opts.Template = req.TemplateID
-	} else if s.hasTemplate(ctx, baseTemplate) {
+	case s.hasTemplate(ctx, baseTemplate):
 		opts.Template = baseTemplate
 	}
 	if hasMCP(req.MCP) {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/tupper-dev/tupper/agent/spec/process"
 	"github.com/tupper-dev/tupper/internal/httpdeadline"
+	"github.com/tupper-dev/tupper/internal/metrics"
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/server/internal/audit"
 )
@@ -206,6 +207,10 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request, t target) {
 			writeEnvdError(w, http.StatusBadRequest, err.Error())
 			return
 		}
+		// A command's latency: from here to the end of its stream, its exit (the metrics
+		// of the lifecycle's server).
+		start := time.Now()
+		defer func() { s.lc.Metrics().ObserveExec(metrics.APIE2B, time.Since(start)) }()
 	}
 	r = r.WithContext(context.WithValue(ctx, sandboxKey{}, id))
 	if action := envdAction(r); action != "" {
@@ -469,4 +474,41 @@ func startIn(r *http.Request, dir string) error {
 	r.Header.Set("Content-Length", strconv.Itoa(len(out)))
 	r.Header.Del("Transfer-Encoding")
 	return nil
+}
+
+// CodeInterpreterPort is the port of the code-interpreter server in a sandbox
+// (@e2b/code-interpreter's JUPYTER_PORT).
+const CodeInterpreterPort = 49999
+
+// CodeInterpreterOpen reports whether r, for port of a sandbox, is one of the requests E2B's
+// Code Interpreter SDK sends without a credential: @e2b/code-interpreter 2.8.0 sends the
+// sandbox's access token (X-Access-Token) with /execute only, not with /health or the
+// /contexts routes, which list, create, restart and remove kernels but run no code. They are
+// served on the sandbox's id alone, as E2B serves them; /execute still needs the token.
+func CodeInterpreterOpen(r *http.Request, port int) bool {
+	if port != CodeInterpreterPort {
+		return false
+	}
+	p := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	switch {
+	case r.Method == http.MethodGet && len(p) == 1 && p[0] == "health":
+		return true
+	case (r.Method == http.MethodGet || r.Method == http.MethodPost) && len(p) == 1 && p[0] == "contexts":
+		return true
+	case r.Method == http.MethodDelete && len(p) == 2 && p[0] == "contexts":
+		return true
+	case r.Method == http.MethodPost && len(p) == 3 && p[0] == "contexts" && p[2] == "restart":
+		return true
+	}
+	return false
+}
+
+// PortAccessToken reports whether r carries sandbox id's access token in X-Access-Token
+// (the envdAccessToken of create and connect, which @e2b/code-interpreter also sends to the
+// code-interpreter port with /execute), a credential there as at its envd. It removes the
+// header either way: the token never reaches the sandbox.
+func (s *Server) PortAccessToken(r *http.Request, id string) bool {
+	tok := strings.TrimSpace(r.Header.Get(headerAccessToken))
+	r.Header.Del(headerAccessToken)
+	return s.tokenOK(r.Context(), id, tok)
 }

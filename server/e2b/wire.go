@@ -121,6 +121,14 @@ var noEnd = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
 // baseTemplate is E2B's default template, mapped to the provider's default.
 const baseTemplate = "base"
 
+// codeInterpreterDefault is the template @e2b/code-interpreter's Sandbox.create asks for by
+// default; it names the provider's built-in code-interpreter template
+// (codeInterpreterTemplate), made on first use (docs/code-interpreter.md).
+const (
+	codeInterpreterDefault  = "code-interpreter-v1"
+	codeInterpreterTemplate = "code-interpreter"
+)
+
 // templateID is the E2B template id of a sandbox of provider template t.
 func templateID(t string) string {
 	if t == "" {

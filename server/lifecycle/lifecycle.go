@@ -26,6 +26,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tupper-dev/tupper/internal/metrics"
 	"github.com/tupper-dev/tupper/provider"
 	"github.com/tupper-dev/tupper/sandbox"
 	"github.com/tupper-dev/tupper/server/internal/audit"
@@ -81,6 +82,8 @@ type Config struct {
 	// (SampleAllUsage, and the last before a destroy): the server keeps them as the
 	// sandbox's time series.
 	Sampled func(id string, u provider.Usage)
+	// Metrics receives the latencies of creates, snapshots and forks; nil: none.
+	Metrics *metrics.Metrics
 }
 
 // Service is the lifecycle of a server's sandboxes. Create it with New.
@@ -126,6 +129,10 @@ func New(cfg Config) (*Service, error) {
 
 // Provider is the provider the Service manages sandboxes on.
 func (s *Service) Provider() provider.Provider { return s.prov }
+
+// Metrics is Config.Metrics, for the APIs over the Service to measure their own work
+// (nil: none).
+func (s *Service) Metrics() *metrics.Metrics { return s.cfg.Metrics }
 
 // Close drops the Service's handles to sandboxes (the sandboxes live on). Idempotent.
 func (s *Service) Close() error {
@@ -233,6 +240,7 @@ type Created struct {
 // Create makes (or, by key, finds) a sandbox, records it, issues its token and emits
 // sandbox.created for a new one; a failure after the provider made it destroys it again.
 func (s *Service) Create(ctx context.Context, opts CreateOptions) (*Created, error) {
+	start := time.Now()
 	so := opts.Sandbox
 	if so.Key != "" {
 		so.KeyMode = sandbox.KeyExact
@@ -248,7 +256,7 @@ func (s *Service) Create(ctx context.Context, opts CreateOptions) (*Created, err
 	if !s.prov.Capabilities().Has(provider.CapTimeout) || store.PausesAtTimeout(opts.OnTimeout) {
 		so.Timeout = 0 // the server's reaper enforces it (and pauses rather than destroys)
 	}
-	b, err := s.create(ctx, so, opts.TemplateMayBeSnapshot)
+	b, fromSnapshot, err := s.create(ctx, so, opts.TemplateMayBeSnapshot)
 	if err != nil {
 		return nil, err
 	}
@@ -308,24 +316,38 @@ func (s *Service) Create(ctx context.Context, opts CreateOptions) (*Created, err
 	// Whichever API asked, its audit entry names the sandbox (or the one a key found again).
 	audit.SetTarget(ctx, b.ID)
 	out.Box = Box{Sandbox: s.remember(b), Record: rec, Info: info}
+	if b.Created {
+		s.observeCreate(info, fromSnapshot, time.Since(start))
+	}
 	return out, nil
 }
 
+// observeCreate records a new sandbox's create latency. A snapshot's id is never a label:
+// a sandbox made from one is counted under the template "snapshot".
+func (s *Service) observeCreate(info sandbox.Info, fromSnapshot bool, d time.Duration) {
+	template := info.Template
+	if fromSnapshot {
+		template = "snapshot"
+	}
+	s.cfg.Metrics.ObserveCreate(cmp.Or(info.Runtime, s.prov.Name()), template, info.Pooled, d)
+}
+
 // create makes the sandbox; with maybeSnapshot a Template that is not a template of the
-// provider may be a snapshot id (where the provider has snapshots).
-func (s *Service) create(ctx context.Context, opts sandbox.CreateOptions, maybeSnapshot bool) (*sandbox.Sandbox, error) {
-	b, err := sandbox.Create(ctx, s.prov, opts)
+// provider may be a snapshot id (where the provider has snapshots). fromSnapshot tells
+// whether the sandbox was made from a snapshot.
+func (s *Service) create(ctx context.Context, opts sandbox.CreateOptions, maybeSnapshot bool) (b *sandbox.Sandbox, fromSnapshot bool, err error) {
+	b, err = sandbox.Create(ctx, s.prov, opts)
 	if err == nil || !maybeSnapshot || opts.Template == "" || !provider.CapabilitiesOf(s.prov).Has(provider.CapSnapshot) {
-		return b, err
+		return b, opts.From != "", err
 	}
 	if c := provider.CodeOf(err); c != provider.CodeInvalidArgument && c != provider.CodeNotFound {
-		return nil, err
+		return nil, false, err
 	}
 	opts.From, opts.Template = opts.Template, ""
 	if b2, err2 := sandbox.Create(ctx, s.prov, opts); err2 == nil {
-		return b2, nil
+		return b2, true, nil
 	}
-	return nil, err
+	return nil, false, err
 }
 
 // RecordOptions configure Record.
@@ -786,7 +808,9 @@ func (s *Service) Snapshot(ctx context.Context, id string, opts SnapshotOptions)
 	if opts.Fullest {
 		opts.Kind = b.ForkKind()
 	}
+	start := time.Now()
 	snap, err := b.Snapshot(ctx, sandbox.SnapshotOptions{ExpiresIn: expires, Kind: opts.Kind, Name: opts.Name})
+	s.cfg.Metrics.ObserveSnapshot(string(cmp.Or(opts.Kind, provider.SnapshotFilesystem)), time.Since(start), err)
 	if err != nil {
 		_ = s.st.DeleteSnapshot(context.WithoutCancel(ctx), reserved)
 		return "", err
@@ -848,7 +872,9 @@ func (s *Service) Fork(ctx context.Context, id string, opts ForkOptions) ([]*Cre
 	if !s.prov.Capabilities().Has(provider.CapTimeout) {
 		so.Timeout = 0 // the server's reaper enforces it
 	}
+	start := time.Now()
 	kids, err := b.Fork(ctx, so)
+	s.cfg.Metrics.ObserveFork(string(b.ForkKind()), time.Since(start), err)
 	if err != nil {
 		return nil, err
 	}

@@ -103,8 +103,19 @@ func Provider(t testing.TB, n int) provider.Provider {
 // it. Its sandboxes are destroyed when the test ends.
 func Local(t testing.TB, n int) *local.Provider {
 	t.Helper()
+	return LocalWith(t, n, nil)
+}
+
+// LocalWith is Local with its configuration changed by mod first (nil: none), such as a
+// warm pool.
+func LocalWith(t testing.TB, n int, mod func(*local.Config)) *local.Provider {
+	t.Helper()
 	RequireLocal(t, "local provider")
-	p, err := local.New(LocalConfig(t, n))
+	cfg := LocalConfig(t, n)
+	if mod != nil {
+		mod(&cfg)
+	}
+	p, err := local.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
