@@ -146,6 +146,11 @@ func TestServersShareAStore(t *testing.T) {
 		if code := call(t, "POST", a.url+"/v1/sandboxes/"+sb.ID+"/run", key, map[string]string{"command": "cat /workspace/f"}, &res); code != 200 || res.Stdout != "from-b\n" {
 			t.Fatalf("read on a: %d %+v", code, res)
 		}
+		// b does not lead, so it has sampled nothing: it reads the sandbox when asked.
+		var series struct{ Samples []struct{ MemUsedBytes int64 } }
+		if code := call(t, "GET", b.url+"/v1/sandboxes/"+sb.ID+"/metrics", key, nil, &series); code != 200 || len(series.Samples) == 0 || series.Samples[0].MemUsedBytes <= 0 {
+			t.Fatalf("metrics on the server that does not sample: %d %+v", code, series)
+		}
 		if code := call(t, "DELETE", b.url+"/v1/sandboxes/"+sb.ID, key, nil, nil); code != 204 {
 			t.Fatalf("destroy on b: %d", code)
 		}

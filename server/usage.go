@@ -3,6 +3,7 @@ package server
 import (
 	"cmp"
 	"context"
+	"github.com/tupper-dev/tupper/provider"
 	"net/http"
 	"slices"
 	"strings"
@@ -118,8 +119,9 @@ func SumUsage(lines []store.UsageRecord, groupOf func(store.UsageRecord) string,
 }
 
 // getMetrics is GET /v1/sandboxes/{id}/metrics?from=&to=: the sampler's readings of the
-// sandbox (series). A sandbox the store knows but this server has no readings of (another
-// server samples, the provider counts nothing, or it ended long ago) has none.
+// sandbox (series). A running sandbox this server has no readings of (the leader of a store
+// other servers share samples it) is read now: a series of one reading, which the next calls
+// here extend. One the provider counts nothing of, or that ended long ago, has none.
 func (s *Server) getMetrics(w http.ResponseWriter, r *http.Request, _ *caller) {
 	id := r.PathValue("id")
 	from, to, err := queryRange(r)
@@ -129,11 +131,18 @@ func (s *Server) getMetrics(w http.ResponseWriter, r *http.Request, _ *caller) {
 	}
 	samples, ok := s.series.get(id, from, to)
 	if !ok {
-		if _, err := s.st.Sandbox(r.Context(), id); err != nil {
+		rec, err := s.st.Sandbox(r.Context(), id)
+		if err != nil {
 			writeError(w, err)
 			return
 		}
-		samples = []api.MetricsSample{}
+		if rec.State != provider.StatePaused {
+			s.lc.SampleUsage(r.Context(), id)
+			samples, ok = s.series.get(id, from, to)
+		}
+		if !ok {
+			samples = []api.MetricsSample{}
+		}
 	}
 	writeJSON(w, http.StatusOK, api.MetricsSeries{Samples: samples})
 }
