@@ -28,7 +28,7 @@ func TestAuthMatrix(t *testing.T) {
 			}
 		}
 	}
-	fill := strings.NewReplacer("{id}", a.ID, "{name}", "p1", "{port}", "8080", "{path...}", "x", "{webhook}", "wh_x", "{sig}", "x.y")
+	fill := strings.NewReplacer("{id}", a.ID, "{name}", "p1", "{port}", "8080", "{path...}", "x", "{webhook}", "wh_x", "{sig}", "x.y", "{context}", "c1")
 	checked := 0
 	for _, rt := range e.srv.table() {
 		if rt.Scope == scopePublic {

@@ -107,6 +107,8 @@ func TestOpenAPIMatchesWireTypes(t *testing.T) {
 		"SnapshotList": api.SnapshotList{}, "WebhookList": api.WebhookList{}, "SandboxEnd": api.End{},
 		"AuditEntry": api.AuditEntry{}, "AuditList": api.AuditList{},
 		"UsageReport": api.UsageReport{}, "UsageGroup": api.UsageGroup{}, "MetricsSeries": api.MetricsSeries{}, "MetricsSample": api.MetricsSample{},
+		"CodeRequest": api.CodeRequest{}, "CodeResult": api.CodeResult{}, "CodeError": api.CodeError{}, "Execution": api.Execution{},
+		"CodeContext": api.CodeContext{}, "CodeContextRequest": api.CodeContextRequest{}, "CodeContextList": api.CodeContextList{},
 	} {
 		s, ok := doc.Components.Schemas[schema]
 		if !ok {

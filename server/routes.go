@@ -66,6 +66,11 @@ func (s *Server) table() []route {
 		{"POST", "/v1/sandboxes/{id}/run", scopeSandbox, long(s.run)},
 		{"POST", "/v1/sandboxes/{id}/exec", scopeSandbox, long(s.exec)},
 		{"GET", "/v1/sandboxes/{id}/terminal", scopeSandbox, long(s.terminal)},
+		{"POST", "/v1/sandboxes/{id}/code", scopeSandbox, long(s.runCode)},
+		{"GET", "/v1/sandboxes/{id}/code/contexts", scopeSandbox, s.codeContexts},
+		{"POST", "/v1/sandboxes/{id}/code/contexts", scopeSandbox, long(s.createCodeContext)},
+		{"POST", "/v1/sandboxes/{id}/code/contexts/{context}/restart", scopeSandbox, long(s.restartCodeContext)},
+		{"DELETE", "/v1/sandboxes/{id}/code/contexts/{context}", scopeSandbox, s.removeCodeContext},
 
 		{"POST", "/v1/sandboxes/{id}/processes", scopeSandbox, long(s.startProcess)},
 		{"GET", "/v1/sandboxes/{id}/processes", scopeSandbox, s.listProcesses},

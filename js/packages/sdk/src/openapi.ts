@@ -1340,6 +1340,84 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sandboxes/{id}/code": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Run code
+         * @description Runs a cell in the sandbox's code-interpreter server (a sandbox of the code-interpreter template; docs/code-interpreter.md): Python by default, language javascript, or a context of its own; variables stay in the context for the next cell. Answers with the Execution; with Accept: application/x-ndjson or text/event-stream, streams stdout/stderr {text}, result (a CodeResult) and error (a CodeError, the cell's) events as they come, then end {executionCount}, or failure (an Error) when the run could not finish. An error the cell raised is the Execution's error, not the status; a sandbox without the server is 503.
+         */
+        post: operations["postSandboxesIdCode"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{id}/code/contexts": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List code contexts */
+        get: operations["getSandboxesIdCodeContexts"];
+        put?: never;
+        /**
+         * Create a code context
+         * @description Starts a new context: a kernel of its own (language python or javascript, cwd /home/user by default), for runs with its contextId.
+         */
+        post: operations["postSandboxesIdCodeContexts"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{id}/code/contexts/{context}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Remove a code context */
+        delete: operations["deleteSandboxesIdCodeContextsContext"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{id}/code/contexts/{context}/restart": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Restart a code context
+         * @description Gives the context a new kernel: its variables are gone.
+         */
+        post: operations["postSandboxesIdCodeContextsContextRestart"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -2051,6 +2129,67 @@ export interface components {
             netRxBytes: number;
             /** @description bytes sent since it started */
             netTxBytes: number;
+        };
+        CodeRequest: {
+            code: string;
+            /** @description python (the default) or javascript: that language's default context */
+            language?: string;
+            /** @description a context of POST code/contexts; not with language */
+            contextId?: string;
+            /** @description environment variables for this run only */
+            env?: {
+                [key: string]: string;
+            };
+            /** @description interrupts the cell after this long; its context stays */
+            timeoutMs?: number;
+        };
+        /** @description a value the cell displayed, or its final value (isMainResult): each format it has, images base64; chart is a matplotlib figure's data */
+        CodeResult: {
+            isMainResult: boolean;
+            text?: string;
+            html?: string;
+            markdown?: string;
+            svg?: string;
+            png?: string;
+            jpeg?: string;
+            pdf?: string;
+            latex?: string;
+            javascript?: string;
+            json?: unknown;
+            chart?: Record<string, never>;
+            extra?: Record<string, never>;
+        };
+        /** @description the error the cell raised (KernelDied when its kernel died) */
+        CodeError: {
+            name: string;
+            value: string;
+            traceback: string;
+        };
+        Execution: {
+            results: components["schemas"]["CodeResult"][];
+            stdout: string[];
+            stderr: string[];
+            error?: components["schemas"]["CodeError"];
+            executionCount: number;
+        };
+        /** @description one line of application/x-ndjson ({"type": …, …fields}) or one server-sent event (event: type, data: the fields): stdout/stderr {text}, result (a CodeResult), error (a CodeError), then end {executionCount} or failure (an Error). */
+        CodeEvent: {
+            /** @enum {string} */
+            type: "stdout" | "stderr" | "result" | "error" | "end" | "failure";
+            text?: string;
+            executionCount?: number;
+        };
+        CodeContext: {
+            id: string;
+            language: string;
+            cwd: string;
+        };
+        CodeContextRequest: {
+            language?: string;
+            cwd?: string;
+        };
+        CodeContextList: {
+            contexts: components["schemas"]["CodeContext"][];
         };
     };
     responses: never;
@@ -5321,6 +5460,169 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["MetricsSeries"];
                 };
+            };
+            /** @description an error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    postSandboxesIdCode: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CodeRequest"];
+            };
+        };
+        responses: {
+            /** @description the execution, or the stream */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Execution"];
+                    "application/x-ndjson": components["schemas"]["CodeEvent"];
+                    "text/event-stream": components["schemas"]["CodeEvent"];
+                };
+            };
+            /** @description an error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    getSandboxesIdCodeContexts: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CodeContextList"];
+                };
+            };
+            /** @description an error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    postSandboxesIdCodeContexts: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["CodeContextRequest"];
+            };
+        };
+        responses: {
+            /** @description the context */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CodeContext"];
+                };
+            };
+            /** @description an error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    deleteSandboxesIdCodeContextsContext: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+                context: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description removed */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description an error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    postSandboxesIdCodeContextsContextRestart: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+                context: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description restarted */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description an error */
             default: {
