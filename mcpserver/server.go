@@ -14,6 +14,7 @@ package mcpserver
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
@@ -124,8 +125,16 @@ func annotations(t tools.Tool) *mcp.ToolAnnotations {
 }
 
 func toMCP(r tools.Result) *mcp.CallToolResult {
+	content := []mcp.Content{&mcp.TextContent{Text: r.Text}}
+	for _, im := range r.Images {
+		data, err := base64.StdEncoding.DecodeString(im.Data)
+		if err != nil {
+			continue // the SDK checked it was base64; nothing to show otherwise
+		}
+		content = append(content, &mcp.ImageContent{MIMEType: im.MIME, Data: data})
+	}
 	return &mcp.CallToolResult{
-		Content:           []mcp.Content{&mcp.TextContent{Text: r.Text}},
+		Content:           content,
 		StructuredContent: r.Data,
 		IsError:           r.IsError,
 	}

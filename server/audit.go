@@ -95,6 +95,7 @@ var mcpActions = map[string]string{
 	"git_clone":       "git.clone",
 	"git_commit":      "git.commit",
 	"expose_port":     "port.expose",
+	"run_code":        "sandbox.run_code",
 }
 
 // auditAction is the action rt is recorded as, or "" when it is not.

@@ -57,6 +57,9 @@ type Result struct {
 	IsError bool
 	// Data is the same result as a JSON value (MCP structuredContent), or nil.
 	Data any
+	// Images are images the call made (run_code's charts), for a model that can see them
+	// (MCP image content); Text says they are there.
+	Images []Image
 }
 
 // ErrUnknownTool is returned by Call for a name that is not a tool.
@@ -166,7 +169,7 @@ func errorResult(err error) Result {
 // never serve tools (tupper exec, for one) do not pay for them at start-up. Each group of
 // tools lives in a file of its own; this is their order.
 var allTools = sync.OnceValue(func() []Tool {
-	return slices.Concat(sandboxTools(), processTools(), fileTools(), gitTools(), snapshotTools())
+	return slices.Concat(sandboxTools(), processTools(), fileTools(), gitTools(), snapshotTools(), codeTools())
 })
 
 // define completes t from its handler: the input schema is derived from the argument

@@ -52,7 +52,7 @@ func TestNames(t *testing.T) {
 		"create_sandbox", "list_sandboxes", "destroy_sandbox", "pause_sandbox", "resume_sandbox", "run_command", "start_process",
 		"process_logs", "stop_process", "read_file", "write_file", "edit_file", "list_files",
 		"search_files", "file_changes", "git_clone", "git_status", "git_diff", "git_commit",
-		"snapshot", "fork", "expose_port",
+		"snapshot", "fork", "expose_port", "run_code",
 	}
 	var got []string
 	for _, tool := range All() {

@@ -44,7 +44,7 @@ const names = tools.map((t) => t.name).sort();
 const want = [
   "create_sandbox", "destroy_sandbox", "edit_file", "expose_port", "file_changes", "fork", "git_clone",
   "git_commit", "git_diff", "git_status", "list_files", "list_sandboxes", "pause_sandbox", "process_logs",
-  "read_file", "resume_sandbox", "run_command", "search_files", "snapshot", "start_process", "stop_process",
+  "read_file", "resume_sandbox", "run_code", "run_command", "search_files", "snapshot", "start_process", "stop_process",
   "write_file",
 ];
 check(JSON.stringify(names) === JSON.stringify(want), `tools/list has the ${want.length} tools`);
@@ -62,6 +62,10 @@ if (process.env.EXPECT_SANDBOX_ENV) {
   res = await call("run_command", { command: `printf %s "$${name}"` });
   check(!res.isError && text(res).includes(value), `${name} in the sandbox: ${JSON.stringify(text(res))}`);
 }
+
+// run_code needs the code-interpreter template's server, which this sandbox lacks: a clear error.
+res = await call("run_code", { code: "1 + 1" });
+check(res.isError && text(res).includes("template code-interpreter"), `run_code without the server: ${JSON.stringify(text(res))}`);
 
 res = await call("run_command", { command: "echo oops >&2; exit 7" });
 check(res.isError === true && text(res).includes("exit code: 7") && text(res).includes("oops"), "a failing command is an isError result");
