@@ -31,10 +31,11 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
-func TestCodeInterpreterSDK(t *testing.T) {
+// setup makes (or finds, in TUPPER_TEST_CODEINTERP_HOME) the template and returns a local
+// provider that has it, and its home.
+func setup(ctx context.Context, t *testing.T) (*local.Provider, string) {
 	testenv.RequireRoot(t)
 	testenv.RequireBinary(t, "debootstrap")
-	node := testenv.RequireBinary(t, "node")
 	if _, err := template.HostDistro("/"); err != nil {
 		testenv.Skip(t, err.Error())
 	}
@@ -46,8 +47,6 @@ func TestCodeInterpreterSDK(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Minute)
-	defer cancel()
 	if err := p.Available(ctx); err != nil {
 		testenv.Skip(t, err.Error())
 	}
@@ -61,7 +60,14 @@ func TestCodeInterpreterSDK(t *testing.T) {
 		t.Fatalf("making the code-interpreter template: %v", err)
 	}
 	t.Logf("the code-interpreter template (%d layers) ready in %v", len(tp.Layers), time.Since(start).Round(time.Second))
+	return p, cfg.Home
+}
 
+func TestCodeInterpreterSDK(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Minute)
+	defer cancel()
+	p, home := setup(ctx, t)
+	node := testenv.RequireBinary(t, "node")
 	srv := servertest.Start(t, p, "")
 	_, key, err := srv.Store.CreateE2BKey(ctx, "code-interpreter")
 	if err != nil {
@@ -92,7 +98,7 @@ func TestCodeInterpreterSDK(t *testing.T) {
 	for _, rt := range []string{"runc", "runsc"} {
 		t.Run("go-"+rt, func(t *testing.T) {
 			testenv.RequireBinary(t, rt)
-			testGoSDK(ctx, t, p, rt, cfg.Home)
+			testGoSDK(ctx, t, p, rt, home)
 		})
 	}
 }
