@@ -89,6 +89,14 @@ test("processes and a second sandbox through the tools", async () => {
   for (const id of results["e"].split("\n").map((l) => l.split(" ")[0])) await (await c.get(id)).destroy();
 });
 
+test("run_code on a sandbox without the code interpreter tells the model which template has it", async () => {
+  const model = scripted([[call("c", "run_code", { code: "1 + 1" })], [{ type: "text", text: "ok" }]]);
+  const r = await generateText({ model, tools: sandboxTools({ client: c, sandbox: box }), prompt: "compute", stopWhen: stepCountIs(3) });
+  const errors = r.steps.flatMap((s) => s.content).filter((p) => p.type === "tool-error").map((t) => String(t.error));
+  assert.equal(errors.length, 1);
+  assert.match(errors[0], /create_sandbox and template code-interpreter/);
+});
+
 test("pause_sandbox and resume_sandbox, keeping the memory and not", async (t) => {
   const b = await c.create(boxOptions);
   t.after(() => b.destroy());

@@ -17,6 +17,13 @@ test("run returns the result; secrets are redacted", async () => {
   assert.equal(r.stdout, "hi ***\n");
 });
 
+test("runCode needs the code interpreter: a sandbox without it is a clear error, before any stream", async () => {
+  const noServer = (e) => e instanceof TupperError && e.code === "unavailable" && /code-interpreter template/.test(e.message);
+  await assert.rejects(box.runCode("1 + 1"), noServer);
+  await assert.rejects(box.runCode("1 + 1", { onStdout() {} }), noServer);
+  await assert.rejects(box.runCode(""), (e) => e instanceof TupperError && e.code === "invalid_argument");
+});
+
 test("create with a key is get-or-create", async () => {
   assert.equal(box.info.created, true);
   assert.equal(box.info.labels.test, "js");

@@ -2,7 +2,7 @@
 // schemas are the Go tools package's (tools.json is its export, checked by test/js), so an
 // agent sees the same tools through MCP, Go and here.
 import { jsonSchema, tool, type Tool } from "ai";
-import { Client, Sandbox, type CreateOptions, type SandboxInfo } from "@tupper/sdk";
+import { Client, Sandbox, TupperError, type CreateOptions, type SandboxInfo } from "@tupper/sdk";
 import definitions from "./tools.json" with { type: "json" };
 
 /** A tool definition as the Go tools package exports it. */
@@ -147,6 +147,29 @@ const handlers: Record<string, Handler> = {
     const t = num(a["timeout_ms"]);
     if (t) opts.timeoutMs = t;
     return runText(await b.run(String(a["command"]), opts));
+  },
+  async run_code(s, a) {
+    const b = await s.box(a);
+    const opts: { language?: string; timeoutMs?: number } = {};
+    const lang = str(a["language"]);
+    if (lang && lang !== "python") opts.language = lang;
+    opts.timeoutMs = num(a["timeout_ms"]) ?? 120000;
+    let ex;
+    try {
+      ex = await b.runCode(String(a["code"]), opts);
+    } catch (e) {
+      if (e instanceof TupperError && (e.code === "unavailable" || e.code === "unsupported"))
+        throw new Error(`sandbox ${b.id} has no code interpreter: create one with create_sandbox and template code-interpreter, then pass its sandbox_id (${e.message})`);
+      throw e;
+    }
+    let out = "";
+    if (ex.stdout.length) out += `stdout:\n${ex.stdout.join("")}\n`;
+    if (ex.stderr.length) out += `stderr:\n${ex.stderr.join("")}\n`;
+    const images = ex.results.filter((r) => r.png || r.jpeg).length;
+    for (const r of ex.results) if (r.text) out += `${r.isMainResult ? "result" : "display"}:\n${r.text}\n`;
+    if (images) out += `${images} image(s) made (not shown here)\n`;
+    if (ex.error) out += `error: ${ex.error.name}: ${ex.error.value}\n${ex.error.traceback}\n`;
+    return out || "(no output)";
   },
   async start_process(s, a) {
     const b = await s.box(a);

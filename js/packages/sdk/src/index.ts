@@ -82,6 +82,24 @@ export interface RunOptions extends Omit<Schemas["Run"], "command"> {
 
 export type RunResult = Schemas["RunResult"];
 
+/** Options of runCode: language or contextId, env for this run, timeoutMs; callbacks stream. */
+export interface RunCodeOptions extends Omit<Schemas["CodeRequest"], "code"> {
+  /** Called with output, each displayed value and the cell's error as they come (the request then streams). */
+  onStdout?: (text: string) => void;
+  onStderr?: (text: string) => void;
+  onResult?: (result: CodeResult) => void;
+  onError?: (error: CodeError) => void;
+  signal?: AbortSignal;
+}
+
+/** A cell's outcome: its results (the final value has isMainResult), output, error and count. */
+export type Execution = Schemas["Execution"];
+/** A value a cell displayed: each format it has (images base64), chart data of a matplotlib figure. */
+export type CodeResult = Schemas["CodeResult"];
+/** The error a cell raised: a result of runCode, not a thrown error. */
+export type CodeError = Schemas["CodeError"];
+export type CodeContext = Schemas["CodeContext"];
+
 /** ready: ready when the port accepts connections (or answers HTTP at path), or a line matches log (RE2). */
 export type StartProcessOptions = Omit<Schemas["StartProcess"], "command">;
 
@@ -230,6 +248,67 @@ export class Sandbox {
     }
     if (!result) throw new TupperError("internal", "the run stream ended without a result", res.status);
     return result;
+  }
+
+  /**
+   * Runs a cell of Python (or language "javascript", or in contextId) in the sandbox's code
+   * interpreter (a sandbox of the code-interpreter template); variables stay for the next
+   * cell. An error the cell raised is the Execution's error; a run that cannot be made
+   * (no such context, no code-interpreter server, past timeoutMs) throws.
+   */
+  async runCode(code: string, opts: RunCodeOptions = {}): Promise<Execution> {
+    const { onStdout, onStderr, onResult, onError, signal, ...rest } = opts;
+    const json = { code, ...rest };
+    if (!onStdout && !onStderr && !onResult && !onError) {
+      const req: Request = { method: "POST", path: this.path("/code"), json };
+      if (signal) req.signal = signal;
+      return this.client.json<Execution>(req);
+    }
+    const req: Request = { method: "POST", path: this.path("/code"), json, accept: "application/x-ndjson" };
+    if (signal) req.signal = signal;
+    const res = await this.client.request(req);
+    const ex: Execution = { results: [], stdout: [], stderr: [], executionCount: 0 };
+    for await (const ev of ndjson(res)) {
+      const { type, ...fields } = ev;
+      if (type === "stdout") {
+        ex.stdout.push(String(fields["text"]));
+        onStdout?.(String(fields["text"]));
+      } else if (type === "stderr") {
+        ex.stderr.push(String(fields["text"]));
+        onStderr?.(String(fields["text"]));
+      } else if (type === "result") {
+        ex.results.push(fields as unknown as CodeResult);
+        onResult?.(fields as unknown as CodeResult);
+      } else if (type === "error") {
+        ex.error = fields as unknown as CodeError;
+        onError?.(ex.error);
+      } else if (type === "end") {
+        ex.executionCount = Number(fields["executionCount"]);
+        return ex;
+      } else if (type === "failure") throw new TupperError(fields["code"] as ErrorCode, String(fields["message"]), res.status);
+    }
+    throw new TupperError("internal", "the code stream ended without its end", res.status);
+  }
+
+  /** The sandbox's code contexts, the default ones included. */
+  async codeContexts(): Promise<CodeContext[]> {
+    const list = await this.client.json<Schemas["CodeContextList"]>({ method: "GET", path: this.path("/code/contexts") });
+    return list.contexts;
+  }
+
+  /** Starts a new code context (a kernel of its own) for runCode's contextId. */
+  async createCodeContext(opts: Schemas["CodeContextRequest"] = {}): Promise<CodeContext> {
+    return this.client.json<CodeContext>({ method: "POST", path: this.path("/code/contexts"), json: opts });
+  }
+
+  /** Gives a code context a new kernel: its variables are gone. */
+  async restartCodeContext(id: string): Promise<void> {
+    await this.client.request({ method: "POST", path: this.path(`/code/contexts/${enc(id)}/restart`) });
+  }
+
+  /** Stops a code context's kernel and forgets it. */
+  async removeCodeContext(id: string): Promise<void> {
+    await this.client.request({ method: "DELETE", path: this.path(`/code/contexts/${enc(id)}`) });
   }
 
   /** Destroys the sandbox and everything in it. */
