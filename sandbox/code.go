@@ -123,12 +123,22 @@ func (b *Sandbox) codeCall(ctx context.Context, op, method, path string, body an
 		}
 		rd = bytes.NewReader(buf)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://code-interpreter"+path, rd)
+	// The port is dialed through the provider's tunnel; a provider without one (remote: a
+	// server) reaches it over HTTP at its preview URL, a signed URL of the server's proxy.
+	base, client := "http://code-interpreter", b.codeClient()
+	if _, ok := b.inst.(provider.PortDialer); !ok {
+		u, err := b.PreviewURL(ctx, CodeInterpreterPort)
+		if err != nil {
+			return nil, err
+		}
+		base, client = strings.TrimSuffix(u, "/"), &http.Client{Transport: &http.Transport{Proxy: nil, DisableCompression: true, DisableKeepAlives: true}}
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 	if err != nil {
 		return nil, errorf(CodeInvalidArgument, op, "%v", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := b.codeClient().Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, errorf(CodeTimeout, op, "%v", ctx.Err())
@@ -147,6 +157,8 @@ func (b *Sandbox) codeCall(ctx context.Context, op, method, path string, body an
 			code = CodeNotFound
 		case http.StatusBadRequest:
 			code = CodeInvalidArgument
+		case http.StatusBadGateway, http.StatusServiceUnavailable: // a proxy's: nothing listens
+			return nil, errorf(CodeUnavailable, op, "nothing answers on port %d, the code-interpreter server's: make the sandbox from the code-interpreter template (%s)", CodeInterpreterPort, strings.TrimSpace(b.red.String(string(msg))))
 		}
 		return nil, errorf(code, op, "%s", strings.TrimSpace(b.red.String(string(msg))))
 	}

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/tupper-dev/tupper/providers/remote"
+	"github.com/tupper-dev/tupper/sandbox"
 	"github.com/tupper-dev/tupper/server/api"
 	"github.com/tupper-dev/tupper/server/servertest"
 	"github.com/tupper-dev/tupper/template"
@@ -151,6 +153,20 @@ func TestCodeREST(t *testing.T) {
 	}
 	if ex := run(map[string]any{"code": "x"}); len(ex.Results) != 1 || ex.Results[0].Text != "40" {
 		t.Errorf("x after an interrupt: %+v", ex)
+	}
+
+	// The Go SDK through the remote provider (a server): RunCode in the same context.
+	rb, err := sandbox.Connect(ctx, remote.New(remote.Config{URL: srv.URL, APIKey: srv.Key}), sb.ID, sandbox.ConnectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var streamed []string
+	if ex, err := rb.RunCode(ctx, "print('remote')\nx + 3", sandbox.CodeOptions{OnStdout: func(s string) { streamed = append(streamed, s) }}); err != nil ||
+		ex.Text() != "43" || strings.Join(streamed, "") != "remote\n" {
+		t.Errorf("RunCode through the remote provider: %+v %v", ex, err)
+	}
+	if cs, err := rb.CodeContexts(ctx); err != nil || len(cs) == 0 {
+		t.Errorf("CodeContexts through the remote provider: %v %v", cs, err)
 	}
 
 	// MCP's run_code, through the official Go client over the server's /mcp (whose sessions
