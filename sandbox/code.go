@@ -127,9 +127,10 @@ func (b *Sandbox) codeCall(ctx context.Context, op, method, path string, body an
 	// server) reaches it over HTTP at its preview URL, a signed URL of the server's proxy.
 	base, client := "http://code-interpreter", b.codeClient()
 	if _, ok := b.inst.(provider.PortDialer); !ok {
-		u, err := b.PreviewURL(ctx, CodeInterpreterPort)
+		// The provider's own URL, not b.PreviewURL's, which a server may point at itself.
+		u, err := b.inst.PreviewURL(ctx, CodeInterpreterPort)
 		if err != nil {
-			return nil, err
+			return nil, wrapProvider(err, op)
 		}
 		base, client = strings.TrimSuffix(u, "/"), &http.Client{Transport: &http.Transport{Proxy: nil, DisableCompression: true, DisableKeepAlives: true}}
 	}
