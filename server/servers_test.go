@@ -147,7 +147,9 @@ func TestServersShareAStore(t *testing.T) {
 			t.Fatalf("read on a: %d %+v", code, res)
 		}
 		// b does not lead, so it has sampled nothing: it reads the sandbox when asked.
-		var series struct{ Samples []struct{ MemUsedBytes int64 } }
+		var series struct {
+			Samples []struct{ MemUsedBytes int64 }
+		}
 		if code := call(t, "GET", b.url+"/v1/sandboxes/"+sb.ID+"/metrics", key, nil, &series); code != 200 || len(series.Samples) == 0 || series.Samples[0].MemUsedBytes <= 0 {
 			t.Fatalf("metrics on the server that does not sample: %d %+v", code, series)
 		}
